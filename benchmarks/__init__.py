@@ -1,0 +1,1 @@
+"""joulebound benchmarks (``make bench``); results go to docs/benchmarks.md."""

@@ -1,0 +1,73 @@
+"""Run the benchmarks and write docs/benchmarks.md.
+
+Each ``benchmarks/bench_<area>.py`` module exposes ``run() -> str`` returning a Markdown section
+(tables of measured speed/memory figures, ratios measured in the same run). ``--only AREA`` reruns
+one area and replaces only its section, so areas can be refreshed independently. Every section is
+stamped with the machine and date it was measured on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import os
+import pkgutil
+import platform
+import re
+from pathlib import Path
+
+import benchmarks
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+HEADER = """# Benchmarks
+
+Produced by `make bench` (`python -m benchmarks.run_all`; one area: `--only AREA`).
+Speed and memory targets live here, not in unit tests. Figures are **measured** on the machine named
+in each section; the development machines are shared and noisy, so compare ratios measured in the
+same run rather than absolute times across sections.
+"""
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
+
+
+def areas() -> list[str]:
+    return sorted(m.name.removeprefix("bench_") for m in pkgutil.iter_modules(benchmarks.__path__)
+                  if m.name.startswith("bench_"))
+
+
+def section(area: str) -> str:
+    module = importlib.import_module(f"benchmarks.bench_{area}")
+    body = module.run().strip()
+    stamp = f"_Measured {dt.date.today().isoformat()} on {machine()}._"
+    return f"<!-- bench:{area} -->\n{body}\n\n{stamp}\n<!-- /bench:{area} -->"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--only", action="append", help="area(s) to run (default: all)")
+    args = parser.parse_args()
+    todo = args.only or areas()
+    text = DOC.read_text() if DOC.exists() else HEADER
+    for area in todo:
+        print(f"[bench] {area} ...", flush=True)
+        new = section(area)
+        pattern = re.compile(rf"<!-- bench:{re.escape(area)} -->.*?<!-- /bench:{re.escape(area)} -->", re.S)
+        text = pattern.sub(lambda _m, new=new: new, text) if pattern.search(text) else text.rstrip() + "\n\n" + new + "\n"
+        DOC.parent.mkdir(exist_ok=True)
+        DOC.write_text(text)
+        print(new)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""Helpers shared by CLI commands: JSON output, provenance-labeled tables."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+console = Console()
+
+
+def print_json(obj: Any) -> None:
+    """Print ``obj`` as JSON on stdout (numpy values converted)."""
+    from ..jsonio import _default
+
+    json.dump(obj, sys.stdout, indent=1, default=_default)
+    sys.stdout.write("\n")
+
+
+def fmt_pct(x: float, digits: int = 2) -> str:
+    """Signed percentage, e.g. ``-14.60 %``."""
+    return f"{x * 100:+.{digits}f} %"

@@ -1,0 +1,73 @@
+"""Clock configurations: a (core, memory) clock pair in MHz, or the GPU's own governor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, order=True)
+class ClockConfig:
+    """A GPU clock setting.
+
+    Attributes:
+        core_mhz: graphics/SM clock in MHz, or ``None`` for the GPU's own governor ("auto").
+        mem_mhz: memory clock in MHz, or ``None`` for the governor's choice ("auto").
+    """
+
+    core_mhz: int | None = None
+    mem_mhz: int | None = None
+
+    @property
+    def is_auto(self) -> bool:
+        """True when both clocks are left to the GPU's governor."""
+        return self.core_mhz is None and self.mem_mhz is None
+
+    @property
+    def label(self) -> str:
+        """Short text form, e.g. ``"1410/1593"`` or ``"auto"``; parse back with :meth:`parse`."""
+        if self.is_auto:
+            return "auto"
+        core = "auto" if self.core_mhz is None else str(self.core_mhz)
+        mem = "auto" if self.mem_mhz is None else str(self.mem_mhz)
+        return f"{core}/{mem}"
+
+    def __str__(self) -> str:
+        return self.label
+
+    @classmethod
+    def parse(cls, text: str) -> ClockConfig:
+        """Parse ``"auto"``, ``"1410/1593"`` or ``"1410"`` (core only, memory auto)."""
+        text = text.strip().lower()
+        if text in ("auto", ""):
+            return cls()
+        core, _, mem = text.partition("/")
+
+        def num(part: str) -> int | None:
+            part = part.strip().removesuffix("mhz")
+            if part in ("", "auto"):
+                return None
+            try:
+                value = int(float(part))
+            except ValueError as exc:
+                raise ValueError(
+                    f"cannot parse clock {text!r}: use 'auto', 'CORE' or 'CORE/MEM' in MHz"
+                ) from exc
+            if value <= 0:
+                raise ValueError(f"clock must be positive MHz, got {value} in {text!r}")
+            return value
+
+        return cls(num(core), num(mem))
+
+    def to_json(self) -> list[int | None]:
+        return [self.core_mhz, self.mem_mhz]
+
+    @classmethod
+    def from_json(cls, value: object) -> ClockConfig:
+        if isinstance(value, str):
+            return cls.parse(value)
+        if isinstance(value, list | tuple) and len(value) == 2:
+            return cls(*(None if v is None else int(v) for v in value))
+        raise ValueError(f"expected [core_mhz, mem_mhz] or 'auto', got {value!r}")
+
+
+AUTO = ClockConfig()

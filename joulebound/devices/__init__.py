@@ -1,0 +1,1 @@
+"""GPU device catalog: clocks, peak rates, power limits, with sources."""

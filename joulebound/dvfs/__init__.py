@@ -1,0 +1,1 @@
+"""Kernel-level DVFS: time/power model, characterization, planners, simulator, runtime control."""

@@ -1,0 +1,1 @@
+"""Energy measurement: meters (NVML, RAPL, simulated, replay), windows, store."""

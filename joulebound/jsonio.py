@@ -1,0 +1,112 @@
+"""Versioned JSON files shared by all stages (traces, plans, characterization metadata).
+
+Every file written by joulebound is an object ``{"schema": KIND, "version": N, ...}``. Loading a
+file of the wrong kind, a newer version, or with a missing / mistyped field raises
+:class:`~joulebound.errors.SchemaError` that names the file and the field, never a bare traceback.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from .errors import JouleboundError, SchemaError
+
+
+def read_json(path: str | Path) -> Any:
+    """Read a JSON (or ``.json.gz``) file; errors name the file and the line."""
+    p = Path(path)
+    if not p.exists():
+        raise JouleboundError(f"{p}: file not found")
+    try:
+        opener = gzip.open if p.suffix == ".gz" else open
+        with opener(p, "rt", encoding="utf-8") as fh:
+            return json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(p, "<file>", f"not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SchemaError(p, "<file>", f"cannot be read: {exc}") from exc
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    """Write ``obj`` as indented JSON (gzip when the name ends in ``.gz``); returns the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if p.suffix == ".gz" else open
+    with opener(p, "wt", encoding="utf-8") as fh:
+        json.dump(obj, fh, indent=1, default=_default)
+        fh.write("\n")
+    return p
+
+
+def _default(o: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(o, np.integer):
+            return int(o)
+        if isinstance(o, np.floating):
+            return float(o)
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    if hasattr(o, "to_json"):
+        return o.to_json()
+    raise TypeError(f"cannot serialise {type(o).__name__}")
+
+
+def check_header(doc: Any, path: str | Path, kind: str, version: int) -> dict[str, Any]:
+    """Check ``{"schema": kind, "version": version}``; return the document."""
+    if not isinstance(doc, dict):
+        raise SchemaError(path, "<root>", f"expected a JSON object, got {type(doc).__name__}")
+    if doc.get("schema") != kind:
+        raise SchemaError(
+            path, "schema", f"expected {kind!r}, got {doc.get('schema')!r} (is this a {kind} file?)"
+        )
+    got = doc.get("version")
+    if not isinstance(got, int):
+        raise SchemaError(path, "version", f"missing or not an integer: {got!r}")
+    if got != version:
+        raise SchemaError(
+            path,
+            "version",
+            f"version {got} is not supported (this joulebound reads version {version}); "
+            "regenerate the file with this version of joulebound",
+        )
+    return doc
+
+
+class Fields:
+    """Typed access to one JSON object's fields with errors naming ``path`` and the field."""
+
+    def __init__(self, obj: Any, path: str | Path, prefix: str = "") -> None:
+        if not isinstance(obj, dict):
+            raise SchemaError(path, prefix or "<root>", f"expected an object, got {obj!r:.60}")
+        self.obj = obj
+        self.path = path
+        self.prefix = prefix
+
+    def _name(self, key: str) -> str:
+        return f"{self.prefix}.{key}" if self.prefix else key
+
+    def get(self, key: str, types: type | tuple[type, ...], default: Any = ..., *,
+            nonneg: bool = False) -> Any:
+        if key not in self.obj or self.obj[key] is None:
+            if default is ...:
+                raise SchemaError(self.path, self._name(key), "missing")
+            return default
+        value = self.obj[key]
+        if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+            raise SchemaError(self.path, self._name(key), f"expected a number, got {value!r}")
+        if float in (types if isinstance(types, tuple) else (types,)) and isinstance(value, int):
+            value = float(value)
+        if not isinstance(value, types):
+            tname = types.__name__ if isinstance(types, type) else "/".join(t.__name__ for t in types)
+            raise SchemaError(self.path, self._name(key), f"expected {tname}, got {value!r:.60}")
+        if nonneg and isinstance(value, int | float) and (value < 0 or math.isnan(value)):
+            raise SchemaError(self.path, self._name(key), f"must be >= 0, got {value!r}")
+        return value

@@ -1,0 +1,25 @@
+"""Provenance labels carried by every number the tool prints (see DESIGN.md, honesty rules).
+
+- ``measured``: read from a sensor on real hardware (NVML energy counter, RAPL, a dataset's measured
+  column);
+- ``modeled``: computed by joulebound's own models (device model, scaling law, solver);
+- ``published``: a figure from a paper, always shown beside ours with its citation, never as our
+  output.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Provenance = Literal["measured", "modeled", "published"]
+MEASURED: Provenance = "measured"
+MODELED: Provenance = "modeled"
+PUBLISHED: Provenance = "published"
+ALL: tuple[Provenance, ...] = (MEASURED, MODELED, PUBLISHED)
+
+
+def check(value: str) -> Provenance:
+    """Validate a provenance label."""
+    if value not in ALL:
+        raise ValueError(f"provenance must be one of {ALL}, got {value!r}")
+    return value  # type: ignore[return-value]

@@ -1,0 +1,1 @@
+"""Energy scaling model for transformer training: proxies, speedup laws, energy laws, advisor."""

@@ -1,0 +1,1 @@
+"""Workloads: analytic transformer kernel traces, torch.profiler capture and Kineto import."""
