@@ -1,1 +1,58 @@
-"""Workloads: analytic transformer kernel traces, torch.profiler capture and Kineto import."""
+"""Workloads: analytic transformer kernel traces, torch.profiler capture and Kineto import.
+
+:func:`load_trace` is the one entry point the other stages use: it takes a preset name
+(``"gpt3-xl"``), a joulebound trace file (``trace.json`` written by :meth:`Trace.save`) or a
+torch.profiler / Kineto Chrome-trace export and returns a :class:`~joulebound.workload.trace.Trace`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import JouleboundError, did_you_mean
+from .trace import CATEGORIES, PHASES, Kernel, Trace
+
+__all__ = ["CATEGORIES", "PHASES", "Kernel", "Trace", "load_trace"]
+
+
+def load_trace(spec: str | Path | Trace, batch: int | None = None, seq: int | None = None) -> Trace:
+    """Load a trace from a preset name, a joulebound trace file, or a Kineto JSON export.
+
+    Args:
+        spec: preset name (see :data:`joulebound.workload.analytic.PRESETS`, case-insensitive),
+            a path to a joulebound trace (``.json`` / ``.json.gz``), a path to a
+            torch.profiler ``export_chrome_trace`` file, or a ``Trace`` (returned as is).
+        batch: micro-batch size override (presets only).
+        seq: sequence length override (presets only).
+
+    Raises:
+        JouleboundError: unknown preset and no such file; ``batch``/``seq`` given for a file;
+            a malformed file (the message names the file and the field).
+    """
+    from .analytic import PRESETS, build_trace
+
+    if isinstance(spec, Trace):
+        if batch is not None or seq is not None:
+            raise JouleboundError("batch/seq can only be changed for a model preset, not for a "
+                                  "trace that is already built")
+        return spec
+    text = str(spec)
+    if text.strip().lower() in PRESETS:
+        return build_trace(text.strip().lower(), batch=batch, seq=seq)
+    path = Path(text)
+    if not path.exists():
+        raise JouleboundError(
+            f"{text!r} is neither a model preset nor an existing trace file.{did_you_mean(text, tuple(PRESETS))} "
+            "Or pass the path of a trace JSON (joulebound trace -o, or torch.profiler "
+            "export_chrome_trace).")
+    if batch is not None or seq is not None:
+        raise JouleboundError(f"{path}: --batch/--seq apply only to model presets; a trace file "
+                              "already fixes the shapes")
+    from ..jsonio import read_json
+
+    doc = read_json(path)
+    if isinstance(doc, dict) and doc.get("schema") == "joulebound.trace":
+        return Trace.load(path)
+    raise JouleboundError(
+        f"{path}: not a joulebound trace (no \"schema\": \"joulebound.trace\") and not a "
+        "Chrome/Kineto trace (no \"traceEvents\" list)")

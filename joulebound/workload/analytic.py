@@ -1,0 +1,471 @@
+"""Analytic kernel trace of one transformer training iteration (GPT decoder or BERT encoder).
+
+The kernel sequence follows Karpathy's llm.c (``train_gpt2.cu``) for the decoder and Hugging Face
+``BertForMaskedLM`` for the encoder, kernel for kernel, with FLOPs and DRAM bytes from closed-form
+formulas. Nothing here runs a model; a GPT-3-XL iteration (~940 kernels) builds in about a
+millisecond.
+
+Formulas (``T = B·S`` tokens, ``s`` = bytes per stored element of ``dtype``: 2 for bf16/fp16,
+4 for fp32/tf32; optimizer states are always fp32):
+
+* GEMM ``C[M,N] = A[M,K]·B[K,N]`` (+ bias): ``2·M·N·K`` FLOP (+ ``M·N`` for the bias epilogue),
+  bytes ``(M·K + K·N + M·N)·s`` (+ ``N·s`` bias). Batched GEMMs multiply both by the batch count.
+  Weight-gradient GEMMs write the gradient (β = 0; gradient accumulation is not modeled).
+* Elementwise over ``n`` elements with ``r`` input and ``w`` output tensors: ``(r + w)·n·s``
+  bytes and ``c·n`` FLOP, ``c`` per kernel: residual add 1, GELU (tanh form) 8, GELU backward 16,
+  permute / unpermute 0.
+* LayerNorm forward over ``(T, d)``: 8 FLOP per element; reads ``x`` and γ, β; writes ``y`` and the
+  fp32 mean and 1/σ (``2·T·4`` bytes). Backward: 13 FLOP per element; reads ``dy``, ``x``, γ,
+  mean, 1/σ; writes ``dx`` and fp32 ``dγ``, ``dβ``.
+* Softmax over the ``B·h·S·S`` score tensor: 5 FLOP per element, read + write; backward 4 FLOP
+  per element, reads ``p`` and ``dp``, writes ``dscores``. The full ``S×S`` square is counted
+  (llm.c computes the full score GEMM and masks).
+* Bias gradient (``matmul_backward_bias``): column sums of ``dout[T,N]``: ``T·N`` FLOP, reads
+  ``T·N·s``, writes ``N·4`` bytes.
+* Embedding: a gather of ``T`` rows plus the position rows (unique rows counted once), add;
+  backward is a scatter-add (read-modify-write) into the embedding gradients.
+* AdamW: 12 FLOP per parameter; bytes per parameter ``2·s + 24`` when ``s < 4`` (reads the grad,
+  fp32 master weight, m, v; writes the master, m, v and the low-precision weight), else 28.
+  One kernel per layer plus one for the embeddings / head, after one global grad-norm reduction.
+
+Categories: the four weight GEMMs and the logits / MLM-decoder GEMMs are ``gemm``; the four
+batched attention GEMMs (scores, values and their gradients) are ``attention``; permute /
+unpermute / residual / GELU are ``elementwise``; the score softmax and the loss (softmax +
+cross-entropy) are ``softmax``; bias gradients and the grad norm are ``reduction``. The
+math dtype of a kernel (``Kernel.dtype``, which picks the peak FLOP/s) is the configured dtype for
+the GEMMs (tensor cores) and ``fp32`` for everything else (CUDA cores compute in fp32).
+
+Not modeled: dropout (llm.c has none; HF BERT adds ~3 elementwise kernels per layer), the
+fused-kernel variants of newer llm.c (fused residual+layernorm, GELU in the GEMM epilogue),
+vocabulary padding (llm.c pads 50257 to 50304), gradient accumulation, communication.
+
+Scale: ``build_trace(..., iterations=n)`` concatenates ``n`` iterations (the planner's large
+cases: ``iterations=100`` of gpt3-xl gives ~94 000 kernels in well under a second), as does a
+config with many layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from ..errors import JouleboundError, did_you_mean
+from .trace import Kernel, Trace
+
+ARCHS = ("gpt", "bert")
+#: bytes per stored element for the supported training dtypes
+DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of a transformer and of one training micro-batch.
+
+    Attributes:
+        arch: ``"gpt"`` (pre-LN decoder, llm.c layout, tied LM head) or ``"bert"`` (post-LN
+            encoder, Hugging Face ``BertForMaskedLM``: word + position + token-type embeddings,
+            embedding LayerNorm, MLM head over every position; no pooler).
+        layers: number of transformer blocks ``L``.
+        hidden: model width ``d``.
+        heads: attention heads ``h`` (must divide ``d``).
+        ff: MLP inner width (``None`` -> ``4·d``).
+        vocab: vocabulary size ``V``.
+        seq: sequence length ``S`` (tokens per sample).
+        batch: micro-batch size ``B`` (samples per GPU per iteration).
+        dtype: training dtype: ``"bf16"``, ``"fp16"``, ``"tf32"`` or ``"fp32"``.
+        recompute: full activation recompute: each layer's forward kernels run again in the
+            backward pass, right before that layer's backward kernels.
+        name: label used for the trace.
+    """
+
+    arch: str
+    layers: int
+    hidden: int
+    heads: int
+    ff: int | None = None
+    vocab: int = 50257
+    seq: int = 1024
+    batch: int = 1
+    dtype: str = "bf16"
+    recompute: bool = False
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        if self.ff is None and isinstance(self.hidden, int):
+            object.__setattr__(self, "ff", 4 * self.hidden)
+
+    # -- checks ---------------------------------------------------------------------------------
+    def validate(self) -> ModelConfig:
+        """Raise :class:`JouleboundError` naming the field when the shape is impossible."""
+        if self.arch not in ARCHS:
+            raise JouleboundError(f"model config '{self.name}': arch {self.arch!r} is not "
+                                  f"supported.{did_you_mean(str(self.arch), ARCHS)}")
+        for f in ("layers", "hidden", "heads", "ff", "vocab", "seq", "batch"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise JouleboundError(f"model config '{self.name}': {f} must be a positive "
+                                      f"integer, got {v!r}")
+        if self.hidden % self.heads:
+            raise JouleboundError(
+                f"model config '{self.name}': heads={self.heads} does not divide "
+                f"hidden={self.hidden} (head size must be an integer); pick heads among "
+                f"{_divisors(self.hidden)}")
+        if self.dtype not in DTYPE_BYTES:
+            raise JouleboundError(f"model config '{self.name}': dtype {self.dtype!r} is not "
+                                  f"supported.{did_you_mean(str(self.dtype), tuple(DTYPE_BYTES))}")
+        return self
+
+    # -- derived sizes --------------------------------------------------------------------------
+    @property
+    def tokens(self) -> int:
+        """Tokens per iteration ``T = B·S``."""
+        return self.batch * self.seq
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def positions(self) -> int:
+        """Rows of the position-embedding table (BERT: 512, or S when longer; GPT: S)."""
+        return max(self.seq, 512) if self.arch == "bert" else self.seq
+
+    def layer_params(self) -> int:
+        """Parameters of one block: 4 weight matrices, their biases and 2 LayerNorms."""
+        d, f = self.hidden, int(self.ff or 0)
+        return 4 * d * d + 2 * d * f + (3 * d + d + f + d) + 4 * d
+
+    def embedding_head_params(self) -> int:
+        """Parameters outside the blocks (embeddings, final / embedding LN, MLM transform)."""
+        d, v = self.hidden, self.vocab
+        if self.arch == "gpt":
+            return v * d + self.positions * d + 2 * d
+        return (v * d + self.positions * d + 2 * d + 2 * d  # word, position, type, emb LN
+                + d * d + d + 2 * d + v)  # MLM transform dense + LN, decoder bias (tied weight)
+
+    def params(self) -> int:
+        """All trainable parameters (tied input / output embedding counted once)."""
+        return self.layers * self.layer_params() + self.embedding_head_params()
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, min(n, 128) + 1) if n % k == 0]
+
+
+#: Presets. GPT-2 shapes from Radford et al. 2019 (context 1024, vocab 50257); GPT-3-XL from
+#: Brown et al. 2020 Table 2.1 (L=24, d=2048, 16 heads) at S=1024 as in the kernel-level DVFS
+#: study (Spaan et al.); micro-batch B=1 per GPU is joulebound's choice (llm.c-style single-GPU
+#: step). BERT-base/large from Devlin et al. 2019 (vocab 30522); bert-huge is the Perseus
+#: artifact's "bert-huge-uncased" (Merak model loader: bert-large-uncased with hidden 2048 and
+#: intermediate 8192 -> 24 layers, 16 heads, 1276.40 M parameters as BertForMaskedLM). BERT
+#: presets use S=512 (BERT's maximum positions) and B=8 (Perseus' micro-batch size).
+PRESETS: dict[str, ModelConfig] = {
+    "gpt2-small": ModelConfig("gpt", 12, 768, 12, 3072, 50257, 1024, 1, name="gpt2-small"),
+    "gpt2-medium": ModelConfig("gpt", 24, 1024, 16, 4096, 50257, 1024, 1, name="gpt2-medium"),
+    "gpt2-large": ModelConfig("gpt", 36, 1280, 20, 5120, 50257, 1024, 1, name="gpt2-large"),
+    "gpt2-xl": ModelConfig("gpt", 48, 1600, 25, 6400, 50257, 1024, 1, name="gpt2-xl"),
+    "gpt3-xl": ModelConfig("gpt", 24, 2048, 16, 8192, 50257, 1024, 1, name="gpt3-xl"),
+    "bert-base": ModelConfig("bert", 12, 768, 12, 3072, 30522, 512, 8, name="bert-base"),
+    "bert-large": ModelConfig("bert", 24, 1024, 16, 4096, 30522, 512, 8, name="bert-large"),
+    "bert-huge": ModelConfig("bert", 24, 2048, 16, 8192, 30522, 512, 8, name="bert-huge"),
+}
+
+
+def get_preset(name: str) -> ModelConfig:
+    """The preset called ``name`` (case-insensitive); unknown names list the choices."""
+    key = name.strip().lower()
+    if key not in PRESETS:
+        raise JouleboundError(f"unknown model preset {name!r}.{did_you_mean(key, tuple(PRESETS))}")
+    return PRESETS[key]
+
+
+# -- the builder ---------------------------------------------------------------------------------
+class _Builder:
+    """Appends kernels with the formulas of the module docstring."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        self.cfg = cfg
+        self.s = DTYPE_BYTES[cfg.dtype]
+        self.mm_dtype = cfg.dtype
+        self.kernels: list[Kernel] = []
+        self.phase = "forward"
+        self.layer: int | None = None
+        self.recomputing = False
+
+    def add(self, name: str, category: str, flops: float, nbytes: float, math: str = "fp32",
+            **meta: Any) -> None:
+        if self.recomputing:
+            meta["recompute"] = True
+        self.kernels.append(Kernel(name, category, self.phase, self.layer, float(flops),
+                                   float(nbytes), math, None, meta))
+
+    # primitives --------------------------------------------------------------------------------
+    def gemm(self, name: str, m: int, n: int, k: int, bias: bool = False, batch: int = 1,
+             category: str = "gemm") -> None:
+        flops = batch * (2 * m * n * k + (m * n if bias else 0))
+        nbytes = (batch * (m * k + k * n + m * n) + (n if bias else 0)) * self.s
+        self.add(name, category, flops, nbytes, self.mm_dtype, shape=[batch, m, n, k])
+
+    def elementwise(self, name: str, n: int, reads: int, writes: int, flop_per: float) -> None:
+        self.add(name, "elementwise", flop_per * n, (reads + writes) * n * self.s)
+
+    def layernorm(self, name: str) -> None:
+        t, d = self.cfg.tokens, self.cfg.hidden
+        self.add(name, "norm", 8 * t * d, (2 * t * d + 2 * d) * self.s + 2 * t * 4)
+
+    def layernorm_backward(self, name: str) -> None:
+        t, d = self.cfg.tokens, self.cfg.hidden
+        self.add(name, "norm", 13 * t * d, (3 * t * d + d) * self.s + 2 * t * 4 + 2 * d * 4)
+
+    def bias_grad(self, name: str, n: int) -> None:
+        t = self.cfg.tokens
+        self.add(name, "reduction", t * n, t * n * self.s + n * 4)
+
+    def linear(self, tag: str, d_in: int, d_out: int, bias: bool = True) -> None:
+        """Forward ``y[T, d_out] = x[T, d_in]·Wᵀ + b``."""
+        self.gemm(f"{tag}_gemm", self.cfg.tokens, d_out, d_in, bias)
+
+    def linear_backward(self, tag: str, d_in: int, d_out: int, bias: bool = True) -> None:
+        """``dx = dy·W`` ([T,d_out]x[d_out,d_in]), ``dW = dyᵀ·x`` ([d_out,T]x[T,d_in]), ``db``."""
+        t = self.cfg.tokens
+        self.gemm(f"{tag}_gemm_dinp", t, d_in, d_out)
+        self.gemm(f"{tag}_gemm_dweight", d_out, d_in, t)
+        if bias:
+            self.bias_grad(f"{tag}_bias_grad", d_out)
+
+    # blocks ------------------------------------------------------------------------------------
+    def attention(self) -> None:
+        c = self.cfg
+        t, d, h, s, dh = c.tokens, c.hidden, c.heads, c.seq, c.head_dim
+        bh = c.batch * h
+        self.elementwise("permute", 3 * t * d, 1, 1, 0)  # qkv [B,S,3,h,dh] -> q,k,v [B,h,S,dh]
+        self.gemm("attn_scores_gemm", s, s, dh, batch=bh, category="attention")
+        self.add("softmax", "softmax", 5 * bh * s * s, 2 * bh * s * s * self.s)
+        self.gemm("attn_value_gemm", s, dh, s, batch=bh, category="attention")
+        self.elementwise("unpermute", t * d, 1, 1, 0)
+
+    def attention_backward(self) -> None:
+        c = self.cfg
+        t, d, h, s, dh = c.tokens, c.hidden, c.heads, c.seq, c.head_dim
+        bh = c.batch * h
+        self.elementwise("unpermute_backward", t * d, 1, 1, 0)
+        self.gemm("attn_value_gemm_datt", s, s, dh, batch=bh, category="attention")  # dY·Vᵀ
+        self.gemm("attn_value_gemm_dv", s, dh, s, batch=bh, category="attention")  # Pᵀ·dY
+        self.add("softmax_backward", "softmax", 4 * bh * s * s, 3 * bh * s * s * self.s)
+        self.gemm("attn_scores_gemm_dq", s, dh, s, batch=bh, category="attention")  # dP·K
+        self.gemm("attn_scores_gemm_dk", s, dh, s, batch=bh, category="attention")  # dPᵀ·Q
+        self.elementwise("permute_backward", 3 * t * d, 1, 1, 0)
+
+    def mlp(self) -> None:
+        c = self.cfg
+        self.linear("fc", c.hidden, c.ff)
+        self.elementwise("gelu", c.tokens * c.ff, 1, 1, 8)
+        self.linear("fcproj", c.ff, c.hidden)
+
+    def mlp_backward(self) -> None:
+        c = self.cfg
+        self.linear_backward("fcproj", c.ff, c.hidden)
+        self.elementwise("gelu_backward", c.tokens * c.ff, 2, 1, 16)
+        self.linear_backward("fc", c.hidden, c.ff)
+
+    def residual(self, name: str) -> None:
+        self.elementwise(name, self.cfg.tokens * self.cfg.hidden, 2, 1, 1)
+
+    def layer_forward(self) -> None:
+        d = self.cfg.hidden
+        if self.cfg.arch == "gpt":  # pre-LN: x + attn(ln1(x)); then + mlp(ln2(.))
+            self.layernorm("ln1")
+            self.linear("qkv", d, 3 * d)
+            self.attention()
+            self.linear("attproj", d, d)
+            self.residual("residual1")
+            self.layernorm("ln2")
+            self.mlp()
+            self.residual("residual2")
+        else:  # post-LN: ln1(x + attn(x)); then ln2(. + mlp(.))
+            self.linear("qkv", d, 3 * d)
+            self.attention()
+            self.linear("attproj", d, d)
+            self.residual("residual1")
+            self.layernorm("ln1")
+            self.mlp()
+            self.residual("residual2")
+            self.layernorm("ln2")
+
+    def layer_backward(self) -> None:
+        d = self.cfg.hidden
+        if self.cfg.recompute:
+            self.recomputing = True
+            self.layer_forward()
+            self.recomputing = False
+        if self.cfg.arch == "gpt":
+            self.mlp_backward()
+            self.layernorm_backward("ln2_backward")
+            self.residual("residual2_grad_add")  # autograd sums the two gradients of x1
+            self.linear_backward("attproj", d, d)
+            self.attention_backward()
+            self.linear_backward("qkv", d, 3 * d)
+            self.layernorm_backward("ln1_backward")
+            self.residual("residual1_grad_add")
+        else:
+            self.layernorm_backward("ln2_backward")
+            self.mlp_backward()
+            self.residual("residual2_grad_add")
+            self.layernorm_backward("ln1_backward")
+            self.linear_backward("attproj", d, d)
+            self.attention_backward()
+            self.linear_backward("qkv", d, 3 * d)
+            self.residual("residual1_grad_add")
+
+    def embedding(self) -> None:
+        c = self.cfg
+        t, d = c.tokens, c.hidden
+        ids = t * 4 * (2 if c.arch == "bert" else 1)  # int32 token (+ token-type) ids
+        rows = t * d + c.seq * d + (2 * d if c.arch == "bert" else 0)
+        adds = 2 if c.arch == "bert" else 1
+        self.add("embedding_forward", "embedding", adds * t * d, ids + (rows + t * d) * self.s)
+        if c.arch == "bert":
+            self.layernorm("embedding_ln")
+
+    def embedding_backward(self) -> None:
+        c = self.cfg
+        t, d = c.tokens, c.hidden
+        if c.arch == "bert":
+            self.layernorm_backward("embedding_ln_backward")
+        ids = t * 4 * (2 if c.arch == "bert" else 1)
+        # read dout, read-modify-write the gathered rows of dwte and the position rows of dwpe
+        nbytes = ids + (t * d + 2 * t * d + 2 * c.seq * d) * self.s
+        self.add("embedding_backward", "embedding", 2 * t * d, nbytes)
+
+    def head(self) -> None:
+        c = self.cfg
+        t, d, v = c.tokens, c.hidden, c.vocab
+        if c.arch == "gpt":
+            self.layernorm("lnf")
+            self.gemm("logits_gemm", t, v, d)
+            # llm.c fused_classifier: softmax + cross-entropy + dlogits in one pass (in place)
+            self.add("fused_classifier", "softmax", 5 * t * v, (2 * t * v) * self.s + 3 * t * 4)
+        else:
+            self.linear("mlm_transform", d, d)
+            self.elementwise("mlm_gelu", t * d, 1, 1, 8)
+            self.layernorm("mlm_ln")
+            self.gemm("mlm_decoder_gemm", t, v, d, bias=True)
+            self.add("cross_entropy", "softmax", 5 * t * v, t * v * self.s + 3 * t * 4)
+
+    def head_backward(self) -> None:
+        c = self.cfg
+        t, d, v = c.tokens, c.hidden, c.vocab
+        if c.arch == "gpt":
+            self.gemm("logits_gemm_dinp", t, d, v)
+            self.gemm("logits_gemm_dweight", v, d, t)
+            self.layernorm_backward("lnf_backward")
+        else:
+            self.add("cross_entropy_backward", "softmax", 3 * t * v, 2 * t * v * self.s + 2 * t * 4)
+            self.linear_backward("mlm_decoder", d, v)
+            self.layernorm_backward("mlm_ln_backward")
+            self.elementwise("mlm_gelu_backward", t * d, 2, 1, 16)
+            self.linear_backward("mlm_transform", d, d)
+
+    def optimizer(self) -> None:
+        c = self.cfg
+        p_layer, p_rest = c.layer_params(), c.embedding_head_params()
+        p_all = c.params()
+        per_param = (2 * self.s + 24) if self.s < 4 else 28
+        self.layer = None
+        self.add("grad_norm", "reduction", 2 * p_all, p_all * self.s + 4)
+        for layer in range(c.layers):
+            self.layer = layer
+            self.add("adamw", "optimizer", 12 * p_layer, per_param * p_layer, params=p_layer)
+        self.layer = None
+        self.add("adamw", "optimizer", 12 * p_rest, per_param * p_rest, params=p_rest)
+
+    def build(self) -> list[Kernel]:
+        c = self.cfg
+        self.phase, self.layer = "forward", None
+        self.embedding()
+        for layer in range(c.layers):
+            self.layer = layer
+            self.layer_forward()
+        self.layer = None
+        self.head()
+        self.phase = "backward"
+        self.add("zero_grad", "memcpy", 0, c.params() * self.s)  # cudaMemset of the gradients
+        self.head_backward()
+        for layer in reversed(range(c.layers)):
+            self.layer = layer
+            self.layer_backward()
+        self.layer = None
+        self.embedding_backward()
+        self.phase = "optimizer"
+        self.optimizer()
+        return self.kernels
+
+
+def _make_config(config_or_preset: ModelConfig | str, overrides: dict[str, Any]) -> ModelConfig:
+    cfg = get_preset(config_or_preset) if isinstance(config_or_preset, str) else config_or_preset
+    if not isinstance(cfg, ModelConfig):
+        raise JouleboundError(f"expected a ModelConfig or a preset name, got {cfg!r:.60}")
+    known = {f.name for f in fields(ModelConfig)}
+    unknown = [k for k in overrides if k not in known]
+    if unknown:
+        raise JouleboundError(f"unknown model field(s) {', '.join(unknown)}; "
+                              f"fields: {', '.join(sorted(known))}")
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    if "hidden" in clean and "ff" not in clean and cfg.ff == 4 * cfg.hidden:
+        clean["ff"] = 4 * clean["hidden"] if isinstance(clean["hidden"], int) else None
+    return replace(cfg, **clean).validate() if clean else cfg.validate()
+
+
+def build_trace(config_or_preset: ModelConfig | str, *, iterations: int = 1,
+                **overrides: Any) -> Trace:
+    """Kernel trace of one (or ``iterations``) training iteration(s).
+
+    Args:
+        config_or_preset: a :class:`ModelConfig` or a name in :data:`PRESETS`.
+        iterations: number of iterations to concatenate (for large planning problems).
+        **overrides: :class:`ModelConfig` fields to change (``batch=4``, ``seq=2048``, ...);
+            ``None`` values are ignored.
+
+    Returns:
+        A :class:`Trace` with ``meta`` holding the config, ``source="analytic"``,
+        ``params``, ``tokens`` and ``iterations``.
+
+    Raises:
+        JouleboundError: unknown preset or field, impossible shape.
+    """
+    cfg = _make_config(config_or_preset, overrides)
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+        raise JouleboundError(f"iterations must be a positive integer, got {iterations!r}")
+    one = _Builder(cfg).build()
+    kernels = one if iterations == 1 else _repeat(one, iterations)
+    meta = {"source": "analytic", **cfg.to_json(), "params": cfg.params(),
+            "tokens": cfg.tokens, "iterations": iterations}
+    return Trace(kernels=kernels, name=cfg.name, meta=meta)
+
+
+def _repeat(one: list[Kernel], n: int) -> list[Kernel]:
+    out = list(one)
+    for it in range(1, n):
+        out += [Kernel(k.name, k.category, k.phase, k.layer, k.flops, k.bytes, k.dtype, None,
+                       {**k.meta, "iteration": it}) for k in one]
+    return out
+
+
+def model_flops_estimate(cfg: ModelConfig) -> float:
+    """The textbook estimate ``6·N·T + 12·L·S·d·T`` FLOP per iteration (Kaplan et al. 2020).
+
+    ``N`` counts the weights that take part in matrix multiplies, the tied embedding / output
+    matrix included (``L·(4d² + 2·d·ff) + V·d``, plus the ``d²`` MLM transform for BERT):
+    the logits GEMM costs ``6·V·d`` FLOP per token, which the classic non-embedding ``N`` leaves
+    out (45 % of GPT-2-small's compute).
+    """
+    d, ff = cfg.hidden, int(cfg.ff or 4 * cfg.hidden)
+    n = cfg.layers * (4 * d * d + 2 * d * ff) + cfg.vocab * d + (d * d if cfg.arch == "bert" else 0)
+    return 6.0 * n * cfg.tokens + 12.0 * cfg.layers * cfg.seq * d * cfg.tokens
+
+
+__all__: list[str] = ["ARCHS", "DTYPE_BYTES", "ModelConfig", "PRESETS", "build_trace",
+                      "get_preset", "model_flops_estimate"]
