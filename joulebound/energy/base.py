@@ -1,0 +1,101 @@
+"""The interface every energy backend implements, and the no-sensor backend.
+
+A *backend* exposes one or more *channels* (a GPU, a CPU package, a DRAM domain). For each channel
+it can read a cumulative energy counter (J, already corrected for counter resets and wraparound) and
+an instantaneous power (W). Either may be missing (``None``): a GPU without an energy counter is
+metered by integrating sampled power.
+
+Backends receive the meter's timestamp ``t`` (s, epoch-aligned, monotonic) on every read. Hardware
+backends ignore it and read the sensor now; the simulated and replay backends evaluate their power
+series at ``t``, which makes them deterministic under an injected clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["gpu", "cpu", "dram"]
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One metered device.
+
+    Attributes:
+        uuid: stable identity of the physical device (NVML UUID ``GPU-...``, ``rapl:<host>:<zone>``,
+            ``SIM-GPU-<n>``). Used to count each physical device once across ranks.
+        index: the device index as the user names it (CUDA-visible index for GPUs, RAPL zone
+            number for CPU/DRAM).
+        kind: ``"gpu"``, ``"cpu"`` or ``"dram"``.
+        name: product or zone name.
+        source: how energy is obtained, e.g. ``"nvml.energy_counter"``,
+            ``"nvml.power_integration"``, ``"rapl"``, ``"simulated"``, ``"replay"``.
+        sensor_period_s: the sensor's update period (s) when known; windows shorter than it are
+            flagged ``short_window``.
+    """
+
+    uuid: str
+    index: int
+    kind: Kind = "gpu"
+    name: str = ""
+    source: str = ""
+    sensor_period_s: float | None = None
+
+
+@dataclass
+class CounterEvent:
+    """Something that happened to a counter (reset, wraparound), at time ``t`` (s)."""
+
+    t: float
+    uuid: str
+    kind: Literal["reset", "wraparound"]
+    detail: str = ""
+
+
+class Backend:
+    """Base class: a set of channels with energy/power reads.
+
+    Subclasses set ``name``, ``provenance``, ``channels`` and override :meth:`read_energy_j` and/or
+    :meth:`read_power_w`. ``notes`` hold plain-language remarks shown to the user (e.g. why no
+    sensor is available, MIG caveats). ``events`` collects counter resets/wraparounds.
+    """
+
+    name: str = "base"
+    provenance: str = "measured"
+
+    def __init__(self) -> None:
+        self.channels: list[Channel] = []
+        self.notes: list[str] = []
+        self.events: list[CounterEvent] = []
+
+    def has_counter(self, i: int) -> bool:
+        """True when channel ``i`` has a cumulative energy counter."""
+        return False
+
+    def read_energy_j(self, i: int, t: float) -> float | None:
+        """Cumulative energy of channel ``i`` in J (monotonic, reset/wrap corrected) or ``None``."""
+        return None
+
+    def read_power_w(self, i: int, t: float) -> float | None:
+        """Power of channel ``i`` in W, or ``None`` when the backend cannot read power."""
+        return None
+
+    def sync(self) -> None:
+        """Wait for queued device work (e.g. ``torch.cuda.synchronize``) before a window edge."""
+
+    def close(self) -> None:
+        """Release the sensor (e.g. ``nvmlShutdown``)."""
+
+
+class NoneBackend(Backend):
+    """No energy sensor: windows record time only (``energy_j`` is ``None``, never 0)."""
+
+    name = "none"
+    provenance = "measured"  # the duration is measured; there is no energy figure at all
+
+    def __init__(self, reason: str = "no energy sensor selected (backend='none')") -> None:
+        super().__init__()
+        self.reason = reason
+        if reason:
+            self.notes.append(reason)

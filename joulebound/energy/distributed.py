@@ -1,0 +1,157 @@
+"""Multi-GPU, multi-rank energy: which GPUs a rank owns, and job totals that count each GPU once.
+
+Under ``torchrun`` each rank usually drives one GPU, ``LOCAL_RANK``. :func:`default_gpus` picks it
+(or every visible GPU outside torchrun). :func:`aggregate` gathers every rank's windows with
+``torch.distributed.all_gather_object`` and sums energy over *unique physical devices* (by UUID).
+So a job's total is right whether one rank meters all GPUs, every rank meters its own GPU, or every
+rank meters all GPUs (the CodeCarbon #544 double-counting pitfall: N ranks x N GPUs counted N
+times).
+
+Windows are matched across ranks by name and occurrence: the k-th window called ``"step"`` on
+rank 0 is combined with the k-th ``"step"`` on rank 1. When several ranks report the same GPU for
+one window, the reading with the longest window is kept (ties: lowest rank) and the others are
+counted in ``duplicates``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .meter import DeviceEnergy, EnergyMeter, WindowResult
+
+
+def default_gpus(visible: Sequence[int], env: dict[str, str] | None = None) -> list[int]:
+    """The CUDA-visible GPU indices this process should meter by default.
+
+    Under torchrun (``LOCAL_RANK`` set and ``LOCAL_WORLD_SIZE``/``WORLD_SIZE`` > 1): the GPU at
+    ``LOCAL_RANK`` when it is visible, or the only visible GPU when each rank sees exactly one
+    (per-rank ``CUDA_VISIBLE_DEVICES``). Otherwise all visible GPUs.
+    """
+    env = os.environ if env is None else env
+    visible = list(visible)
+    local = env.get("LOCAL_RANK")
+    world = int(env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", "1")) or 1)
+    if local is None or world <= 1 or not visible:
+        return visible
+    lr = int(local)
+    if len(visible) == 1:
+        return visible
+    if lr in visible:
+        return [lr]
+    return visible
+
+
+def visible_device_ids(env: dict[str, str] | None = None) -> list[str] | None:
+    """Entries of ``CUDA_VISIBLE_DEVICES`` (indices, ``GPU-``/``MIG-`` UUIDs); ``None`` if unset."""
+    env = os.environ if env is None else env
+    raw = env.get("CUDA_VISIBLE_DEVICES")
+    if raw is None:
+        return None
+    out = []
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if item.startswith("-"):  # CUDA stops at the first invalid entry
+            break
+        out.append(item)
+    return out
+
+
+@dataclass
+class JobWindow(WindowResult):
+    """A window combined over ranks: ``energy_j`` sums each physical GPU once.
+
+    Attributes (besides :class:`WindowResult`'s): ``ranks`` that reported the window,
+    ``duplicates`` readings dropped because another rank reported the same GPU.
+    """
+
+    ranks: list[int] = field(default_factory=list)
+    duplicates: int = 0
+
+
+def combine(per_rank: Sequence[Sequence[WindowResult | dict[str, Any]]]) -> list[JobWindow]:
+    """Combine windows from each rank (pure function; :func:`aggregate` gathers, then calls this).
+
+    Args:
+        per_rank: ``per_rank[r]`` = the windows rank ``r`` finished, in order.
+    """
+    keyed: dict[tuple[str, int], list[WindowResult]] = {}
+    order: list[tuple[str, int]] = []
+    for rank_windows in per_rank:
+        seen: dict[str, int] = {}
+        for w in rank_windows:
+            w = WindowResult.from_dict(w) if isinstance(w, dict) else w
+            k = seen.get(w.name, 0)
+            seen[w.name] = k + 1
+            key = (w.name, k)
+            if key not in keyed:
+                keyed[key] = []
+                order.append(key)
+            keyed[key].append(w)
+    out = []
+    for key in order:
+        ws = keyed[key]
+        best: dict[str, tuple[float, int, DeviceEnergy]] = {}
+        n_readings = 0
+        for w in ws:
+            for d in w.devices:
+                n_readings += 1
+                cand = (w.duration_s, -w.rank, d)
+                if d.uuid not in best or cand[:2] > best[d.uuid][:2]:
+                    best[d.uuid] = cand
+        devices = [best[u][2] for u in sorted(best)]
+        gpu = [d.energy_j for d in devices if d.kind == "gpu"]
+        cpu = [d.energy_j for d in devices if d.kind != "gpu"]
+        provs = sorted({w.provenance for w in ws if w.devices} or {w.provenance for w in ws})
+        flags: list[str] = []
+        for w in ws:
+            flags += [f for f in w.flags if f not in flags]
+        if devices and "no_energy_sensor" in flags:
+            flags.remove("no_energy_sensor")  # some rank had a sensor
+        start = min(w.start_s for w in ws)
+        end = max(w.end_s for w in ws)
+        out.append(JobWindow(
+            name=key[0], start_s=start, end_s=end, duration_s=end - start,
+            energy_j=float(sum(gpu)) if gpu and all(e is not None for e in gpu) else None,  # type: ignore[arg-type]
+            devices=devices,
+            provenance="modeled" if "modeled" in provs else provs[0],
+            flags=flags,
+            cpu_energy_j=float(sum(cpu)) if cpu and all(e is not None for e in cpu) else None,  # type: ignore[arg-type]
+            rank=-1, host=",".join(sorted({w.host for w in ws})),
+            backend=",".join(sorted({w.backend for w in ws})),
+            ranks=sorted({w.rank for w in ws}), duplicates=n_readings - len(devices)))
+    return out
+
+
+def aggregate(windows: EnergyMeter | Sequence[WindowResult] | None = None,
+              group: Any = None) -> list[JobWindow]:
+    """Gather every rank's windows and count each physical GPU once (collective: call on all ranks).
+
+    Args:
+        windows: this rank's meter (its finished ``results``), a list of windows, or ``None`` for a
+            rank that holds no meter.
+        group: a ``torch.distributed`` process group (default: the world).
+
+    Returns the combined windows (the same list on every rank). Without an initialised process
+    group it combines the local windows only.
+    """
+    if isinstance(windows, EnergyMeter):
+        local = list(windows.results)
+    else:
+        local = list(windows or [])
+    payload = [w.to_dict() for w in local]
+    try:
+        import torch.distributed as dist
+
+        ready = dist.is_available() and dist.is_initialized()
+    except ImportError:  # pragma: no cover - torch is optional
+        ready = False
+    if not ready:
+        return combine([payload])
+    gathered: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, payload, group=group)
+    return combine([g or [] for g in gathered])

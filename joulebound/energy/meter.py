@@ -1,0 +1,492 @@
+"""``EnergyMeter``: named measurement windows over GPU (and CPU) energy, Zeus style.
+
+```python
+from joulebound.energy.meter import EnergyMeter
+
+meter = EnergyMeter()                # backend="auto": NVML if a GPU is readable, else time only
+meter.begin_window("epoch")
+...                                  # work
+res = meter.end_window("epoch")      # WindowResult: duration_s, energy_j (None without a sensor)
+
+with meter.window("step"):           # context manager
+    ...
+
+@meter.window("eval")                # decorator
+def evaluate(): ...
+```
+
+Windows are named and may nest or overlap freely. At each edge the meter synchronises queued GPU
+work (``torch.cuda.synchronize`` when torch with CUDA is present), then reads each channel's energy
+counter. Channels without a counter are metered by integrating the background sampler's power
+samples (trapezoid rule, with reads at both edges). Every result carries its provenance and flags:
+
+- ``no_energy_sensor``: no sensor; ``energy_j`` is ``None`` (never a silent 0);
+- ``zero_length``: the window lasted 0 s;
+- ``short_window``: shorter than a channel's sensor update period — the figure is coarse;
+- ``estimated_from_power``: the counter had not moved in a short window, so energy was estimated
+  as power x duration instead of reporting 0;
+- ``counter_reset`` / ``counter_wraparound``: a counter jumped backwards inside the window;
+- ``no_power_samples``: a power-integrated channel had fewer than two samples;
+- ``mig``: a GPU has MIG enabled — the figure is the whole physical GPU's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import JouleboundError, did_you_mean
+from .base import Backend, NoneBackend
+from .sampler import Sample, Sampler
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .store import Store
+
+BACKENDS = ("auto", "nvml", "rapl", "simulated", "replay", "none")
+
+
+@dataclass
+class DeviceEnergy:
+    """Energy of one device in one window.
+
+    Attributes:
+        uuid: physical device identity (counts each GPU once across ranks).
+        index: device index as the user names it (CUDA-visible index for GPUs).
+        energy_j: energy (J), ``None`` when it could not be measured.
+        avg_power_w: ``energy_j / duration_s`` (W), ``None`` for zero-length windows.
+        peak_power_w: highest sampled power in the window (W), ``None`` without power reads.
+        source: e.g. ``"nvml.energy_counter"``, ``"nvml.power_integration"``, ``"simulated"``.
+        kind: ``"gpu"``, ``"cpu"`` or ``"dram"``.
+        n_samples: power samples that fell in the window.
+    """
+
+    uuid: str
+    index: int
+    energy_j: float | None
+    avg_power_w: float | None
+    peak_power_w: float | None
+    source: str
+    kind: str = "gpu"
+    n_samples: int = 0
+
+
+@dataclass
+class WindowResult:
+    """One finished window.
+
+    Attributes:
+        name: the window name.
+        start_s / end_s: edges (s, Unix epoch, from a monotonic clock).
+        duration_s: ``end_s - start_s`` (s), always measured.
+        energy_j: total GPU energy (J) over ``devices`` of kind ``"gpu"``; ``None`` when there is
+            no GPU sensor (never 0 for "unknown").
+        devices: per-device results.
+        provenance: ``"measured"`` (sensor), ``"modeled"`` (simulated backend) or what a replayed
+            log says. Without a sensor only the duration exists, which is measured.
+        flags: see the module docstring.
+        cpu_energy_j: CPU + DRAM energy (J) from RAPL, ``None`` when not readable.
+        rank / host: where it was measured (for :func:`~joulebound.energy.distributed.aggregate`).
+        backend: backend name.
+    """
+
+    name: str
+    start_s: float
+    end_s: float
+    duration_s: float
+    energy_j: float | None
+    devices: list[DeviceEnergy]
+    provenance: str
+    flags: list[str] = field(default_factory=list)
+    cpu_energy_j: float | None = None
+    rank: int = 0
+    host: str = ""
+    backend: str = ""
+
+    @property
+    def avg_power_w(self) -> float | None:
+        """Average GPU power over the window (W)."""
+        if self.energy_j is None or self.duration_s <= 0:
+            return None
+        return self.energy_j / self.duration_s
+
+    @property
+    def peak_power_w(self) -> float | None:
+        """Sum over GPUs of each GPU's peak power (W) — an upper bound of the job's peak."""
+        peaks = [d.peak_power_w for d in self.devices if d.kind == "gpu"]
+        if not peaks or any(p is None for p in peaks):
+            return None
+        return float(sum(peaks))  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> WindowResult:
+        d = dict(d)
+        d["devices"] = [DeviceEnergy(**x) for x in d.get("devices", [])]
+        return cls(**d)
+
+
+@dataclass
+class _Open:
+    start: float
+    energy: dict[int, float | None]
+    events_seen: int
+
+
+def _make_clock() -> Callable[[], float]:
+    """Epoch-aligned monotonic clock (s): ``time.time()`` at creation + ``perf_counter`` since."""
+    epoch0, perf0 = time.time(), time.perf_counter()
+    return lambda: epoch0 + (time.perf_counter() - perf0)
+
+
+def _cuda_sync() -> Callable[[], None] | None:
+    """``torch.cuda.synchronize`` when torch is already imported and CUDA is initialised."""
+    torch = __import__("sys").modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return torch.cuda.synchronize
+    except Exception:  # pragma: no cover - broken CUDA setups
+        return None
+    return None
+
+
+def make_backend(backend: str | Backend, gpus: Sequence[int] | str | None = None,
+                 **kwargs: Any) -> Backend:
+    """Build a backend by name. ``"auto"`` tries NVML, then RAPL, then falls back to ``"none"``
+    with a note saying why (the notes of every attempt are kept)."""
+    if isinstance(backend, Backend):
+        return backend
+    if backend not in BACKENDS:
+        raise JouleboundError(f"unknown energy backend {backend!r}.{did_you_mean(backend, BACKENDS)}")
+    if backend == "none":
+        return NoneBackend()
+    if backend == "simulated":
+        from .simulated import SimulatedBackend
+
+        return SimulatedBackend(**kwargs)
+    if backend == "replay":
+        from .replay import ReplayBackend
+
+        if "path" not in kwargs:
+            raise JouleboundError("backend='replay' needs path=<recorded log (.csv/.jsonl) or "
+                                  "store .db>")
+        return ReplayBackend.open(**kwargs)
+    if backend == "nvml":
+        from .nvml import NvmlBackend
+
+        return NvmlBackend(gpus=gpus, **kwargs)
+    if backend == "rapl":
+        from .rapl import RaplBackend
+
+        return RaplBackend(**kwargs)
+    # auto
+    notes: list[str] = []
+    try:
+        from .nvml import NvmlBackend
+
+        return NvmlBackend(gpus=gpus)
+    except JouleboundError as exc:
+        notes.append(f"GPU: {exc}")
+    try:
+        from .rapl import RaplBackend
+
+        return RaplBackend()
+    except JouleboundError as exc:
+        notes.append(f"CPU: {exc}")
+    none = NoneBackend(reason="")
+    none.notes = ["no energy sensor available; recording duration only"] + notes
+    return none
+
+
+class EnergyMeter:
+    """Measure time and energy of named windows.
+
+    Args:
+        backend: ``"auto"`` (NVML, then RAPL, else time only), ``"nvml"``, ``"rapl"``,
+            ``"simulated"``, ``"replay"``, ``"none"``, or a :class:`~joulebound.energy.base.Backend`.
+        gpus: CUDA-visible GPU indices to meter; ``None`` = the GPU this rank owns under torchrun
+            (``LOCAL_RANK``) or else all visible GPUs; ``"all"`` = all visible GPUs.
+        interval_s: background power-sampling period (s); ``0`` disables the sampler (channels
+            without an energy counter then only get edge reads).
+        store: a :class:`~joulebound.energy.store.Store` or a path; each window is committed to it
+            as it ends, samples every second.
+        sync: synchronise CUDA at window edges (when torch with CUDA is in use).
+        clock: time source (s); default: epoch-aligned ``perf_counter``.
+        run_id: the store's run id (default: a new UUID).
+        rank: this process's rank (default: ``RANK`` env or 0).
+        backend_kwargs: passed to the backend constructor (e.g. ``power=`` for simulated).
+    """
+
+    def __init__(self, backend: str | Backend = "auto", gpus: Sequence[int] | str | None = None,
+                 interval_s: float = 0.1, store: Store | str | os.PathLike | None = None,
+                 sync: bool = True, clock: Callable[[], float] | None = None,
+                 run_id: str | None = None, rank: int | None = None,
+                 command: str = "", **backend_kwargs: Any) -> None:
+        self.clock = clock or _make_clock()
+        self.backend = make_backend(backend, gpus=gpus, **backend_kwargs)
+        self.rank = int(os.environ.get("RANK", "0")) if rank is None else int(rank)
+        self.host = socket.gethostname()
+        self.sync_enabled = sync
+        self.channels = _select_channels(self.backend, gpus)
+        self.interval_s = float(interval_s)
+        self._open: dict[str, _Open] = {}
+        self._lock = threading.Lock()
+        self.results: list[WindowResult] = []
+        self.run_id = run_id or uuidlib.uuid4().hex
+        self.store = None
+        if store is not None:
+            from .store import Store
+
+            self.store = store if isinstance(store, Store) else Store(store)
+            self.store.begin_run(self.run_id, backend=self.backend.name,
+                                 provenance=self.backend.provenance, command=command,
+                                 notes=self.notes, rank=self.rank, host=self.host,
+                                 devices=[asdict(self.backend.channels[i]) for i in self.channels])
+        sink = None
+        if self.store is not None:
+            chans = self.backend.channels
+            store_ = self.store
+
+            def sink(batch: list[Sample]) -> None:
+                store_.add_samples(self.run_id, [(s.t, chans[s.channel].uuid, chans[s.channel].kind,
+                                                  s.power_w, s.energy_j) for s in batch])
+        self.sampler = Sampler(self.backend, self.channels, self.clock,
+                               interval_s=interval_s or 1.0, sink=sink)
+        if self.channels and interval_s > 0:
+            self.sampler.start()
+        self._closed = False
+
+    # -- info ---------------------------------------------------------------------------------
+    @property
+    def notes(self) -> list[str]:
+        """Plain-language remarks about the sensors (why none, MIG caveats, ...)."""
+        return list(self.backend.notes)
+
+    @property
+    def has_sensor(self) -> bool:
+        return bool(self.channels)
+
+    @property
+    def open_windows(self) -> list[str]:
+        return list(self._open)
+
+    def _sync(self) -> None:
+        if not self.sync_enabled:
+            return
+        self.backend.sync()
+        fn = _cuda_sync()
+        if fn is not None:
+            fn()
+
+    # -- windows ------------------------------------------------------------------------------
+    def begin_window(self, name: str, sync: bool = True) -> None:
+        """Start window ``name`` (any string not already open)."""
+        if name in self._open:
+            raise JouleboundError(f"window {name!r} is already open; end it first or use another "
+                                  f"name (open: {', '.join(self._open)})")
+        if sync:
+            self._sync()
+        t = self.clock()
+        energy: dict[int, float | None] = {}
+        need_power = False
+        for i in self.channels:
+            if self.backend.has_counter(i):
+                energy[i] = self.backend.read_energy_j(i, t)
+            else:
+                energy[i] = None
+                need_power = True
+        if need_power:
+            self._edge_power(t)
+        with self._lock:
+            self._open[name] = _Open(t, energy, len(self.backend.events))
+
+    def _edge_power(self, t: float) -> None:
+        samples = []
+        for i in self.channels:
+            if not self.backend.has_counter(i):
+                samples.append(Sample(t, i, self.backend.read_power_w(i, t), None))
+        self.sampler.add(samples)
+
+    def end_window(self, name: str, sync: bool = True, cancel: bool = False) -> WindowResult:
+        """End window ``name`` and return its :class:`WindowResult` (committed to the store)."""
+        if name not in self._open:
+            choices = list(self._open)
+            hint = did_you_mean(name, choices) if choices else " No window is open."
+            raise JouleboundError(f"no open window named {name!r}.{hint}")
+        if sync:
+            self._sync()
+        t1 = self.clock()
+        with self._lock:
+            st = self._open.pop(name)
+        t0 = st.start
+        dur = max(t1 - t0, 0.0)
+        flags: list[str] = []
+        if not self.channels:
+            flags.append("no_energy_sensor")
+        if dur == 0.0:
+            flags.append("zero_length")
+        need_power = any(not self.backend.has_counter(i) for i in self.channels)
+        if need_power:
+            self._edge_power(t1)
+        devices: list[DeviceEnergy] = []
+        for i in self.channels:
+            ch = self.backend.channels[i]
+            samples = self.sampler.window(i, t0, t1)
+            powers = [s.power_w for s in samples if s.power_w is not None]
+            source = ch.source
+            short = ch.sensor_period_s is not None and 0 < dur < ch.sensor_period_s
+            if short and "short_window" not in flags:
+                flags.append("short_window")
+            e0 = st.energy.get(i)
+            energy: float | None
+            if e0 is not None:
+                e1 = self.backend.read_energy_j(i, t1)
+                energy = None if e1 is None else max(e1 - e0, 0.0)
+                if energy == 0.0 and dur > 0 and short:
+                    p = self.backend.read_power_w(i, t1)
+                    if p is not None:
+                        powers.append(p)
+                        energy = p * dur
+                        source = f"{source}+power_estimate"
+                        if "estimated_from_power" not in flags:
+                            flags.append("estimated_from_power")
+            else:
+                energy = _integrate(samples, t0, t1)
+                if energy is None and dur > 0 and "no_power_samples" not in flags:
+                    flags.append("no_power_samples")
+                elif energy is None:
+                    energy = 0.0
+            devices.append(DeviceEnergy(
+                uuid=ch.uuid, index=ch.index, energy_j=energy,
+                avg_power_w=(energy / dur) if (energy is not None and dur > 0) else None,
+                peak_power_w=max(powers) if powers else None, source=source, kind=ch.kind,
+                n_samples=len(samples)))
+        for ev in self.backend.events[st.events_seen:]:
+            flag = "counter_reset" if ev.kind == "reset" else "counter_wraparound"
+            if flag not in flags:
+                flags.append(flag)
+        if any(n.startswith("MIG") for n in self.backend.notes) and self.channels:
+            flags.append("mig")
+        gpu = [d.energy_j for d in devices if d.kind == "gpu"]
+        cpu = [d.energy_j for d in devices if d.kind != "gpu"]
+        res = WindowResult(
+            name=name, start_s=t0, end_s=t1, duration_s=dur,
+            energy_j=float(sum(gpu)) if gpu and all(e is not None for e in gpu) else None,  # type: ignore[arg-type]
+            devices=devices, provenance=self.backend.provenance, flags=flags,
+            cpu_energy_j=float(sum(cpu)) if cpu and all(e is not None for e in cpu) else None,  # type: ignore[arg-type]
+            rank=self.rank, host=self.host, backend=self.backend.name)
+        if gpu and res.energy_j is None and "no_energy_sensor" not in flags:
+            flags.append("energy_unavailable")
+        self._trim()
+        if cancel:
+            return res
+        self.results.append(res)
+        if self.store is not None:
+            self.store.add_window(self.run_id, res)
+        return res
+
+    def _trim(self) -> None:
+        with self._lock:
+            starts = [o.start for o in self._open.values()]
+        horizon = min(starts) if starts else self.clock()
+        self.sampler.trim(horizon - 2 * self.sampler.interval_s)
+
+    def window(self, name: str) -> _Window:
+        """A context manager *and* decorator measuring ``name``; ``.result`` holds the last result.
+
+        ```python
+        with meter.window("step") as w: ...
+        print(w.result.energy_j)
+        ```
+        """
+        return _Window(self, name)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the sampler, flush samples to the store, end the run, release the sensor."""
+        if self._closed:
+            return
+        self._closed = True
+        self.sampler.stop()
+        if self.store is not None:
+            self.store.end_run(self.run_id, notes=self.notes)
+        self.backend.close()
+
+    def __enter__(self) -> EnergyMeter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        with contextlib.suppress(Exception):
+            self.sampler._stop.set()
+
+
+class _Window(contextlib.ContextDecorator):
+    """``meter.window(name)``: use with ``with`` or as a decorator."""
+
+    def __init__(self, meter: EnergyMeter, name: str) -> None:
+        self.meter = meter
+        self.name = name
+        self.result: WindowResult | None = None
+
+    def __enter__(self) -> _Window:
+        self.meter.begin_window(self.name)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.result = self.meter.end_window(self.name)
+
+
+def _integrate(samples: list[Sample], t0: float, t1: float) -> float | None:
+    """Trapezoid integral (J) of power samples over [t0, t1]; ``None`` with < 2 usable samples."""
+    pts = sorted((s.t, s.power_w) for s in samples if s.power_w is not None)
+    if t1 <= t0:
+        return 0.0
+    if len(pts) < 2:
+        if len(pts) == 1:  # one sample: hold it over the window (flagged by the caller as short)
+            return pts[0][1] * (t1 - t0)
+        return None
+    # hold the first/last value out to the window edges
+    if pts[0][0] > t0:
+        pts.insert(0, (t0, pts[0][1]))
+    if pts[-1][0] < t1:
+        pts.append((t1, pts[-1][1]))
+    e = 0.0
+    for (ta, pa), (tb, pb) in zip(pts, pts[1:], strict=False):
+        e += 0.5 * (pa + pb) * (tb - ta)
+    return e
+
+
+def _select_channels(backend: Backend, gpus: Sequence[int] | str | None) -> list[int]:
+    """Channel indices to meter: non-GPU channels always; GPU channels per ``gpus``."""
+    chans = backend.channels
+    gpu_idx = [c.index for c in chans if c.kind == "gpu"]
+    if isinstance(gpus, str):
+        if gpus == "all":
+            want = set(gpu_idx)
+        else:
+            want = {int(x) for x in gpus.split(",") if x.strip()}
+    elif gpus is None:
+        from .distributed import default_gpus
+
+        want = set(default_gpus(gpu_idx))
+    else:
+        want = {int(x) for x in gpus}
+    missing = sorted(want - set(gpu_idx))
+    if missing and gpus is not None:
+        raise JouleboundError(f"GPU index {missing} not found by the {backend.name} backend "
+                              f"(visible GPU indices: {sorted(gpu_idx) or 'none'}); check --gpus "
+                              "and CUDA_VISIBLE_DEVICES")
+    return [i for i, c in enumerate(chans) if c.kind != "gpu" or c.index in want]

@@ -1,0 +1,184 @@
+"""SQLite store of measurement runs, windows and power samples (WAL mode).
+
+Tables:
+
+- ``runs(run_id, started_at, ended_at, status, command, exit_code, backend, provenance, rank, host,
+  devices_json, notes_json, meta_json)`` — one row per meter (per rank);
+- ``windows(id, run_id, name, rank, host, start_s, end_s, duration_s, energy_j, cpu_energy_j,
+  provenance, flags_json, devices_json)`` — committed as each window ends, so a crash loses at most
+  the windows still open;
+- ``samples(run_id, t_s, uuid, kind, power_w, energy_j)`` — the sampler's series, committed about
+  every second.
+
+Times are seconds since the Unix epoch; energy J; power W. The same file may hold other helpers'
+tables (e.g. ``sweep_results``). Several processes may write one file (WAL + busy timeout).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import JouleboundError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from .meter import WindowResult
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+  run_id TEXT PRIMARY KEY, started_at REAL, ended_at REAL, status TEXT, command TEXT,
+  exit_code INTEGER, backend TEXT, provenance TEXT, rank INTEGER, host TEXT,
+  devices_json TEXT, notes_json TEXT, meta_json TEXT);
+CREATE TABLE IF NOT EXISTS windows (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT, name TEXT, rank INTEGER, host TEXT,
+  start_s REAL, end_s REAL, duration_s REAL, energy_j REAL, cpu_energy_j REAL, provenance TEXT,
+  flags_json TEXT, devices_json TEXT);
+CREATE INDEX IF NOT EXISTS windows_run ON windows(run_id);
+CREATE TABLE IF NOT EXISTS samples (
+  run_id TEXT, t_s REAL, uuid TEXT, kind TEXT, power_w REAL, energy_j REAL);
+CREATE INDEX IF NOT EXISTS samples_run ON samples(run_id, t_s);
+"""
+TABLES = ("runs", "windows", "samples")
+
+
+class Store:
+    """A measurement database at ``path`` (created when missing).
+
+    Thread-safe (one connection guarded by a lock); each write is its own transaction.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if self.path.parent and not self.path.parent.exists():
+            raise JouleboundError(f"store {self.path}: folder {self.path.parent} does not exist")
+        try:
+            self._con = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False,
+                                        isolation_level=None)
+            self._con.execute("PRAGMA journal_mode=WAL")
+            self._con.execute("PRAGMA synchronous=NORMAL")
+            self._con.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise JouleboundError(f"store {self.path}: not a usable SQLite database ({exc})") from exc
+        self._lock = threading.Lock()
+
+    def _write(self, sql: str, rows: list[tuple] | tuple) -> None:
+        with self._lock:
+            self._con.execute("BEGIN IMMEDIATE")
+            try:
+                if isinstance(rows, list):
+                    self._con.executemany(sql, rows)
+                else:
+                    self._con.execute(sql, rows)
+                self._con.execute("COMMIT")
+            except BaseException:
+                self._con.execute("ROLLBACK")
+                raise
+
+    # -- writes -------------------------------------------------------------------------------
+    def begin_run(self, run_id: str, *, backend: str = "", provenance: str = "", command: str = "",
+                  notes: list[str] | None = None, rank: int = 0, host: str = "",
+                  devices: list[dict[str, Any]] | None = None,
+                  meta: dict[str, Any] | None = None) -> None:
+        self._write("INSERT OR REPLACE INTO runs (run_id, started_at, status, command, backend, "
+                    "provenance, rank, host, devices_json, notes_json, meta_json) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    (run_id, time.time(), "running", command, backend, provenance, rank, host,
+                     json.dumps(devices or []), json.dumps(notes or []), json.dumps(meta or {})))
+
+    def end_run(self, run_id: str, *, status: str = "finished", exit_code: int | None = None,
+                notes: list[str] | None = None, meta: dict[str, Any] | None = None) -> None:
+        sets = ["ended_at=?", "status=?"]
+        vals: list[Any] = [time.time(), status]
+        if exit_code is not None:
+            sets.append("exit_code=?")
+            vals.append(exit_code)
+        if notes is not None:
+            sets.append("notes_json=?")
+            vals.append(json.dumps(notes))
+        if meta is not None:
+            sets.append("meta_json=?")
+            vals.append(json.dumps(meta))
+        self._write(f"UPDATE runs SET {', '.join(sets)} WHERE run_id=?", (*vals, run_id))
+
+    def add_window(self, run_id: str, w: WindowResult) -> None:
+        from dataclasses import asdict
+
+        self._write("INSERT INTO windows (run_id, name, rank, host, start_s, end_s, duration_s, "
+                    "energy_j, cpu_energy_j, provenance, flags_json, devices_json) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (run_id, w.name, w.rank, w.host, w.start_s, w.end_s, w.duration_s, w.energy_j,
+                     w.cpu_energy_j, w.provenance, json.dumps(w.flags),
+                     json.dumps([asdict(d) for d in w.devices])))
+
+    def add_samples(self, run_id: str,
+                    rows: list[tuple[float, str, str, float | None, float | None]]) -> None:
+        """Append samples ``(t_s, uuid, kind, power_w, energy_j)``."""
+        if rows:
+            self._write("INSERT INTO samples (run_id, t_s, uuid, kind, power_w, energy_j) "
+                        "VALUES (?,?,?,?,?,?)", [(run_id, *r) for r in rows])
+
+    # -- reads --------------------------------------------------------------------------------
+    def query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        with self._lock:
+            return self._con.execute(sql, params).fetchall()
+
+    def runs(self) -> list[dict[str, Any]]:
+        with self._lock:
+            cur = self._con.execute("SELECT * FROM runs ORDER BY started_at")
+            cols = [c[0] for c in cur.description]
+            return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+    def windows(self, run_id: str | None = None) -> list[WindowResult]:
+        """Windows as :class:`~joulebound.energy.meter.WindowResult` (all runs or one)."""
+        from .meter import DeviceEnergy, WindowResult
+
+        sql = ("SELECT name, start_s, end_s, duration_s, energy_j, devices_json, provenance, "
+               "flags_json, cpu_energy_j, rank, host, run_id FROM windows")
+        rows = self.query(sql + (" WHERE run_id=? ORDER BY id" if run_id else " ORDER BY id"),
+                          (run_id,) if run_id else ())
+        return [WindowResult(name=r[0], start_s=r[1], end_s=r[2], duration_s=r[3], energy_j=r[4],
+                             devices=[DeviceEnergy(**d) for d in json.loads(r[5])],
+                             provenance=r[6], flags=json.loads(r[7]), cpu_energy_j=r[8],
+                             rank=r[9], host=r[10]) for r in rows]
+
+    def frame(self, table: str) -> pd.DataFrame:
+        """One table as a pandas DataFrame."""
+        import pandas as pd
+
+        if table not in TABLES:
+            raise JouleboundError(f"unknown table {table!r}; one of {', '.join(TABLES)}")
+        with self._lock:
+            return pd.read_sql_query(f"SELECT * FROM {table}", self._con)
+
+    def export(self, folder: str | Path, fmt: str = "csv") -> list[Path]:
+        """Write ``runs``, ``windows`` and ``samples`` to ``folder`` as CSV or Parquet files."""
+        if fmt not in ("csv", "parquet"):
+            raise JouleboundError(f"export format must be 'csv' or 'parquet', got {fmt!r}")
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for t in TABLES:
+            df = self.frame(t)
+            p = out / f"{t}.{fmt}"
+            if fmt == "csv":
+                df.to_csv(p, index=False)
+            else:
+                df.to_parquet(p, index=False)
+            paths.append(p)
+        return paths
+
+    def close(self) -> None:
+        with self._lock:
+            self._con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,213 @@
+"""EnergyMeter windows on the simulated and no-sensor backends (deterministic, injected clock)."""
+
+from __future__ import annotations
+
+import pytest
+
+from joulebound.energy.meter import EnergyMeter, WindowResult
+from joulebound.energy.simulated import SimulatedBackend
+from joulebound.energy.store import Store
+from joulebound.errors import JouleboundError
+
+
+class Clock:
+    """A manual clock (s)."""
+
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def sim_meter(power=lambda t: 150.0, n=1, clock=None, **kw) -> tuple[EnergyMeter, Clock]:
+    clock = clock or Clock()
+    backend = SimulatedBackend(power=power, n_devices=n, t0=clock.t, **kw)
+    return EnergyMeter(backend, gpus="all", interval_s=0, clock=clock), clock
+
+
+def test_no_sensor_records_time_and_no_energy():
+    clock = Clock()
+    m = EnergyMeter("none", interval_s=0, clock=clock)
+    m.begin_window("w")
+    clock.t += 2.5
+    r = m.end_window("w")
+    assert r.duration_s == pytest.approx(2.5)
+    assert r.energy_j is None  # never a silent 0
+    assert "no_energy_sensor" in r.flags
+    assert r.devices == []
+    assert any("no energy sensor" in n for n in m.notes)
+
+
+def test_constant_power_energy_is_power_times_time():
+    m, clock = sim_meter(power=lambda t: 150.0, n=2)
+    m.begin_window("w")
+    clock.t += 2.0
+    r = m.end_window("w")
+    assert r.provenance == "modeled"
+    assert [d.uuid for d in r.devices] == ["SIM-GPU-0", "SIM-GPU-1"]
+    assert r.devices[0].energy_j == pytest.approx(300.0, rel=1e-9)
+    assert r.energy_j == pytest.approx(600.0, rel=1e-9)
+    assert r.devices[0].avg_power_w == pytest.approx(150.0)
+    assert r.avg_power_w == pytest.approx(300.0)
+
+
+def test_nested_and_overlapping_windows_integrate_their_own_interval():
+    # P(t) = 100 + 50 t  ->  E(a, b) = 100 (b - a) + 25 (b^2 - a^2)
+    m, clock = sim_meter(power=lambda t: 100.0 + 50.0 * t)
+    t0 = clock.t
+
+    def exact(a: float, b: float) -> float:
+        return 100 * (b - a) + 25 * (b * b - a * a)
+
+    m.begin_window("outer")            # 0
+    clock.t = t0 + 1.0
+    m.begin_window("inner")            # 1
+    clock.t = t0 + 2.0
+    m.begin_window("overlap")          # 2
+    assert set(m.open_windows) == {"outer", "inner", "overlap"}
+    clock.t = t0 + 3.0
+    inner = m.end_window("inner")      # 1..3
+    clock.t = t0 + 4.0
+    outer = m.end_window("outer")      # 0..4
+    clock.t = t0 + 5.0
+    over = m.end_window("overlap")     # 2..5
+    assert inner.energy_j == pytest.approx(exact(1, 3), rel=1e-6)
+    assert outer.energy_j == pytest.approx(exact(0, 4), rel=1e-6)
+    assert over.energy_j == pytest.approx(exact(2, 5), rel=1e-6)
+    assert [r.name for r in m.results] == ["inner", "outer", "overlap"]
+
+
+def test_zero_length_window_is_flagged():
+    m, clock = sim_meter()
+    m.begin_window("z")
+    r = m.end_window("z")
+    assert r.duration_s == 0.0
+    assert r.energy_j == 0.0
+    assert "zero_length" in r.flags
+    assert r.devices[0].avg_power_w is None
+
+
+def test_short_window_is_flagged_and_estimated_not_zero():
+    # the sensor only updates every 100 ms: a 30 ms window inside one period sees no change
+    m, clock = sim_meter(power=lambda t: 200.0, sensor_period_s=0.1, quantum_s=0.1)
+    t0 = clock.t
+    clock.t = t0 + 0.12
+    m.begin_window("short")
+    clock.t = t0 + 0.15
+    r = m.end_window("short")
+    assert "short_window" in r.flags
+    assert "estimated_from_power" in r.flags
+    assert r.energy_j == pytest.approx(200.0 * 0.03, rel=1e-6)
+    assert r.energy_j > 0
+    # a long window with the same sensor is not flagged
+    m.begin_window("long")
+    clock.t += 1.0
+    r2 = m.end_window("long")
+    assert "short_window" not in r2.flags and "estimated_from_power" not in r2.flags
+    assert r2.energy_j == pytest.approx(200.0, rel=1e-6)
+
+
+def test_window_name_errors_are_clear():
+    m, clock = sim_meter()
+    m.begin_window("train")
+    with pytest.raises(JouleboundError, match="already open"):
+        m.begin_window("train")
+    with pytest.raises(JouleboundError, match="Did you mean 'train'"):
+        m.end_window("trian")
+    m.end_window("train")
+    with pytest.raises(JouleboundError, match="No window is open"):
+        m.end_window("train")
+
+
+def test_context_manager_and_decorator():
+    m, clock = sim_meter(power=lambda t: 50.0)
+
+    with m.window("ctx") as w:
+        clock.t += 1.0
+    assert w.result is not None and w.result.energy_j == pytest.approx(50.0)
+
+    @m.window("fn")
+    def work(dt: float) -> str:
+        clock.t += dt
+        return "done"
+
+    assert work(2.0) == "done"
+    assert m.results[-1].name == "fn"
+    assert m.results[-1].energy_j == pytest.approx(100.0)
+    # an exception inside still closes the window
+    with pytest.raises(RuntimeError), m.window("boom"):
+        clock.t += 1.0
+        raise RuntimeError("x")
+    assert m.results[-1].name == "boom" and m.open_windows == []
+
+
+def test_from_spec_load_profile():
+    from joulebound.devices.spec import DeviceSpec
+
+    spec = DeviceSpec(name="x", product_name="X", architecture="A", supported_clocks={1000: [500]},
+                      default_core_mhz=500, max_core_mhz=500, default_mem_mhz=1000,
+                      max_mem_mhz=1000, peak_flops={"fp32": 1e12}, mem_bandwidth_bps=1e11,
+                      power_limit_default_w=300.0, power_limit_min_w=100.0,
+                      power_limit_max_w=300.0, idle_power_w=60.0)
+    b = SimulatedBackend.from_spec(spec, load=lambda t: 0.0 if t < 1 else 1.0, t0=0.0)
+    assert b.read_power_w(0, 0.5) == pytest.approx(60.0)
+    assert b.read_power_w(0, 1.5) == pytest.approx(300.0)
+    assert b.read_energy_j(0, 2.0) == pytest.approx(60.0 + 300.0, rel=1e-3)
+
+
+def test_window_result_roundtrip():
+    m, clock = sim_meter()
+    m.begin_window("a")
+    clock.t += 1
+    r = m.end_window("a")
+    assert WindowResult.from_dict(r.to_dict()) == r
+
+
+def test_sampler_thread_records_peak_power():
+    import time
+
+    b = SimulatedBackend(power=lambda t: 100.0 if t < 0.1 else 400.0)
+    m = EnergyMeter(b, gpus="all", interval_s=0.01)
+    try:
+        m.begin_window("w")
+        time.sleep(0.3)
+        r = m.end_window("w")
+    finally:
+        m.close()
+    d = r.devices[0]
+    assert d.n_samples >= 5
+    assert d.peak_power_w == pytest.approx(400.0)
+    assert 100.0 < d.avg_power_w < 400.0
+
+
+def test_store_commits_each_window_and_exports(tmp_path):
+    db = tmp_path / "runs.db"
+    clock = Clock()
+    b = SimulatedBackend(power=lambda t: 100.0, t0=clock.t)
+    m = EnergyMeter(b, gpus="all", interval_s=0, clock=clock, store=db, command="demo")
+    m.begin_window("a")
+    clock.t += 1
+    m.end_window("a")
+    # visible to another connection before the run ends (committed as it ended)
+    other = Store(db)
+    ws = other.windows(m.run_id)
+    assert len(ws) == 1 and ws[0].energy_j == pytest.approx(100.0)
+    assert ws[0].devices[0].uuid == "SIM-GPU-0"
+    assert other.runs()[0]["status"] == "running"
+    m.close()
+    assert other.runs()[0]["status"] == "finished"
+    assert other.query("PRAGMA journal_mode")[0][0] == "wal"
+    paths = other.export(tmp_path / "csv", "csv") + other.export(tmp_path / "pq", "parquet")
+    import pandas as pd
+
+    w = pd.read_parquet(tmp_path / "pq" / "windows.parquet")
+    assert list(w["name"]) == ["a"] and w["energy_j"].iloc[0] == pytest.approx(100.0)
+    assert len(paths) == 6 and all(p.exists() for p in paths)
+    with pytest.raises(JouleboundError, match="csv' or 'parquet"):
+        other.export(tmp_path, "xlsx")
+
+
+def test_unknown_backend_suggests():
+    with pytest.raises(JouleboundError, match="simulated"):
+        EnergyMeter("simulate")
