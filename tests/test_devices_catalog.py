@@ -1,0 +1,134 @@
+"""Device catalog: built-in entries, lookup, sources, and the real nvidia-smi tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from joulebound.clocks import ClockConfig
+from joulebound.devices.catalog import (
+    SOURCED_FIELDS,
+    builtin_dir,
+    get_device,
+    list_devices,
+    load_entry,
+)
+from joulebound.devices.nvsmi import parse_nvsmi
+from joulebound.devices.spec import DeviceSpec
+from joulebound.errors import JouleboundError
+
+REQUIRED = ["rtx3080ti", "rtx3080", "rtx3090", "rtx2080ti", "a40", "a100-pcie-80gb",
+            "a100-sxm4-80gb", "v100-sxm2", "h100-sxm", "h200-sxm", "b200", "t4", "a10g",
+            "rtxa5000"]
+
+#: built-in entry -> (XML file, gpu index) whose clock table it must equal
+REAL = {
+    "a100-sxm4-80gb": ("a100-sxm4-v12.xml", 0),
+    "rtx3080": ("rtx-3080-v12.xml", 0),
+    "rtx3090": ("rtx-3090-v12.xml", 0),
+    "t4": ("tesla-t4.xml", 0),
+    "a10g": ("a10g.xml", 0),
+    "rtxa5000": ("dual_a5000-v13.xml", 0),
+}
+
+
+def test_catalog_has_required_gpus():
+    names = {d.name for d in list_devices()}
+    assert set(REQUIRED) <= names
+    assert len(names) >= 9
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_entry_is_consistent_and_sourced(name):
+    d = get_device(name)
+    assert isinstance(d, DeviceSpec)
+    assert d.max_mem_mhz in d.supported_clocks
+    assert d.max_core_mhz == max(max(v) for v in d.supported_clocks.values())
+    assert d.default_core_mhz <= d.max_core_mhz
+    assert d.power_limit_min_w <= d.power_limit_default_w <= d.power_limit_max_w
+    assert 0 < d.idle_power_w < d.power_limit_min_w + 100
+    assert d.mem_bandwidth_bps > 1e11
+    assert d.peak("fp32") > 1e12 and d.peak("bf16") >= d.peak("fp32")
+    for field in SOURCED_FIELDS:
+        assert d.sources.get(field), f"{name}: no source for {field}"
+    if d.tables_constructed:
+        assert "CONSTRUCTED" in d.sources["supported_clocks"]
+    # every pair is supported and listed once
+    pairs = d.clock_pairs()
+    assert len(pairs) == len(set(pairs)) == sum(len(v) for v in d.supported_clocks.values())
+    assert all(d.supports(p) for p in pairs[:5])
+
+
+def test_constructed_vs_real_flags():
+    assert get_device("rtx3080ti").tables_constructed
+    for name in REAL:
+        assert not get_device(name).tables_constructed
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_real_tables_equal_parsed_xml(shared_data, name):
+    file, idx = REAL[name]
+    g = parse_nvsmi(shared_data / "nvidia_smi" / file)[idx]
+    d = get_device(name)
+    assert d.supported_clocks == {m: sorted(c, reverse=True) for m, c in g.supported_clocks.items()}
+    assert d.max_core_mhz == g.max_core_mhz and d.max_mem_mhz == g.max_mem_mhz
+    assert (d.power_limit_default_w, d.power_limit_min_w, d.power_limit_max_w) == (
+        g.power_limit_default_w, g.power_limit_min_w, g.power_limit_max_w)
+    assert d.product_name == g.product_name and d.architecture == g.architecture
+    assert file in d.sources["supported_clocks"]
+
+
+def test_a100_sxm4_table(shared_data):
+    g = parse_nvsmi(shared_data / "nvidia_smi" / "a100-sxm4-v12.xml")[0]
+    assert list(g.supported_clocks) == [1593]
+    clocks = g.supported_clocks[1593]
+    assert len(clocks) == 81 and min(clocks) == 210 and max(clocks) == 1410
+    d = get_device("a100-sxm4-80gb")
+    assert d.core_clocks_mhz(1593) == list(range(1410, 209, -15))
+    assert d.default_core_mhz == 1275  # default application clock in the XML
+
+
+@pytest.mark.parametrize("alias,name", [
+    ("3080ti", "rtx3080ti"), ("RTX 3080 Ti", "rtx3080ti"), ("a100", "a100-sxm4-80gb"),
+    ("A100-SXM4-80GB", "a100-sxm4-80gb"), ("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb"),
+    ("a100_pcie_80gb", "a100-pcie-80gb"), ("h200", "h200-sxm"), ("A40", "a40"),
+    ("Tesla T4", "t4"), ("NVIDIA GeForce RTX 3090", "rtx3090"), ("v100", "v100-sxm2"),
+])
+def test_aliases_and_product_names(alias, name):
+    assert get_device(alias).name == name
+
+
+def test_unknown_name_lists_choices():
+    with pytest.raises(JouleboundError) as e:
+        get_device("a1000")
+    msg = str(e.value)
+    assert "unknown GPU 'a1000'" in msg and "Did you mean" in msg and "rtx3080ti" in msg
+
+
+def test_get_device_returns_copy():
+    d = get_device("a40")
+    d.supported_clocks.clear()
+    assert get_device("a40").supported_clocks
+
+
+def test_geforce_peaks_scale_to_max_clock():
+    d = get_device("rtx3080")
+    # 59.5 TFLOP/s (FP32 accumulate) at the 1710 MHz rated boost -> at the 2100 MHz table top
+    assert d.boost_core_mhz == 1710
+    assert d.peak("bf16") == pytest.approx(59.5e12 * 2100 / 1710, rel=1e-3)
+    assert d.peak("bf16") == pytest.approx(2 * d.peak("fp32"), rel=0.01)
+
+
+def test_builtin_files_load():
+    files = sorted(builtin_dir().glob("*.toml"))
+    assert len(files) >= 14
+    for f in files:
+        spec, _ = load_entry(f)
+        assert f.stem == spec.name
+
+
+def test_clock_pairs_a40():
+    d = get_device("a40")
+    pairs = d.clock_pairs(include_auto=True)
+    assert pairs[0] == ClockConfig()
+    assert pairs[1] == ClockConfig(1740, 7251)
+    assert len(pairs) == 1 + 103
