@@ -1,0 +1,284 @@
+"""NVML backend against a FAKE ``pynvml`` module (never the real library): counter path, resets,
+wraparound, power-integration fallback, permission errors, MIG, device selection."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from joulebound.energy.meter import EnergyMeter
+from joulebound.energy.nvml import NvmlBackend
+from joulebound.errors import JouleboundError
+
+
+class Clock:
+    def __init__(self, t: float = 0.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class FakeGPU:
+    def __init__(self, uuid: str, energy_mj: int = 1_000_000, power_mw: int = 100_000,
+                 counter: str = "ok", power: str = "ok", mig: bool = False,
+                 mig_uuids: tuple[str, ...] = ()) -> None:
+        self.uuid, self.energy_mj, self.power_mw = uuid, energy_mj, power_mw
+        self.counter, self.power, self.mig, self.mig_uuids = counter, power, mig, mig_uuids
+
+
+class FakeMigHandle:
+    def __init__(self, uuid: str) -> None:
+        self.uuid = uuid
+
+
+def make_fake_pynvml(gpus: list[FakeGPU], init_error: int | None = None) -> types.ModuleType:
+    """A stand-in for ``pynvml`` with the real API names and error codes."""
+    nv = types.ModuleType("pynvml")
+    nv.NVML_ERROR_UNINITIALIZED = 1
+    nv.NVML_ERROR_NOT_SUPPORTED = 3
+    nv.NVML_ERROR_NO_PERMISSION = 4
+    nv.NVML_ERROR_LIBRARY_NOT_FOUND = 12
+    nv.NVML_DEVICE_MIG_ENABLE = 1
+    nv.NVML_DEVICE_MIG_DISABLE = 0
+    nv.calls = []
+
+    class NVMLError(Exception):
+        def __init__(self, value: int) -> None:
+            self.value = value
+            super().__init__({3: "Not Supported", 4: "Insufficient Permissions",
+                              12: "NVML Shared Library Not Found"}.get(value, str(value)))
+
+    nv.NVMLError = NVMLError
+
+    def rec(fn):
+        def wrapped(*a):
+            nv.calls.append(fn.__name__)
+            return fn(*a)
+        wrapped.__name__ = fn.__name__
+        setattr(nv, fn.__name__, wrapped)
+        return wrapped
+
+    @rec
+    def nvmlInit():
+        if init_error is not None:
+            raise NVMLError(init_error)
+
+    @rec
+    def nvmlShutdown():
+        pass
+
+    @rec
+    def nvmlDeviceGetCount():
+        return len(gpus)
+
+    @rec
+    def nvmlDeviceGetHandleByIndex(i):
+        return gpus[i]
+
+    @rec
+    def nvmlDeviceGetUUID(h):
+        return h.uuid
+
+    @rec
+    def nvmlDeviceGetName(h):
+        return "NVIDIA H200"
+
+    @rec
+    def nvmlDeviceGetTotalEnergyConsumption(h):
+        if h.counter == "unsupported":
+            raise NVMLError(3)
+        if h.counter == "noperm":
+            raise NVMLError(4)
+        return h.energy_mj
+
+    @rec
+    def nvmlDeviceGetPowerUsage(h):
+        if h.power == "noperm":
+            raise NVMLError(4)
+        return h.power_mw
+
+    @rec
+    def nvmlDeviceGetMigMode(h):
+        return [1, 1] if h.mig else [0, 0]
+
+    @rec
+    def nvmlDeviceGetMaxMigDeviceCount(h):
+        return len(h.mig_uuids)
+
+    @rec
+    def nvmlDeviceGetMigDeviceHandleByIndex(h, k):
+        return FakeMigHandle(h.mig_uuids[k])
+
+    return nv
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """Install a fake pynvml with the given GPUs; returns the module."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+
+    def install(gpus: list[FakeGPU], **kw) -> types.ModuleType:
+        nv = make_fake_pynvml(gpus, **kw)
+        monkeypatch.setitem(sys.modules, "pynvml", nv)
+        return nv
+
+    return install
+
+
+def meter(clock: Clock, **kw) -> EnergyMeter:
+    return EnergyMeter("nvml", interval_s=0, clock=clock, **kw)
+
+
+def test_counter_path_measures_delta(fake):
+    g = FakeGPU("GPU-aaaa", energy_mj=5_000_000)
+    nv = fake([g])
+    clock = Clock()
+    m = meter(clock)
+    m.begin_window("w")
+    g.energy_mj += 250_000          # 250 J
+    clock.t = 1.0
+    r = m.end_window("w")
+    assert r.energy_j == pytest.approx(250.0)
+    assert r.provenance == "measured" and r.flags == []
+    d = r.devices[0]
+    assert (d.uuid, d.index, d.source) == ("GPU-aaaa", 0, "nvml.energy_counter")
+    assert d.avg_power_w == pytest.approx(250.0)
+    m.close()
+    assert "nvmlShutdown" in nv.calls
+    assert not [c for c in nv.calls if "Set" in c]  # read-only
+
+
+def test_counter_reset_is_flagged_and_counts_energy_since_reset(fake):
+    g = FakeGPU("GPU-aaaa", energy_mj=9_000_000)
+    fake([g])
+    clock = Clock()
+    m = meter(clock)
+    m.begin_window("w")
+    g.energy_mj = 1_500             # driver reloaded: counter restarted at 0, now 1.5 J
+    clock.t = 1.0
+    r = m.end_window("w")
+    assert r.energy_j == pytest.approx(1.5)
+    assert "counter_reset" in r.flags
+    assert m.backend.events[0].kind == "reset"
+    # the following window is clean again
+    m.begin_window("next")
+    g.energy_mj += 2_000
+    clock.t = 2.0
+    r2 = m.end_window("next")
+    assert r2.energy_j == pytest.approx(2.0) and "counter_reset" not in r2.flags
+
+
+def test_counter_wraparound_adds_the_range(fake):
+    g = FakeGPU("GPU-aaaa", energy_mj=(1 << 64) - 500)
+    fake([g])
+    clock = Clock()
+    m = meter(clock)
+    m.begin_window("w")
+    g.energy_mj = 1_500             # wrapped: 500 mJ to the top + 1500 mJ after
+    clock.t = 1.0
+    r = m.end_window("w")
+    assert r.energy_j == pytest.approx(2.0)
+    assert "counter_wraparound" in r.flags and "counter_reset" not in r.flags
+
+
+def test_unsupported_counter_falls_back_to_power_integration(fake):
+    g = FakeGPU("GPU-old", counter="unsupported", power_mw=100_000)
+    fake([g])
+    clock = Clock()
+    m = meter(clock)
+    assert any("no total-energy counter" in n for n in m.notes)
+    m.begin_window("w")              # edge read: 100 W
+    clock.t = 1.0
+    g.power_mw = 300_000
+    m.sampler.sample_now()           # 300 W at t=1
+    clock.t = 2.0
+    r = m.end_window("w")            # edge read: 300 W at t=2
+    d = r.devices[0]
+    assert d.source == "nvml.power_integration"
+    # trapezoid: (100+300)/2 * 1 + 300 * 1
+    assert d.energy_j == pytest.approx(500.0)
+    assert d.peak_power_w == pytest.approx(300.0)
+    assert r.energy_j == pytest.approx(500.0) and r.provenance == "measured"
+
+
+def test_counter_permission_denied_falls_back_with_note(fake):
+    fake([FakeGPU("GPU-a", counter="noperm", power_mw=50_000)])
+    clock = Clock()
+    m = meter(clock)
+    assert any("NVML_ERROR_NO_PERMISSION" in n for n in m.notes)
+    m.begin_window("w")
+    clock.t = 2.0
+    assert m.end_window("w").energy_j == pytest.approx(100.0)
+
+
+def test_all_readings_denied_is_a_clear_error(fake):
+    nv = fake([FakeGPU("GPU-a", counter="noperm", power="noperm")])
+    with pytest.raises(JouleboundError, match="denied both.*NO_PERMISSION.*--backend none"):
+        meter(Clock())
+    assert "nvmlShutdown" in nv.calls
+
+
+def test_no_driver_auto_falls_back_to_time_only(fake):
+    fake([], init_error=12)
+    with pytest.raises(JouleboundError, match="no NVIDIA driver"):
+        meter(Clock())
+    m = EnergyMeter("auto", interval_s=0)
+    assert m.backend.name in ("none", "rapl")
+    assert any("NVML could not start" in n for n in m.notes)
+
+
+def test_mig_enabled_gpu_is_noted_and_flagged(fake, monkeypatch):
+    g = FakeGPU("GPU-big", mig=True, mig_uuids=("MIG-1111", "MIG-2222"))
+    fake([FakeGPU("GPU-other"), g])
+    clock = Clock()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-2222")
+    m = meter(clock)
+    assert [c.uuid for c in m.backend.channels] == ["GPU-big"]
+    assert any("MIG is enabled" in n and "whole physical GPU" in n for n in m.notes)
+    m.begin_window("w")
+    clock.t = 1
+    assert "mig" in m.end_window("w").flags
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-9999")
+    with pytest.raises(JouleboundError, match="MIG device 'MIG-9999'.*parent GPU"):
+        meter(clock)
+
+
+def test_cuda_visible_devices_maps_to_physical_uuids(fake, monkeypatch):
+    fake([FakeGPU("GPU-0000"), FakeGPU("GPU-1111"), FakeGPU("GPU-2222")])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,GPU-11")
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    b = NvmlBackend()
+    assert [(c.index, c.uuid) for c in b.channels] == [(0, "GPU-2222"), (1, "GPU-1111")]
+    with pytest.raises(JouleboundError, match=r"GPU index \[5\] is not visible"):
+        NvmlBackend(gpus=[5])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER")
+    assert any("PCI_BUS_ID" in n for n in NvmlBackend().notes)
+
+
+def test_local_rank_selects_the_rank_gpu(fake, monkeypatch):
+    fake([FakeGPU("GPU-0000"), FakeGPU("GPU-1111")])
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    m = meter(Clock())
+    assert [m.backend.channels[i].uuid for i in m.channels] == ["GPU-1111"]
+    m2 = meter(Clock(), gpus="all")
+    assert len(m2.channels) == 2
+
+
+def test_short_counter_window_uses_power_not_zero(fake):
+    g = FakeGPU("GPU-a", energy_mj=10_000, power_mw=250_000)
+    fake([g])
+    clock = Clock()
+    m = meter(clock)
+    m.begin_window("tiny")
+    clock.t = 0.02                   # 20 ms < 100 ms update period; counter has not moved
+    r = m.end_window("tiny")
+    assert r.energy_j == pytest.approx(250.0 * 0.02)
+    assert {"short_window", "estimated_from_power"} <= set(r.flags)
