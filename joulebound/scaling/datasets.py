@@ -1,0 +1,378 @@
+"""Loaders that put every energy dataset into one schema (one row = one measured configuration).
+
+Common schema (units):
+
+==================  ==========================================================================
+column              meaning
+==================  ==========================================================================
+dataset             source name (``mayaki_ecai2025``, ``zeus_nsdi23``, ``perseus``, ``sweep``)
+family              grouping key for grouped cross-validation (same model shape family)
+arch                ``bert`` | ``gpt`` | ``t5`` | ``bloom``
+layers, hidden,     L, d, attention heads h, feed-forward width ff
+heads, ff
+params              total weights incl. embeddings (parameters)
+seq, batch          S tokens per sequence; B sequences per step (global, all ranks)
+dtype               training dtype (``fp32`` uses TF32 tensor cores where the GPU has them)
+device              GPU name (``joulebound.scaling.hardware.get_hw`` key)
+peak_flops          dense peak FLOP/s of one GPU as the dataset states it (or the datasheet)
+mem_bw, tdp_w       DRAM bandwidth (bytes/s) and board power (W) of one GPU (datasheet)
+strategy            ``single`` | ``ddp`` | ``fsdp`` | ``tp`` | ``pp``
+gpus                number of GPUs of the job (N)
+unit                what one row's time/energy covers: ``step`` (optimizer step) or ``iteration``
+time_s              wall time of one unit (s), measured
+energy_j            energy of one unit summed over all GPUs (J); NaN when no sensor
+energy_provenance   ``measured`` (sensor) / NaN
+speedup             work-normalized speedup vs 1 GPU when the dataset has it, else NaN
+==================  ==========================================================================
+
+Which rows are dropped (and why) is returned by each loader in ``df.attrs["dropped"]`` as
+``{reason: count}`` and printed by ``joulebound fit``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import JouleboundError, SchemaError
+from .hardware import get_hw
+
+REQUIRED = ("layers", "hidden", "heads", "seq", "batch", "device", "peak_flops", "strategy", "gpus",
+            "time_s", "energy_j")
+DATASETS = ("mayaki_ecai2025", "zeus_nsdi23", "perseus", "sweep")
+
+
+def validate(df: pd.DataFrame, source: str = "dataset", need: tuple[str, ...] = REQUIRED) -> pd.DataFrame:
+    """Check the common schema; raises :class:`SchemaError` naming the first missing column."""
+    for col in need:
+        if col not in df.columns:
+            raise SchemaError(source, col, f"required column is missing (have: {', '.join(map(str, df.columns))})")
+    for col in ("layers", "hidden", "seq", "batch", "gpus"):
+        if col in df and len(df) and (pd.to_numeric(df[col], errors="coerce") <= 0).any():
+            row = int(np.flatnonzero((pd.to_numeric(df[col], errors="coerce") <= 0).to_numpy())[0])
+            raise SchemaError(source, col, f"must be > 0 (row {row} has {df[col].iloc[row]!r})")
+    return df
+
+
+def _hw_cols(df: pd.DataFrame) -> pd.DataFrame:
+    hws = {d: get_hw(d) for d in df["device"].unique()}
+    df["mem_bw"] = df["device"].map(lambda d: hws[d].mem_bw)
+    df["tdp_w"] = df["device"].map(lambda d: hws[d].tdp_w)
+    if "peak_flops" not in df:
+        df["peak_flops"] = [hws[d].peak_for(t) for d, t in zip(df["device"], df["dtype"], strict=True)]
+    return df
+
+
+# -- Mayaki & Charpenay, ECAI 2025 -------------------------------------------------------------
+MAYAKI_FILE = "SubsetDataForTransformer_energyModel.csv"
+_MAYAKI_NEED = ("duration", "energy_joules", "num_layers", "d_model", "num_attention_heads",
+                "seq_length", "batch_size", "params", "model", "source", "peak")
+
+
+def load_mayaki(path: str | Path) -> pd.DataFrame:
+    """``mayaki_ecai2025/SubsetDataForTransformer_energyModel.csv`` → common schema.
+
+    Column mapping: ``num_layers``→layers, ``d_model``→hidden, ``num_attention_heads``→heads,
+    ``seq_length``→seq, ``batch_size``→batch, ``params``→params, ``model``→arch, ``peak``
+    (TFLOP/s) ×1e12→peak_flops, ``duration``→time_s, ``energy_joules``→energy_j.
+    ``source`` ``a100`` → ``a100-pcie-80gb``; ``grid`` → ``rtx2080ti`` (the repository's HEF file
+    and paper name the RTX 2080 Ti; the Subset's peak 11.34 TFLOP/s is kept as the dataset states
+    it). ff = 2048 (the parameter counts fit PyTorch's ``nn.TransformerEncoderLayer`` default
+    exactly for the GPT rows: params = L·(4d² + 4105d + 2048) + 2000d + 1000).
+
+    Units, inferred (not documented upstream): ``duration`` is seconds per training step
+    (forward + backward): 6·params·B·S FLOPs / duration reaches at most 0.33 of the A100's TF32
+    peak and 0.47 of the 2080 Ti's; ``energy_joules`` is the step's energy (J), so
+    energy/duration ≈ 97 W (A100) and ≈ 83 W (2080 Ti) — CodeCarbon GPU+CPU+RAM.
+    Per-op ``HEF_*``/``duration_*``/``FLOPs_*`` and the ``total_*_kWh`` columns are not used.
+
+    Dropped: rows with non-positive or missing duration/energy (none in the published file);
+    exact duplicate configurations are kept (they are repeats, grouped in the same family).
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / MAYAKI_FILE
+    if not p.exists():
+        raise JouleboundError(f"Mayaki ECAI 2025 file not found: {p}")
+    raw = pd.read_csv(p)
+    for c in _MAYAKI_NEED:
+        if c not in raw:
+            raise SchemaError(p, c, "required column is missing from the Mayaki ECAI 2025 file")
+    ok = (raw["duration"] > 0) & (raw["energy_joules"] > 0)
+    raw = raw[ok.fillna(False)]
+    df = pd.DataFrame({
+        "dataset": "mayaki_ecai2025",
+        "arch": raw["model"].astype(str),
+        "layers": raw["num_layers"].astype(int), "hidden": raw["d_model"].astype(int),
+        "heads": raw["num_attention_heads"].astype(int), "ff": 2048,
+        "params": raw["params"].astype(float), "seq": raw["seq_length"].astype(int),
+        "batch": raw["batch_size"].astype(int), "dtype": "fp32",
+        "device": raw["source"].map({"a100": "a100-pcie-80gb", "grid": "rtx2080ti"}).fillna(raw["source"]),
+        "peak_flops": raw["peak"].astype(float) * 1e12,
+        "strategy": "single", "gpus": 1, "unit": "step",
+        "time_s": raw["duration"].astype(float), "energy_j": raw["energy_joules"].astype(float),
+        "energy_provenance": "measured", "speedup": np.nan,
+    })
+    df["family"] = "L" + df["layers"].astype(str) + "_d" + df["hidden"].astype(str)
+    df = _hw_cols(df).reset_index(drop=True)
+    df.attrs["dropped"] = {"non-positive or missing duration/energy": int((~ok.fillna(False)).sum())}
+    df.attrs["source"] = str(p)
+    return df
+
+
+# -- Zeus NSDI'23 ------------------------------------------------------------------------------
+#: Published dataset sizes and the sequence lengths of the Zeus BERT recipes (assumptions: the
+#: trace does not record them; see docs/scaling.md).
+ZEUS_BERT = {"squad": {"samples": 88_524, "seq": 384}, "sentiment140": {"samples": 1_600_000, "seq": 128}}
+_ZEUS_GPU = {"a40": ("a40", 300), "v100": ("v100-pcie", 250), "rtx6000": ("rtx6000", 260),
+             "p100": ("p100-pcie", 250)}
+
+
+def load_zeus(path: str | Path) -> pd.DataFrame:
+    """``zeus_nsdi23/summary_power_<gpu>.csv`` BERT-base rows → common schema (one row per
+    GPU × dataset × batch size at the GPU's maximum power limit).
+
+    ``time_s`` = time_per_epoch · B / samples (seconds per step) and ``energy_j`` = average_power ·
+    time_s, with ``samples`` and ``seq`` from :data:`ZEUS_BERT` (SQuAD v1.1 features at
+    max_seq_length 384; Sentiment140's 1.6 M tweets at 128 — assumptions, the trace does not say).
+    BERT-base: L = 12, d = 768, h = 12, ff = 3072, 110 M parameters, fp32, 1 GPU.
+
+    Dropped: non-transformer workloads (ShuffleNet, ResNet-50, DeepSpeech2, NCF); rows below the
+    GPU's maximum power limit (the energy laws have no power-limit term; the power-limit sweep is
+    the DVFS side's data).
+    """
+    p = Path(path)
+    files = sorted(p.glob("summary_power_*.csv")) if p.is_dir() else [p]
+    if not files or not all(f.exists() for f in files):
+        raise JouleboundError(f"no Zeus summary_power_*.csv files under {p}")
+    rows, dropped = [], {"non-transformer workload": 0, "below the maximum power limit": 0}
+    for f in files:
+        gpu = f.stem.replace("summary_power_", "")
+        raw = pd.read_csv(f)
+        for c in ("dataset", "network", "batch_size", "power_limit", "time_per_epoch", "average_power"):
+            if c not in raw:
+                raise SchemaError(f, c, "required column is missing from the Zeus power trace")
+        bert = raw["network"].str.contains("bert", case=False)
+        dropped["non-transformer workload"] += int((~bert).sum())
+        raw = raw[bert]
+        top = raw["power_limit"] == raw["power_limit"].max()
+        dropped["below the maximum power limit"] += int((~top).sum())
+        for _, r in raw[top].iterrows():
+            meta = ZEUS_BERT.get(r["dataset"])
+            if meta is None:
+                continue
+            t = r["time_per_epoch"] * r["batch_size"] / meta["samples"]
+            dev = _ZEUS_GPU.get(gpu, (gpu, None))[0]
+            rows.append({"dataset": "zeus_nsdi23", "family": f"bert-base/{r['dataset']}/{dev}",
+                         "arch": "bert", "layers": 12, "hidden": 768, "heads": 12, "ff": 3072,
+                         "params": 110e6, "seq": meta["seq"], "batch": int(r["batch_size"]),
+                         "dtype": "fp32", "device": dev, "strategy": "single", "gpus": 1,
+                         "unit": "step", "time_s": t, "energy_j": t * r["average_power"],
+                         "energy_provenance": "measured", "speedup": np.nan})
+    df = _hw_cols(pd.DataFrame(rows))
+    df.attrs["dropped"] = dropped
+    df.attrs["source"] = str(p)
+    return df
+
+
+# -- Perseus (SOSP'24) ---------------------------------------------------------------------------
+#: Published model shapes (GPT-3 paper Table 2.1; Megatron BERT; T5 and BLOOM model cards).
+#: T5-3B counts encoder + decoder layers (24 + 24). Sequence lengths are the Merak defaults as far
+#: as the artifact shows (assumption).
+PERSEUS_MODELS = {
+    "gpt3-xl": dict(arch="gpt", layers=24, hidden=2048, heads=16, ff=8192, params=1.3e9, seq=1024),
+    "gpt3-2.7b": dict(arch="gpt", layers=32, hidden=2560, heads=32, ff=10240, params=2.7e9, seq=1024),
+    "gpt3-6.7b": dict(arch="gpt", layers=32, hidden=4096, heads=32, ff=16384, params=6.7e9, seq=1024),
+    "bert-huge-uncased": dict(arch="bert", layers=24, hidden=2048, heads=32, ff=8192, params=1.3e9, seq=512),
+    "t5-3b": dict(arch="t5", layers=48, hidden=1024, heads=32, ff=16384, params=2.9e9, seq=512),
+    "bloom-3b": dict(arch="bloom", layers=30, hidden=2560, heads=32, ff=10240, params=3.0e9, seq=1024),
+}
+_PERSEUS_GPU = {"A100": "a100-pcie-80gb", "A40": "a40"}
+
+
+def load_perseus(path: str | Path) -> pd.DataFrame:
+    """Perseus pipeline-parallel runs → common schema, one row per (GPU, model) at maximum clocks.
+
+    Sources: ``derived/perseus_plan_summary.csv`` (method ``perseus``, ``plan_role ==
+    warmup_maxfreq``, averaged over the warm-up plans; for the 3D GPT-3 6.7B run, which has no
+    warm-up, plan index 0 — its fastest plan) and ``zeus_power_limit/<GPU>/zeus_global.csv`` rows
+    with every stage at the maximum power limit. ``time_s`` is one iteration (s), ``energy_j`` the
+    iteration energy summed over all GPUs (J); batch = microbatch size × microbatches × dp;
+    gpus = dp·pp·tp; strategy ``pp`` (``tp`` dominates nothing here: the only tp>1 run is 3D and is
+    labeled ``pp``).
+
+    Dropped: Wide-ResNet (not a transformer); EnvPipe rows and Perseus plans below maximum clocks
+    (the energy laws have no clock term); power-limit rows below the maximum limit.
+    """
+    p = Path(path)
+    summ = p / "derived" / "perseus_plan_summary.csv"
+    if not summ.exists():
+        raise JouleboundError(f"Perseus plan summary not found: {summ}")
+    raw = pd.read_csv(summ)
+    need = ("method", "gpu", "model", "dp", "pp", "tp", "microbatch_size", "num_microbatches",
+            "plan_index", "plan_role", "iter_time_s", "iter_energy_j")
+    for c in need:
+        if c not in raw:
+            raise SchemaError(summ, c, "required column is missing from the Perseus plan summary")
+    dropped = {"not a transformer (wide-resnet)": int((~raw["model"].isin(PERSEUS_MODELS)).sum())}
+    raw = raw[raw["model"].isin(PERSEUS_MODELS)]
+    keep = (raw["method"] == "perseus") & ((raw["plan_role"] == "warmup_maxfreq")
+                                           | ((raw["model"] == "gpt3-6.7b") & (raw["plan_index"] == 0)))
+    dropped["EnvPipe rows and plans below maximum clocks"] = int((~keep).sum())
+    sel = raw[keep]
+    g = sel.groupby(["gpu", "model", "dp", "pp", "tp", "microbatch_size", "num_microbatches"],
+                    as_index=False)[["iter_time_s", "iter_energy_j"]].mean()
+    g["origin"] = "plan_summary"
+    frames = [g]
+    for gpu in ("A100", "A40"):
+        f = p / "zeus_power_limit" / gpu / "zeus_global.csv"
+        if not f.exists():
+            continue
+        z = pd.read_csv(f)
+        lim = [c for c in z.columns if c.startswith("power_limit_")]
+        zmax = z[lim].replace(0.0, np.nan).max(axis=1)
+        top = (z[lim].replace(0.0, np.nan).min(axis=1) == zmax) & (zmax == zmax.max())
+        dropped["power-limit rows below the maximum limit"] = dropped.get(
+            "power-limit rows below the maximum limit", 0) + int((~top).sum())
+        z = z[top & z["model_name"].isin(PERSEUS_MODELS)]
+        frames.append(pd.DataFrame({"gpu": gpu, "model": z["model_name"], "dp": z["dp"], "pp": z["pp"],
+                                    "tp": z["tp"], "microbatch_size": z["microbatch_size"],
+                                    "num_microbatches": z["num_microbatches"], "iter_time_s": z["time"],
+                                    "iter_energy_j": z["energy"], "origin": "zeus_power_limit"}))
+    allr = pd.concat(frames, ignore_index=True)
+    rows = []
+    for _, r in allr.iterrows():
+        m = PERSEUS_MODELS[r["model"]]
+        dev = _PERSEUS_GPU[r["gpu"]]
+        rows.append({"dataset": "perseus", "family": r["model"], **m,
+                     "batch": int(r["microbatch_size"] * r["num_microbatches"] * r["dp"]),
+                     "dtype": "fp16", "device": dev, "strategy": "pp",
+                     "gpus": int(r["dp"] * r["pp"] * r["tp"]), "unit": "iteration",
+                     "time_s": float(r["iter_time_s"]), "energy_j": float(r["iter_energy_j"]),
+                     "energy_provenance": "measured", "speedup": np.nan, "origin": r["origin"]})
+    df = _hw_cols(pd.DataFrame(rows))
+    df.attrs["dropped"] = dropped
+    df.attrs["source"] = str(p)
+    return df
+
+
+# -- the project's sweep store ------------------------------------------------------------------
+SWEEP_NEED = ("config_id", "arch", "layers", "hidden", "heads", "seq", "batch", "dtype", "strategy",
+              "world_size", "status", "time_s", "energy_j")
+
+
+def _read_sweep_table(path: Path) -> pd.DataFrame:
+    try:
+        from ..sweep.store import load_results  # written by the sweep helper
+
+        return load_results(path)
+    except ImportError:
+        import sqlite3
+
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+            tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+            if "sweep_results" not in tables:
+                raise SchemaError(path, "sweep_results", "table is missing (is this a sweep runs.db?)") from None
+            return pd.read_sql_query("select * from sweep_results", con)
+
+
+def load_sweep(path: str | Path, device: str | None = None) -> pd.DataFrame:
+    """A sweep store (SQLite ``runs.db``, table ``sweep_results``) → common schema.
+
+    ``world_size``→gpus; ``time_s`` is the measured steps' wall time and ``steps`` their number,
+    so ``time_s``/``energy_j`` here are **per step** (divided by ``steps`` when present);
+    ``speedup`` is the sweep's work-normalized speedup. ``device`` comes from ``env_json``
+    (``{"device": ...}``) when present, else the ``device`` argument, else ``cpu``-free
+    ``rtx2080ti`` is NOT assumed: a missing device raises.
+
+    Dropped: rows with status other than ``ok`` (failed runs) and rows with no time.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise JouleboundError(f"sweep store not found: {p}")
+    raw = _read_sweep_table(p)
+    for c in SWEEP_NEED:
+        if c not in raw:
+            raise SchemaError(p, c, "required column is missing from sweep_results")
+    ok = (raw["status"] == "ok") & raw["time_s"].notna() & (pd.to_numeric(raw["time_s"], errors="coerce") > 0)
+    dropped = {"status not ok or no time": int((~ok).sum())}
+    raw = raw[ok].copy()
+    steps = pd.to_numeric(raw["steps"], errors="coerce") if "steps" in raw else pd.Series(1.0, index=raw.index)
+    steps = steps.fillna(1.0).clip(lower=1.0)
+    devs = []
+    for _, r in raw.iterrows():
+        dev = None
+        if "env_json" in raw and isinstance(r.get("env_json"), str):
+            import json
+
+            try:
+                env = json.loads(r["env_json"])
+                dev = env.get("device") or env.get("gpu_name")
+            except (ValueError, AttributeError):
+                dev = None
+        devs.append(dev or device)
+    if any(d is None for d in devs):
+        raise JouleboundError(f"{p}: some sweep rows do not name their GPU (env_json has no "
+                              "'device'); pass the device explicitly (joulebound fit --device NAME).")
+    from .speedup import normalize_strategy
+
+    ff = raw["ff"] if "ff" in raw else 4 * raw["hidden"]
+    df = pd.DataFrame({
+        "dataset": "sweep", "config_id": raw["config_id"].astype(str),
+        "arch": raw["arch"].astype(str), "layers": raw["layers"].astype(int),
+        "hidden": raw["hidden"].astype(int), "heads": raw["heads"].astype(int),
+        "ff": pd.to_numeric(ff, errors="coerce").fillna(4 * raw["hidden"]).astype(int),
+        "seq": raw["seq"].astype(int), "batch": raw["batch"].astype(int),
+        "dtype": raw["dtype"].fillna("fp32").astype(str), "device": devs,
+        "strategy": [normalize_strategy(s) if int(w) > 1 or s not in (None, "") else "single"
+                     for s, w in zip(raw["strategy"].fillna("single"), raw["world_size"], strict=True)],
+        "gpus": raw["world_size"].astype(int), "unit": "step",
+        "time_s": raw["time_s"].astype(float) / steps.to_numpy(),
+        "energy_j": pd.to_numeric(raw["energy_j"], errors="coerce") / steps.to_numpy(),
+        "energy_provenance": raw.get("energy_provenance", pd.Series(np.nan, index=raw.index)),
+        "speedup": pd.to_numeric(raw.get("speedup", np.nan), errors="coerce"),
+    })
+    df["family"] = (df["arch"] + "/L" + df["layers"].astype(str) + "_d" + df["hidden"].astype(str)
+                    + "_S" + df["seq"].astype(str) + "_B" + df["batch"].astype(str))
+    df = _hw_cols(df).reset_index(drop=True)
+    df.attrs["dropped"] = dropped
+    df.attrs["source"] = str(p)
+    return df
+
+
+def load(path: str | Path, device: str | None = None) -> pd.DataFrame:
+    """Load any supported dataset: the shared data folder (all three open datasets), one
+    sub-folder (``mayaki_ecai2025``, ``zeus_nsdi23``, ``perseus``), a Mayaki CSV, or a sweep
+    SQLite store. Returns the common schema; ``attrs["dropped"]`` per dataset."""
+    p = Path(path)
+    if not p.exists():
+        raise JouleboundError(f"data path not found: {p}. Pass the shared data folder, one of its "
+                              f"sub-folders ({', '.join(DATASETS[:3])}) or a sweep runs.db.")
+    if p.is_file():
+        if p.suffix in (".db", ".sqlite", ".sqlite3"):
+            return load_sweep(p, device)
+        if p.name.startswith("summary_power_"):
+            return load_zeus(p)
+        return load_mayaki(p)
+    name = p.name
+    if name == "mayaki_ecai2025" or (p / MAYAKI_FILE).exists():
+        return load_mayaki(p)
+    if name == "zeus_nsdi23" or list(p.glob("summary_power_*.csv")):
+        return load_zeus(p)
+    if name == "perseus" or (p / "derived" / "perseus_plan_summary.csv").exists():
+        return load_perseus(p)
+    subs = [(s, p / s) for s in DATASETS[:3] if (p / s).exists()]
+    if not subs:
+        raise JouleboundError(f"{p}: no known dataset here (expected one of {', '.join(DATASETS[:3])}, "
+                              "a Mayaki CSV or a sweep .db)")
+    frames, dropped = [], {}
+    for s, sp in subs:
+        f = load(sp)
+        frames.append(f)
+        dropped.update({f"{s}: {k}": v for k, v in f.attrs.get("dropped", {}).items()})
+    df = pd.concat(frames, ignore_index=True)
+    df.attrs["dropped"] = dropped
+    df.attrs["source"] = str(p)
+    return df
