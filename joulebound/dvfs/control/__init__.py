@@ -1,0 +1,16 @@
+"""Runtime clock control: apply a plan while PyTorch trains.
+
+* :mod:`.controller` — :class:`Controller` (plan + predictor + actuator), :func:`lookahead_commands`.
+* :mod:`.hooks` — :class:`OpStream` (TorchDispatchMode), :class:`PeriodicSchedule` (CUDA graphs /
+  compiled steps), :class:`EventAligner` (GPU device-progress alignment).
+* :mod:`.actuators` — dry-run, simulated, NVML actuators; :func:`reset_all_clocks`.
+* :mod:`.helper` — privileged clock helper (Unix socket) and :class:`HelperActuator`.
+
+See ``docs/runtime.md``.
+"""
+
+from .actuators import Actuator, DryRunActuator, NvmlActuator, SimulatedActuator, reset_all_clocks
+from .controller import Controller, lookahead_commands, trace_from_ops
+
+__all__ = ["Actuator", "Controller", "DryRunActuator", "NvmlActuator", "SimulatedActuator",
+           "lookahead_commands", "reset_all_clocks", "trace_from_ops"]

@@ -1,0 +1,257 @@
+"""Hooks that show the controller every op a PyTorch program runs.
+
+* :class:`OpStream` — a ``TorchDispatchMode`` that sees every ATen op as it is dispatched (forward,
+  backward — the autograd engine carries the mode into its threads — and optimizer ``_foreach``
+  ops), turns it into a key (op name, input shapes, dtype; :func:`op_key`), interns the key and calls
+  a callback *before* the op runs. Used for eager-mode training.
+* :class:`PeriodicSchedule` — for CUDA-graph replays or ``torch.compile``'d steps, where individual
+  ops are not dispatched from Python: the plan's switches become time offsets from the start of
+  the step (from the characterized kernel times, moved earlier by the switch latency), fired by a
+  timer thread after each :meth:`PeriodicSchedule.step_begin`.
+* :class:`EventAligner` — on a GPU the CPU runs ahead of the device, so a switch decided when an op
+  is *dispatched* must happen when the device *reaches* that op. The aligner records a CUDA event
+  at the dispatch point and an actuator thread waits on it before switching. On CPU ops run
+  synchronously and the controller switches directly.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from ...clocks import ClockConfig
+from ..predict import KeyInterner
+
+OpKey = tuple[str, tuple, str]
+
+
+def _shapes(args: Sequence[Any], tensor_type: type) -> tuple:
+    out = []
+    for a in args:
+        if isinstance(a, tensor_type):
+            out.append(tuple(a.shape))
+        elif isinstance(a, list | tuple) and a and isinstance(a[0], tensor_type):
+            out.append(tuple(tuple(t.shape) for t in a if isinstance(t, tensor_type)))
+    return tuple(out)
+
+
+def _dtype(args: Sequence[Any], tensor_type: type) -> str:
+    for a in args:
+        if isinstance(a, tensor_type):
+            return str(a.dtype).removeprefix("torch.")
+        if isinstance(a, list | tuple) and a and isinstance(a[0], tensor_type):
+            return str(a[0].dtype).removeprefix("torch.")
+    return "-"
+
+
+def op_key(func: Any, args: Sequence[Any]) -> OpKey:
+    """Key of one dispatched op: ``(name, input shapes, dtype)``.
+
+    ``name`` is the ATen overload (``"aten.mm.default"``); shapes are those of the tensor
+    arguments (lists of tensors, as in ``aten.cat`` or ``_foreach_*``, give a tuple of shapes);
+    dtype is the first tensor argument's. Scalars are left out: they rarely change the kernel.
+    """
+    import torch
+
+    return (str(func), _shapes(args, torch.Tensor), _dtype(args, torch.Tensor))
+
+
+def key_str(key: Hashable) -> str:
+    """Stable text form of a key, used as ``Kernel.name`` / ``Plan.kernel_names``.
+
+    ``("aten.mm.default", ((8, 64), (64, 192)), "float32")`` ->
+    ``"aten.mm.default[8x64,64x192]float32"``."""
+    if isinstance(key, str):
+        return key
+    name, shapes, dtype = key  # type: ignore[misc]
+
+    def fmt(s: Any) -> str:
+        if s and isinstance(s[0], tuple):
+            return "(" + ",".join(fmt(x) for x in s) + ")"
+        return "x".join(map(str, s)) if s else "scalar"
+
+    return f"{name}[{','.join(fmt(s) for s in shapes)}]{dtype}"
+
+
+def _dispatch_mode_base() -> type:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    return TorchDispatchMode
+
+
+class OpStream:
+    """Context manager: observe every ATen op dispatched in the ``with`` block.
+
+    Args:
+        on_op: called with the interned key id of each op *before* it runs (``None``: only
+            record).
+        interner: key interner (shared with the controller); keys are interned by their text
+            form (:func:`key_str`), so ids match a plan's ``kernel_names``.
+        record: keep the key ids in :attr:`keys` (to build a trace/plan from a recorded loop).
+
+    Usage::
+
+        with OpStream(record=True) as ops:
+            train_step()
+        names = [ops.name(k) for k in ops.keys]
+    """
+
+    def __init__(self, on_op: Callable[[int], None] | None = None,
+                 interner: KeyInterner | None = None, record: bool = False) -> None:
+        self.on_op = on_op
+        self.interner = interner if interner is not None else KeyInterner()
+        self.record = record
+        self.keys: list[int] = []
+        self.n_ops = 0
+        self._cache: dict[OpKey, int] = {}
+        self._mode: Any = None
+
+    def name(self, key_id: int) -> str:
+        return str(self.interner.key(key_id))
+
+    def _on_dispatch(self, func: Any, args: Sequence[Any]) -> None:
+        import torch
+
+        t = torch.Tensor
+        key = (func, _shapes(args, t), _dtype(args, t))
+        kid = self._cache.get(key)
+        if kid is None:
+            kid = self.interner.intern(key_str((str(func), key[1], key[2])))
+            self._cache[key] = kid
+        self.n_ops += 1
+        if self.record:
+            self.keys.append(kid)
+        if self.on_op is not None:
+            self.on_op(kid)
+
+    def __enter__(self) -> OpStream:
+        base = _dispatch_mode_base()
+        stream = self
+
+        class _Mode(base):  # type: ignore[misc, valid-type]
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+                stream._on_dispatch(func, args)
+                return func(*args, **(kwargs or {}))
+
+        self._mode = _Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._mode is not None:
+            self._mode.__exit__(*exc)
+            self._mode = None
+
+
+class PeriodicSchedule:
+    """Fire a plan's clock switches at fixed time offsets within each step.
+
+    For steps that run as one CUDA-graph replay or compiled region. The offsets come from the
+    characterized kernel times under the plan; each switch is issued ``switch_latency_s`` before
+    its phase starts (clamped to the step start).
+
+    Args:
+        switches: ``[(offset_s, config), ...]`` from the start of the step, or use
+            :meth:`from_plan`.
+        apply: callable that applies a config (e.g. ``controller.command`` or an actuator's
+            ``set_clocks``).
+    """
+
+    def __init__(self, switches: Sequence[tuple[float, ClockConfig]],
+                 apply: Callable[[ClockConfig], None]) -> None:
+        self.switches = sorted(((max(0.0, float(t)), c) for t, c in switches), key=lambda x: x[0])
+        self.apply = apply
+        self._thread: threading.Thread | None = None
+        self._cancel = threading.Event()
+        self.fired: list[tuple[float, ClockConfig]] = []
+
+    @classmethod
+    def from_plan(cls, plan: Any, kernel_time_s: Sequence[float], switch_latency_s: float,
+                  apply: Callable[[ClockConfig], None]) -> PeriodicSchedule:
+        """Offsets of each phase start minus the switch latency (s from step start).
+
+        ``kernel_time_s[k]``: modeled time of kernel ``k`` at its planned config (s)."""
+        import numpy as np
+
+        t = np.concatenate([[0.0], np.cumsum(np.asarray(kernel_time_s, float))])
+        out = [(float(t[ph.start]) - switch_latency_s, ph.config) for ph in plan.phases()]
+        return cls(out, apply)
+
+    def step_begin(self) -> None:
+        """Call when a step (graph replay) is launched; fires this step's switches on time."""
+        self.wait()
+        self._cancel.clear()
+        t0 = time.monotonic()
+
+        def run() -> None:
+            for off, cfg in self.switches:
+                delay = t0 + off - time.monotonic()
+                if delay > 0 and self._cancel.wait(delay):
+                    return
+                self.apply(cfg)
+                self.fired.append((time.monotonic() - t0, cfg))
+
+        self._thread = threading.Thread(target=run, name="joulebound-schedule", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Wait for the current step's switches to have fired."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def cancel(self) -> None:
+        self._cancel.set()
+        self.wait()
+
+
+class EventAligner:
+    """Apply switches when the GPU reaches the op they were decided at.
+
+    ``submit(config)`` records an event on the current stream (``event_factory()``, by default
+    ``torch.cuda.Event``) and queues it; an actuator thread waits for the event (device progress)
+    and then calls ``apply(config)``. Switches stay in order. ``event_factory`` can be replaced
+    by any object with ``record()`` and ``synchronize()`` (tests use a fake).
+    """
+
+    def __init__(self, apply: Callable[[ClockConfig], None],
+                 event_factory: Callable[[], Any] | None = None) -> None:
+        if event_factory is None:
+            import torch
+
+            def event_factory() -> Any:
+                return torch.cuda.Event()
+        self.apply = apply
+        self.event_factory = event_factory
+        self._q: queue.Queue[tuple[Any, ClockConfig] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="joulebound-actuator",
+                                        daemon=True)
+        self.errors: list[BaseException] = []
+        self._thread.start()
+
+    def submit(self, config: ClockConfig) -> None:
+        ev = self.event_factory()
+        ev.record()
+        self._q.put((ev, config))
+
+    def _run(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            ev, cfg = item
+            try:
+                ev.synchronize()
+                self.apply(cfg)
+            except BaseException as exc:  # noqa: BLE001 - surfaced by close()
+                self.errors.append(exc)
+
+    def close(self) -> None:
+        """Drain the queue (waits for the device to reach the last switch) and stop the thread."""
+        self._q.put(None)
+        self._thread.join()
+        if self.errors:
+            raise self.errors[0]
