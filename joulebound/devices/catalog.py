@@ -44,6 +44,7 @@ Entry schema (units: MHz, FLOP/s, bytes/s, bytes, W, s)::
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 import os
 import re
@@ -362,6 +363,7 @@ class _Catalog:
         self.aliases: dict[str, list[str]] = {}
         self.origin: dict[str, str] = {}
         self.keys: dict[str, str] = {}  # normalized key -> name
+        self.broken: list[str] = []  # errors of user files that were skipped
 
     def add(self, spec: DeviceSpec, aliases: list[str], origin: str) -> None:
         self.specs[spec.name] = spec
@@ -393,13 +395,22 @@ def _catalog() -> _Catalog:
     udir = user_catalog_dir()
     if udir.is_dir():
         for path in sorted(udir.glob("*.toml")):
-            spec, aliases = load_entry(path)
+            try:
+                spec, aliases = load_entry(path)
+            except JouleboundError as exc:  # one bad user file must not break every lookup
+                cat.broken.append(str(exc))
+                continue
             if spec.name not in cat.specs:
                 cat.add(spec, aliases, f"user ({path})")
     for name, spec in base.specs.items():
         if name not in cat.specs:
             cat.add(spec, base.aliases[name], base.origin[name])
     return cat
+
+
+def broken_user_entries() -> list[str]:
+    """Error messages of user catalog files that could not be read (they are skipped)."""
+    return list(_catalog().broken)
 
 
 def device_names() -> list[str]:
@@ -430,10 +441,21 @@ def resolve_name(name: str) -> str:
     key = normalize(name)
     if key in cat.keys:
         return cat.keys[key]
-    choices = sorted(cat.specs) + sorted({a for al in cat.aliases.values() for a in al})
-    raise JouleboundError(f"unknown GPU {name!r}.{did_you_mean(name.lower(), choices)} "
-                          "Add one with `joulebound devices import FILE` (TOML or "
-                          "`nvidia-smi -q -x` output).")
+    names = sorted(cat.specs)
+    by_key = {n: n for n in names}
+    by_key.update({a.lower(): n for n, al in cat.aliases.items() for a in al if a.lower() not in
+                   by_key})
+    close = difflib.get_close_matches(name.lower(), list(by_key), n=6)
+    hint = list(dict.fromkeys(by_key[c] for c in close))[:3]
+    suffix = did_you_mean(name.lower(), names)
+    if hint:  # aliases (e.g. 'a100') often match better than full names
+        suffix = f" Did you mean {', '.join(repr(h) for h in hint)}?" + \
+            suffix[suffix.index(" Choices:"):]
+    if cat.broken:
+        suffix += " (Skipped unreadable user entries: " + "; ".join(cat.broken) + ")"
+    raise JouleboundError(f"unknown GPU {name!r}.{suffix} Aliases and product names also work "
+                          "(see `joulebound devices`); add a GPU with `joulebound devices import "
+                          "FILE` (TOML or `nvidia-smi -q -x` output).")
 
 
 def get_device(name: str | DeviceSpec) -> DeviceSpec:
