@@ -22,14 +22,14 @@ Columns: catalog name, product name, architecture, number of memory clocks, numb
 at the top memory clock, core clock range (MHz), top memory clock (MHz), dense BF16 tensor peak
 at the top core clock (TFLOP/s), DRAM bandwidth (GB/s), default power limit (W), published
 clock-switch latency, and whether the clock table is a real nvidia-smi table or constructed.
-All values are published (datasheets, nvidia-smi tables); values marked * are estimates. Run
-`joulebound devices NAME` for every field with its source.
+All values are published (datasheets, nvidia-smi tables); values marked * have a source that
+is (or includes) an estimate. Run `joulebound devices NAME` for every field with its source.
 
 --json prints a list of objects with keys: name, product_name, architecture, aliases, origin,
 n_mem_clocks, n_core_clocks, core_min_mhz, core_max_mhz, max_mem_mhz, bf16_tflops,
 mem_bandwidth_gbs, tdp_w, switch_latency_s (null when none is published), tables
-("real" | "constructed"), estimates (fields whose source is an estimate), provenance
-("published")."""
+("real" | "constructed"), estimates (fields whose source is or includes an estimate),
+provenance ("published")."""
 
 SHOW_HELP = """Show one GPU: every field, its value and its source.
 
@@ -76,7 +76,7 @@ devices_app = typer.Typer(
 
 
 def _is_estimate(spec: DeviceSpec, key: str) -> bool:
-    return spec.sources.get(key, "").lower().startswith("estimate")
+    return "estimate" in spec.sources.get(key, "").lower()
 
 
 def _row(spec: DeviceSpec) -> dict[str, Any]:
@@ -233,7 +233,7 @@ def show_command(
              "sensor_period_s", "vf_curve", "product_name"}
     rows += [(k, "", v) for k, v in src.items() if k not in known]
     for field, value, source in rows:
-        style = "yellow" if source.lower().startswith("estimate") else None
+        style = "yellow" if "estimate" in source.lower() else None
         t.add_row(field, value, source, style=style)
     console.print(t)
     console.print("Values are published (datasheets, nvidia-smi tables) unless the source says "
