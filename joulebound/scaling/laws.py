@@ -15,6 +15,7 @@ law (``--law``)          form                                                   
                          run's own runtime, as the paper's η = S(N)/N does
 ``paper-no-eta``         the paper's law without η                                              config
 ``prerun``               log E = κ + α_F·log F + α_C·log C_tok + α_M·log M + α_η·log η̂           config
+                         (with < 10 families only log F and log η̂, the physics core)
                          + α_D·log(TDP/peak) + Ψ; η̂ = η̂_hw·η̂_par predicted before the run:
                          η̂_hw from :class:`EfficiencyModel` (fitted on the *training* rows'
                          times), η̂_par from the communication model or a fitted speedup law
@@ -210,7 +211,10 @@ class EnergyLaw:
         self.keep_ = keep
         self.terms_ = [t for t, k in zip(self.terms_, keep, strict=True) if k]
         fam = d["family"].astype(str)
+        import warnings
+
         model = sm.OLS(y, X[:, keep])
+        warnings.filterwarnings("ignore", message=".*rank-deficient.*")
         if fam.nunique() >= 10:
             codes = pd.factorize(fam)[0]
             self.cov_type_ = "cluster(family)"
@@ -309,9 +313,14 @@ class PreRunLaw(EnergyLaw):
             par = parallel_eta(df, eff.time(df), self.speedup_fits)
             self.eff_ = EfficiencyModel().fit(df, t * n * par)
             self.multi_device_ = df["device"].nunique() > 1
+            # few families: keep the physics core (log F, log η̂) to avoid fitting noise
+            self.reduced_ = df["family"].nunique() < 10
         eta, _, _ = self.eta_hat(df)
-        cols = [np.log(df["F_train"]), np.log(df["C_tok"]), np.log(df["M"]), np.log(eta)]
-        names = ["log F", "log C", "log M", "log eta_hat"]
+        if getattr(self, "reduced_", False):
+            cols, names = [np.log(df["F_train"]), np.log(eta)], ["log F", "log eta_hat"]
+        else:
+            cols = [np.log(df["F_train"]), np.log(df["C_tok"]), np.log(df["M"]), np.log(eta)]
+            names = ["log F", "log C", "log M", "log eta_hat"]
         if self.multi_device_:
             cols.append(np.log(df["tdp_w"] / df["peak_flops"]))
             names.append("log TDP/peak")
@@ -323,7 +332,8 @@ class PreRunLaw(EnergyLaw):
                 "se": [float(s) for s in np.asarray(self.res_.bse)], "keep": [bool(k) for k in self.keep_],
                 "strategy_levels": self.strategy_levels_, "multi_device": bool(self.multi_device_),
                 "efficiency_model": self.eff_.to_json(), "cov_type": self.cov_type_,
-                "n": self.n_, "rsquared_adj": self.rsquared_adj_}
+                "n": self.n_, "rsquared_adj": self.rsquared_adj_,
+                "reduced": bool(getattr(self, "reduced_", False))}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> PreRunLaw:
@@ -332,6 +342,7 @@ class PreRunLaw(EnergyLaw):
         law.keep_ = np.array(d["keep"], dtype=bool)
         law.strategy_levels_ = list(d["strategy_levels"])
         law.multi_device_ = bool(d["multi_device"])
+        law.reduced_ = bool(d.get("reduced", False))
         law.eff_ = EfficiencyModel.from_json(d["efficiency_model"])
         law.se_ = np.array(d.get("se", [np.nan] * len(law.coef_)), dtype=float)
         law.n_, law.rsquared_adj_ = d.get("n"), d.get("rsquared_adj")

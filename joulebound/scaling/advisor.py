@@ -1,0 +1,62 @@
+"""Choose the parallelism strategy and GPU count that minimise training energy under a deadline.
+
+Every candidate (strategy × GPU count) is priced with the pre-run law
+(:func:`~joulebound.scaling.defaults.predict_job`): energy (J, modeled, with a 90 % interval) and
+wall time (s, modeled). The advice is the lowest-energy candidate whose time meets the deadline;
+when none does, the fastest candidate is returned with ``meets_deadline = False``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..errors import JouleboundError
+from .defaults import predict_job
+from .speedup import normalize_strategy
+
+
+@dataclass
+class Candidate:
+    strategy: str
+    gpus: int
+    energy_j: float
+    energy_lo_j: float
+    energy_hi_j: float
+    time_s: float
+    eta_par: float
+    meets_deadline: bool
+
+
+def gpu_counts(max_gpus: int) -> list[int]:
+    """1, 2, 4, … up to ``max_gpus`` (and ``max_gpus`` itself)."""
+    if max_gpus < 1:
+        raise JouleboundError(f"--max-gpus must be >= 1 (got {max_gpus})")
+    out, n = [], 1
+    while n <= max_gpus:
+        out.append(n)
+        n *= 2
+    if out[-1] != max_gpus:
+        out.append(max_gpus)
+    return out
+
+
+def advise(tokens: float, deadline_s: float, max_gpus: int = 8,
+           strategies: tuple[str, ...] = ("ddp", "fsdp", "tp"), **config) -> tuple[Candidate, list[Candidate]]:  # noqa: ANN003
+    """(best, all candidates sorted by energy). ``config`` as for ``predict_job`` minus gpus/strategy."""
+    if deadline_s <= 0:
+        raise JouleboundError(f"--deadline must be > 0 seconds (got {deadline_s})")
+    strategies = tuple(normalize_strategy(s) for s in strategies)
+    cands: list[Candidate] = []
+    for n in gpu_counts(max_gpus):
+        for s in (("single",) if n == 1 else strategies):
+            p = predict_job(tokens, gpus=n, strategy=s, **config)
+            cands.append(Candidate(s, n, p.energy_j, p.energy_lo_j, p.energy_hi_j, p.time_s,
+                                   p.eta_par, p.time_s <= deadline_s))
+    cands.sort(key=lambda c: c.energy_j)
+    ok = [c for c in cands if c.meets_deadline]
+    best = ok[0] if ok else min(cands, key=lambda c: c.time_s)
+    return best, cands
+
+
+def to_json(best: Candidate, cands: list[Candidate]) -> dict:
+    return {"best": asdict(best), "candidates": [asdict(c) for c in cands], "provenance": "modeled"}
