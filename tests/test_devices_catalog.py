@@ -132,3 +132,21 @@ def test_clock_pairs_a40():
     assert pairs[0] == ClockConfig()
     assert pairs[1] == ClockConfig(1740, 7251)
     assert len(pairs) == 1 + 103
+
+
+def test_constructed_tables_follow_their_stated_construction(shared_data):
+    """The 3080 Ti / 2080 Ti tables are the RTX 3080 / RTX 2080 tables, as their sources say."""
+    r3080 = parse_nvsmi(shared_data / "nvidia_smi" / "rtx-3080-v12.xml")[0].supported_clocks
+    r2080 = parse_nvsmi(shared_data / "nvidia_smi" / "dual_2080-v13.xml")[0].supported_clocks
+    assert get_device("rtx3080ti").supported_clocks == {m: sorted(c, reverse=True)
+                                                        for m, c in r3080.items()}
+    assert get_device("rtx2080ti").supported_clocks == {m: sorted(c, reverse=True)
+                                                        for m, c in r2080.items()}
+    assert "rtx-3080-v12.xml" in get_device("rtx3080ti").sources["supported_clocks"]
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_tables_use_15_mhz_steps(name):
+    d = get_device(name)
+    for cores in d.supported_clocks.values():
+        assert all(a - b == 15 for a, b in zip(cores, cores[1:], strict=False))
