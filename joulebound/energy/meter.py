@@ -412,14 +412,15 @@ class EnergyMeter:
         return _Window(self, name)
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def close(self) -> None:
-        """Stop the sampler, flush samples to the store, end the run, release the sensor."""
+    def close(self, status: str = "finished", exit_code: int | None = None) -> None:
+        """Stop the sampler, flush samples to the store, end the run (``status``, ``exit_code``),
+        release the sensor. Idempotent."""
         if self._closed:
             return
         self._closed = True
         self.sampler.stop()
         if self.store is not None:
-            self.store.end_run(self.run_id, notes=self.notes)
+            self.store.end_run(self.run_id, status=status, exit_code=exit_code, notes=self.notes)
         self.backend.close()
 
     def __enter__(self) -> EnergyMeter:

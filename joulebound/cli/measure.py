@@ -1,0 +1,92 @@
+"""``joulebound measure -- CMD ARGS``: run a command and measure its time and energy."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+HELP = """Run CMD, sample GPU power meanwhile, and print the energy per device and in total,
+average and peak power, and the duration. The child's exit code is passed through; SIGTERM/SIGHUP
+(and SIGINT not typed at the terminal) are forwarded to it.
+
+Energy comes from the NVML energy counter (or integrated NVML power where a GPU has no counter),
+labeled measured; --backend simulated gives modeled figures. With no sensor (no NVIDIA driver,
+no readable RAPL) it says so and still records the duration (measured).
+
+With --db the run, its window and its power samples go to a SQLite store (WAL; samples committed
+every second), which survives the child or joulebound being killed.
+
+--json prints: command, exit_code, signal, duration_s, duration_provenance, energy_j (null
+without a sensor), cpu_energy_j, avg_power_w, peak_power_w, provenance (null without a sensor),
+flags, devices [{uuid, index, energy_j, avg_power_w, peak_power_w, source, kind, n_samples}],
+notes, backend, run_id, db.
+
+Example: joulebound measure --db runs.db -- python train.py --epochs 1"""
+
+
+def measure_command(
+    cmd: Annotated[list[str], typer.Argument(help="The command to run (after --).",
+                                             show_default=False)],
+    interval: Annotated[float, typer.Option(help="Power sampling period (s).", min=0.001)] = 0.1,
+    db: Annotated[str | None, typer.Option(help="SQLite store to record the run in.")] = None,
+    gpus: Annotated[str, typer.Option(
+        help="CUDA-visible GPU indices to meter, e.g. 0,1 (default: all visible).")] = "all",
+    backend: Annotated[str, typer.Option(
+        help="auto | nvml | rapl | simulated | none.")] = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    from ..energy.command import run_command
+    from ._common import console, print_json
+
+    res = run_command(cmd, backend=backend, gpus=gpus, interval_s=interval, db=db)
+    if as_json:
+        print_json(res.to_json())
+    else:
+        render(res, console)
+    # SystemExit, not typer.Exit: cli.main() returns SystemExit codes (typer.Exit codes are lost
+    # under standalone_mode=False)
+    raise SystemExit(res.exit_code)
+
+
+def render(res, console) -> None:  # type: ignore[no-untyped-def]
+    """Print the summary table of a :class:`~joulebound.energy.command.CommandResult`."""
+    from rich.table import Table
+
+    w = res.window
+    ended = (f"killed by signal {res.signal}" if res.signal
+             else f"exit code {res.exit_code}")
+    console.print(f"[bold]{' '.join(res.command)}[/] — {ended}, duration "
+                  f"{w.duration_s:.3f} s (measured)", highlight=False)
+    if not w.devices:
+        console.print("[yellow]No energy sensor on this machine[/]: energy was not measured "
+                      "(reported as unknown, not 0); only the duration was recorded.")
+    else:
+        t = Table(title=f"Energy ({w.provenance}, backend {w.backend})", title_justify="left")
+        for col in ("device", "uuid", "energy (J)", "avg power (W)", "peak power (W)", "source"):
+            t.add_column(col, justify="right" if "(" in col else "left")
+
+        def f(x: float | None, d: int = 1) -> str:
+            return "—" if x is None else f"{x:,.{d}f}"
+
+        for d in w.devices:
+            t.add_row(f"{d.kind} {d.index}", d.uuid, f(d.energy_j), f(d.avg_power_w),
+                      f(d.peak_power_w), d.source)
+        t.add_row("[bold]GPU total[/]", "", f(w.energy_j), f(w.avg_power_w), f(w.peak_power_w),
+                  w.provenance)
+        if w.cpu_energy_j is not None:
+            t.add_row("CPU+DRAM total", "", f(w.cpu_energy_j), "", "", w.provenance)
+        console.print(t)
+        if w.energy_j is not None:
+            console.print(f"= {w.energy_j / 3.6e6:.6f} kWh ({w.provenance})")
+    if w.flags:
+        console.print(f"flags: {', '.join(w.flags)}")
+    for n in res.notes:
+        console.print(f"[dim]note: {n}[/]", highlight=False)
+    if res.db:
+        console.print(f"[dim]recorded in {res.db} (run {res.run_id})[/]")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("measure", help=HELP, context_settings={"ignore_unknown_options": True})(
+        measure_command)

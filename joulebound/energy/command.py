@@ -1,0 +1,115 @@
+"""Run a command under an :class:`~joulebound.energy.meter.EnergyMeter` (``joulebound measure``).
+
+The child runs in joulebound's process group with inherited stdin/stdout/stderr. Signals:
+
+- ``SIGTERM`` (and ``SIGHUP``) sent to joulebound are forwarded to the child;
+- ``SIGINT``: a Ctrl-C typed in a terminal already reaches the child (same foreground process
+  group), so it is forwarded only when joulebound is *not* the terminal's foreground job (e.g.
+  ``kill -INT``), never twice.
+
+joulebound then waits for the child, ends the window and records the exit status. The run row is
+written before the child starts and the samples every second, so even if joulebound itself is
+killed the store keeps the run (status ``running``) and its samples.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import JouleboundError
+from .meter import EnergyMeter, WindowResult
+
+
+@dataclass
+class CommandResult:
+    """What ``joulebound measure`` reports.
+
+    Attributes:
+        command: the argv that ran.
+        exit_code: the child's status as a shell reports it (``128 + N`` when killed by signal N).
+        signal: the signal that ended the child, if any.
+        window: the measured window over the child's lifetime.
+        notes: sensor notes (why no sensor, MIG, fallbacks).
+        run_id / db: where it was stored (``db`` is ``None`` without ``--db``).
+    """
+
+    command: list[str]
+    exit_code: int
+    signal: int | None
+    window: WindowResult
+    notes: list[str]
+    run_id: str
+    db: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        w = self.window
+        return {"command": self.command, "exit_code": self.exit_code, "signal": self.signal,
+                "duration_s": w.duration_s, "duration_provenance": "measured",
+                "energy_j": w.energy_j, "cpu_energy_j": w.cpu_energy_j,
+                "avg_power_w": w.avg_power_w, "peak_power_w": w.peak_power_w,
+                "provenance": w.provenance if w.devices else None, "flags": w.flags,
+                "devices": [d.__dict__ for d in w.devices], "notes": self.notes,
+                "backend": w.backend, "run_id": self.run_id, "db": self.db}
+
+
+def _in_foreground() -> bool:
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] | str | None = "all",
+                interval_s: float = 0.1, db: str | Path | None = None,
+                window: str = "command", **backend_kwargs: Any) -> CommandResult:
+    """Run ``cmd``, measuring it as one window; returns when the child exits."""
+    if not cmd:
+        raise JouleboundError("no command given: joulebound measure -- CMD ARGS")
+    meter = EnergyMeter(backend, gpus=gpus, interval_s=interval_s, store=db,
+                        command=shlex.join(cmd), **backend_kwargs)
+    meter.begin_window(window, sync=False)
+    try:
+        proc = subprocess.Popen(list(cmd))
+    except OSError as exc:
+        meter.end_window(window, sync=False, cancel=True)
+        meter.close(status="failed", exit_code=127)
+        raise JouleboundError(f"cannot run {cmd[0]!r}: {exc.strerror or exc}") from exc
+
+    def forward(signum: int, _frame: object) -> None:
+        if signum == signal.SIGINT and _in_foreground():
+            return  # the terminal delivered it to the child already
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    old = {}
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            old[s] = signal.signal(s, forward)
+        except ValueError:  # not the main thread
+            pass
+    try:
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:  # pragma: no cover - handler replaced above
+                continue
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    res = meter.end_window(window, sync=False)
+    sig = -rc if rc < 0 else None
+    code = 128 + sig if sig is not None else rc
+    status = "ok" if rc == 0 else (f"killed by {signal.Signals(sig).name}" if sig else "failed")
+    notes = meter.notes
+    meter.close(status=status, exit_code=code)
+    return CommandResult(command=list(cmd), exit_code=code, signal=sig, window=res, notes=notes,
+                         run_id=meter.run_id, db=str(db) if db is not None else None)

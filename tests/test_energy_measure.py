@@ -1,0 +1,107 @@
+"""``joulebound measure``: exit codes, signal forwarding, no-sensor output, store durability."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from joulebound.energy.command import run_command
+from joulebound.errors import JouleboundError
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+MAIN = "import sys; from joulebound.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def cli(*args: str, **kw) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
+    return subprocess.Popen([PY, "-c", MAIN, *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def wait_for(path: Path, timeout: float = 20.0) -> None:
+    end = time.time() + timeout
+    while not path.exists():
+        if time.time() > end:
+            raise TimeoutError(path)
+        time.sleep(0.05)
+
+
+def test_exit_code_passes_through_and_no_sensor_is_plain(tmp_path):
+    db = tmp_path / "runs.db"
+    p = cli("measure", "--db", str(db), "--backend", "none", "--",
+            PY, "-c", "import time; time.sleep(0.2); raise SystemExit(3)")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 3, err
+    assert "No energy sensor" in out and "duration" in out and "(measured)" in out
+    row = sqlite3.connect(db).execute("SELECT exit_code, status FROM runs").fetchone()
+    assert row == (3, "failed")
+    dur, energy = sqlite3.connect(db).execute("SELECT duration_s, energy_j FROM windows").fetchone()
+    assert dur >= 0.2 and energy is None
+
+
+def test_run_command_json_fields_and_killed_child(tmp_path):
+    db = tmp_path / "runs.db"
+    res = run_command([PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+                      backend="simulated", db=db, interval_s=0.02)
+    assert res.exit_code == 128 + signal.SIGKILL and res.signal == signal.SIGKILL
+    doc = res.to_json()
+    assert doc["provenance"] == "modeled" and doc["energy_j"] > 0
+    assert {"command", "exit_code", "duration_s", "devices", "notes", "run_id"} <= set(doc)
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT exit_code, status FROM runs").fetchone() == (137,
+                                                                            "killed by SIGKILL")
+    assert con.execute("SELECT COUNT(*) FROM windows").fetchone()[0] == 1
+
+
+def test_missing_command_is_a_clear_error():
+    with pytest.raises(JouleboundError, match="cannot run 'no-such-binary-xyz'"):
+        run_command(["no-such-binary-xyz"], backend="none")
+    with pytest.raises(JouleboundError, match="no command given"):
+        run_command([], backend="none")
+
+
+def test_sigterm_is_forwarded_to_the_child(tmp_path):
+    ready, got = tmp_path / "ready", tmp_path / "got"
+    child = (f"import signal, sys, time, pathlib\n"
+             f"def h(s, f):\n    pathlib.Path({str(got)!r}).write_text(str(s)); sys.exit(7)\n"
+             f"signal.signal(signal.SIGTERM, h)\n"
+             f"pathlib.Path({str(ready)!r}).write_text('1')\n"
+             f"time.sleep(30)\n")
+    p = cli("measure", "--json", "--backend", "none", "--", PY, "-c", child)
+    wait_for(ready)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 7, err
+    assert got.read_text() == str(int(signal.SIGTERM))
+    assert json.loads(out)["exit_code"] == 7
+
+
+def test_store_survives_joulebound_being_killed(tmp_path):
+    db, ready, pidf = tmp_path / "runs.db", tmp_path / "ready", tmp_path / "pid"
+    child = (f"import os, time, pathlib\npathlib.Path({str(pidf)!r}).write_text(str(os.getpid()))\n"
+             f"pathlib.Path({str(ready)!r}).write_text('1')\ntime.sleep(30)\n")
+    p = cli("measure", "--db", str(db), "--backend", "simulated", "--interval", "0.02", "--",
+            PY, "-c", child)
+    try:
+        wait_for(ready)
+        time.sleep(1.5)                # > one sample flush (1 s)
+        p.kill()                       # joulebound dies hard, no cleanup
+        p.wait(timeout=30)
+    finally:
+        if pidf.exists():              # the orphaned child still holds the pipes
+            os.kill(int(pidf.read_text()), signal.SIGKILL)
+    p.communicate(timeout=30)
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT status FROM runs").fetchone()[0] == "running"
+    n, tmin, tmax = con.execute("SELECT COUNT(*), MIN(t_s), MAX(t_s) FROM samples").fetchone()
+    assert n >= 10 and tmax - tmin > 0.5
+    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
