@@ -546,7 +546,7 @@ def import_device(path: str | Path, name: str | None = None, like: str | None = 
             except JouleboundError:
                 base = None
         spec = g.to_spec(name=(name or slug(g.product_name)).lower(), base=base)
-        spec.sources["imported_from"] = str(p.resolve())
+        spec.sources["imported_from"] = f"{p.resolve()} (gpu {gpu_index} of {len(gpus)})"
         header = (f"Imported by `joulebound devices import` from {p.name} (gpu {gpu_index}, "
                   f"driver {g.driver_version}).")
         aliases: list[str] = []
