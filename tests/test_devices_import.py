@@ -273,3 +273,14 @@ def test_broken_user_file_is_skipped_not_fatal(user_home):
     assert get_device("a40").name == "a40"
     with pytest.raises(JouleboundError, match="broken.toml"):
         get_device("broken")
+
+
+def test_xml_without_product_name_needs_name(tmp_path):
+    body = ("<supported_clocks><supported_mem_clock><value>5000 MHz</value>"
+            "<supported_graphics_clock>1500 MHz</supported_graphics_clock>"
+            "</supported_mem_clock></supported_clocks>")
+    p = _write(tmp_path, _gpu_xml(body), "clocks.xml")
+    with pytest.raises(JouleboundError, match="no product name; pass --name"):
+        import_device(p, like="a40")
+    spec, _ = import_device(p, name="clocks-only", like="a40")
+    assert spec.core_clocks_mhz() == [1500] and spec.power_limit_max_w == 300.0

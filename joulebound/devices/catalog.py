@@ -537,6 +537,9 @@ def import_device(path: str | Path, name: str | None = None, like: str | None = 
             raise JouleboundError(f"{p}: has {len(gpus)} GPU(s); --gpu {gpu_index} is out of range "
                                   f"(use 0..{len(gpus) - 1}).")
         g = gpus[gpu_index]
+        if g.product_name == "unknown" and not name:
+            raise JouleboundError(f"{p}: the nvidia-smi output has no product name; pass --name "
+                                  "NAME (and --like NAME for peak rates and bandwidth).")
         base = None
         if like is not None:
             base = get_device(like)

@@ -160,9 +160,11 @@ def _text(gpu: ET.Element, tag: str) -> str | None:
 
 def _gpu(gpu: ET.Element, index: int, path: str) -> NvsmiGpu:
     where = f"gpu[{index}]"
+    notes: list[str] = []
     product = _text(gpu, "product_name")
-    if not product:
-        raise SchemaError(path, f"{where}/product_name", "missing")
+    if not product:  # e.g. `nvidia-smi -q -x -d SUPPORTED_CLOCKS` output
+        product = "unknown"
+        notes.append("product_name missing: pass --name and --like when importing")
     arch = _text(gpu, "product_architecture") or "unknown"
 
     table: dict[int, list[int]] = {}
@@ -194,7 +196,6 @@ def _gpu(gpu: ET.Element, index: int, path: str) -> NvsmiGpu:
         v = _value(_text(gpu, f"{section}/{tag}"), "MHz", path, f"{where}/{section}/{tag}")
         return None if v is None else int(v)
 
-    notes: list[str] = []
     max_core = clock("max_clocks", "graphics_clock")
     max_mem = clock("max_clocks", "mem_clock")
     top_mem = max(table)
