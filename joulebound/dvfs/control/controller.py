@@ -136,13 +136,24 @@ class Controller:
             self._fh = log
         self._t0 = time.monotonic()
         self.k = len(self.keys)
+        self._last_label = UNKNOWN
 
     # -- per op -----------------------------------------------------------------------------
     def on_op(self, key: int) -> None:
         """Called by the hook before op ``key`` (interned id) runs."""
         pred = self.predictor
         pred.observe(key)
-        label = pred._labels[-1]
+        labels = pred._labels
+        label = labels[-1]
+        if label == UNKNOWN and self._last_label != UNKNOWN:
+            # continuity with the plan: the op the plan has next after the previous one.
+            # Written back into the history so later iterations that follow it keep the label.
+            nxt = self._last_label + 1
+            if nxt == self.k:
+                nxt = 0
+            if self.keys[nxt] == key:
+                label = labels[-1] = nxt
+        self._last_label = label
         conf = pred._pred.confidence
         st = self.stats
         st.ops += 1
