@@ -277,12 +277,13 @@ class NvmlActuator(Actuator):
                 self._prev_handlers[sig] = signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self.close()
-        prev = self._prev_handlers.get(signum)
-        signal.signal(signum, prev if prev is not None else signal.SIG_DFL)
-        if callable(prev):
+        """Reset the clocks, then behave as the previous handler would have."""
+        prev = self._prev_handlers.get(signum, signal.SIG_DFL)
+        self.close()            # resets the clocks and puts the previous handlers back
+        if callable(prev):      # e.g. Python's default SIGINT handler -> KeyboardInterrupt
             prev(signum, frame)
-        else:
+        elif prev != signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
     def _call(self, fn: str, *args: Any) -> None:
