@@ -53,6 +53,10 @@ def load_trace(spec: str | Path | Trace, batch: int | None = None, seq: int | No
     doc = read_json(path)
     if isinstance(doc, dict) and doc.get("schema") == "joulebound.trace":
         return Trace.load(path)
+    from .kineto import is_chrome_trace, load_chrome_trace
+
+    if is_chrome_trace(doc):
+        return load_chrome_trace(path, doc=doc)
     raise JouleboundError(
         f"{path}: not a joulebound trace (no \"schema\": \"joulebound.trace\") and not a "
         "Chrome/Kineto trace (no \"traceEvents\" list)")

@@ -1,0 +1,215 @@
+"""``joulebound trace``: build or import a kernel trace and print its roofline summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from ..devices.spec import DeviceSpec
+    from ..workload.roofline import RooflineSummary
+    from ..workload.trace import Trace
+
+HELP = """Summarize the kernels of one training iteration: kernels per phase and category, FLOPs,
+DRAM bytes, arithmetic intensity, and (with --device) whether each category is compute- or
+memory-bound at the device's roofline ridge point.
+
+SPEC is a model preset (gpt3-xl, gpt2-small/medium/large/xl, bert-base/large/huge), a trace file
+written by `joulebound trace -o`, or a torch.profiler export_chrome_trace JSON.
+
+FLOPs and bytes of presets are modeled (closed-form formulas per kernel); roofline times are
+modeled lower bounds; durations of imported traces are measured.
+
+--json prints one object with keys: trace, source, kernels, flops, bytes, intensity, meta
+(the model config or import details), device (null without --device), peak_flops
+(dtype -> FLOP/s), bandwidth_bps, roofline_time_s, measured_time_s, provenance
+({"flops_bytes": "modeled"|"measured shapes", "roofline_time_s": "modeled",
+"measured_time_s": "measured"}), phases (list of {phase, kernels, flops, bytes, by_category,
+roofline_time_s, measured_time_s}) and categories (list of {category, kernels, flops, bytes,
+intensity, dtype, ridge, bound, compute_bound_kernels, roofline_time_s, measured_time_s}).
+Units: FLOP, bytes, FLOP/byte, s.
+"""
+
+
+def si(x: float | None, unit: str = "", digits: int = 3) -> str:
+    """``1.23 T`` style number with SI prefix (``-`` for None)."""
+    if x is None:
+        return "-"
+    ax = abs(x)
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if ax >= scale:
+            return f"{x / scale:.{digits}g} {prefix}{unit}"
+    return f"{x:.{digits}g} {unit}".rstrip()
+
+
+def fmt_time(t: float | None) -> str:
+    """``1.23ms`` style duration (``-`` for None)."""
+    if t is None:
+        return "-"
+    if t >= 1:
+        return f"{t:.3g}s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.3g}ms"
+    return f"{t * 1e6:.3g}µs"
+
+
+def render_summary(summary: RooflineSummary, trace: Trace, device: DeviceSpec | None) -> None:
+    """Print the phase and category tables of ``summary`` with rich."""
+    from rich import box
+    from rich.table import Table
+
+    from ._common import console
+
+    def table(title: str) -> Table:
+        return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                     collapse_padding=True, padding=(0, 1))
+
+    meta = trace.meta
+    src = summary.source or "file"
+    if src == "analytic":
+        head = (f"[bold]{trace.name}[/] — analytic trace ({meta.get('arch')}, L={meta.get('layers')}, "
+                f"d={meta.get('hidden')}, heads={meta.get('heads')}, ff={meta.get('ff')}, "
+                f"S={meta.get('seq')}, B={meta.get('batch')}, {meta.get('dtype')}"
+                f"{', recompute' if meta.get('recompute') else ''}); "
+                f"{si(meta.get('params'))} params, {meta.get('tokens')} tokens/iteration")
+    else:
+        head = f"[bold]{trace.name}[/] — imported trace (source: {src})"
+    console.print(head, highlight=False)
+    label = "modeled" if src == "analytic" else "from recorded shapes"
+    console.print(f"{summary.kernels} kernels, {si(summary.flops, 'FLOP')} ({label}), "
+                  f"{si(summary.bytes, 'B')} DRAM traffic, intensity "
+                  f"{summary.intensity or float('nan'):.1f} FLOP/B", highlight=False)
+
+    has_meas = summary.measured_time_s is not None
+    t = table("Per phase")
+    for col in ("phase", "kernels", "FLOP", "bytes", "FLOP/B"):
+        t.add_column(col, justify="left" if col == "phase" else "right")
+    if device:
+        t.add_column("roofline time\n(modeled)", justify="right")
+    if has_meas:
+        t.add_column("kernel time\n(measured)", justify="right")
+    for p in summary.phases:
+        row = [p.phase, str(p.kernels), si(p.flops), si(p.bytes),
+               f"{p.flops / p.bytes:.1f}" if p.bytes else "-"]
+        if device:
+            row.append(fmt_time(p.roofline_time_s))
+        if has_meas:
+            row.append(fmt_time(p.measured_time_s))
+        t.add_row(*row)
+    console.print(t)
+
+    phases = [p.phase for p in summary.phases]
+    short = {"forward": "f", "backward": "b", "optimizer": "o", "other": "x"}
+    t = table("Per category" + (f" on {device.name}" if device else ""))
+    cols = ["category", "kernels\n" + "/".join(short.get(p, p) for p in phases), "FLOP",
+            "bytes", "FLOP/B"]
+    if device:
+        cols += ["bound", "roofline\nmodeled"]
+    if has_meas:
+        cols.append("time\nmeasured")
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("category", "bound") else "right",
+                     no_wrap=col in ("category", "bound"))
+    for c in summary.categories:
+        counts = "/".join(str(p.by_category.get(c.category, 0)) for p in summary.phases)
+        row = [c.category, counts, si(c.flops), si(c.bytes),
+               f"{c.intensity:.1f}" if c.intensity is not None else "-"]
+        if device:
+            style = "red" if c.bound == "memory" else "green" if c.bound == "compute" else ""
+            row += [f"[{style}]{c.bound}[/]" if style else c.bound,
+                    fmt_time(c.roofline_time_s) if c.bound != "unknown" else "-"]
+        if has_meas:
+            row.append(fmt_time(c.measured_time_s))
+        t.add_row(*row)
+    console.print(t)
+    if device:
+        ridges = sorted({(c.dtype, c.ridge) for c in summary.categories if c.ridge})
+        console.print(
+            f"{device.product_name}: {si(device.peak('bf16'), 'FLOP/s')} bf16 tensor, "
+            f"{si(device.peak('fp32'), 'FLOP/s')} fp32, {si(device.mem_bandwidth_bps, 'B/s')} "
+            "DRAM at top clocks (catalog values); ridge point "
+            + ", ".join(f"{d} {r:.0f} FLOP/B" for d, r in ridges)
+            + f". Roofline time {fmt_time(summary.roofline_time_s)} in total (modeled lower "
+            "bound: no launch overhead, no clock drop under the power limit).",
+            highlight=False)
+    else:
+        console.print("Add --device NAME (e.g. rtx3080ti, a100-sxm4-80gb) for compute/memory "
+                      "bounds at the roofline ridge point.", style="dim")
+
+
+def summary_json(summary: RooflineSummary, trace: Trace) -> dict[str, Any]:
+    """The --json document (keys listed in the command's help)."""
+    doc = summary.to_json()
+    doc["meta"] = trace.meta
+    doc["provenance"] = {
+        "flops_bytes": "modeled" if summary.source == "analytic" else "measured shapes",
+        "roofline_time_s": "modeled",
+        "measured_time_s": "measured",
+    }
+    return doc
+
+
+def trace_command(
+    spec: Annotated[str, typer.Argument(help="Model preset, trace file or Kineto JSON.",
+                                        metavar="PRESET|FILE")],
+    batch: Annotated[int | None, typer.Option(help="Micro-batch size (presets only).")] = None,
+    seq: Annotated[int | None, typer.Option(help="Sequence length (presets only).")] = None,
+    device: Annotated[str | None, typer.Option(
+        help="Device catalog name for roofline bounds (see `joulebound devices`).")] = None,
+    dtype: Annotated[str | None, typer.Option(
+        help="Training dtype for presets: bf16, fp16, tf32, fp32.")] = None,
+    layers: Annotated[int | None, typer.Option(help="Presets: number of layers L.")] = None,
+    hidden: Annotated[int | None, typer.Option(
+        help="Presets: model width d (ff follows as 4d unless --ff).")] = None,
+    heads: Annotated[int | None, typer.Option(help="Presets: attention heads (divide d).")] = None,
+    ff: Annotated[int | None, typer.Option(help="Presets: MLP inner width.")] = None,
+    vocab: Annotated[int | None, typer.Option(help="Presets: vocabulary size.")] = None,
+    recompute: Annotated[bool, typer.Option(
+        help="Presets: full activation recompute (forward again in backward).")] = False,
+    iterations: Annotated[int, typer.Option(
+        help="Presets: concatenate this many iterations (large planning problems).")] = 1,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="Write the trace as JSON (.json or .json.gz).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    from ..errors import JouleboundError
+    from ..workload import load_trace
+    from ..workload.analytic import PRESETS, build_trace
+    from ..workload.roofline import summarize
+    from ._common import console, print_json
+
+    is_preset = spec.strip().lower() in PRESETS
+    shape = {"layers": layers, "hidden": hidden, "heads": heads, "ff": ff, "vocab": vocab,
+             "dtype": dtype}
+    if not is_preset and (any(v is not None for v in shape.values()) or recompute
+                          or iterations != 1):
+        raise JouleboundError(
+            "--layers/--hidden/--heads/--ff/--vocab/--dtype/--recompute/--iterations apply only "
+            f"to model presets ({', '.join(PRESETS)}), not to the trace file {spec!r}")
+    if is_preset:
+        tr = build_trace(spec.strip().lower(), batch=batch, seq=seq, recompute=recompute or None,
+                         iterations=iterations, **shape)
+    else:
+        tr = load_trace(spec, batch=batch, seq=seq)
+    dev = None
+    if device is not None:
+        from ..devices.catalog import get_device
+
+        dev = get_device(device)
+    summary = summarize(tr, dev)
+    if output is not None:
+        tr.save(output)
+    if as_json:
+        print_json(summary_json(summary, tr))
+        return
+    render_summary(summary, tr, dev)
+    if output is not None:
+        console.print(f"trace written to {output}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("trace", help=HELP, short_help="Kernel trace of one training iteration (preset or "
+                "profiler file): FLOPs, bytes, intensity, compute/memory bound per category."
+                )(trace_command)

@@ -1,0 +1,603 @@
+"""Import torch.profiler / Kineto Chrome traces (``prof.export_chrome_trace(path)``) as a Trace.
+
+What is read
+------------
+* **GPU traces** (``ProfilerActivity.CUDA``): every event with ``cat`` ``kernel``,
+  ``gpu_memcpy`` or ``gpu_memset`` (older Kineto: ``Kernel``, ``Memcpy``, ``Memset``) becomes one
+  :class:`~joulebound.workload.trace.Kernel` in GPU start-time order: name, measured ``dur``
+  (µs -> ``duration_s``), stream and device in ``meta``. The launching CPU op is found by
+  (1) the kernel's ``External id`` = the op's ``External id``; else (2) its ``correlation`` = the
+  ``correlation`` of a ``cuda_runtime`` / ``cuda_driver`` launch event (or of an ``ac2g`` flow
+  start), whose innermost enclosing ``cpu_op`` on the same thread is the launcher. The op's name
+  and, with ``record_shapes=True``, its ``Input Dims`` / ``Input type`` go to ``meta``.
+* **CPU-only traces** (no GPU events): one kernel per *leaf compute op*: a ``cpu_op`` event with
+  no nested compute ``cpu_op``. View / metadata / allocation ops (:data:`NON_COMPUTE_OPS`) and
+  the autograd bookkeeping nodes (``autograd::engine::evaluate_function: …``, ``…Backward0``,
+  ``AccumulateGrad``) never count as compute; the GEMM / attention ops and the ops whose only
+  compute children are copies or fills (``copy_``, ``fill_``, ``zero_``) are kept whole, their
+  children folded in. So ``aten::linear`` gives its ``aten::addmm``, ``aten::layer_norm`` gives
+  ``aten::native_layer_norm``, ``AddmmBackward0`` gives its ``aten::mm`` calls.
+
+Phases
+------
+An op under ``autograd::engine::evaluate_function: …`` (on any thread) is ``backward``; under an
+``Optimizer.step#…`` or ``Optimizer.zero_grad#…`` annotation ``optimizer``. Inside a
+``ProfilerStep#N`` (or in the whole trace when there are no steps) ops that start before the
+step's first backward op are ``forward`` (model and loss); the rest, and everything in a trace
+without backward markers, is ``other``. GPU kernels take the phase of their launching op.
+
+Categories
+----------
+Kernel (GPU) or op (CPU) names are matched against :data:`CATEGORY_RULES`, first match wins,
+case-insensitive; the fallback is ``elementwise``. Kernels in the optimizer phase that would be
+``elementwise``, ``reduction`` or ``memcpy`` are counted as ``optimizer`` (the for-each /
+per-parameter update ops). ``gpu_memcpy`` / ``gpu_memset`` events are always ``memcpy``.
+
+FLOPs and bytes
+---------------
+From the launching op and its recorded shapes (:func:`op_cost`): ``mm``/``addmm``/``bmm``/
+``baddbmm``/``matmul``/``linear`` -> ``2·M·N·K`` (per batch) FLOP and ``(MK + KN + MN)·size``
+bytes; scaled-dot-product attention -> ``4·B·h·S·S_k·d_h`` FLOP forward, 2.5× that backward;
+softmax / layer-norm / elementwise / reductions by element count (FLOP per element as in
+:mod:`joulebound.workload.analytic`). When one op launches several kernels, the op's cost goes to
+its longest kernel and the others get 0 (``meta["cost"] = "shared"``). Memcpy / memset events
+carry their ``bytes``. Without shapes, or for ops not listed, FLOPs and bytes are 0 and
+``meta["cost"] = "unknown"`` — the roofline summary then reports the category as ``unknown``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from bisect import bisect_right
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from ..errors import JouleboundError, SchemaError
+from .trace import Kernel, Trace
+
+#: (category, regex) in match order; case-insensitive search on the kernel or op name.
+CATEGORY_RULES: tuple[tuple[str, str], ...] = (
+    ("communication", r"nccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|"
+                      r"gloo|c10d|record_param_comms"),
+    ("memcpy", r"memcpy|memset|aten::(copy_|zero_|fill_|_to_copy|clone|contiguous)$|"
+               r"direct_copy_kernel|fillfunctor"),
+    ("optimizer", r"adam|multi_tensor_apply|foreach|\bsgd|\blamb\b|\blion\b|optimizer"),
+    ("attention", r"flash|fmha|attention|sdpa|_efficient_attention|xformers|\bmha\b"),
+    ("gemm", r"gemm|sm\d+_xmma|cutlass|cublas|matmul|aten::mm$|\bmm\b|addmm|bmm|linear|gemv|"
+             r"wgmma|nvjet|s\d{3,5}gemm"),
+    ("softmax", r"softmax|cross_entropy|nll_loss|classnllcriterion"),
+    ("norm", r"layer_?norm|rms_?norm|batch_?norm|group_?norm|gammabeta|cucomputegradgammabeta|"
+             r"cuapplylayernorm"),
+    ("embedding", r"embedding|index_select|indexselect|gather|scatter_add"),
+    ("reduction", r"reduce|aten::(sum|mean|norm|amax|amin|max|min|var|std|argmax|argmin|"
+                  r"linalg_vector_norm|_foreach_norm)$|cub::"),
+)
+_RULES = tuple((cat, re.compile(rx, re.IGNORECASE)) for cat, rx in CATEGORY_RULES)
+
+#: ops that only change metadata, allocate or synchronise: never counted as compute kernels.
+NON_COMPUTE_OPS = frozenset("""
+aten::view aten::_unsafe_view aten::reshape aten::_reshape_alias aten::t aten::transpose
+aten::permute aten::expand aten::expand_as aten::as_strided aten::empty aten::empty_like
+aten::empty_strided aten::resize_ aten::detach aten::detach_ detach aten::alias aten::slice
+aten::select aten::unsqueeze aten::squeeze aten::unsqueeze_ aten::squeeze_ aten::resolve_conj
+aten::resolve_neg aten::to aten::item aten::_local_scalar_dense aten::lift_fresh aten::numpy_T
+aten::split aten::split_with_sizes aten::chunk aten::unbind aten::narrow aten::view_as
+aten::flatten aten::unflatten aten::set_ aten::is_nonzero aten::result_type aten::contiguous
+aten::_has_compatible_shallow_copy_type aten::record_stream aten::lift aten::size aten::stride
+aten::unfold aten::diagonal aten::expand_copy aten::_nested_tensor_from_mask aten::is_same_size
+aten::requires_grad_ aten::zeros_like aten::ones_like aten::full_like aten::zeros aten::ones
+aten::full aten::scalar_tensor aten::to_dense aten::_unique2 aten::cudnn_is_acceptable
+""".split())
+_FOLDABLE = frozenset({"aten::copy_", "aten::fill_", "aten::zero_", "aten::_to_copy"})
+_WHOLE_OPS = re.compile(r"aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_dot_product|"
+                        r"scaled_dot_product|convolution|_convolution|cudnn_convolution)",
+                        re.IGNORECASE)
+
+_DTYPE = {  # torch "Input type" strings -> (math dtype, bytes per element)
+    "float": ("fp32", 4), "double": ("fp32", 8), "c10::half": ("fp16", 2),
+    "c10::bfloat16": ("bf16", 2), "c10::float8_e4m3fn": ("fp8", 1), "c10::float8_e5m2": ("fp8", 1),
+    "long int": ("fp32", 8), "int": ("fp32", 4), "bool": ("fp32", 1),
+    "unsigned char": ("fp32", 1), "signed char": ("fp32", 1), "short int": ("fp32", 2),
+}
+_GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+_LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "runtime"}
+_STACK_CATS = {"cpu_op", "user_annotation", "python_function", "operator"}
+
+
+def categorize(name: str, phase: str | None = None) -> str:
+    """Category of a kernel or op ``name`` by :data:`CATEGORY_RULES` (see the module docs)."""
+    cat = "elementwise"
+    for c, rx in _RULES:
+        if rx.search(name):
+            cat = c
+            break
+    if phase == "optimizer" and cat in ("elementwise", "reduction", "memcpy"):
+        return "optimizer"
+    return cat
+
+
+def is_chrome_trace(doc: Any) -> bool:
+    """True for a Chrome trace object (``{"traceEvents": [...]}``) or a bare event list."""
+    if isinstance(doc, dict):
+        return isinstance(doc.get("traceEvents"), list)
+    return isinstance(doc, list) and all(isinstance(e, dict) for e in doc[:10])
+
+
+def load_chrome_trace(path: str | Path, *, doc: Any = None, name: str | None = None) -> Trace:
+    """Read a torch.profiler ``export_chrome_trace`` JSON file (``.json`` or ``.json.gz``)."""
+    from ..jsonio import read_json
+
+    if doc is None:
+        doc = read_json(path)
+    if not is_chrome_trace(doc):
+        raise SchemaError(path, "traceEvents",
+                          "missing: not a Chrome/Kineto trace (export it with "
+                          "torch.profiler's prof.export_chrome_trace(path))")
+    return from_chrome_trace(doc, name=name or Path(path).name.removesuffix(".gz")
+                             .removesuffix(".json"), path=path)
+
+
+# -- shapes -> cost ------------------------------------------------------------------------------
+def _numel(dims: Any) -> int:
+    """Elements of one input: a shape ``[a, b]`` or a tensor list ``[[a, b], [c]]``."""
+    if not isinstance(dims, list) or not dims:
+        return 0
+    if all(isinstance(x, int) for x in dims):
+        return math.prod(dims)
+    return sum(_numel(d) for d in dims if isinstance(d, list))
+
+
+def _shapes(dims: Any) -> list[list[int]]:
+    if not isinstance(dims, list):
+        return []
+    return [d if isinstance(d, list) and all(isinstance(x, int) for x in d) else [] for d in dims]
+
+
+def _dtype(types: Any) -> tuple[str, int]:
+    if isinstance(types, list):
+        for t in types:
+            if isinstance(t, str) and t.lower() in _DTYPE and t.lower() not in (
+                    "long int", "int", "bool", "unsigned char", "signed char", "short int"):
+                return _DTYPE[t.lower()]
+    return ("fp32", 4)
+
+
+_EW_FLOPS = {"gelu": 8, "gelu_backward": 16, "tanh": 4, "silu": 4, "sigmoid": 4, "exp": 2,
+             "addcmul_": 2, "addcdiv_": 2, "lerp_": 2, "sqrt": 1, "rsqrt": 1, "pow": 1,
+             "dropout": 2, "native_dropout": 2, "fill_": 0, "zero_": 0, "copy_": 0,
+             "_to_copy": 0, "clone": 0, "embedding": 0, "embedding_dense_backward": 1,
+             "embedding_backward": 1}
+
+
+def op_cost(op: str, dims: Any, types: Any = None) -> tuple[float, float, str] | None:
+    """FLOPs, DRAM bytes and math dtype of one aten op from its recorded input shapes.
+
+    Args:
+        op: op name, e.g. ``"aten::addmm"``.
+        dims: the profiler's ``Input Dims`` (list of shapes; ``[]`` for scalars / None).
+        types: the profiler's ``Input type`` (``"float"``, ``"c10::BFloat16"``, ...).
+
+    Returns:
+        ``(flops, bytes, dtype)`` or ``None`` when the op is not modeled or shapes are missing.
+    """
+    raw = dims if isinstance(dims, list) else []
+    sh = _shapes(raw)
+    dtype, s = _dtype(types)
+    base = op.split("::")[-1].lower()
+    if base.startswith("_fused_adam") or base.startswith("_fused_sgd"):
+        p = _numel(raw[0]) if raw else 0  # params (a tensor list)
+        if p == 0:
+            return None
+        # tensor lists record no element type ("TensorList"): bytes assume fp32 states
+        # reads param, grad, m, v; writes param, m, v (AdamW: 12 FLOP per parameter)
+        return 12.0 * p, 7.0 * p * s, "fp32"
+    if base.startswith("_foreach_"):
+        lists = [_numel(d) for d in raw if isinstance(d, list) and d and isinstance(d[0], list)]
+        if not lists:
+            return None
+        return float(lists[0]), float((sum(lists) + lists[0]) * s), "fp32"
+    if not sh or not any(sh):
+        return None
+    try:
+        if base in ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear"):
+            return _gemm_cost(base, sh, s) + (dtype,)
+        if "scaled_dot_product" in base or "flash_attention" in base or \
+                "efficient_attention" in base:
+            q, k = sh[0], sh[1]
+            b_h = math.prod(q[:-2]) if len(q) > 2 else 1
+            f = 4.0 * b_h * q[-2] * k[-2] * q[-1]
+            nbytes = float(sum(_numel(d) for d in sh[:3]) * s + _numel(q) * s)
+            if "backward" in base:
+                return 2.5 * f, 2 * nbytes, dtype
+            return f, nbytes, dtype
+    except (IndexError, ValueError):
+        return None
+    n = _numel(sh[0])
+    if n == 0:
+        n = max((_numel(d) for d in sh), default=0)
+    tensors = [d for d in sh if d]
+    if base.endswith("_backward") or base.endswith("_backward_data"):
+        if "softmax" in base:
+            return 4.0 * n, 3.0 * n * s, dtype
+        if "layer_norm" in base:
+            return 13.0 * n, 3.0 * n * s, dtype
+    if "softmax" in base:
+        return 5.0 * n, 2.0 * n * s, dtype
+    if "layer_norm" in base or "rms_norm" in base:
+        return 8.0 * n, 2.0 * n * s, dtype
+    if base in ("sum", "mean", "norm", "linalg_vector_norm", "amax", "max", "min", "var", "std",
+                "nll_loss_forward", "nll_loss", "nll_loss_nd", "nll_loss_backward"):
+        return float(n), float(n * s), dtype
+    if base in ("embedding",):
+        w, idx = (sh + [[], []])[:2]
+        rows = _numel(idx)
+        width = w[-1] if w else 0
+        return 0.0, float(rows * 8 + 2 * rows * width * s), dtype
+    # elementwise: reads every tensor input, writes one output the size of the first
+    inplace = base.endswith("_")
+    flop_per = _EW_FLOPS.get(base, 1)
+    reads = sum(_numel(d) for d in tensors)
+    if base in ("fill_", "zero_"):
+        reads = 0
+    writes = n
+    return float(flop_per * n), float((reads + writes) * s if not inplace or reads else writes * s), \
+        dtype
+
+
+def _gemm_cost(base: str, sh: list[list[int]], s: int) -> tuple[float, float]:
+    if base in ("addmm", "baddbmm"):
+        bias, a, b = sh[0], sh[1], sh[2]
+    elif base == "linear":
+        a, w = sh[0], sh[1]
+        bias = sh[2] if len(sh) > 2 else []
+        b = [w[1], w[0]]  # weight [N, K] used transposed
+    else:
+        bias, a, b = [], sh[0], sh[1]
+    k = a[-1]
+    n = b[-1]
+    m = a[-2] if len(a) >= 2 else 1
+    batch_a = math.prod(a[:-2]) if len(a) > 2 else 1
+    batch_b = math.prod(b[:-2]) if len(b) > 2 else 1
+    batch = max(batch_a, batch_b)
+    if base == "linear" and len(a) > 2:  # [..., K] input flattened to rows
+        m, batch = math.prod(a[:-1]), 1
+    flops = 2.0 * batch * m * n * k + (batch * m * n if bias else 0)
+    nbytes = (batch_a * m * k + batch_b * k * n + batch * m * n + _numel(bias)) * s
+    return flops, float(nbytes)
+
+
+# -- event tree ----------------------------------------------------------------------------------
+class _Ev:
+    __slots__ = ("e", "name", "cat", "ts", "end", "parent", "phase_marker", "idx", "children",
+                 "key")
+
+    def __init__(self, e: dict[str, Any], idx: int) -> None:
+        self.e = e
+        self.name = str(e.get("name", ""))
+        self.cat = str(e.get("cat", "")).lower()
+        self.ts = float(e.get("ts", 0.0))
+        self.end = self.ts + float(e.get("dur", 0.0) or 0.0)
+        self.parent: _Ev | None = None
+        self.phase_marker: str | None = None
+        self.idx = idx
+        self.children: list[_Ev] = []
+        self.key = (e.get("pid"), e.get("tid"))
+
+
+def _marker(name: str) -> str | None:
+    if name.startswith("autograd::engine::evaluate_function"):
+        return "backward"
+    if name.startswith("Optimizer.step") or name.startswith("Optimizer.zero_grad"):
+        return "optimizer"
+    if name.startswith("ProfilerStep#"):
+        return "step"
+    return None
+
+
+def _build_tree(events: list[_Ev]) -> None:
+    """Set ``parent`` / ``children`` by time containment per (pid, tid); propagate markers.
+
+    Sorts ``events`` in place by (start, longest first), so parents precede their children.
+    """
+    events.sort(key=lambda v: (v.ts, -(v.end - v.ts), v.idx))
+    stacks: dict[Any, list[_Ev]] = defaultdict(list)
+    for ev in events:
+        stack = stacks[ev.key]
+        while stack and ev.end > stack[-1].end + 1e-3:  # not inside the top: pop (µs, rounding)
+            stack.pop()
+        ev.parent = stack[-1] if stack else None
+        if ev.parent is not None:
+            ev.parent.children.append(ev)
+        own = _marker(ev.name)
+        inherited = ev.parent.phase_marker if ev.parent else None
+        ev.phase_marker = inherited if inherited in ("backward", "optimizer") else (own or inherited)
+        if ev.cat in _STACK_CATS:
+            stack.append(ev)
+
+
+def _step_of(ev: _Ev) -> _Ev | None:
+    p: _Ev | None = ev
+    while p is not None:
+        if p.name.startswith("ProfilerStep#"):
+            return p
+        p = p.parent
+    return None
+
+
+def _phase_fn(ops: list[_Ev], steps: list[_Ev]) -> Any:
+    """Phase of an op event: backward / optimizer markers, else forward before the first
+    backward op of its step, else other."""
+    first_bwd: dict[int, float] = {}
+    steps_sorted = sorted(steps, key=lambda s: s.ts)
+    starts = [s.ts for s in steps_sorted]
+
+    def step_index(ts: float) -> int:
+        i = bisect_right(starts, ts) - 1
+        if i >= 0 and steps_sorted[i].ts <= ts <= steps_sorted[i].end:
+            return i
+        return -1
+
+    for ev in ops:
+        if ev.phase_marker == "backward":
+            i = step_index(ev.ts)
+            first_bwd[i] = min(first_bwd.get(i, math.inf), ev.ts)
+
+    def phase(ev: _Ev | None) -> str:
+        if ev is None:
+            return "other"
+        if ev.phase_marker in ("backward", "optimizer"):
+            return str(ev.phase_marker)
+        i = step_index(ev.ts)
+        if i in first_bwd and ev.ts < first_bwd[i]:
+            return "forward"
+        return "other"
+
+    return phase
+
+
+_AUTOGRAD_NODE = re.compile(r"^autograd::|Backward\d*$|AccumulateGrad")
+_COMM = _RULES[0][1]
+
+
+def _is_compute(ev: _Ev) -> bool:
+    """A cpu_op that does work: not a view/alloc op, not an autograd node, an ``ns::op`` name
+    (or a collective such as ``gloo:all_reduce``)."""
+    n = ev.name
+    return (ev.cat == "cpu_op" and n not in NON_COMPUTE_OPS and not _AUTOGRAD_NODE.search(n)
+            and ("::" in n or bool(_COMM.search(n))))
+
+
+def _leaf_compute_ops(events: list[_Ev]) -> list[_Ev]:
+    """Leaf compute ops (module docs). ``events`` sorted parents-first (see ``_build_tree``)."""
+    below: dict[int, bool] = {}  # id -> a non-foldable compute op is nested below
+    for ev in reversed(events):
+        flag = False
+        for c in ev.children:
+            if (_is_compute(c) and c.name not in _FOLDABLE) or below.get(id(c), False):
+                flag = True
+                break
+        below[id(ev)] = flag
+    kept: dict[int, bool] = {}
+    swallowed: dict[int, bool] = {}
+    out: list[_Ev] = []
+    for ev in events:
+        p = ev.parent
+        sw = p is not None and (swallowed.get(id(p), False) or kept.get(id(p), False))
+        swallowed[id(ev)] = sw
+        keep = (not sw and _is_compute(ev)
+                and (bool(_WHOLE_OPS.match(ev.name)) or not below[id(ev)]))
+        kept[id(ev)] = keep
+        if keep:
+            out.append(ev)
+    return out
+
+
+# -- main entry ----------------------------------------------------------------------------------
+def from_chrome_trace(doc: Any, name: str = "trace", path: str | Path = "<trace>") -> Trace:
+    """Convert a parsed Chrome trace (see the module docs for the rules)."""
+    raw = doc["traceEvents"] if isinstance(doc, dict) else doc
+    cpu: list[_Ev] = []
+    gpu: list[_Ev] = []
+    launches: dict[Any, _Ev] = {}
+    flows: dict[Any, _Ev] = {}
+    for i, e in enumerate(raw):
+        if not isinstance(e, dict):
+            raise SchemaError(path, f"traceEvents[{i}]", "expected an event object")
+        ph = e.get("ph")
+        cat = str(e.get("cat", "")).lower()
+        if ph == "X":
+            if "ts" not in e:
+                raise SchemaError(path, f"traceEvents[{i}].ts", "missing on a complete ('X') event")
+            ev = _Ev(e, i)
+            if cat in _GPU_CATS:
+                gpu.append(ev)
+            elif cat in _STACK_CATS or cat in _LAUNCH_CATS:
+                cpu.append(ev)
+                if cat in _LAUNCH_CATS:
+                    corr = (e.get("args") or {}).get("correlation")
+                    if corr is not None:
+                        launches[corr] = ev
+        elif ph == "s" and cat == "ac2g":
+            flows[e.get("id")] = _Ev({**e, "dur": 0, "cat": "flow"}, i)
+    _build_tree(cpu)
+    ops = [ev for ev in cpu if ev.cat == "cpu_op"]
+    by_ext: dict[Any, _Ev] = {}
+    for ev in ops:
+        ext = (ev.e.get("args") or {}).get("External id")
+        if ext is not None and ext not in by_ext:
+            by_ext[ext] = ev
+    steps = [ev for ev in cpu if ev.name.startswith("ProfilerStep#")]
+    phase_of = _phase_fn(ops, steps)
+    meta: dict[str, Any] = {"source": "kineto", "file": str(path), "steps": len(steps),
+                            "record_shapes": bool(doc.get("record_shapes"))
+                            if isinstance(doc, dict) else None}
+    if isinstance(doc, dict) and isinstance(doc.get("deviceProperties"), list):
+        meta["devices"] = [d.get("name") for d in doc["deviceProperties"] if isinstance(d, dict)]
+
+    if gpu:
+        kernels = _gpu_kernels(gpu, launches, flows, by_ext, cpu, phase_of)
+        meta["kind"] = "gpu"
+    else:
+        kernels = _cpu_kernels(_leaf_compute_ops(cpu), phase_of)
+        meta["kind"] = "cpu"
+    if not kernels:
+        raise JouleboundError(f"{path}: the trace holds no GPU kernels and no CPU ops; record it "
+                              "with torch.profiler.profile(activities=[CPU, CUDA]) around a "
+                              "training step")
+    meta["phases_found"] = sorted({k.phase for k in kernels})
+    return Trace(kernels=kernels, name=name, meta=meta)
+
+
+def _innermost_op(ev: _Ev | None) -> _Ev | None:
+    while ev is not None and ev.cat != "cpu_op":
+        ev = ev.parent
+    return ev
+
+
+def _enclosing_op_at(by_key: dict[Any, tuple[list[float], list[_Ev]]], key: Any,
+                     ts: float) -> _Ev | None:
+    """Innermost cpu_op on thread ``key`` that contains time ``ts`` (µs)."""
+    if key not in by_key:
+        return None
+    starts, evs = by_key[key]
+    i = bisect_right(starts, ts) - 1
+    ev: _Ev | None = evs[i] if i >= 0 else None
+    while ev is not None and not (ev.ts <= ts <= ev.end + 1e-3 and ev.cat == "cpu_op"):
+        ev = ev.parent
+    return ev
+
+
+def _cost_op(op: _Ev | None) -> tuple[_Ev, tuple[float, float, str]] | None:
+    """The first op from ``op`` upwards whose shapes give a cost."""
+    p = op
+    while p is not None:
+        if p.cat == "cpu_op":
+            args = p.e.get("args") or {}
+            cost = op_cost(p.name, args.get("Input Dims"), args.get("Input type"))
+            if cost is not None:
+                return p, cost
+        p = p.parent
+    return None
+
+
+def _gpu_kernels(gpu: list[_Ev], launches: dict[Any, _Ev], flows: dict[Any, _Ev],
+                 by_ext: dict[Any, _Ev], cpu: list[_Ev], phase_of: Any) -> list[Kernel]:
+    gpu.sort(key=lambda v: (v.ts, v.idx))
+    launcher: list[_Ev | None] = []
+    by_key: dict[Any, tuple[list[float], list[_Ev]]] | None = None
+    for ev in gpu:
+        args = ev.e.get("args") or {}
+        op = None
+        corr = args.get("correlation")
+        if corr in launches:
+            op = _innermost_op(launches[corr].parent)
+        if op is None and corr in flows:
+            if by_key is None:
+                by_key = {}
+                for c in cpu:  # parents-first order: starts are sorted per thread
+                    if c.cat == "cpu_op":
+                        lst = by_key.setdefault(c.key, ([], []))
+                        lst[0].append(c.ts)
+                        lst[1].append(c)
+            fl = flows[corr]
+            op = _enclosing_op_at(by_key, fl.key, fl.ts)
+        ext = args.get("External id", args.get("external id"))
+        if op is None and ext in by_ext:
+            op = by_ext[ext]
+        launcher.append(op)
+
+    # one op's cost goes to its longest kernel
+    cost_owner: dict[int, tuple[int, _Ev, tuple[float, float, str]]] = {}
+    for i, (ev, op) in enumerate(zip(gpu, launcher, strict=True)):
+        if ev.cat != "kernel":
+            continue
+        found = _cost_op(op)
+        if found is None:
+            continue
+        cop, cost = found
+        cur = cost_owner.get(id(cop))
+        if cur is None or (ev.end - ev.ts) > (gpu[cur[0]].end - gpu[cur[0]].ts):
+            cost_owner[id(cop)] = (i, cop, cost)
+    owner_of = {i: (cop, cost) for i, cop, cost in cost_owner.values()}
+    costed_ops = {id(cop) for _, cop, _ in cost_owner.values()}
+
+    kernels: list[Kernel] = []
+    for i, (ev, op) in enumerate(zip(gpu, launcher, strict=True)):
+        args = ev.e.get("args") or {}
+        phase = phase_of(op)
+        meta: dict[str, Any] = {"stream": args.get("stream", ev.e.get("tid")),
+                                "device": args.get("device", ev.e.get("pid")),
+                                "correlation": args.get("correlation")}
+        for key in ("grid", "block"):
+            if key in args:
+                meta[key] = args[key]
+        if op is not None:
+            oargs = op.e.get("args") or {}
+            meta["op"] = op.name
+            if "Input Dims" in oargs:
+                meta["input_dims"] = oargs["Input Dims"]
+                meta["input_types"] = oargs.get("Input type")
+        dtype = _name_dtype(ev.name) or _dtype((op.e.get("args") or {}).get("Input type")
+                                               if op else None)[0]
+        flops = nbytes = 0.0
+        if ev.cat in ("gpu_memcpy", "gpu_memset", "memcpy", "memset"):
+            category = "memcpy"
+            nbytes = float(args.get("bytes", 0) or 0)
+            meta["cost"] = "bytes" if nbytes else "unknown"
+        else:
+            category = categorize(ev.name, phase)
+            if i in owner_of:
+                _, (flops, nbytes, cdtype) = owner_of[i]
+                meta["cost"] = "shapes"
+                dtype = _name_dtype(ev.name) or cdtype
+            else:
+                found = _cost_op(op)
+                meta["cost"] = "shared" if found and id(found[0]) in costed_ops else "unknown"
+        kernels.append(Kernel(ev.name, category, phase, None, flops, nbytes,
+                              _math_dtype(category, dtype), max(ev.end - ev.ts, 0.0) * 1e-6,
+                              meta))
+    return kernels
+
+
+def _math_dtype(category: str, dtype: str) -> str:
+    """GEMMs and attention run at the data dtype (tensor cores); everything else computes in
+    fp32 on CUDA cores, as in :mod:`joulebound.workload.analytic`."""
+    return dtype if category in ("gemm", "attention") else "fp32"
+
+
+def _name_dtype(name: str) -> str | None:
+    n = name.lower()
+    if "bf16" in n or "bfloat16" in n:
+        return "bf16"
+    if "tf32" in n:
+        return "tf32"
+    if re.search(r"f16|fp16|half|h884|h1688|h16816", n):
+        return "fp16"
+    if "e4m3" in n or "e5m2" in n or "fp8" in n:
+        return "fp8"
+    return None
+
+
+def _cpu_kernels(leaves: list[_Ev], phase_of: Any) -> list[Kernel]:
+    kernels = []
+    for ev in sorted(leaves, key=lambda v: (v.ts, v.idx)):
+        args = ev.e.get("args") or {}
+        phase = phase_of(ev)
+        cost = op_cost(ev.name, args.get("Input Dims"), args.get("Input type"))
+        meta: dict[str, Any] = {"thread": ev.e.get("tid")}
+        if "Input Dims" in args:
+            meta["input_dims"] = args["Input Dims"]
+            meta["input_types"] = args.get("Input type")
+        if cost is None:
+            flops, nbytes, dtype = 0.0, 0.0, _dtype(args.get("Input type"))[0]
+            meta["cost"] = "unknown"
+        else:
+            flops, nbytes, dtype = cost
+            meta["cost"] = "shapes"
+        category = categorize(ev.name, phase)
+        kernels.append(Kernel(ev.name, category, phase, None, flops, nbytes,
+                              _math_dtype(category, dtype), max(ev.end - ev.ts, 0.0) * 1e-6,
+                              meta))
+    return kernels
