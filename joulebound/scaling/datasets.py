@@ -52,7 +52,8 @@ def validate(df: pd.DataFrame, source: str = "dataset", need: tuple[str, ...] = 
     for col in ("layers", "hidden", "seq", "batch", "gpus"):
         if col in df and len(df) and (pd.to_numeric(df[col], errors="coerce") <= 0).any():
             row = int(np.flatnonzero((pd.to_numeric(df[col], errors="coerce") <= 0).to_numpy())[0])
-            raise SchemaError(source, col, f"must be > 0 (row {row} has {df[col].iloc[row]!r})")
+            what = "GPU count must be an integer >= 1" if col == "gpus" else "must be > 0"
+            raise SchemaError(source, col, f"{what} (row {row} has {df[col].iloc[row]})")
     return df
 
 
@@ -76,10 +77,12 @@ def load_mayaki(path: str | Path) -> pd.DataFrame:
 
     Column mapping: ``num_layers``→layers, ``d_model``→hidden, ``num_attention_heads``→heads,
     ``seq_length``→seq, ``batch_size``→batch, ``params``→params, ``model``→arch, ``peak``
-    (TFLOP/s) ×1e12→peak_flops, ``duration``→time_s, ``energy_joules``→energy_j.
+    (TFLOP/s) ×1e12→peak_flops_dataset, ``duration``→time_s, ``energy_joules``→energy_j.
     ``source`` ``a100`` → ``a100-pcie-80gb``; ``grid`` → ``rtx2080ti`` (the repository's HEF file
-    and paper name the RTX 2080 Ti; the Subset's peak 11.34 TFLOP/s is kept as the dataset states
-    it). ff = 2048 (the parameter counts fit PyTorch's ``nn.TransformerEncoderLayer`` default
+    and paper name the RTX 2080 Ti — an assumption, the Subset does not say). ``peak_flops`` is the
+    device's peak from :func:`~joulebound.scaling.hardware.get_hw` (TF32 on the A100 = the dataset's
+    156 TFLOP/s; the 2080 Ti's FP32 peak from the device catalog, not the Subset's 11.34), so that
+    the fitted laws and ``joulebound predict`` use the same peak for a device. ff = 2048 (the parameter counts fit PyTorch's ``nn.TransformerEncoderLayer`` default
     exactly for the GPT rows: params = L·(4d² + 4105d + 2048) + 2000d + 1000).
 
     Units, inferred (not documented upstream): ``duration`` is seconds per training step
@@ -110,7 +113,7 @@ def load_mayaki(path: str | Path) -> pd.DataFrame:
         "params": raw["params"].astype(float), "seq": raw["seq_length"].astype(int),
         "batch": raw["batch_size"].astype(int), "dtype": "fp32",
         "device": raw["source"].map({"a100": "a100-pcie-80gb", "grid": "rtx2080ti"}).fillna(raw["source"]),
-        "peak_flops": raw["peak"].astype(float) * 1e12,
+        "peak_flops_dataset": raw["peak"].astype(float) * 1e12,
         "strategy": "single", "gpus": 1, "unit": "step",
         "time_s": raw["duration"].astype(float), "energy_j": raw["energy_joules"].astype(float),
         "energy_provenance": "measured", "speedup": np.nan,

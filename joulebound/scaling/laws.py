@@ -182,7 +182,11 @@ class EnergyLaw:
         cols, names = [], []
         for col in which:
             if fitting:
-                setattr(self, f"{col}_levels_", sorted(df[col].astype(str).unique()))
+                lv = sorted(df[col].astype(str).unique())
+                if "single" in lv:  # one GPU is the reference level of Ψ
+                    lv.remove("single")
+                    lv.insert(0, "single")
+                setattr(self, f"{col}_levels_", lv)
             levels = getattr(self, f"{col}_levels_")
             unseen = sorted(set(df[col].astype(str)) - set(levels))
             if unseen and not fitting:
@@ -432,14 +436,20 @@ class HGBLaw(EnergyLaw):
         from sklearn.ensemble import HistGradientBoostingRegressor
 
         d = prepare(df)
-        self.model_ = HistGradientBoostingRegressor(max_iter=150, learning_rate=0.1, random_state=0)
-        self.model_.fit(self._F(d), np.log(d["energy_j"].to_numpy(float)))
+        from threadpoolctl import threadpool_limits
+
+        self.model_ = HistGradientBoostingRegressor(max_iter=100, learning_rate=0.1, random_state=0)
+        with threadpool_limits(1):  # OpenMP threads thrash on small data and busy machines
+            self.model_.fit(self._F(d), np.log(d["energy_j"].to_numpy(float)))
         self.terms_, self.n_, self.rsquared_adj_ = [], len(d), float("nan")
         return self
 
     def predict_log(self, df: pd.DataFrame) -> np.ndarray:
+        from threadpoolctl import threadpool_limits
+
         self.warnings_ = []
-        return self.model_.predict(self._F(prepare(df, need_energy=False)))
+        with threadpool_limits(1):
+            return self.model_.predict(self._F(prepare(df, need_energy=False)))
 
     def coef_table(self) -> pd.DataFrame:
         return pd.DataFrame(columns=["term", "coef", "se", "ci95_lo", "ci95_hi", "p"])

@@ -1,0 +1,69 @@
+"""``joulebound predict`` / ``advise`` from built-in defaults; frontier checks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from joulebound.cli import main
+from joulebound.scaling import frontier
+from joulebound.scaling.defaults import load_default, predict_job
+
+BERT = ["--model", "bert", "--layers", "12", "--hidden", "768", "--heads", "12", "--seq", "128",
+        "--batch", "32"]
+
+
+def test_predict_json_from_builtin_defaults(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("JOULEBOUND_DATA", str(tmp_path / "absent"))  # no data folder needed
+    assert main(["predict", *BERT, "--tokens", "1e8", "--gpus", "4", "--strategy", "fsdp",
+                 "--device", "rtx2080ti", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["provenance"] == "modeled"
+    assert out["energy_lo_j"] < out["energy_j"] < out["energy_hi_j"]
+    assert out["steps"] == pytest.approx(1e8 / (32 * 128))
+    assert 0 < out["eta_par"] < 1 and 0 < out["eta_hw"] < 1
+
+
+def test_predict_scales_with_tokens_and_devices():
+    cfg = dict(model="bert", layers=12, hidden=768, heads=12, seq=128, batch=32, device="rtx2080ti")
+    a = predict_job(1e8, **cfg)
+    b = predict_job(2e8, **cfg)
+    assert b.energy_j == pytest.approx(2 * a.energy_j)
+    big = predict_job(1e8, **{**cfg, "layers": 24, "hidden": 1024, "heads": 16})
+    assert big.energy_j > 2 * a.energy_j
+    assert predict_job(1e8, **{**cfg, "device": "a100"}).time_s < a.time_s
+
+
+def test_predict_bad_input_exit_2(capsys):
+    assert main(["predict", *BERT, "--tokens", "1e8", "--gpus", "4", "--strategy", "fsd"]) == 2
+    assert "fsdp" in capsys.readouterr().err
+    assert main(["predict", *BERT, "--tokens", "1e8", "--gpus", "0", "--strategy", "ddp"]) == 2
+    assert ">= 1" in capsys.readouterr().err
+    assert main(["predict", *BERT, "--tokens", "1e8", "--device", "rtx9090"]) == 2
+
+
+def test_advise_meets_deadline_with_least_energy(capsys):
+    assert main(["advise", *BERT, "--tokens", "1e8", "--deadline", "2h", "--max-gpus", "8",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    best = out["best"]
+    assert best["meets_deadline"] and best["time_s"] <= 7200
+    ok = [c for c in out["candidates"] if c["meets_deadline"]]
+    assert best["energy_j"] == min(c["energy_j"] for c in ok)
+    assert any(not c["meets_deadline"] for c in out["candidates"])  # 1 GPU is too slow
+
+
+def test_default_has_provenance_and_heldout_error():
+    law, rec = load_default()
+    prov = rec["provenance"]
+    assert "mayaki_ecai2025" in prov["data"]
+    assert prov["heldout"]["r2_log"] >= 0.95
+    assert rec["q90_log"] > 0
+
+
+def test_frontier_checks_within_an_order_of_magnitude():
+    for r in frontier.check_all():
+        assert r["published"]["provenance"] == "published"
+        assert 0.1 < r["physics_ratio"] < 10, r
+        assert 0.5 < r["flops_ratio"] < 2.5, r

@@ -1,0 +1,112 @@
+"""Loaders on the real open data (skipped without ../shared/data), the sweep store, and the
+held-out evaluation on the Mayaki ECAI data."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from joulebound.cli import main
+from joulebound.errors import JouleboundError, SchemaError
+from joulebound.scaling import datasets, evaluate
+
+
+def test_mayaki_loader_schema(shared_data):
+    df = datasets.load(shared_data / "mayaki_ecai2025")
+    assert len(df) == 1576 and df["family"].nunique() == 37
+    assert set(df["device"]) == {"a100-pcie-80gb", "rtx2080ti"}
+    assert (df["energy_j"] > 0).all() and (df["time_s"] > 0).all()
+    # GPT rows: params = L(4d² + 4105d + 2048) + 2000d + 1000 (ff = 2048, vocab 1000)
+    g = df[df.arch == "gpt"]
+    L, d = g.layers, g.hidden
+    assert np.allclose(g.params, L * (4 * d * d + 4105 * d + 2048) + 2000 * d + 1000)
+
+
+def test_zeus_and_perseus_loaders(shared_data):
+    z = datasets.load(shared_data / "zeus_nsdi23")
+    assert set(z["arch"]) == {"bert"} and z.attrs["dropped"]["non-transformer workload"] > 1000
+    assert np.allclose(z["energy_j"] / z["time_s"], z["energy_j"] / z["time_s"])  # finite
+    assert (z["energy_j"] / z["time_s"]).between(30, 320).all()  # average power within board limits
+    p = datasets.load(shared_data / "perseus")
+    assert "wide-resnet101_8" not in set(p["family"])
+    bert = p[(p.family == "bert-huge-uncased") & (p.device == "a100-pcie-80gb")]
+    assert bert["time_s"].between(6.3, 6.4).all()  # max-clock warm-up and 300 W rows agree
+    assert set(p["strategy"]) == {"pp"} and p["gpus"].isin([4, 8, 16]).all()
+
+
+def test_missing_column_is_named(tmp_path):
+    f = tmp_path / "SubsetDataForTransformer_energyModel.csv"
+    pd.DataFrame({"duration": [1.0], "energy_joules": [2.0]}).to_csv(f)
+    with pytest.raises(SchemaError, match="num_layers"):
+        datasets.load_mayaki(f)
+    with pytest.raises(JouleboundError, match="data path not found"):
+        datasets.load(tmp_path / "nope")
+
+
+def _sweep_db(path, energy: bool):
+    rows = []
+    t1 = 10.0
+    for strat, n_list in (("ddp", [1, 2, 4]), ("tp", [1, 2, 4])):
+        for n in n_list:
+            s = {1: 1.0, 2: 1.8 if strat == "ddp" else 1.5, 4: 3.2 if strat == "ddp" else 2.0}[n]
+            rows.append({"config_id": f"{strat}-{n}", "sweep": "t", "arch": "bert", "layers": 2,
+                         "hidden": 128, "heads": 2, "ff": 512, "seq": 64, "batch": 16, "dtype": "fp32",
+                         "strategy": strat if n > 1 else "single", "world_size": n, "steps": 10,
+                         "status": "ok", "error": None, "time_s": t1 / s,
+                         "energy_j": (t1 / s) * n * 100.0 if energy else None,
+                         "energy_provenance": "measured" if energy else None, "tokens": 10 * 16 * 64,
+                         "padded_tokens": 0, "throughput_tok_s": 0.0, "speedup": s,
+                         "peak_mem_bytes": 0, "env_json": json.dumps({"device": "rtx2080ti"}),
+                         "created_at": "2026-01-01"})
+    rows.append({**rows[0], "config_id": "bad", "status": "failed", "time_s": None})
+    with sqlite3.connect(path) as con:
+        pd.DataFrame(rows).to_sql("sweep_results", con, index=False)
+
+
+def test_sweep_store_time_only_fits_speedup_laws(tmp_path, capsys):
+    db = tmp_path / "runs.db"
+    _sweep_db(db, energy=False)
+    df = datasets.load(db)
+    assert len(df) == 6 and df.attrs["dropped"]["status not ok or no time"] == 1
+    assert df["time_s"].iloc[0] == pytest.approx(1.0)  # per step (10 s / 10 steps)
+    assert main(["fit", "--data", str(db), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rec = out["datasets"][0]
+    assert any("energy laws need energy" in n for n in rec["notes"])
+    laws = {s["strategy"]: s for s in rec["speedup"]}
+    assert laws["tp"]["law"] == "tp_saturating_exp" and laws["ddp"]["law"] == "generalized_amdahl"
+    assert laws["ddp"]["rmse"] < 0.1
+
+
+def test_sweep_store_with_energy_fits_energy_laws(tmp_path, capsys):
+    db = tmp_path / "runs.db"
+    _sweep_db(db, energy=True)
+    assert main(["fit", "--data", str(db), "--law", "paper", "--laws", "paper,device-seconds",
+                 "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)["datasets"][0]
+    terms = {c["term"] for c in rec["coefficients"]}
+    assert "log eta" in terms and "strategy[tp]" in terms
+
+
+def test_prerun_law_heldout_r2_on_mayaki(shared_data):
+    df = datasets.load(shared_data / "mayaki_ecai2025")
+    pre = evaluate.cross_validate(df, "prerun", k=5)
+    base = evaluate.cross_validate(df, "paper-no-eta", k=5)
+    assert pre["r2_log"] >= 0.95, pre
+    assert base["r2_log"] < 0.9  # the plain log-linear fit on the paper's proxies
+    assert 0.8 <= pre["conformal_coverage"] <= 0.97
+
+
+def test_group_folds_never_split_a_family():
+    groups = np.repeat(np.arange(12), np.arange(1, 13))
+    folds = evaluate.group_folds(groups, 5)
+    seen = [set(groups[f]) for f in folds]
+    for i in range(len(seen)):
+        for j in range(i + 1, len(seen)):
+            assert not seen[i] & seen[j]
+    assert sum(len(f) for f in folds) == len(groups)
+    assert evaluate.conformal_quantile(np.arange(1, 20), 0.1) == 18

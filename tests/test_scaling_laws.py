@@ -1,0 +1,131 @@
+"""Energy-law estimators recover known coefficients from synthetic data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from joulebound.errors import JouleboundError, SchemaError
+from joulebound.scaling.laws import (
+    AdditiveRoofline,
+    EfficiencyModel,
+    PaperLaw,
+    PowerLaw,
+    PreRunLaw,
+    make_law,
+    prepare,
+)
+
+
+def synth(n: int = 400, seed: int = 0, n_families: int = 40, device: str = "a100-pcie-80gb") -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    L = rng.choice([2, 4, 6, 8, 12, 16], n)
+    d = rng.choice([128, 256, 384, 512, 768, 1024], n)
+    fam = rng.integers(0, n_families, n)
+    df = pd.DataFrame({
+        "layers": L, "hidden": d, "heads": rng.choice([2, 4, 8], n), "ff": 4 * d,
+        "seq": rng.choice([128, 256, 512, 1024], n), "batch": rng.choice([8, 16, 32, 64], n),
+        "dtype": "fp32", "device": device, "peak_flops": 156e12, "strategy": "single", "gpus": 1,
+        "family": [f"f{i}" for i in fam],
+    })
+    df["params"] = df["layers"] * 12 * df["hidden"] ** 2 + 30522 * df["hidden"]
+    return df
+
+
+def test_powerlaw_recovers_exponents():
+    df = prepare(synth(), need_energy=False)
+    rng = np.random.default_rng(1)
+    df["energy_j"] = np.exp(2.0 + 0.3 * np.log(df["C_tok"]) + 0.7 * np.log(df["M"])
+                            + rng.normal(0, 0.02, len(df)))
+    law = PowerLaw().fit(df)
+    coef = dict(zip(law.terms_, law.coef_, strict=True))
+    assert coef["log C"] == pytest.approx(0.3, abs=0.02)
+    assert coef["log M"] == pytest.approx(0.7, abs=0.02)
+    assert law.score(df) > 0.99
+    tab = law.coef_table()
+    row = tab[tab.term == "log M"].iloc[0]
+    assert row.ci95_lo < 0.7 < row.ci95_hi
+
+
+def test_paper_law_recovers_eta_exponent_and_strategy_term():
+    df = synth(600)
+    df["strategy"] = np.where(np.arange(len(df)) % 3 == 0, "single", np.where(np.arange(len(df)) % 3 == 1, "fsdp", "tp"))
+    df["gpus"] = np.where(df["strategy"] == "single", 1, 4)
+    d = prepare(df, need_energy=False)
+    rng = np.random.default_rng(2)
+    eta = rng.uniform(0.05, 0.6, len(d))
+    d["time_s"] = d["F_train"] / (d["gpus"] * d["peak_flops"] * eta)
+    psi = np.where(d["strategy"] == "tp", 0.25, 0.0)
+    d["energy_j"] = np.exp(-3 + 0.2 * np.log(d["C_tok"]) + 0.8 * np.log(d["M"]) - 1.06 * np.log(eta)
+                           + psi + rng.normal(0, 0.01, len(d)))
+    law = PaperLaw().fit(d)
+    coef = dict(zip(law.terms_, law.coef_, strict=True))
+    assert coef["log eta"] == pytest.approx(-1.06, abs=0.02)
+    assert coef["log C"] == pytest.approx(0.2, abs=0.02)
+    assert coef["strategy[tp]"] - coef["strategy[fsdp]"] == pytest.approx(0.25, abs=0.02)
+    assert law.cov_type_ == "cluster(family)"
+
+
+def test_additive_roofline_recovers_nonnegative_coefficients():
+    d = prepare(synth(), need_energy=False)
+    d["energy_j"] = 3e-12 * d["F_train"] + 2e-7 * d["M"] + 5.0
+    law = AdditiveRoofline().fit(d)
+    eps_c, eps_m, e0 = law.coefs_["a100-pcie-80gb"]
+    assert eps_c == pytest.approx(3e-12, rel=0.02)
+    assert eps_m == pytest.approx(2e-7, rel=0.05)
+    assert e0 == pytest.approx(5.0, rel=0.1)
+    assert np.allclose(law.predict(d), d["energy_j"], rtol=1e-3)
+
+
+def test_prerun_law_learns_time_model_and_physics_exponents():
+    # E = P·t with t from the EfficiencyModel form: the law must find θ and α_F ≈ 1, α_η ≈ −1
+    df = synth(300, n_families=8)  # < 10 families: physics core (log F, log η̂)
+    d = prepare(df, need_energy=False)
+    theta = np.array([1.6, 9.0, 5.0, 0.02, 0.05])
+    d["time_s"] = EfficiencyModel._X(d) @ theta
+    d["energy_j"] = 95.0 * d["time_s"]
+    law = PreRunLaw().fit(d)
+    assert np.allclose(law.eff_.theta_, theta, rtol=0.05, atol=1e-4)
+    coef = dict(zip(law.terms_, law.coef_, strict=True))
+    assert coef["log F"] == pytest.approx(1.0, abs=0.02)
+    assert coef["log eta_hat"] == pytest.approx(-1.0, abs=0.02)
+    held = prepare(synth(50, seed=9), need_energy=False)
+    held["time_s"] = EfficiencyModel._X(held) @ theta
+    held["energy_j"] = 95.0 * held["time_s"]
+    # predictions use only the configuration: drop the measured columns first
+    pred = law.predict(held.drop(columns=["time_s", "energy_j"]))
+    assert np.max(np.abs(pred / held["energy_j"] - 1)) < 0.02
+
+
+def test_prerun_law_roundtrips_json():
+    d = prepare(synth(200), need_energy=False)
+    d["time_s"] = EfficiencyModel._X(d) @ np.array([1.5, 10, 5, 0.02, 0.05])
+    d["energy_j"] = 90 * d["time_s"] * np.exp(np.random.default_rng(0).normal(0, 0.02, len(d)))
+    law = PreRunLaw().fit(d)
+    again = PreRunLaw.from_json(law.to_json())
+    assert np.allclose(again.predict(d), law.predict(d))
+
+
+@pytest.mark.parametrize("name", ["config-only", "device-seconds", "hgb", "paper-no-eta"])
+def test_baselines_fit_and_predict(name):
+    d = prepare(synth(300), need_energy=False)
+    d["time_s"] = EfficiencyModel._X(d) @ np.array([1.5, 10, 5, 0.02, 0.05])
+    d["energy_j"] = 90 * d["time_s"]
+    law = make_law(name).fit(d)
+    assert law.score(d) > (0.99 if name == "device-seconds" else 0.6)
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(JouleboundError, match="unknown energy law"):
+        make_law("powerlow")
+    df = synth(20)
+    df["energy_j"] = 1.0
+    with pytest.raises(JouleboundError, match="unknown parallelism strategy 'zero9'"):
+        PowerLaw().fit(df.assign(strategy="zero9"))
+    with pytest.raises(JouleboundError, match="GPU count must be an integer >= 1"):
+        PowerLaw().fit(df.assign(gpus=0))
+    with pytest.raises(SchemaError, match="'seq'"):
+        PowerLaw().fit(df.drop(columns=["seq"]))
+    with pytest.raises(JouleboundError, match="measured time_s"):
+        PaperLaw().fit(df)

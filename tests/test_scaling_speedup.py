@@ -1,0 +1,95 @@
+"""Speedup laws, the communication model and the proxies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from joulebound.errors import JouleboundError
+from joulebound.scaling import comm, proxies
+from joulebound.scaling.speedup import (
+    AmdahlSpeedup,
+    TPSpeedup,
+    amdahl_speedup,
+    fit_speedup,
+    normalize_strategy,
+    tp_speedup,
+    work_normalized_speedup,
+)
+
+
+def test_tp_law_recovers_parameters():
+    n = np.array([1, 2, 3, 4, 6, 8])
+    s = tp_speedup(n, 3.2, 0.45)
+    fit = TPSpeedup().fit(n, s).fit_
+    assert fit.params["s_inf"] == pytest.approx(3.2, rel=1e-3)
+    assert fit.params["k"] == pytest.approx(0.45, rel=1e-3)
+    assert fit.efficiency(8) == pytest.approx(tp_speedup(8, 3.2, 0.45) / 8)
+
+
+def test_amdahl_law_recovers_parameters_and_pins_when_few_points():
+    n = np.array([1, 2, 4, 6, 8, 16])
+    s = amdahl_speedup(n, 0.97, 0.01, 0.8)
+    fit = AmdahlSpeedup().fit(n, s).fit_
+    assert fit.params["p"] == pytest.approx(0.97, abs=2e-3)
+    assert fit.params["c"] == pytest.approx(0.01, rel=0.05)
+    assert fit.params["gamma"] == pytest.approx(0.8, abs=0.05)
+    few = fit_speedup("fsdp", [4], amdahl_speedup(np.array([4]), 1.0, 0.05, 1.0))
+    assert few.pinned == {"p": 1.0, "gamma": 1.0}
+    assert few.params["c"] == pytest.approx(0.05, rel=1e-3)
+    assert float(few.speedup(1)) == pytest.approx(1.0)
+
+
+def test_speedup_needs_more_than_one_gpu_count():
+    with pytest.raises(JouleboundError, match="GPU count above 1"):
+        fit_speedup("ddp", [1, 1], [1.0, 1.0])
+
+
+def test_work_normalized_speedup():
+    # 4 GPUs process 4x the tokens in 1.25x the time -> S = 3.2
+    assert work_normalized_speedup(10.0, 1000, 12.5, 4000) == pytest.approx(3.2)
+
+
+def test_strategy_names_and_gpu_counts():
+    assert normalize_strategy("FSDP") == "fsdp"
+    assert normalize_strategy("dp") == "ddp"
+    with pytest.raises(JouleboundError, match="Did you mean 'fsdp'"):
+        normalize_strategy("fsd")
+    with pytest.raises(JouleboundError, match=">= 1"):
+        comm.predicted_efficiency("ddp", 0, flops=1e12, params=1e8, B=8, S=128, d=768, L=12)
+
+
+def test_comm_volumes_match_formulas():
+    n = np.array([1.0, 2.0, 4.0, 8.0])
+    v, hops = comm.comm_volume("ddp", n, params=1e8, B=32, S=128, d=768, L=12, nbytes=4)
+    assert np.allclose(v, 2 * (n - 1) / n * 1e8 * 4)
+    v_fsdp, _ = comm.comm_volume("fsdp", n, 1e8, 32, 128, 768, 12, 4)
+    assert np.allclose(v_fsdp, 1.5 * v)
+    v_tp, hops_tp = comm.comm_volume("tp", n, 1e8, 32, 128, 768, 12, 4)
+    assert np.allclose(v_tp, 4 * 12 * 2 * (n - 1) / n * 32 * 128 * 768 * 4)
+    assert hops_tp[-1] == 4 * 12 * 2 * 7
+
+
+def test_comm_efficiency_properties():
+    kw = dict(flops=6 * 1.1e8 * 32 * 128, params=1.1e8, B=32, S=128, d=768, L=12, device="rtx2080ti",
+              compute_eff=0.3)
+    eta = comm.predicted_efficiency("ddp", [1, 2, 4, 8], **kw)
+    assert eta[0] == pytest.approx(1.0)
+    assert np.all(np.diff(eta) < 0)  # efficiency falls with N
+    fast = comm.predicted_efficiency("ddp", 8, link="nvlink3", **kw)
+    assert fast > eta[-1]  # a faster link helps
+    assert comm.predicted_efficiency("tp", 8, **kw) < eta[-1]  # TP communicates more here
+    with pytest.raises(JouleboundError, match="unknown interconnect"):
+        comm.predicted_efficiency("ddp", 2, link="pcie9", **kw)
+
+
+def test_proxies_formulas():
+    assert proxies.paper_params(12, 768, 3072) == pytest.approx(12 * (12 * 768**2 + 2 * 768 * 3072))
+    assert proxies.paper_compute_per_token(12, 768, 128) == pytest.approx(12 * 12 * 768**2 + 3 * 12 * 128 * 768)
+    assert proxies.paper_memory(32, 128, 768, 12) == 32 * 128 * 768 * 12
+    assert proxies.nonembedding_params(12, 768) == pytest.approx(12 * 12 * 768**2)
+    f = proxies.training_flops(1e8, 12, 128, 768, 32)
+    assert f == pytest.approx(6 * 1e8 * 32 * 128 + 12 * 12 * 128**2 * 768 * 32)
+    assert proxies.activation_bytes(1, 1, 1, 1, 0, "fp32") == pytest.approx(68)
+    with pytest.raises(JouleboundError, match="unknown dtype"):
+        proxies.dtype_bytes("fp13")
