@@ -163,15 +163,31 @@ class Grid:
         return out
 
     def expand(self, strategies: list[str] | tuple[str, ...] = STRATEGIES,
-               gpus: list[int] | tuple[int, ...] = (1, 2)) -> list[SweepConfig]:
+               gpus: list[int] | tuple[int, ...] = (1, 2),
+               skip_invalid: bool = False) -> list[SweepConfig]:
         """All configurations (shapes × strategies × world sizes), validated.
+
+        Args:
+            strategies: any of ``single``, ``ddp``, ``fsdp``, ``tp``.
+            gpus: world sizes; ``single`` runs at 1, the others at every size >= 2.
+            skip_invalid: drop (shape, strategy, world size) combinations that cannot run — e.g.
+                tensor parallelism over more ranks than heads — instead of failing; they are
+                listed by :meth:`plan`. Errors in a shape itself or in the options still raise.
 
         Raises:
             JouleboundError: listing every problem (heads not dividing hidden, a strategy that needs
                 more ranks than ``gpus`` gives, a batch that does not split, ...), before anything
                 runs.
         """
+        configs, skipped = self.plan(strategies, gpus, skip_invalid=skip_invalid)
+        return configs
+
+    def plan(self, strategies: list[str] | tuple[str, ...] = STRATEGIES,
+             gpus: list[int] | tuple[int, ...] = (1, 2),
+             skip_invalid: bool = False) -> tuple[list[SweepConfig], list[str]]:
+        """Like :meth:`expand`, also returning the reasons of skipped combinations."""
         problems: list[str] = []
+        skipped: list[str] = []
         strategies = list(dict.fromkeys(strategies))
         for s in strategies:
             if s not in STRATEGIES:
@@ -199,16 +215,22 @@ class Grid:
                 for n in ([1] if s == "single" else multi):
                     cfg = SweepConfig(**shape, strategy=s, world_size=n)
                     p = _check_parallel(cfg, tag)
-                    problems += p
-                    if not p:
+                    if p and skip_invalid:
+                        skipped += p
+                    elif p:
+                        problems += p
+                    else:
                         configs.append(cfg)
         if problems:
             uniq = list(dict.fromkeys(problems))
+            hint = ("\n(use --skip-invalid to drop impossible strategy/rank combinations instead)"
+                    if any("ranks" in u for u in uniq) else "")
             raise JouleboundError(f"grid {self.name!r} is invalid ({len(uniq)} problem(s)); nothing was run:\n  - "
-                                  + "\n  - ".join(uniq))
+                                  + "\n  - ".join(uniq) + hint)
         if not configs:
-            raise JouleboundError(f"grid {self.name!r} has no configurations (empty value list?)")
-        return configs
+            raise JouleboundError(f"grid {self.name!r} has no configurations to run"
+                                  + (f" ({len(skipped)} combination(s) skipped as impossible)" if skipped else ""))
+        return configs, skipped
 
     def _check_scalars(self) -> list[str]:
         p = []

@@ -159,7 +159,8 @@ def run_sweep(configs: list[SweepConfig], db: str | Path, sweep: str, *,
                     plan_f.write_text(json.dumps([c.to_dict() for c in remaining]))
                     args = ["--plan", str(plan_f), "--db", str(db), "--sweep", sweep,
                             "--progress", str(prog_f), "--current", str(cur_f),
-                            "--energy", energy, "--device", kind, "--timeout-s", str(timeout_s)]
+                            "--energy", energy, "--device", kind, "--timeout-s", str(timeout_s),
+                            "--watch-pid", str(os.getpid())]
                     cmd = launch_command(world, args, torchrun_args)
                     seen = 0
                     with open(log_f, "wb") as log:

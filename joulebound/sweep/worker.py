@@ -100,6 +100,62 @@ def _pick_device(kind: str, local_rank: int) -> Any:
     return torch.device("cpu")
 
 
+def _die_with(watch_pid: int | None) -> None:
+    """Never outlive the launch: SIGKILL this rank when its parent (torchrun's agent, which starts
+    ranks in their own sessions) dies (Linux ``PR_SET_PDEATHSIG``), and exit when the sweep runner
+    ``watch_pid`` is gone (checked every 0.5 s). So a SIGKILLed sweep leaves no orphan ranks that
+    would keep writing rows while it is re-run."""
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            import signal
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # pragma: no cover - no prctl
+            pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+    if watch_pid:
+        import threading
+
+        def watch() -> None:
+            while True:
+                try:
+                    os.kill(watch_pid, 0)
+                except ProcessLookupError:
+                    os._exit(1)
+                except PermissionError:  # exists, owned by someone else: keep going
+                    pass
+                time.sleep(0.5)
+
+        threading.Thread(target=watch, name="joulebound-watch-runner", daemon=True).start()
+
+
+FAULT_ENV = "JOULEBOUND_SWEEP_FAULT"
+
+
+def _inject_fault(cfg: SweepConfig, rank: int, where: str) -> None:
+    """Test hook: ``JOULEBOUND_SWEEP_FAULT="<id substring>=<kind>[@rank],..."`` makes a matching
+    configuration fail, to exercise the failure paths for real. Kinds: ``raise`` (a RuntimeError on
+    every rank at model build, like an out-of-memory error), ``exit`` (the rank's process dies with
+    status 3 at model build, like an OOM-kill), ``sleep`` (60 s inside the measured window, so a
+    test can kill the sweep mid-configuration)."""
+    spec = os.environ.get(FAULT_ENV, "")
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        pattern, _, kind = item.partition("=")
+        kind, _, only = kind.partition("@")
+        if pattern not in cfg.config_id or (only and int(only) != rank):
+            continue
+        if kind == "raise" and where == "build":
+            raise RuntimeError(f"injected fault ({FAULT_ENV}) in {cfg.config_id}")
+        if kind == "exit" and where == "build":
+            os._exit(3)
+        if kind == "sleep" and where == "measure":
+            time.sleep(60.0)
+
+
 def run_config(cfg: SweepConfig, rank: int, device: Any, meter: Any) -> dict[str, Any]:
     """Train ``cfg`` on this rank; returns this rank's measurements (see the module docstring)."""
     import torch
@@ -118,6 +174,7 @@ def run_config(cfg: SweepConfig, rank: int, device: Any, meter: Any) -> dict[str
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    _inject_fault(cfg, rank, "build")
     model = build_model(cfg)
     model.train()
     model = apply_strategy(model, cfg, device)
@@ -132,6 +189,7 @@ def run_config(cfg: SweepConfig, rank: int, device: Any, meter: Any) -> dict[str
     sync()
     meter.begin_window(cfg.config_id)
     t0 = time.perf_counter()
+    _inject_fault(cfg, rank, "measure")
     losses = [train_step(model, opt, batches[k], cfg, device) for k in range(cfg.warmup, n_steps)]
     sync()
     t1 = time.perf_counter()
@@ -182,7 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--energy", default="auto", help="EnergyMeter backend (auto, nvml, none, simulated)")
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--timeout-s", type=float, default=1800.0, help="collective timeout (s)")
+    ap.add_argument("--watch-pid", type=int, help="exit when this process (the runner) is gone")
     args = ap.parse_args(argv)
+    _die_with(args.watch_pid)
 
     import torch
     import torch.distributed as dist

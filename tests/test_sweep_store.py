@@ -1,0 +1,83 @@
+"""Sweep store: one row per (sweep, config), upserts, speedup against the single run, loader."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from joulebound.errors import JouleboundError
+from joulebound.sweep.grid import preset
+from joulebound.sweep.store import COLUMNS, SweepStore, load_results
+
+
+@pytest.fixture()
+def cfgs():
+    return preset("tiny").expand(["single", "ddp", "tp"], [1, 2])
+
+
+def test_schema_matches_the_contract(tmp_path):
+    SweepStore(tmp_path / "r.db")
+    con = sqlite3.connect(tmp_path / "r.db")
+    cols = [r[1] for r in con.execute("PRAGMA table_info(sweep_results)")]
+    assert tuple(cols) == COLUMNS
+    assert {"config_id", "sweep", "time_s", "energy_j", "speedup", "env_json"} <= set(cols)
+
+
+def test_rerecording_keeps_exactly_one_row_and_fills_speedup_both_ways(tmp_path, cfgs):
+    st = SweepStore(tmp_path / "r.db")
+    single = next(c for c in cfgs if c.strategy == "single" and c.layers == 1)
+    ddp = next(c for c in cfgs if c.strategy == "ddp" and c.layers == 1)
+    # multi-rank row first: no baseline yet -> speedup NULL
+    st.record("s", ddp, status="ok", time_s=2.0, tokens=400, padded_tokens=400, env={"a": 1})
+    assert st.rows("s")[0]["speedup"] is None
+    # the single run lands: ddp's speedup is filled (work-normalized = throughput ratio)
+    st.record("s", single, status="ok", time_s=1.0, tokens=400, padded_tokens=400)
+    rows = {r["strategy"]: r for r in st.rows("s")}
+    assert rows["single"]["speedup"] == 1.0
+    assert rows["ddp"]["speedup"] == pytest.approx((400 / 2.0) / (400 / 1.0))
+    assert rows["ddp"]["throughput_tok_s"] == pytest.approx(200.0)
+    # a re-run overwrites in place: still one row per config, newest figures
+    st.record("s", ddp, status="ok", time_s=0.5, tokens=400, padded_tokens=400)
+    st.record("s", ddp, status="ok", time_s=0.5, tokens=400, padded_tokens=400)
+    rows = st.rows("s")
+    assert len(rows) == 2
+    assert {r["strategy"]: r for r in rows}["ddp"]["speedup"] == pytest.approx(2.0)
+    # another sweep with the same configs is separate
+    st.record("other", ddp, status="ok", time_s=1.0, tokens=400, padded_tokens=400)
+    assert len(st.rows("s")) == 2 and len(st.rows()) == 3
+    assert st.done_ids("s") == {single.config_id, ddp.config_id}
+
+
+def test_failed_rows_keep_the_error_and_are_skipped_only_when_asked(tmp_path, cfgs):
+    st = SweepStore(tmp_path / "r.db")
+    st.save_plan("s", cfgs)
+    tp = next(c for c in cfgs if c.strategy == "tp")
+    st.record("s", tp, status="failed", error="out of memory: CUDA out of memory")
+    assert tp.config_id in st.done_ids("s")
+    assert tp.config_id not in st.done_ids("s", include_failed=False)
+    status = st.status()[0]
+    assert status["planned"] == len(cfgs) and status["failed"] == 1
+    assert status["pending"] == len(cfgs) - 1
+    assert [c.config_id for c in st.plan("s")] == [c.config_id for c in cfgs]
+    with pytest.raises(ValueError):
+        st.record("s", tp, status="weird")
+
+
+def test_load_results_dataframe(tmp_path, cfgs):
+    path = tmp_path / "r.db"
+    st = SweepStore(path)
+    for i, c in enumerate(cfgs):
+        st.record("s", c, status="ok", time_s=1.0 + i, tokens=100, padded_tokens=128,
+                  energy_j=None, env={"device_type": "cpu"})
+    df = load_results(path)
+    assert list(df.columns) == list(COLUMNS) and len(df) == len(cfgs)
+    assert df["energy_j"].isna().all() and (df["padded_tokens"] > df["tokens"]).all()
+    assert json.loads(df["env_json"].iloc[0])["device_type"] == "cpu"
+    assert len(load_results(path, sweep="nope")) == 0
+    with pytest.raises(JouleboundError, match="no such sweep database"):
+        load_results(tmp_path / "missing.db")
+    sqlite3.connect(tmp_path / "empty.db").execute("CREATE TABLE x (a)").connection.commit()
+    with pytest.raises(JouleboundError, match="no 'sweep_results' table"):
+        load_results(tmp_path / "empty.db")

@@ -1,0 +1,73 @@
+"""Sweep workload in one process: HF models from configs, random tokens with padding, data split."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from joulebound.energy.meter import EnergyMeter  # noqa: E402
+from joulebound.sweep.grid import SweepConfig  # noqa: E402
+from joulebound.sweep.strategies import batch_indices  # noqa: E402
+from joulebound.sweep.worker import run_config  # noqa: E402
+from joulebound.sweep.workload import build_model, make_dataset  # noqa: E402
+
+
+def _cfg(**kw):
+    base = dict(arch="bert", layers=1, hidden=32, heads=2, ff=64, seq=16, batch=4, steps=2, warmup=1,
+                vocab=100, dropout=0.0)
+    base.update(kw)
+    return SweepConfig(**base)
+
+
+def test_models_are_built_from_config_with_the_seeded_weights():
+    c = _cfg()
+    m1, m2 = build_model(c), build_model(c)
+    assert type(m1).__name__ == "BertForSequenceClassification"
+    assert m1.config.num_hidden_layers == 1 and m1.config.hidden_size == 32
+    assert m1.config.intermediate_size == 64 and m1.config.num_attention_heads == 2
+    assert all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters(), strict=True))
+    g = build_model(_cfg(arch="gpt2"))
+    assert type(g).__name__ == "GPT2LMHeadModel" and g.config.n_inner == 64 and g.config.n_positions == 16
+
+
+def test_padding_is_counted_real_vs_padded():
+    c = _cfg(min_fill=0.5, seq=16, batch=8)
+    ds = make_dataset(c, 3)
+    ids, mask, labels = ds.tensors
+    lengths = mask.sum(1)
+    assert ids.shape == (24, 16)
+    assert lengths.min() >= math.ceil(0.5 * 16) and lengths.max() <= 16 and lengths.float().std() > 0
+    assert (ids[mask == 0] == 0).all() and (ids[mask == 1] > 0).all()
+    meter = EnergyMeter("none")
+    res = run_config(c, 0, torch.device("cpu"), meter)
+    # measured steps only (warm-up excluded): rows warmup*B .. (warmup+steps)*B
+    measured = mask[c.warmup * c.batch:(c.warmup + c.steps) * c.batch]
+    assert res["tokens"] == int(measured.sum()) < res["padded_tokens"] == c.steps * c.batch * c.seq
+    assert len(res["losses"]) == c.steps and all(math.isfinite(x) for x in res["losses"])
+    assert res["window"].energy_j is None and res["time_s"] > 0
+    assert res["peak_mem_kind"] == "cpu_rss_after_measured_steps" and res["peak_mem_bytes"] > 10**7
+
+
+def test_gpt2_and_bf16_train_on_cpu():
+    meter = EnergyMeter("none")
+    r = run_config(_cfg(arch="gpt2", min_fill=0.75), 0, torch.device("cpu"), meter)
+    assert all(math.isfinite(x) for x in r["losses"]) and r["tokens"] < r["padded_tokens"]
+    r = run_config(_cfg(dtype="bf16"), 0, torch.device("cpu"), meter)
+    assert all(math.isfinite(x) for x in r["losses"])
+    assert r["losses"][0] == pytest.approx(math.log(2), abs=0.2)  # 2-class CE at random init
+
+
+def test_data_parallel_split_covers_each_global_batch_once():
+    c = _cfg(strategy="fsdp", world_size=2, batch=4, steps=3, warmup=0)
+    n = c.batch * c.steps
+    per = c.per_rank_batch
+    r0, r1 = batch_indices(c, 0, n), batch_indices(c, 1, n)
+    assert per == 2 and not set(r0) & set(r1)
+    for k in range(c.steps):
+        assert sorted(r0[k * per:(k + 1) * per] + r1[k * per:(k + 1) * per]) == list(range(k * 4, k * 4 + 4))
+    tp = _cfg(strategy="tp", world_size=2)
+    assert batch_indices(tp, 0, 8) == batch_indices(tp, 1, 8) == list(range(8))
