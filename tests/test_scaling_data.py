@@ -110,3 +110,17 @@ def test_group_folds_never_split_a_family():
             assert not seen[i] & seen[j]
     assert sum(len(f) for f in folds) == len(groups)
     assert evaluate.conformal_quantile(np.arange(1, 20), 0.1) == 18
+
+
+def test_cpu_sweep_with_simulated_energy_fits_only_speedup(tmp_path, capsys):
+    db = tmp_path / "runs.db"
+    _sweep_db(db, energy=True)
+    with sqlite3.connect(db) as con:
+        con.execute("update sweep_results set env_json = ?, energy_provenance = 'modeled'",
+                    (json.dumps({"device_type": "cpu", "gpu": None}),))
+    df = datasets.load(db)
+    assert set(df["device"]) == {"cpu"} and df["peak_flops"].isna().all()
+    assert main(["fit", "--data", str(db), "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)["datasets"][0]
+    assert any("modeled" in n for n in rec["notes"]) and "coefficients" not in rec
+    assert {s["strategy"] for s in rec["speedup"]} == {"ddp", "tp"}

@@ -69,9 +69,18 @@ def _fit_one(df, law_name: str, laws: tuple[str, ...], k: int) -> dict:  # noqa:
                  "dropped": df.attrs.get("dropped", {}), "law": law_name, "notes": []}
     rec["speedup"] = _speedup_rows(df) if len(df) and (df["gpus"] > 1).any() else []
     has_e = df["energy_j"].notna() & (df["energy_j"] > 0)
+    if "energy_provenance" in df and (has_e & (df["energy_provenance"] == "modeled")).any():
+        n_mod = int((has_e & (df["energy_provenance"] == "modeled")).sum())
+        rec["notes"].append(f"{n_mod} rows have modeled (simulated-meter) energy: left out, the energy "
+                            "laws are fitted on measured energy only")
+        has_e &= df["energy_provenance"] != "modeled"
+    if df["peak_flops"].isna().any() and has_e.any():
+        rec["notes"].append(f"{int(df['peak_flops'].isna().sum())} CPU rows have no GPU peak: left out "
+                            "of the energy laws")
+        has_e &= df["peak_flops"].notna()
     if not has_e.any():
-        rec["notes"].append("no row has energy_j (no sensor): energy laws need energy; only the "
-                            "speedup laws were fitted")
+        rec["notes"].append("no row has measured energy_j (no sensor): energy laws need energy; only "
+                            "the speedup laws were fitted")
         return rec
     if (~has_e).any():
         rec["notes"].append(f"{int((~has_e).sum())} rows without energy_j left out of the energy laws")

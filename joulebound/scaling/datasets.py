@@ -58,6 +58,13 @@ def validate(df: pd.DataFrame, source: str = "dataset", need: tuple[str, ...] = 
 
 
 def _hw_cols(df: pd.DataFrame) -> pd.DataFrame:
+    if (df["device"] == "cpu").any():  # CPU sweep runs: no GPU figures (speedup laws only)
+        gpu = df[df["device"] != "cpu"].copy()
+        cpu = df[df["device"] == "cpu"].copy()
+        cpu["mem_bw"] = cpu["tdp_w"] = cpu["peak_flops"] = np.nan
+        if len(gpu):
+            gpu = _hw_cols(gpu)
+        return pd.concat([gpu, cpu]).sort_index()
     hws = {d: get_hw(d) for d in df["device"].unique()}
     df["mem_bw"] = df["device"].map(lambda d: hws[d].mem_bw)
     df["tdp_w"] = df["device"].map(lambda d: hws[d].tdp_w)
@@ -286,9 +293,10 @@ def load_sweep(path: str | Path, device: str | None = None) -> pd.DataFrame:
 
     ``world_size``→gpus; ``time_s`` is the measured steps' wall time and ``steps`` their number,
     so ``time_s``/``energy_j`` here are **per step** (divided by ``steps`` when present);
-    ``speedup`` is the sweep's work-normalized speedup. ``device`` comes from ``env_json``
-    (``{"device": ...}``) when present, else the ``device`` argument, else ``cpu``-free
-    ``rtx2080ti`` is NOT assumed: a missing device raises.
+    ``speedup`` is the sweep's work-normalized speedup. ``device`` is the ``device`` argument when
+    given, else ``env_json["gpu"]`` (the CUDA product name, resolved by the device catalog), else
+    ``cpu`` when ``env_json["device_type"] == "cpu"`` (CPU/gloo runs: no GPU peak, so only the
+    speedup laws apply); a row naming none of these raises.
 
     Dropped: rows with status other than ``ok`` (failed runs) and rows with no time.
     """
@@ -304,18 +312,22 @@ def load_sweep(path: str | Path, device: str | None = None) -> pd.DataFrame:
     raw = raw[ok].copy()
     steps = pd.to_numeric(raw["steps"], errors="coerce") if "steps" in raw else pd.Series(1.0, index=raw.index)
     steps = steps.fillna(1.0).clip(lower=1.0)
+    import json
+
     devs = []
     for _, r in raw.iterrows():
-        dev = None
-        if "env_json" in raw and isinstance(r.get("env_json"), str):
-            import json
-
+        dev = device
+        if dev is None and isinstance(r.get("env_json"), str):
             try:
                 env = json.loads(r["env_json"])
-                dev = env.get("device") or env.get("gpu_name")
-            except (ValueError, AttributeError):
-                dev = None
-        devs.append(dev or device)
+            except ValueError:
+                env = {}
+            dev = env.get("gpu") or env.get("device") or env.get("gpu_name")
+            if dev is None and env.get("device_type") == "cpu":
+                dev = "cpu"
+        if dev is not None and dev != "cpu":
+            dev = get_hw(dev).name
+        devs.append(dev)
     if any(d is None for d in devs):
         raise JouleboundError(f"{p}: some sweep rows do not name their GPU (env_json has no "
                               "'device'); pass the device explicitly (joulebound fit --device NAME).")
