@@ -1,0 +1,33 @@
+"""Clock planners: choose a clock configuration per kernel (or per group of kernels).
+
+* :func:`solve` — global planner: least energy within a time budget (``waste``, ``relaxed``),
+  least energy·time^n (``edp``, ``ed2p``), or least time under an energy cap (``time``), at
+  ``iteration`` / ``pass`` / ``layer`` / ``kernel`` granularity, optionally tying identical
+  invocations; ``method="fast"`` (Lagrangian on convex hulls + repair, certified gap bound) or
+  ``method="milp"`` (exact, scipy HiGHS);
+* :func:`solve_local` — each kernel alone within its own time bound;
+* :func:`pareto_frontier` — least energy over a range of allowed slowdowns;
+* switch-aware phases live in :mod:`joulebound.dvfs.switching`.
+
+All functions are pure: they read a :class:`~joulebound.dvfs.characterization.Characterization`
+and return a :class:`~joulebound.dvfs.plan.Plan` (or arrays).
+"""
+
+from .hull import Options, pareto_options
+from .mckp import FastMCKP, MCKPSolution
+from .milp import solve_milp
+from .objectives import METHODS, OBJECTIVES, Frontier, pareto_frontier, solve, solve_local
+from .problem import (
+    GRANULARITIES,
+    aggregate,
+    align,
+    baseline_column,
+    baseline_totals,
+    granularity_groups,
+)
+
+__all__ = [
+    "GRANULARITIES", "METHODS", "OBJECTIVES", "FastMCKP", "Frontier", "MCKPSolution", "Options",
+    "aggregate", "align", "baseline_column", "baseline_totals", "granularity_groups",
+    "pareto_frontier", "pareto_options", "solve", "solve_local", "solve_milp",
+]

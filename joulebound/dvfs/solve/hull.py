@@ -1,0 +1,130 @@
+"""Per-group Pareto options and lower convex hulls, in compressed (CSR) form.
+
+For every group (a kernel, or a set of kernels that must share one clock configuration) the
+options are points ``(time_s, energy_j)``, one per clock configuration. Only the Pareto-efficient
+points can be optimal (an option that is slower *and* costs more energy than another never is),
+and the Lagrangian solver only needs the lower convex hull of those. Both are computed for all
+groups at once with vectorized numpy — no Python loop over groups:
+
+1. sort each row by time (chunks of rows keep the temporaries small);
+2. Pareto filter: keep a point when its energy is strictly below every faster point's;
+3. hull: repeatedly drop every point that is not strictly convex with its current neighbours
+   (slope in >= slope out). A point that fails the test is never a hull vertex, so dropping all
+   of them at once is safe; a few passes reach the hull.
+
+Storage is CSR: ``ptr[g]:ptr[g+1]`` indexes the points of group ``g``, ordered fastest first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Options:
+    """Pareto-efficient options of every group, fastest first within a group.
+
+    Attributes:
+        ptr: (G+1,) offsets into the point arrays.
+        t: (N,) time of each point (s).
+        e: (N,) energy of each point (J).
+        col: (N,) column (configuration index) of each point.
+        hull: (N,) True where the point is a vertex of its group's lower convex hull.
+    """
+
+    ptr: np.ndarray
+    t: np.ndarray
+    e: np.ndarray
+    col: np.ndarray
+    hull: np.ndarray
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.ptr) - 1
+
+    @property
+    def group(self) -> np.ndarray:
+        """(N,) group id of each point."""
+        return np.repeat(np.arange(self.n_groups), np.diff(self.ptr))
+
+    def fastest(self) -> np.ndarray:
+        """(G,) index (into the point arrays) of each group's fastest option."""
+        return self.ptr[:-1].copy()
+
+    def cheapest(self) -> np.ndarray:
+        """(G,) index of each group's lowest-energy option (the slowest Pareto point)."""
+        return self.ptr[1:] - 1
+
+
+def pareto_options(time_s: np.ndarray, energy_j: np.ndarray, chunk_rows: int = 8192) -> Options:
+    """Pareto-efficient options and hull flags of every row of ``time_s``/``energy_j`` (G, C).
+
+    Non-finite cells (NaN, inf) are treated as unavailable. Every row needs at least one finite
+    cell. Works in float64 internally; inputs may be float32.
+    """
+    time_s = np.asarray(time_s)
+    energy_j = np.asarray(energy_j)
+    G, C = time_s.shape
+    parts_row, parts_col, parts_t, parts_e = [], [], [], []
+    for lo in range(0, G, chunk_rows):
+        t = np.asarray(time_s[lo:lo + chunk_rows], dtype=np.float64)
+        e = np.asarray(energy_j[lo:lo + chunk_rows], dtype=np.float64)
+        bad = ~(np.isfinite(t) & np.isfinite(e))
+        if bad.any():
+            t = np.where(bad, np.inf, t)
+            e = np.where(bad, np.inf, e)
+        order = np.argsort(t, axis=1)
+        es = np.take_along_axis(e, order, axis=1)
+        runmin = np.minimum.accumulate(es, axis=1)
+        keep = np.empty_like(es, dtype=bool)
+        keep[:, 0] = np.isfinite(es[:, 0])
+        keep[:, 1:] = es[:, 1:] < runmin[:, :-1]
+        r, c = np.nonzero(keep)
+        cols = order[r, c]
+        parts_row.append(r + lo)
+        parts_col.append(cols.astype(np.int32))
+        parts_t.append(t[r, cols])
+        parts_e.append(es[r, c])
+    row = np.concatenate(parts_row) if parts_row else np.zeros(0, np.int64)
+    col = np.concatenate(parts_col) if parts_col else np.zeros(0, np.int32)
+    pt = np.concatenate(parts_t) if parts_t else np.zeros(0)
+    pe = np.concatenate(parts_e) if parts_e else np.zeros(0)
+    # equal times inside a row: the earlier point (higher energy) is dominated
+    if len(row) > 1:
+        dup = np.zeros(len(row), bool)
+        dup[:-1] = (row[:-1] == row[1:]) & (pt[:-1] == pt[1:])
+        if dup.any():
+            keep = ~dup
+            row, col, pt, pe = row[keep], col[keep], pt[keep], pe[keep]
+    counts = np.bincount(row, minlength=G)
+    if G and counts.min() == 0:
+        missing = np.flatnonzero(counts == 0)
+        raise ValueError(f"rows {missing[:10].tolist()} have no finite (time, energy) option")
+    ptr = np.zeros(G + 1, np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    hull = _hull_flags(row, pt, pe)
+    return Options(ptr=ptr, t=pt, e=pe, col=col, hull=hull)
+
+
+def _hull_flags(row: np.ndarray, t: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Lower-convex-hull flags of CSR points (sorted by row, then time ascending)."""
+    n = len(row)
+    idx = np.arange(n)
+    r, tt, ee = row, t, e
+    while len(idx) >= 3:
+        dt = tt[1:] - tt[:-1]
+        de = ee[1:] - ee[:-1]
+        same = r[1:] == r[:-1]
+        # interior point j has neighbours j-1 and j+1 in its own group; it is not strictly
+        # convex when slope(j-1, j) >= slope(j, j+1), i.e. de[j-1]*dt[j] >= de[j]*dt[j-1]
+        viol = same[:-1] & same[1:] & (de[:-1] * dt[1:] >= de[1:] * dt[:-1])
+        if not viol.any():
+            break
+        keep = np.ones(len(idx), bool)
+        keep[1:-1] = ~viol
+        idx, r, tt, ee = idx[keep], r[keep], tt[keep], ee[keep]
+    flags = np.zeros(n, bool)
+    flags[idx] = True
+    return flags
