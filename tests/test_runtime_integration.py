@@ -127,7 +127,7 @@ def test_gpt_loop_follows_plan_safe_on_eval_and_energy_matches(setup, tmp_path, 
     assert all(r["reason"] == "plan" for r in steady)
     # the first switch of the window may have been issued just before it
     assert got == expected or got == expected[1:] or got[1:] == expected
-    assert len(steady) >= 3 * plan.n_switches // 2
+    assert len(expected) >= (3 * plan.n_switches if latency == 0 else 6)
 
     # eval step: clocks go to the safe pair, and come back to the plan afterwards
     _, ea, eb = bounds[6]

@@ -492,7 +492,7 @@ def perturbed_stream(iteration: Sequence[int], n_iters: int,
 def accuracy(keys: Sequence[int], skip: int = 0, predictor: NextKernelPredictor | None = None
              ) -> float:
     """Share of ``keys[skip:]`` that a (fresh) predictor predicted right, after seeing all before."""
-    pred = predictor or NextKernelPredictor()
+    pred = predictor if predictor is not None else NextKernelPredictor()
     seq = list(map(int, keys))
     for k in seq[:skip]:
         pred.observe(k)

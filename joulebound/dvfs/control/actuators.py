@@ -25,6 +25,7 @@ import os
 import signal
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,7 +119,8 @@ class SimulatedActuator(Actuator):
             pair, normally ``auto``).
         switch_latency_s: modeled time from issuing a switch until the new clocks are in effect
             (s). Until then ops run at the old clocks; the switch completes at an op boundary
-            (the first op that starts after the latency has elapsed).
+            (the first op that starts after the latency has elapsed). Switches are serial: one
+            issued while another is in flight starts when that one completes.
         iteration_start: plan position that starts an iteration (for per-iteration totals).
 
     Ops with label -1 (not in the plan: an evaluation step, a new shape) have no modeled cost;
@@ -137,7 +139,8 @@ class SimulatedActuator(Actuator):
             raise JouleboundError("SimulatedActuator: the characterization has no 'auto' column "
                                   "(the safe/default clocks); characterize with include_auto=True")
         self._in_effect = self._col[AUTO]
-        self._pending: tuple[int, float] | None = None   # (column, device time it takes effect)
+        self._pending: deque[tuple[int, float]] = deque()   # (column, time it takes effect)
+        self._last_done = 0.0
         self._time = char.time_s
         self._energy = char.energy_j
         self.iteration_start = iteration_start
@@ -151,7 +154,9 @@ class SimulatedActuator(Actuator):
         if col is None:
             raise JouleboundError(f"SimulatedActuator: config {config} is not in the "
                                   "characterization; characterize the plan's configs")
-        self._pending = (col, self.totals.time_s + self.latency)
+        done = max(self.totals.time_s, self._last_done) + self.latency
+        self._last_done = done
+        self._pending.append((col, done))
 
     def finish_iteration(self) -> None:
         """Close the running iteration's totals (called at each iteration start)."""
@@ -166,9 +171,8 @@ class SimulatedActuator(Actuator):
         self.n_ops += 1
         tot = self.totals
         pend = self._pending
-        if pend is not None and tot.time_s >= pend[1]:
-            self._in_effect = pend[0]
-            self._pending = None
+        while pend and tot.time_s >= pend[0][1] - 1e-15:
+            self._in_effect = pend.popleft()[0]
             tot.switches += 1
         tot.ops += 1
         if label < 0:

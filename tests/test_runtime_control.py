@@ -1,0 +1,151 @@
+"""Controller, lookahead schedule, hooks (dispatch mode, periodic schedule, event aligner)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from joulebound.clocks import AUTO, ClockConfig
+from joulebound.dvfs.control import Controller, DryRunActuator, lookahead_commands
+from joulebound.dvfs.control.controller import trace_from_ops
+from joulebound.dvfs.control.hooks import EventAligner, PeriodicSchedule, key_str
+from joulebound.dvfs.plan import Plan
+
+A, B = ClockConfig(1410, 1593), ClockConfig(1005, 1593)
+
+
+def test_lookahead_zero_latency_is_the_plan():
+    choice = np.array([0, 0, 1, 1, 0])
+    assert lookahead_commands(choice, np.ones(5), 0.0).tolist() == choice.tolist()
+
+
+def test_lookahead_switches_latency_early_and_wraps():
+    choice = np.array([0, 0, 0, 1, 1, 0])
+    t = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    # a switch issued at j is in effect from the first op starting >= 1.5 s later
+    cmd = lookahead_commands(choice, t, 1.5)
+    assert cmd.tolist() == [0, 1, 1, 0, 0, 0]
+    # latency longer than a whole iteration: still well defined (cyclic)
+    assert len(lookahead_commands(choice, t, 13.0)) == 6
+    # a phase shorter than the latency is skipped over (switches are serial)
+    t = np.array([1.0, 0.1, 1.0, 1.0])
+    assert lookahead_commands(np.array([0, 1, 0, 0]), t, 1.05).tolist() == [0, 0, 0, 0]
+    # ... but one just long enough keeps its own clocks, switched one latency early
+    t = np.array([1.0, 1.0, 1.0, 1.0])
+    assert lookahead_commands(np.array([0, 1, 2, 0]), t, 1.0).tolist() == [1, 2, 0, 0]
+
+
+def _plan(names, choice):
+    return Plan(device="test", kernel_names=names, configs=[AUTO, A, B], choice=choice)
+
+
+def test_controller_follows_plan_goes_safe_and_returns():
+    names = [f"op{i}" for i in range(20)]
+    choice = np.array([1] * 10 + [2] * 10)
+    act = DryRunActuator()
+    ctl = Controller(_plan(names, choice), act, min_confidence=0.75)
+    ids = [ctl.interner.intern(n) for n in names]
+    stray = ctl.interner.intern("eval-op")
+    for _ in range(3):
+        for k in ids:
+            ctl.on_op(k)
+    steady = [r for r in ctl.log if r["op"] >= 20]
+    assert [(r["label"], r["config"]) for r in steady] == [(0, A.label), (10, B.label),
+                                                           (0, A.label), (10, B.label)]
+    for _ in range(15):                       # an evaluation step on unknown ops
+        ctl.on_op(stray)
+    assert ctl.commanded == AUTO and ctl.log[-1]["reason"] == "unknown-op"
+    for _ in range(2):
+        for k in ids:
+            ctl.on_op(k)
+    assert ctl.commanded == B and ctl.log[-1]["reason"] == "plan"
+    assert ctl.stats.safe_ops >= 15
+    ctl.close()
+    assert act.current == AUTO and ctl.log[-1]["reason"] == "close"
+
+
+def test_controller_with_latency_switches_early():
+    names = [f"op{i}" for i in range(10)]
+    choice = np.array([1] * 5 + [2] * 5)
+    act = DryRunActuator()
+    ctl = Controller(_plan(names, choice), act, kernel_time_s=np.ones(10), switch_latency_s=2.0)
+    ids = [ctl.interner.intern(n) for n in names]
+    for _ in range(4):
+        for k in ids:
+            ctl.on_op(k)
+    plan_sw = [r["label"] for r in ctl.log if r["reason"] == "plan" and r["op"] >= 20]
+    assert plan_sw == [3, 8, 3, 8]          # 2 ops (2 s) before the phase starts at 5 and 0
+    with pytest.raises(ValueError, match="kernel_time_s"):
+        Controller(_plan(names, choice), act, switch_latency_s=1.0)
+
+
+def test_periodic_schedule_fires_in_order_at_offsets():
+    got = []
+    sched = PeriodicSchedule([(0.04, B), (0.0, A), (0.08, AUTO)], got.append)
+    t0 = time.monotonic()
+    sched.step_begin()
+    sched.wait()
+    assert got == [A, B, AUTO] and time.monotonic() - t0 >= 0.075
+    offs = [t for t, _ in sched.fired]
+    assert offs[1] >= 0.035 and offs == sorted(offs)
+    plan = _plan(["a", "b", "c"], np.array([1, 2, 2]))
+    s2 = PeriodicSchedule.from_plan(plan, [0.5, 1.0, 1.0], 0.2, got.append)
+    assert [(round(t, 6), c) for t, c in s2.switches] == [(0.0, A), (0.3, B)]
+
+
+def test_event_aligner_waits_for_device_progress():
+    gates = []
+
+    class FakeEvent:
+        def __init__(self):
+            self.done = threading.Event()
+            gates.append(self.done)
+
+        def record(self):
+            pass
+
+        def synchronize(self):
+            self.done.wait(5)
+
+    applied = []
+    al = EventAligner(applied.append, event_factory=FakeEvent)
+    al.submit(A)
+    al.submit(B)
+    time.sleep(0.05)
+    assert applied == []                      # the "device" has not reached the ops yet
+    gates[0].set()
+    time.sleep(0.05)
+    assert applied == [A]
+    gates[1].set()
+    al.close()
+    assert applied == [A, B]
+
+
+def test_key_text_and_trace_from_ops():
+    k = key_str(("aten.mm.default", ((8, 64), (64, 192)), "float32"))
+    assert k == "aten.mm.default[8x64,64x192]float32"
+    tr = trace_from_ops([k, "aten.add.Tensor[8x192,8x192]float32", "aten.cat.default[(2x3,2x3)]float32"])
+    assert tr[0].category == "gemm" and tr[0].flops == 2 * 8 * 64 * 192
+    assert tr[1].category == "elementwise" and tr[1].bytes == 4 * 8 * 192 * 3
+    assert tr.names()[0] == k
+
+
+def test_opstream_sees_forward_backward_and_optimizer_ops():
+    torch = pytest.importorskip("torch")
+    from joulebound.dvfs.control.hooks import OpStream
+
+    lin = torch.nn.Linear(8, 4)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+    seen = []
+    with OpStream(on_op=seen.append, record=True) as ops:
+        loss = lin(torch.ones(2, 8)).sum()
+        loss.backward()
+        opt.step()
+    names = [ops.name(k) for k in ops.keys]
+    assert seen == ops.keys
+    assert any(n.startswith("aten.addmm") and "[4,2x8,8x4]float32" in n for n in names)
+    assert any(n.startswith("aten.mm") for n in names)              # backward
+    assert any("_foreach_add" in n or "add_" in n for n in names)   # optimizer
