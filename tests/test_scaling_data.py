@@ -85,11 +85,19 @@ def test_sweep_store_time_only_fits_speedup_laws(tmp_path, capsys):
 def test_sweep_store_with_energy_fits_energy_laws(tmp_path, capsys):
     db = tmp_path / "runs.db"
     _sweep_db(db, energy=True)
+    law_file = tmp_path / "law.json"
     assert main(["fit", "--data", str(db), "--law", "paper", "--laws", "paper,device-seconds",
-                 "--json"]) == 0
+                 "--save", str(law_file), "--json"]) == 0
     rec = json.loads(capsys.readouterr().out)["datasets"][0]
     terms = {c["term"] for c in rec["coefficients"]}
     assert "log eta" in terms and "strategy[tp]" in terms
+    # the saved pre-run law is usable by predict, and its Ψ(tp) is now fitted
+    assert main(["predict", "--layers", "2", "--hidden", "128", "--heads", "2", "--seq", "64",
+                 "--batch", "16", "--tokens", "1e6", "--gpus", "2", "--strategy", "tp",
+                 "--coefficients", str(law_file), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert str(law_file) in out["law"] and out["energy_j"] > 0
+    assert not any("Ψ(strategy) = 0" in w for w in out["warnings"])
 
 
 def test_prerun_law_heldout_r2_on_mayaki(shared_data):

@@ -158,6 +158,8 @@ def fit(
                              "--laws", help="comma-separated laws in the evaluation table"),
     folds: int = typer.Option(5, "--folds", help="K of the grouped K-fold"),
     device: str = typer.Option(None, "--device", help="GPU of a sweep store whose rows do not name it"),
+    save: Path = typer.Option(None, "--save", help="write the fitted pre-run law (with its held-out "
+                              "error) to this JSON file, for predict/advise --coefficients"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output (keys in --help)"),
 ) -> None:
     from ..scaling import datasets
@@ -176,11 +178,26 @@ def fit(
                    "dropped": {k.split(": ", 1)[-1]: v for k, v in df.attrs.get("dropped", {}).items()
                                if df["dataset"].nunique() == 1 or k.startswith(str(g["dataset"].iloc[0]))}}
         recs.append(_fit_one(g, law, law_list, folds))
+    if save is not None:
+        import json
+
+        from ..scaling.defaults import law_record
+
+        de = df[df["energy_j"].notna() & (df["energy_j"] > 0) & df["peak_flops"].notna()]
+        if "energy_provenance" in de:
+            de = de[de["energy_provenance"] != "modeled"]
+        if de.empty:
+            raise JouleboundError("--save needs rows with measured energy; this data has none")
+        rec = law_record(de.reset_index(drop=True), f"{data} ({len(de)} rows with measured energy)",
+                         k=min(folds, int(de["family"].nunique())))
+        save.write_text(json.dumps(rec, indent=1) + "\n")
     if as_json:
-        print_json({"datasets": recs, "published": PUBLISHED})
+        print_json({"datasets": recs, "published": PUBLISHED, "saved": str(save) if save else None})
         return
     for r in recs:
         _print_fit(r, PUBLISHED)
+    if save is not None:
+        console.print(f"saved the pre-run law to {save} (use predict/advise --coefficients {save})")
 
 
 def _parse_duration(s: str) -> float:
@@ -217,11 +234,13 @@ def predict(
     dtype: str = typer.Option("fp32", "--dtype", help="fp32 | bf16 | fp16"),
     ff: int = typer.Option(None, "--ff", help="feed-forward width (default 4·hidden)"),
     vocab: int = typer.Option(None, "--vocab", help="vocabulary size (default by --model)"),
+    coefficients: Path = typer.Option(None, "--coefficients", help="a law saved by `joulebound fit "
+                                      "--save` (default: the built-in law)"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output (keys in --help)"),
 ) -> None:
     from ..scaling.defaults import predict_job
 
-    p = predict_job(tokens, gpus=gpus, strategy=strategy,
+    p = predict_job(tokens, gpus=gpus, strategy=strategy, coefficients=coefficients,
                     **_config(model, layers, hidden, heads, seq, batch, device, dtype, ff, vocab))
     if as_json:
         print_json(p.to_json())
@@ -249,6 +268,7 @@ def advise(
     dtype: str = typer.Option("fp32", "--dtype"),
     ff: int = typer.Option(None, "--ff"),
     vocab: int = typer.Option(None, "--vocab"),
+    coefficients: Path = typer.Option(None, "--coefficients", help="a law saved by fit --save"),
     as_json: bool = typer.Option(False, "--json", help="keys: best {strategy, gpus, energy_j, energy_lo_j, "
                                  "energy_hi_j, time_s, eta_par, meets_deadline}, candidates[] (same keys, by "
                                  "energy), provenance"),
@@ -259,7 +279,7 @@ def advise(
 
     best, cands = advisor.advise(tokens, _parse_duration(deadline), max_gpus,
                                  tuple(s.strip() for s in strategies.split(",") if s.strip()),
-                                 **_config(model, layers, hidden, heads, seq, batch, device, dtype, ff, vocab))
+                                 coefficients=coefficients, **_config(model, layers, hidden, heads, seq, batch, device, dtype, ff, vocab))
     if as_json:
         print_json(advisor.to_json(best, cands))
         return

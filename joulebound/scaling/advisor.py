@@ -41,7 +41,8 @@ def gpu_counts(max_gpus: int) -> list[int]:
 
 
 def advise(tokens: float, deadline_s: float, max_gpus: int = 8,
-           strategies: tuple[str, ...] = ("ddp", "fsdp", "tp"), **config) -> tuple[Candidate, list[Candidate]]:  # noqa: ANN003
+           strategies: tuple[str, ...] = ("ddp", "fsdp", "tp"), coefficients: str | None = None,
+           **config) -> tuple[Candidate, list[Candidate]]:  # noqa: ANN003
     """(best, all candidates sorted by energy). ``config`` as for ``predict_job`` minus gpus/strategy."""
     if deadline_s <= 0:
         raise JouleboundError(f"--deadline must be > 0 seconds (got {deadline_s})")
@@ -49,7 +50,7 @@ def advise(tokens: float, deadline_s: float, max_gpus: int = 8,
     cands: list[Candidate] = []
     for n in gpu_counts(max_gpus):
         for s in (("single",) if n == 1 else strategies):
-            p = predict_job(tokens, gpus=n, strategy=s, **config)
+            p = predict_job(tokens, gpus=n, strategy=s, coefficients=coefficients, **config)
             cands.append(Candidate(s, n, p.energy_j, p.energy_lo_j, p.energy_hi_j, p.time_s,
                                    p.eta_par, p.time_s <= deadline_s))
     cands.sort(key=lambda c: c.energy_j)

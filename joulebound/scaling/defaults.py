@@ -31,43 +31,54 @@ def default_path() -> Path:
     return Path(str(resources.files("joulebound.scaling") / "data" / DEFAULT_FILE))
 
 
-def load_default() -> tuple[PreRunLaw, dict]:
-    """The built-in pre-run law and its provenance record."""
-    p = default_path()
+def load_default(path: str | Path | None = None) -> tuple[PreRunLaw, dict]:
+    """The built-in pre-run law (or one saved by ``joulebound fit --save``) and its record."""
+    p = Path(path) if path else default_path()
     if not p.exists():
-        raise JouleboundError(f"built-in coefficients missing ({p}); reinstall joulebound or run "
-                              "python -m joulebound.scaling.defaults --data ../shared/data")
-    d = json.loads(p.read_text())
-    return PreRunLaw.from_json(d["law"]), d
+        raise JouleboundError(f"coefficients file not found: {p}" + ("" if path else
+                              "; reinstall joulebound or run python -m joulebound.scaling.defaults "
+                              "--data ../shared/data"))
+    try:
+        d = json.loads(p.read_text())
+        return PreRunLaw.from_json(d["law"]), d
+    except (ValueError, KeyError, TypeError) as exc:
+        raise JouleboundError(f"{p}: not a joulebound coefficients file ({exc})") from None
 
 
-def fit_default(data: str | Path, out: str | Path | None = None) -> dict:
-    """Fit the pre-run law on the Mayaki data, measure its held-out error, write the JSON."""
-    from .datasets import load_mayaki
+def law_record(df: pd.DataFrame, data_desc: str, k: int = 5) -> dict:
+    """Fit the pre-run law on ``df``, measure its grouped K-fold error, return the JSON record."""
     from .evaluate import conformal_quantile, cross_validate
 
-    df = load_mayaki(Path(data) / "mayaki_ecai2025" if (Path(data) / "mayaki_ecai2025").exists() else data)
     law = PreRunLaw().fit(df)
-    cv = cross_validate(df, "prerun", k=5)
+    cv = cross_validate(df, "prerun", k=k)
     y = np.log(df["energy_j"].to_numpy(float))
-    q = conformal_quantile(np.abs(y - cv["oof_log_pred"]), 0.1)
-    rec = {
+    q = conformal_quantile(np.abs(y - cv["oof_log_pred"]), 0.1) if "oof_log_pred" in cv else None
+    return {
         "schema": "joulebound.scaling.default/1",
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "law": law.to_json(),
         "q90_log": q,
         "provenance": {
-            "data": "mayaki_ecai2025/SubsetDataForTransformer_energyModel.csv (MansMayaki/"
-                    "MLEnergyConsumption @ 609d971, MIT; Mayaki & Charpenay, ECAI 2025)",
+            "data": data_desc,
             "rows": len(df), "families": int(df["family"].nunique()),
             "devices": sorted(df["device"].unique()),
-            "energy_basis": "J per training step, CodeCarbon GPU+CPU+RAM, single GPU",
-            "heldout": {"method": "grouped 5-fold by (L, d) family",
-                        "r2_log": cv["r2_log"], "rmse_log": cv["rmse_log"], "mape": cv["mape"],
-                        "conformal_coverage_90": cv["conformal_coverage"]},
-            "q90_log_method": "90 % quantile of |out-of-fold log residual| (grouped 5-fold)",
+            "heldout": {"method": f"grouped {cv.get('k')}-fold by configuration family",
+                        "r2_log": cv.get("r2_log"), "rmse_log": cv.get("rmse_log"),
+                        "mape": cv.get("mape"), "conformal_coverage_90": cv.get("conformal_coverage")},
+            "q90_log_method": "90 % quantile of |out-of-fold log residual|",
         },
     }
+
+
+def fit_default(data: str | Path, out: str | Path | None = None) -> dict:
+    """Fit the pre-run law on the Mayaki data, measure its held-out error, write the JSON."""
+    from .datasets import load_mayaki
+
+    df = load_mayaki(Path(data) / "mayaki_ecai2025" if (Path(data) / "mayaki_ecai2025").exists() else data)
+    rec = law_record(df, "mayaki_ecai2025/SubsetDataForTransformer_energyModel.csv (MansMayaki/"
+                         "MLEnergyConsumption @ 609d971, MIT; Mayaki & Charpenay, ECAI 2025)")
+    rec["provenance"]["energy_basis"] = ("J per training step, CodeCarbon GPU+CPU+RAM, single GPU "
+                                         "(about 97 W on the A100, 83 W on the 2080 Ti)")
     path = Path(out) if out else default_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rec, indent=1) + "\n")
@@ -126,12 +137,16 @@ def config_frame(*, model: str = "bert", layers: int, hidden: int, heads: int, s
 
 
 def predict_job(tokens: float, law: PreRunLaw | None = None, q90_log: float | None = None,
-                **config) -> Prediction:  # noqa: ANN003
+                coefficients: str | Path | None = None, **config) -> Prediction:  # noqa: ANN003
     """Energy (J) and time (s) to train on ``tokens`` tokens with the configuration ``config``
-    (keywords of :func:`config_frame`), from the built-in pre-run law unless ``law`` is given."""
+    (keywords of :func:`config_frame`), from the built-in pre-run law unless ``law`` or a
+    ``coefficients`` file (``joulebound fit --save``) is given."""
+    label = "prerun (built-in, fitted on mayaki_ecai2025)"
     if law is None:
-        law, rec = load_default()
-        q90_log = rec["q90_log"] if q90_log is None else q90_log
+        law, rec = load_default(coefficients)
+        q90_log = rec.get("q90_log") if q90_log is None else q90_log
+        if coefficients:
+            label = f"prerun ({coefficients}: {rec.get('provenance', {}).get('data', '?')})"
     if not tokens or tokens <= 0:
         raise JouleboundError(f"--tokens must be > 0 (got {tokens})")
     df = config_frame(**config)
@@ -145,12 +160,13 @@ def predict_job(tokens: float, law: PreRunLaw | None = None, q90_log: float | No
     if len(warn) < len(law.warnings_):
         warn.append("Ψ(strategy) = 0: this law was fitted without multi-GPU energy runs (none in the "
                     "open data); the strategy enters only through the predicted η̂_par")
-    if d["params"].iloc[0] > 1.5e8 or d["gpus"].iloc[0] > 1:
+    if coefficients is None and (d["params"].iloc[0] > 1.5e8 or d["gpus"].iloc[0] > 1):
         warn.append("outside the fitted data (single-GPU models <= 144 M parameters): "
                     "the multi-GPU part comes from the communication model, not from measurements")
     return Prediction(energy_j=e_step * steps, energy_lo_j=e_step * steps * np.exp(-q),
                       energy_hi_j=e_step * steps * np.exp(q), time_s=t_step * steps, steps=steps,
-                      energy_per_step_j=e_step, eta_hw=float(hw[0]), eta_par=float(par[0]), warnings=warn)
+                      energy_per_step_j=e_step, eta_hw=float(hw[0]), eta_par=float(par[0]),
+                      law=label, warnings=warn)
 
 
 def _main() -> None:  # pragma: no cover - maintenance entry point
