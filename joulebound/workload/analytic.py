@@ -207,7 +207,7 @@ class _Builder:
              category: str = "gemm") -> None:
         flops = batch * (2 * m * n * k + (m * n if bias else 0))
         nbytes = (batch * (m * k + k * n + m * n) + (n if bias else 0)) * self.s
-        self.add(name, category, flops, nbytes, self.mm_dtype, shape=[batch, m, n, k])
+        self.add(name, category, flops, nbytes, self.mm_dtype, shape=[batch, m, n, k], bias=bias)
 
     def elementwise(self, name: str, n: int, reads: int, writes: int, flop_per: float) -> None:
         self.add(name, "elementwise", flop_per * n, (reads + writes) * n * self.s)
