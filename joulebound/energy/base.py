@@ -12,6 +12,7 @@ series at ``t``, which makes them deterministic under an injected clock.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Literal
 
@@ -65,6 +66,8 @@ class Backend:
     provenance: str = "measured"
 
     def __init__(self) -> None:
+        #: serialises reads from the meter and the sampler thread (counter unwrapping has state)
+        self.lock = threading.RLock()
         self.channels: list[Channel] = []
         self.notes: list[str] = []
         self.events: list[CounterEvent] = []

@@ -139,6 +139,7 @@ class _Open:
     start: float
     energy: dict[int, float | None]
     events_seen: int
+    integral: dict[int, float]
 
 
 def _make_clock() -> Callable[[], float]:
@@ -301,20 +302,27 @@ class EnergyMeter:
         need_power = False
         for i in self.channels:
             if self.backend.has_counter(i):
-                energy[i] = self.backend.read_energy_j(i, t)
+                with self.backend.lock:
+                    energy[i] = self.backend.read_energy_j(i, t)
             else:
                 energy[i] = None
                 need_power = True
+        self.sampler.watch(name)
+        integ: dict[int, float] = {}
         if need_power:
             self._edge_power(t)
+            integ = {i: self.sampler.integral(i) for i in self.channels
+                     if not self.backend.has_counter(i)}
         with self._lock:
-            self._open[name] = _Open(t, energy, len(self.backend.events))
+            self._open[name] = _Open(t, energy, len(self.backend.events), integ)
 
     def _edge_power(self, t: float) -> None:
         samples = []
         for i in self.channels:
             if not self.backend.has_counter(i):
-                samples.append(Sample(t, i, self.backend.read_power_w(i, t), None))
+                with self.backend.lock:
+                    p = self.backend.read_power_w(i, t)
+                samples.append(Sample(t, i, p, None))
         self.sampler.add(samples)
 
     def end_window(self, name: str, sync: bool = True, cancel: bool = False) -> WindowResult:
@@ -338,11 +346,11 @@ class EnergyMeter:
         need_power = any(not self.backend.has_counter(i) for i in self.channels)
         if need_power:
             self._edge_power(t1)
+        stats = self.sampler.unwatch(name)
         devices: list[DeviceEnergy] = []
         for i in self.channels:
             ch = self.backend.channels[i]
-            samples = self.sampler.window(i, t0, t1)
-            powers = [s.power_w for s in samples if s.power_w is not None]
+            peak = stats.peak_w.get(i)
             source = ch.source
             short = ch.sensor_period_s is not None and 0 < dur < ch.sensor_period_s
             if short and "short_window" not in flags:
@@ -350,27 +358,28 @@ class EnergyMeter:
             e0 = st.energy.get(i)
             energy: float | None
             if e0 is not None:
-                e1 = self.backend.read_energy_j(i, t1)
+                with self.backend.lock:
+                    e1 = self.backend.read_energy_j(i, t1)
                 energy = None if e1 is None else max(e1 - e0, 0.0)
                 if energy == 0.0 and dur > 0 and short:
-                    p = self.backend.read_power_w(i, t1)
+                    with self.backend.lock:
+                        p = self.backend.read_power_w(i, t1)
                     if p is not None:
-                        powers.append(p)
+                        peak = p if peak is None else max(peak, p)
                         energy = p * dur
                         source = f"{source}+power_estimate"
                         if "estimated_from_power" not in flags:
                             flags.append("estimated_from_power")
-            else:
-                energy = _integrate(samples, t0, t1)
-                if energy is None and dur > 0 and "no_power_samples" not in flags:
+            elif peak is None:  # not one power reading succeeded
+                energy = None
+                if "no_power_samples" not in flags:
                     flags.append("no_power_samples")
-                elif energy is None:
-                    energy = 0.0
+            else:
+                energy = max(self.sampler.integral(i) - st.integral.get(i, 0.0), 0.0)
             devices.append(DeviceEnergy(
                 uuid=ch.uuid, index=ch.index, energy_j=energy,
                 avg_power_w=(energy / dur) if (energy is not None and dur > 0) else None,
-                peak_power_w=max(powers) if powers else None, source=source, kind=ch.kind,
-                n_samples=len(samples)))
+                peak_power_w=peak, source=source, kind=ch.kind, n_samples=stats.n.get(i, 0)))
         for ev in self.backend.events[st.events_seen:]:
             flag = "counter_reset" if ev.kind == "reset" else "counter_wraparound"
             if flag not in flags:
@@ -387,19 +396,12 @@ class EnergyMeter:
             rank=self.rank, host=self.host, backend=self.backend.name)
         if gpu and res.energy_j is None and "no_energy_sensor" not in flags:
             flags.append("energy_unavailable")
-        self._trim()
         if cancel:
             return res
         self.results.append(res)
         if self.store is not None:
             self.store.add_window(self.run_id, res)
         return res
-
-    def _trim(self) -> None:
-        with self._lock:
-            starts = [o.start for o in self._open.values()]
-        horizon = min(starts) if starts else self.clock()
-        self.sampler.trim(horizon - 2 * self.sampler.interval_s)
 
     def window(self, name: str) -> _Window:
         """A context manager *and* decorator measuring ``name``; ``.result`` holds the last result.
@@ -448,26 +450,6 @@ class _Window(contextlib.ContextDecorator):
 
     def __exit__(self, *exc: object) -> None:
         self.result = self.meter.end_window(self.name)
-
-
-def _integrate(samples: list[Sample], t0: float, t1: float) -> float | None:
-    """Trapezoid integral (J) of power samples over [t0, t1]; ``None`` with < 2 usable samples."""
-    pts = sorted((s.t, s.power_w) for s in samples if s.power_w is not None)
-    if t1 <= t0:
-        return 0.0
-    if len(pts) < 2:
-        if len(pts) == 1:  # one sample: hold it over the window (flagged by the caller as short)
-            return pts[0][1] * (t1 - t0)
-        return None
-    # hold the first/last value out to the window edges
-    if pts[0][0] > t0:
-        pts.insert(0, (t0, pts[0][1]))
-    if pts[-1][0] < t1:
-        pts.append((t1, pts[-1][1]))
-    e = 0.0
-    for (ta, pa), (tb, pb) in zip(pts, pts[1:], strict=False):
-        e += 0.5 * (pa + pb) * (tb - ta)
-    return e
 
 
 def _select_channels(backend: Backend, gpus: Sequence[int] | str | None) -> list[int]:

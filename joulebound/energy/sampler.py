@@ -1,14 +1,16 @@
 """Background power sampler: a daemon thread that reads every channel's power every ``interval_s``.
 
-Samples are kept in memory (trimmed to what open windows still need) and optionally handed to a
-sink (the SQLite store) in batches. Timestamps are the meter's clock (s, epoch-aligned, monotonic).
+Memory stays O(channels x open windows) however long the run: per channel the sampler keeps a
+running trapezoid integral of power (J) and the last reading, and per *watched* window the peak
+power and sample count. Samples are handed to a sink (the SQLite store) in batches, about every
+second. Timestamps are the meter's clock (s, epoch-aligned, monotonic).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .base import Backend
 
@@ -21,6 +23,19 @@ class Sample:
     channel: int
     power_w: float | None
     energy_j: float | None
+
+
+@dataclass
+class WindowStats:
+    """Running power statistics of one open window: peak (W) and sample count per channel."""
+
+    peak_w: dict[int, float] = field(default_factory=dict)
+    n: dict[int, int] = field(default_factory=dict)
+
+    def update(self, s: Sample) -> None:
+        self.n[s.channel] = self.n.get(s.channel, 0) + 1
+        if s.power_w is not None and s.power_w > self.peak_w.get(s.channel, float("-inf")):
+            self.peak_w[s.channel] = s.power_w
 
 
 class Sampler:
@@ -46,7 +61,9 @@ class Sampler:
         self.interval_s = float(interval_s)
         self.sink = sink
         self.flush_s = float(flush_s)
-        self.samples: list[Sample] = []
+        self.integral_j: dict[int, float] = {i: 0.0 for i in self.channels}
+        self._last: dict[int, tuple[float, float]] = {}
+        self._watch: dict[str, WindowStats] = {}
         self.errors: list[str] = []
         self._pending: list[Sample] = []
         self._lock = threading.Lock()
@@ -97,8 +114,9 @@ class Sampler:
         out = []
         for i in self.channels:
             try:
-                p = self.backend.read_power_w(i, t)
-                e = self.backend.read_energy_j(i, t) if self.backend.has_counter(i) else None
+                with self.backend.lock:
+                    p = self.backend.read_power_w(i, t)
+                    e = self.backend.read_energy_j(i, t) if self.backend.has_counter(i) else None
             except Exception as exc:  # a sensor hiccup must not kill the thread
                 if len(self.errors) < 20:
                     self.errors.append(f"{type(exc).__name__}: {exc}")
@@ -109,10 +127,35 @@ class Sampler:
         return out
 
     def add(self, samples: list[Sample]) -> None:
+        """Fold readings into the running integrals and the watched windows' statistics."""
         with self._lock:
-            self.samples.extend(samples)
+            for smp in samples:
+                if smp.power_w is not None:
+                    last = self._last.get(smp.channel)
+                    if last is not None and smp.t > last[0]:
+                        self.integral_j[smp.channel] = self.integral_j.get(smp.channel, 0.0) + \
+                            0.5 * (last[1] + smp.power_w) * (smp.t - last[0])
+                    if last is None or smp.t >= last[0]:
+                        self._last[smp.channel] = (smp.t, smp.power_w)
+                for w in self._watch.values():
+                    w.update(smp)
             if self.sink is not None:
                 self._pending.extend(samples)
+
+    def integral(self, channel: int) -> float:
+        """Trapezoid integral of ``channel``'s power since the first reading (J)."""
+        with self._lock:
+            return self.integral_j.get(channel, 0.0)
+
+    def watch(self, name: str) -> WindowStats:
+        """Start collecting peak power / sample counts for window ``name``."""
+        with self._lock:
+            self._watch[name] = st = WindowStats()
+            return st
+
+    def unwatch(self, name: str) -> WindowStats:
+        with self._lock:
+            return self._watch.pop(name, WindowStats())
 
     def flush(self) -> None:
         """Hand pending samples to the sink."""
@@ -126,17 +169,3 @@ class Sampler:
             except Exception as exc:  # a sink failure must not kill the thread
                 if len(self.errors) < 20:
                     self.errors.append(f"sink: {type(exc).__name__}: {exc}")
-
-    def window(self, channel: int, start: float, end: float) -> list[Sample]:
-        """Samples of ``channel`` with ``start <= t <= end``, in time order."""
-        with self._lock:
-            return [s for s in self.samples if s.channel == channel and start <= s.t <= end]
-
-    def trim(self, before: float) -> None:
-        """Drop samples older than ``before`` (s) — nothing open still needs them."""
-        with self._lock:
-            k = 0
-            while k < len(self.samples) and self.samples[k].t < before:
-                k += 1
-            if k:
-                del self.samples[:k]

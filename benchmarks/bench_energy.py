@@ -1,0 +1,125 @@
+"""Energy meter overheads: begin/end window cost (µs per pair) and sampler CPU use (% of a core).
+
+The NVML rows use a minimal in-process fake ``pynvml`` (each call returns at once), so they
+measure joulebound's own overhead; a real driver call adds its own latency (measured on a GPU by
+``benchmarks/gpu_check.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+
+
+def _fake_pynvml(n_gpus: int = 1) -> types.ModuleType:
+    nv = types.ModuleType("pynvml")
+
+    class NVMLError(Exception):
+        value = 0
+
+    nv.NVMLError = NVMLError
+    nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_NO_PERMISSION = 3, 4
+    nv.NVML_DEVICE_MIG_ENABLE = 1
+    state = {"e": 0}
+
+    def energy(h):
+        state["e"] += 7
+        return state["e"]
+
+    nv.nvmlInit = nv.nvmlShutdown = lambda: None
+    nv.nvmlDeviceGetCount = lambda: n_gpus
+    nv.nvmlDeviceGetHandleByIndex = lambda i: i
+    nv.nvmlDeviceGetUUID = lambda h: f"GPU-fake-{h}"
+    nv.nvmlDeviceGetName = lambda h: "fake"
+    nv.nvmlDeviceGetMigMode = lambda h: [0, 0]
+    nv.nvmlDeviceGetTotalEnergyConsumption = energy
+    nv.nvmlDeviceGetPowerUsage = lambda h: 250_000
+    return nv
+
+
+def _pair_us(meter, n: int = 3000) -> float:
+    """Median over 5 repeats of the mean cost of one begin_window + end_window pair (µs)."""
+    reps = []
+    for _r in range(5):
+        t0 = time.perf_counter()
+        for _i in range(n):
+            meter.begin_window("w")
+            meter.end_window("w")
+        reps.append((time.perf_counter() - t0) / n * 1e6)
+        meter.results.clear()
+    return float(np.median(reps))
+
+
+def _sampler_cpu(meter_factory, hz: float, seconds: float = 3.0) -> tuple[float, float]:
+    """(% of one core used by the sampler thread, achieved rate Hz) over ``seconds``."""
+    meter = meter_factory(1.0 / hz)
+    n0 = meter.sampler.n_reads
+    c0, t0 = time.process_time(), time.perf_counter()
+    time.sleep(seconds)
+    c1, t1 = time.process_time(), time.perf_counter()
+    rate = (meter.sampler.n_reads - n0) / (t1 - t0)
+    meter.close()
+    return 100.0 * (c1 - c0) / (t1 - t0), rate
+
+
+def run() -> str:
+    from joulebound.energy.meter import EnergyMeter
+    from joulebound.energy.simulated import SimulatedBackend
+
+    old = sys.modules.get("pynvml")
+    sys.modules["pynvml"] = _fake_pynvml(8)
+    rows = []
+    try:
+        m = EnergyMeter("none", interval_s=0)
+        rows.append(("none (time only)", _pair_us(m)))
+        m = EnergyMeter(SimulatedBackend(power=lambda t: 250.0), gpus="all", interval_s=0)
+        rows.append(("simulated, 1 GPU", _pair_us(m)))
+        for n in (1, 8):
+            m = EnergyMeter("nvml", gpus=list(range(n)), interval_s=0)
+            rows.append((f"nvml counter (fake pynvml), {n} GPU{'s' if n > 1 else ''}", _pair_us(m)))
+            m.close()
+        m = EnergyMeter("nvml", gpus=[0], interval_s=0.01)
+        rows.append(("nvml counter (fake pynvml), 1 GPU, sampler at 100 Hz", _pair_us(m)))
+        m.close()
+        with tempfile.TemporaryDirectory() as d:
+            m = EnergyMeter("nvml", gpus=[0], interval_s=0, store=Path(d) / "b.db")
+            rows.append(("nvml counter (fake pynvml), 1 GPU, + SQLite commit per window",
+                         _pair_us(m, n=500)))
+            m.close()
+
+        cpu_rows = []
+        for label, gpus, store in (("1 GPU", [0], False), ("8 GPUs", list(range(8)), False),
+                                   ("8 GPUs + SQLite store", list(range(8)), True)):
+            for hz in (10, 100):
+                with tempfile.TemporaryDirectory() as d:
+                    def factory(iv, gpus=gpus, store=store, d=d):
+                        return EnergyMeter("nvml", gpus=gpus, interval_s=iv,
+                                           store=Path(d) / "s.db" if store else None)
+                    pct, rate = _sampler_cpu(factory, hz)
+                cpu_rows.append((label, hz, pct, rate))
+    finally:
+        if old is None:
+            sys.modules.pop("pynvml", None)
+        else:
+            sys.modules["pynvml"] = old
+
+    out = ["## Energy meter (`bench_energy`)", "",
+           "Cost of one `begin_window` + `end_window` pair (median of 5 × 3000 pairs, "
+           "measured). NVML rows use an in-process fake `pynvml`: joulebound's own overhead, "
+           "without the driver call.", "",
+           "| backend | µs per begin/end pair |", "|---|---:|"]
+    out += [f"| {b} | {us:.1f} |" for b, us in rows]
+    out += ["", "Background sampler CPU use over 3 s (process CPU time while the main thread "
+            "sleeps, % of one core; measured), fake `pynvml`:", "",
+            "| channels | target Hz | CPU % of one core | achieved Hz |", "|---|---:|---:|---:|"]
+    out += [f"| {lab} | {hz} | {pct:.2f} | {rate:.1f} |" for lab, hz, pct, rate in cpu_rows]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(run())
