@@ -1,0 +1,102 @@
+"""``joulebound run --plan plan.json --actuator dry-run -- python train.py``: apply a clock plan."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+HELP = """Run a PyTorch training script with a clock plan applied while it trains.
+
+The script runs in-process (runpy) inside a TorchDispatchMode that shows every op (forward,
+backward, optimizer) to the controller before it runs. The controller predicts where in the
+planned iteration the stream is, issues each clock switch one switch latency early, falls back to
+the safe (default) clocks on unknown ops or low confidence, and returns to the plan afterwards.
+
+Actuators: dry-run (log only), simulated (modeled time/energy from --characterization; labeled
+modeled), nvml (needs root/CAP_SYS_ADMIN; never on a shared/lent GPU), helper (asks
+`joulebound clock-helper` over --socket). Clocks are reset to the defaults on exit, on errors and
+on SIGINT/SIGTERM; after a hard kill use `joulebound reset-clocks`.
+
+The plan's kernel names must be op keys: record them first with
+`joulebound run --record ops.json -- python train.py` (one kernel per op of one iteration), make a
+plan over that trace, then run with --plan.
+
+--json keys: command, exit_code, actuator, duration_s (measured), ops, planned_ops, safe_ops,
+switches, switch_log, predictor_accuracy, period_ops, modeled_time_s, modeled_energy_j,
+modeled_iteration_energy_j, unknown_ops (simulated only; modeled), recorded_trace, recorded_ops,
+notes, duration_provenance, modeled_provenance.
+Switch log (JSON lines): t_s, op, label (plan position, -1 unknown), config, reason
+(plan | unknown-op | low-confidence | unexpected-future | close), key.
+
+Example: joulebound run --plan plan.json --actuator dry-run --switch-log sw.jsonl -- python train.py"""
+
+
+def run_command(
+    cmd: Annotated[list[str], typer.Argument(help="python SCRIPT ARGS (after --).",
+                                             show_default=False)],
+    plan: Annotated[str | None, typer.Option(help="Plan JSON (kernel names = op keys).")] = None,
+    actuator: Annotated[str, typer.Option(
+        help="dry-run | simulated | nvml | helper.")] = "dry-run",
+    switch_log: Annotated[str | None, typer.Option(help="Write the switch log here (JSONL).")] = None,
+    characterization: Annotated[str | None, typer.Option(
+        help="Characterization .npz of the plan's kernels (simulated actuator, latency).")] = None,
+    switch_latency: Annotated[float | None, typer.Option(
+        help="Clock-switch latency in s (default: the plan's).", min=0.0)] = None,
+    min_confidence: Annotated[float, typer.Option(
+        help="Predictor confidence needed to follow the plan.", min=0.0, max=1.0)] = 0.75,
+    socket: Annotated[str | None, typer.Option(help="Clock helper socket (--actuator helper).")] = None,
+    gpu: Annotated[int, typer.Option(help="GPU index to control.")] = 0,
+    record: Annotated[str | None, typer.Option(
+        help="Record one iteration's op keys as a trace JSON instead of applying a plan.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    from ..dvfs.characterization import Characterization
+    from ..dvfs.control.session import ACTUATORS, run
+    from ..dvfs.plan import Plan
+    from ..errors import JouleboundError, did_you_mean
+    from ._common import console, print_json
+
+    if actuator not in ACTUATORS:
+        raise JouleboundError(f"unknown --actuator {actuator!r}.{did_you_mean(actuator, ACTUATORS)}")
+    p = Plan.load(plan) if plan else None
+    char = Characterization.load(characterization) if characterization else None
+    res = run(cmd, p, actuator, char=char, switch_log=switch_log, switch_latency_s=switch_latency,
+              min_confidence=min_confidence, socket_path=socket, gpu=gpu, record_path=record)
+    if as_json:
+        print_json(res.to_json())
+    else:
+        from rich.table import Table
+
+        t = Table(title=f"joulebound run ({res.actuator})", title_justify="left")
+        t.add_column("quantity")
+        t.add_column("value", justify="right")
+        t.add_column("provenance")
+        t.add_row("exit code", str(res.exit_code), "")
+        t.add_row("duration", f"{res.duration_s:.3f} s", "measured")
+        t.add_row("ops seen", f"{res.ops:,}", "")
+        if res.recorded_trace:
+            t.add_row("iteration length", f"{res.recorded_ops} ops", "")
+            t.add_row("trace written", res.recorded_trace, "")
+        else:
+            t.add_row("ops under the plan", f"{res.planned_ops:,}", "")
+            t.add_row("ops at the safe clocks", f"{res.safe_ops:,}", "")
+            t.add_row("clock switches", f"{res.switches:,}", "")
+        if res.predictor_accuracy is not None:
+            t.add_row("next-op prediction accuracy", f"{res.predictor_accuracy * 100:.2f} %", "")
+        if res.modeled_energy_j is not None:
+            t.add_row("GPU time (plan's kernels)", f"{res.modeled_time_s:.6f} s", "modeled")
+            t.add_row("GPU energy (plan's kernels)", f"{res.modeled_energy_j:.4f} J", "modeled")
+            if res.modeled_iteration_energy_j is not None:
+                t.add_row("energy per iteration (median)",
+                          f"{res.modeled_iteration_energy_j:.4f} J", "modeled")
+        if res.switch_log:
+            t.add_row("switch log", res.switch_log, "")
+        console.print(t)
+        for n in res.notes:
+            console.print(f"note: {n}", highlight=False)
+    raise SystemExit(res.exit_code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run", help=HELP, context_settings={"ignore_unknown_options": True})(run_command)

@@ -1,0 +1,224 @@
+"""Run a Python training script under the controller (``joulebound run``).
+
+Mechanism: **in-process**. The script (``python train.py ARGS`` or ``python -m pkg.mod ARGS``)
+runs in the ``joulebound`` process itself through :mod:`runpy`, with ``sys.argv`` set as Python
+would set it and the script's folder first on ``sys.path``, inside an
+:class:`~joulebound.dvfs.control.hooks.OpStream` dispatch mode. The mode is thread-local and the
+autograd engine carries it into its backward threads, so every op of the training loop —
+forward, backward and optimizer — passes the controller before it runs. ``SystemExit`` from the
+script ends the run normally (its code becomes the exit code); any exception still resets the
+clocks (the actuator is closed in ``finally``) before it propagates.
+
+Recording mode (``record_path``) writes a :class:`~joulebound.workload.trace.Trace` with one
+kernel per op of the last complete iteration the predictor locked onto; a plan made over that
+trace drives the controller in later runs.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...clocks import AUTO
+from ...errors import JouleboundError
+from ..plan import Plan
+from ..predict import KeyInterner, NextKernelPredictor
+
+ACTUATORS = ("dry-run", "simulated", "nvml", "helper")
+
+
+@dataclass
+class RunResult:
+    """What ``joulebound run`` reports (``--json`` keys)."""
+
+    command: list[str]
+    exit_code: int
+    actuator: str
+    duration_s: float
+    ops: int = 0
+    planned_ops: int = 0
+    safe_ops: int = 0
+    switches: int = 0
+    switch_log: str | None = None
+    predictor_accuracy: float | None = None
+    period_ops: int | None = None
+    modeled_time_s: float | None = None
+    modeled_energy_j: float | None = None
+    modeled_iteration_energy_j: float | None = None
+    unknown_ops: int | None = None
+    recorded_trace: str | None = None
+    recorded_ops: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["duration_provenance"] = "measured"
+        d["modeled_provenance"] = "modeled" if self.modeled_energy_j is not None else None
+        return d
+
+
+def split_command(cmd: Sequence[str]) -> tuple[str, str, list[str]]:
+    """``("path"|"module", target, argv)`` for ``python script.py ...`` / ``python -m mod ...``.
+
+    Accepts the command with or without the leading ``python``."""
+    cmd = list(cmd)
+    if not cmd:
+        raise JouleboundError("no command given: use `joulebound run --plan P -- python train.py`")
+    if Path(cmd[0]).name.startswith("python") or cmd[0] == sys.executable:
+        cmd = cmd[1:]
+    if not cmd:
+        raise JouleboundError("`python` needs a script or -m MODULE")
+    if cmd[0] == "-m":
+        if len(cmd) < 2:
+            raise JouleboundError("`python -m` needs a module name")
+        return "module", cmd[1], [cmd[1], *cmd[2:]]
+    if cmd[0].startswith("-"):
+        raise JouleboundError(f"unsupported python option {cmd[0]!r}: joulebound run executes "
+                              "`python SCRIPT ARGS` or `python -m MODULE ARGS` in-process")
+    if not cmd[0].endswith(".py") and not Path(cmd[0]).is_file():
+        raise JouleboundError(f"{cmd[0]!r} is not a Python script; joulebound run executes "
+                              "Python training scripts in-process (`-- python train.py ...`). "
+                              "For other launchers, use the Controller API in the script.")
+    if not Path(cmd[0]).is_file():
+        raise JouleboundError(f"{cmd[0]}: file not found")
+    return "path", cmd[0], cmd
+
+
+def _run_target(kind: str, target: str, argv: list[str]) -> int:
+    old_argv, old_path = sys.argv[:], sys.path[:]
+    sys.argv = argv
+    if kind == "path":
+        sys.path.insert(0, str(Path(target).resolve().parent))
+    else:
+        sys.path.insert(0, os.getcwd())
+    try:
+        if kind == "path":
+            runpy.run_path(target, run_name="__main__")
+        else:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    finally:
+        sys.argv, sys.path[:] = old_argv, old_path
+    return 0
+
+
+def make_actuator(name: str, *, char: Any = None, switch_latency_s: float = 0.0,
+                  socket_path: str | None = None, gpu: int = 0) -> Any:
+    from .actuators import DryRunActuator, NvmlActuator, SimulatedActuator
+
+    if name == "dry-run":
+        return DryRunActuator()
+    if name == "simulated":
+        if char is None:
+            raise JouleboundError("--actuator simulated needs --characterization CHAR.npz "
+                                  "(the modeled time/energy of the plan's kernels)")
+        return SimulatedActuator(char, switch_latency_s=switch_latency_s)
+    if name == "nvml":
+        return NvmlActuator(gpu=gpu)
+    if name == "helper":
+        from .helper import HelperActuator
+
+        if not socket_path:
+            raise JouleboundError("--actuator helper needs --socket PATH (the clock helper's)")
+        return HelperActuator(socket_path, gpu=gpu)
+    from ...errors import did_you_mean
+
+    raise JouleboundError(f"unknown actuator {name!r}.{did_you_mean(name, ACTUATORS)}")
+
+
+def plan_kernel_times(plan: Plan, char: Any) -> np.ndarray:
+    """Modeled time of each plan kernel at its planned config (s), from ``char``."""
+    if list(char.kernel_names) != list(plan.kernel_names):
+        raise JouleboundError("the characterization's kernels are not the plan's (names differ); "
+                              "characterize the trace the plan was made from")
+    cols = [char.config_index(c) for c in plan.configs]
+    return char.time_s[np.arange(len(plan.choice)), [cols[c] for c in plan.choice]]
+
+
+def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
+        char: Any = None, switch_log: str | None = None, switch_latency_s: float | None = None,
+        min_confidence: float = 0.75, socket_path: str | None = None, gpu: int = 0,
+        record_path: str | None = None) -> RunResult:
+    """Run ``cmd`` (a Python script) under the controller; see the module docstring."""
+    from .controller import Controller, trace_from_ops
+    from .hooks import OpStream
+
+    kind, target, argv = split_command(cmd)
+    res = RunResult(command=list(cmd), exit_code=0, actuator=actuator, duration_s=0.0,
+                    switch_log=switch_log)
+    t0 = time.monotonic()
+    if plan is None:
+        if record_path is None:
+            raise JouleboundError("give --plan PLAN.json (or --record TRACE.json to record one)")
+        interner = KeyInterner()
+        pred = NextKernelPredictor()
+        keys: list[int] = []
+        locked_end = [0, 0]   # (history length, period) at the last fully confident op
+
+        def on_op(k: int) -> None:
+            pred.observe(k)
+            keys.append(k)
+            if pred.confidence >= 1.0 and pred.period:
+                locked_end[0], locked_end[1] = len(keys), pred.period
+
+        with OpStream(on_op=on_op, interner=interner):
+            res.exit_code = _run_target(kind, target, argv)
+        res.duration_s = time.monotonic() - t0
+        res.actuator = "none (recording)"
+        end, period = locked_end
+        res.ops = len(keys)
+        res.predictor_accuracy = pred.stats.accuracy if keys else None
+        if not period or end < period:
+            raise JouleboundError("no repeating iteration was found in the op stream: run more "
+                                  "training steps (at least 3) while recording")
+        names = [str(interner.key(k)) for k in keys[end - period:end]]
+        trace = trace_from_ops(names, name=Path(target).stem)
+        trace.meta.update({"command": list(cmd), "period_ops": period})
+        trace.save(record_path)
+        res.recorded_trace, res.recorded_ops, res.period_ops = str(record_path), period, period
+        res.notes.append("the recorded iteration starts at an arbitrary op of the cycle; the "
+                         "controller re-synchronises within a few ops")
+        return res
+
+    lat = plan.switch_latency_s if switch_latency_s is None else float(switch_latency_s)
+    ktime = plan_kernel_times(plan, char) if char is not None else None
+    if lat > 0 and ktime is None:
+        raise JouleboundError(f"the switch latency is {lat} s: --characterization CHAR.npz is "
+                              "needed to place switches that early (or pass --switch-latency 0)")
+    act = make_actuator(actuator, char=char, switch_latency_s=lat, socket_path=socket_path,
+                        gpu=gpu)
+    ctl = Controller(plan, act, kernel_time_s=ktime, switch_latency_s=lat,
+                     min_confidence=min_confidence, log=switch_log)
+    try:
+        with ctl.hook():
+            res.exit_code = _run_target(kind, target, argv)
+    finally:
+        ctl.close()
+    res.duration_s = time.monotonic() - t0
+    st = ctl.stats
+    res.ops, res.planned_ops, res.safe_ops, res.switches = (st.ops, st.planned_ops, st.safe_ops,
+                                                           st.switches)
+    res.predictor_accuracy = ctl.predictor.stats.accuracy if st.ops else None
+    res.period_ops = ctl.predictor.period
+    if actuator == "simulated":
+        tot = act.totals
+        res.modeled_time_s, res.modeled_energy_j = tot.time_s, tot.energy_j
+        res.unknown_ops = tot.unknown_ops
+        if len(tot.per_iteration) >= 2:
+            res.modeled_iteration_energy_j = float(np.median([e for _, e in
+                                                              tot.per_iteration[1:]]))
+        res.notes.append("modeled figures cover the ops that match the plan; "
+                         f"{tot.unknown_ops} other ops have no modeled cost")
+    if act.current != AUTO:   # pragma: no cover - close() always resets
+        res.notes.append("warning: clocks were not back at the default")
+    return res

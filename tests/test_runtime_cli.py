@@ -1,0 +1,87 @@
+"""``joulebound run`` (record, dry-run, simulated) and ``joulebound reset-clocks`` end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from joulebound.cli import main  # noqa: E402
+from joulebound.clocks import AUTO, ClockConfig  # noqa: E402
+from joulebound.dvfs.characterization import Characterization  # noqa: E402
+from joulebound.dvfs.plan import Plan  # noqa: E402
+from joulebound.workload.trace import Trace  # noqa: E402
+
+SCRIPT = """
+import sys
+from joulebound.dvfs.control.demo_gpt import main
+main(sys.argv[1:])
+"""
+
+
+def _char(trace, configs):
+    """Roofline stand-in characterization (the CLI path does not depend on the GPU model)."""
+    f, b = trace.flops()[:, None], trace.bytes()[:, None]
+    core = np.array([c.core_mhz or 1400 for c in configs], float)[None, :]
+    mem = np.array([c.mem_mhz or 9500 for c in configs], float)[None, :]
+    t = np.maximum(f / (core * 1e7), b / (mem * 1e5)) + 2e-6
+    p = 60 + 200 * (core / 1400) ** 2.5 + 40 * (mem / 9500)
+    return Characterization(trace.names(), list(configs), t, t * p, np.zeros(t.shape, bool))
+
+
+def test_record_then_run_with_dry_run_and_simulated(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(SCRIPT)
+    args = ["python", "train.py", "--steps", "7", "--layers", "1", "--hidden", "32"]
+    assert main(["run", "--record", "ops.json", "--json", "--", *args]) == 0
+    rec = json.loads(capsys.readouterr().out.split("\n", 1)[1])   # after the script's line
+    trace = Trace.load(tmp_path / "ops.json")
+    assert rec["recorded_ops"] == len(trace) > 100
+    assert any(k.name.startswith("aten.addmm") for k in trace)
+
+    configs = [AUTO, ClockConfig(1005, 9501), ClockConfig(1665, 5001)]
+    char = _char(trace, configs)
+    char.save(tmp_path / "char.npz")
+    choice = np.where(np.array(trace.categories()) == "gemm", 2, 1)
+    Plan(device="test", kernel_names=trace.names(), configs=configs, choice=choice,
+         switch_latency_s=0.0).save(tmp_path / "plan.json")
+
+    assert main(["run", "--plan", "plan.json", "--actuator", "dry-run", "--switch-log",
+                 "sw.jsonl", "--json", "--", *args]) == 0
+    out = json.loads(capsys.readouterr().out.split("\n", 1)[1])
+    log = [json.loads(x) for x in (tmp_path / "sw.jsonl").read_text().splitlines()]
+    assert out["switches"] == len(log) > 10 and out["planned_ops"] > 0.5 * out["ops"]
+    assert log[-1]["config"] == "auto" and log[-1]["reason"] == "close"
+    plan_sw = [r for r in log if r["reason"] == "plan"]
+    assert all(r["config"] == configs[choice[r["label"]]].label for r in plan_sw)
+
+    assert main(["run", "--plan", "plan.json", "--actuator", "simulated", "--characterization",
+                 "char.npz", "--json", "--", *args]) == 0
+    sim = json.loads(capsys.readouterr().out.split("\n", 1)[1])
+    assert sim["modeled_provenance"] == "modeled"
+    e_plan = float(char.energy_j[np.arange(len(choice)), choice].sum())
+    assert sim["modeled_iteration_energy_j"] == pytest.approx(e_plan, rel=1e-6)
+
+
+def test_run_errors_are_clear(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--plan", "nope.json", "--", "python", "x.py"]) == 2
+    assert main(["run", "--actuator", "nvm", "--", "python", "x.py"]) == 2
+    assert "Did you mean 'nvml'" in capsys.readouterr().err.replace("\n", "")
+    assert main(["run", "--record", "o.json", "--", "torchrun", "train.py"]) == 2
+    assert "not a Python script" in capsys.readouterr().err.replace("\n", " ")
+
+
+def test_reset_clocks_uses_nvml_reset(monkeypatch, capsys):
+    from joulebound.dvfs.control import actuators
+    from joulebound.dvfs.control.fakenvml import FakeNvml
+
+    nv = FakeNvml(n_gpus=2)
+    nv.nvmlDeviceSetGpuLockedClocks(1, 810, 810)
+    monkeypatch.setattr(actuators, "load_nvml", lambda nvml=None: nv)
+    assert main(["reset-clocks", "--gpus", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"reset": [1]}
+    assert nv.is_default()
