@@ -61,3 +61,40 @@ def test_bert_mlm_matches_torch_flop_counter(hf) -> None:
     model = transformers.BertForMaskedLM(cfg)
     ids = torch.randint(0, V, (B, S))
     assert analytic_matmul_flops("bert") == hf_matmul_flops(model, ids)
+
+
+def test_profiled_gpt2_step_import_matches_analytic(hf, tmp_path) -> None:
+    """Record a real HF GPT-2 training step with torch.profiler (CPU, record_shapes), import
+    the Chrome trace, and compare its GEMM + attention FLOPs with the analytic trace."""
+    import warnings
+
+    transformers, torch = hf
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from joulebound.workload import load_trace
+
+    warnings.filterwarnings("ignore", message="Profiler clears events")
+    cfg = transformers.GPT2Config(n_layer=L, n_embd=D, n_head=H, n_positions=S, vocab_size=V,
+                                  bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(cfg)
+    opt = torch.optim.AdamW(model.parameters())
+    ids = torch.randint(0, V, (B, S))
+    path = tmp_path / "gpt2_step.json"
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 schedule=schedule(wait=0, warmup=1, active=1),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        for _ in range(2):
+            model(ids, labels=ids).loss.backward()
+            opt.step()
+            opt.zero_grad()
+            prof.step()
+    imported = load_trace(path)
+    analytic = build_trace(ModelConfig("gpt", L, D, H, 4 * D, V, S, B, "fp32"))
+
+    def mm(tr, phase):
+        return sum(k.flops for k in tr if k.category in ("gemm", "attention") and k.phase == phase)
+
+    for phase in ("forward", "backward"):  # biases included on both sides
+        assert mm(imported, phase) == pytest.approx(mm(analytic, phase), rel=1e-9), phase
+    assert all(k.meta["cost"] == "shapes" for k in imported)
+    assert imported.count_by("category")["optimizer"] > 0

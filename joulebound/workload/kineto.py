@@ -198,6 +198,12 @@ def op_cost(op: str, dims: Any, types: Any = None) -> tuple[float, float, str] |
         if not lists:
             return None
         return float(lists[0]), float((sum(lists) + lists[0]) * s), "fp32"
+    if base in ("cat", "stack", "_cat"):  # a tensor list in, one tensor out
+        total = _numel(raw[0]) if raw else 0
+        return (0.0, 2.0 * total * s, dtype) if total else None
+    if isinstance(types, list):  # "[]" with a tensor dtype is a 0-d tensor (one element)
+        sh = [[1] if not d and i < len(types) and str(types[i]).lower() in _DTYPE else d
+              for i, d in enumerate(sh)]
     if not sh or not any(sh):
         return None
     try:
