@@ -1,0 +1,111 @@
+"""benchmarks/gpu_check.py is read-only: no NVML set/reset calls, no nvidia-smi setting flags;
+its measurement code runs against a fake pynvml (so the first GPU run does not fail on a typo)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_check.py"
+SOURCE = SCRIPT.read_text()
+
+#: nvidia-smi options that change GPU state (nvidia-smi --help, "Device Modification Options").
+SMI_SETTERS = {"-pm", "--persistence-mode", "-e", "--ecc-config", "-p", "--reset-ecc-errors",
+               "-c", "--compute-mode", "-dm", "--driver-model", "-fdm", "--force-driver-model",
+               "--gom", "-r", "--gpu-reset", "-vm", "--virt-mode", "-lgc", "--lock-gpu-clocks",
+               "-rgc", "--reset-gpu-clocks", "-lmc", "--lock-memory-clocks", "-rmc",
+               "--reset-memory-clocks", "-ac", "--applications-clocks", "-rac",
+               "--reset-applications-clocks", "-acp", "--applications-clocks-permission", "-pl",
+               "--power-limit", "-cc", "--cuda-clocks", "-am", "--accounting-mode", "-caa",
+               "--clear-accounted-apps", "--auto-boost-default", "--auto-boost-permission",
+               "-mig", "--multi-instance-gpu", "-gpc", "--gpu-power-cap"}
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_no_nvml_setter_is_named_anywhere():
+    setters = re.findall(r"nvml[A-Za-z]*(?:Set|Reset|Clear|Enable|Disable)[A-Za-z]*", SOURCE)
+    assert setters == []
+
+
+def test_no_nvidia_smi_setting_flag_and_only_the_query_is_run():
+    tree = ast.parse(SOURCE)
+    consts = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+              and isinstance(n.value, str)}
+    assert not consts & SMI_SETTERS
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+             and n.func.value.id in ("subprocess", "os")]
+    spawners = [c for c in calls if c.func.attr in
+                ("run", "call", "check_call", "check_output", "Popen", "system", "popen")]
+    assert spawners, "expected the nvidia-smi query"
+    for c in spawners:
+        assert isinstance(c.args[0], ast.Name) and c.args[0].id == "_SMI_QUERY"
+    mod = load_script()
+    assert mod._SMI_QUERY == ["nvidia-smi", "-q", "-x", "-d", "SUPPORTED_CLOCKS"]
+
+
+def test_readonly_proxy_refuses_setters():
+    mod = load_script()
+    fake = types.SimpleNamespace(nvmlDeviceGetPowerUsage=lambda h: 1,
+                                 nvmlDeviceSetGpuLockedClocks=lambda *a: None)
+    ro = mod.ReadOnlyNVML(fake)
+    assert ro.nvmlDeviceGetPowerUsage(0) == 1
+    for name in ("nvmlDeviceSetGpuLockedClocks", "nvmlDeviceResetGpuLockedClocks",
+                 "nvmlDeviceSetPowerManagementLimit", "nvmlDeviceSetApplicationsClocks",
+                 "nvmlDeviceClearEccErrorCounts", "nvmlDeviceSetPersistenceMode"):
+        with pytest.raises(PermissionError, match="read-only"):
+            getattr(ro, name)
+
+
+class _FakeNV(types.ModuleType):
+    """A GPU drawing a constant 150 W; the counter follows wall time."""
+
+    NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NO_PERMISSION, NVML_DEVICE_MIG_ENABLE = 3, 4, 1
+
+    class NVMLError(Exception):
+        value = 0
+
+    def __init__(self) -> None:
+        super().__init__("pynvml")
+        self.t0 = time.perf_counter()
+
+    def nvmlInit(self): pass
+    def nvmlShutdown(self): pass
+    def nvmlDeviceGetCount(self): return 1
+    def nvmlDeviceGetHandleByIndex(self, i): return i
+    def nvmlDeviceGetUUID(self, h): return "GPU-fake"
+    def nvmlDeviceGetName(self, h): return "fake"
+    def nvmlDeviceGetMigMode(self, h): return [0, 0]
+    def nvmlDeviceGetPowerUsage(self, h): return 150_000
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        return int((time.perf_counter() - self.t0) * 150_000)
+
+
+def test_counter_vs_power_section_runs_on_a_fake(tmp_path, monkeypatch):
+    mod = load_script()
+    fake = _FakeNV()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    ro = mod._install_readonly_nvml()
+    r = mod.counter_vs_power(ro, 0, 0.3, lambda s: time.sleep(s) or {}, tmp_path, "idle")
+    assert r["counter_j"] == pytest.approx(150 * r["seconds"], rel=0.05)
+    assert r["power_over_counter"] == pytest.approx(1.0, rel=0.1)
+    assert r["meter_j"] == pytest.approx(r["counter_j"], rel=0.1)
+    assert r["meter_source"] == "nvml.energy_counter"
+    assert (tmp_path / "power_trace_idle.csv").read_text().startswith("t_s,power_w,counter_j")
+    p = mod.update_periods(ro, 0, 0.05)
+    assert p["polls"] > 5 and p["counter_changes"] > 1
