@@ -76,6 +76,11 @@ def test_tiny_sweep_strategies_agree_failures_are_recorded_and_resume_skips(tmp_
     assert main(["sweep", "status", "--db", str(db), "--json"]) == 0
     st = json.loads(capsys.readouterr().out)["sweeps"][0]
     assert (st["planned"], st["ok"], st["failed"], st["pending"]) == (11, 9, 2, 0)
+    # the store is a dataset for the scaling helper's `joulebound fit --data runs.db`
+    assert main(["fit", "--data", str(db), "--json"]) == 0
+    fitted = json.loads(capsys.readouterr().out)["datasets"][0]
+    laws = {(s["strategy"], s["law"]) for s in fitted["speedup"]}
+    assert {"ddp", "fsdp", "tp"} <= {s for s, _ in laws} and fitted["rows"] == 9
 
 
 def _count(db) -> int:

@@ -71,3 +71,27 @@ def test_data_parallel_split_covers_each_global_batch_once():
         assert sorted(r0[k * per:(k + 1) * per] + r1[k * per:(k + 1) * per]) == list(range(k * 4, k * 4 + 4))
     tp = _cfg(strategy="tp", world_size=2)
     assert batch_indices(tp, 0, 8) == batch_indices(tp, 1, 8) == list(range(8))
+
+
+def test_gpu_sweep_script_runs_its_code_path_on_cpu(tmp_path):
+    """The prepared lent-GPU script, in its CPU dry-run mode (no energy sensor here)."""
+    import csv
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-m", "benchmarks.gpu_sweep", "--out", str(tmp_path),
+                          "--device", "cpu", "--energy", "none", "--grid", "tiny", "--idle-s", "0.2",
+                          "--window-s", "0.2"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = list(csv.DictReader(open(tmp_path / "gpu_sweep.csv")))
+    assert len(rows) == 1 and rows[0]["energy_j"] == "" and float(rows[0]["time_s"]) > 0
+    assert int(rows[0]["steps"]) >= 5 and rows[0]["energy_flags"] == "no_energy_sensor"
+    meta = json.loads((tmp_path / "gpu_sweep_meta.json").read_text())
+    assert meta["read_only"] is True and meta["measured"] == 1
+    from joulebound.sweep.store import load_results
+
+    df = load_results(tmp_path / "gpu_sweep.db")
+    assert list(df.status) == ["ok"] and df.steps.iloc[0] == int(rows[0]["steps"])

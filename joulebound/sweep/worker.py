@@ -83,6 +83,7 @@ def environment(device: Any, world: int, backend: str | None) -> dict[str, Any]:
         env["cuda"] = torch.version.cuda
         env["driver"] = _driver_version()
         env["gpu_count_visible"] = torch.cuda.device_count()
+        env["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
     else:
         env["gpu"] = None
         env["driver"] = None
