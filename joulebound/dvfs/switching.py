@@ -1,0 +1,314 @@
+"""Switch-aware clock planning: a dynamic program over clock states along the kernel sequence.
+
+Spaan et al. pick one clock pair per kernel as if switching were free. Real clock changes take
+latency ``L`` (6 ms on H200 to 150 ms on Turing; NVML set-calls 10–20 ms) and one cannot start
+before the previous one has taken effect. This planner returns *phases* — runs of consecutive
+kernels at one clock configuration — such that
+
+* every phase after the first lasts at least ``D = max(L, min_dwell_s)`` at its own clocks, so a
+  controller that knows the schedule can issue each request ``L`` ahead of its phase and every
+  switch lands on time (see :mod:`joulebound.dvfs.simulate`);
+* every switch optionally costs energy ``switch_energy_j`` (J) and a stall ``switch_time_s`` (s);
+* total time (kernels + stalls) stays within ``(1 + slowdown) · T_auto`` and energy is least.
+
+Method: Lagrangian relaxation of the time budget. For a multiplier ``λ`` (J/s) the DP minimises
+``Σ (e + λ t) + n_switches · (E_sw + λ T_sw)`` exactly over all phase structures meeting the dwell
+rule. States are the clock configurations; entering configuration ``c`` at kernel ``j`` commits
+the minimum block ``j..m(j, c)`` (the first ``m`` whose duration reaches ``D``), whose cost is two
+prefix-sum lookups, and the switch comes from the best other state — the "stay vs. switch from
+best" trick makes each step O(C) (best and second-best per step), O(K·C) overall. ``λ`` is
+searched on a grid refined around the budget (several ``λ`` per DP pass, vectorized), the best
+feasible plan is kept, and a repair pass moves whole phases to cheaper configurations while
+slack remains. The iteration-level plan (one phase) is always a candidate, so the result is never
+worse than it. With no switch costs and no dwell (``L = 0``) the problem is exactly the
+switch-free knapsack and :func:`~joulebound.dvfs.solve.solve` answers it.
+
+Limitation: one iteration is planned in isolation (its first phase needs no dwell; a switch back
+to the first phase's clocks at the next iteration is not charged).
+"""
+
+from __future__ import annotations
+
+import time as _time
+
+import numpy as np
+
+from ..errors import JouleboundError
+from .characterization import Characterization
+from .plan import Plan
+from .solve.objectives import REL_TOL, _columns
+from .solve.problem import baseline_column, baseline_totals
+
+#: published clock-switch latencies (s) usable as presets (DESIGN.md; Spaan et al. and others)
+LATENCY_PRESETS: dict[str, float] = {
+    "h200": 6e-3, "nvml-set-call-low": 10e-3, "nvml-set-call-high": 20e-3, "turing": 150e-3,
+}
+
+
+def parse_duration(text: str | float) -> float:
+    """Seconds from ``"10ms"``, ``"150 ms"``, ``"1.5s"``, ``"200us"`` or a number (seconds)."""
+    if isinstance(text, int | float):
+        return float(text)
+    s = text.strip().lower().replace(" ", "")
+    num, scale = s, 1.0
+    for unit, factor in (("us", 1e-6), ("µs", 1e-6), ("ms", 1e-3), ("s", 1.0)):
+        if s.endswith(unit):
+            num, scale = s[: -len(unit)], factor
+            break
+    try:
+        value = float(num) * scale
+    except ValueError:
+        raise JouleboundError(f"cannot parse duration {text!r}: use e.g. '10ms', '0.15s', '200us'") from None
+    if value < 0:
+        raise JouleboundError(f"duration must be >= 0, got {text!r}")
+    return value
+
+
+def min_block_end(t: np.ndarray, dwell_s: float) -> np.ndarray:
+    """(K, C) index ``m`` of the last kernel of the shortest run starting at ``j`` that lasts at
+    least ``dwell_s`` at configuration ``c``; ``K`` where the rest of the iteration is shorter."""
+    k, c = t.shape
+    pt = np.zeros((k + 1, c))
+    np.cumsum(t, axis=0, out=pt[1:])
+    out = np.empty((k, c), np.int64)
+    for j in range(c):
+        col = pt[:, j]
+        out[:, j] = np.searchsorted(col, col[:-1] + dwell_s, side="left") - 1
+    out = np.maximum(out, np.arange(k)[:, None])
+    out[out >= k] = k
+    return out
+
+
+def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float,
+                  switch_energy_j: float = 0.0, switch_time_s: float = 0.0,
+                  block_end: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact minimiser of ``Σ e + λ Σ t + n_sw (E_sw + λ T_sw)`` under the dwell rule, per ``λ``.
+
+    Args:
+        t, e: (K, C) time (s) and energy (J) per kernel × configuration.
+        lams: (L,) multipliers (J/s).
+        dwell_s: minimum duration of every phase but the first (s).
+        block_end: precomputed :func:`min_block_end` (optional).
+
+    Returns:
+        ``(choice, value)``: (L, K) configuration column per kernel, and (L,) optimal values.
+    """
+    t = np.asarray(t, np.float64)
+    e = np.asarray(e, np.float64)
+    lams = np.asarray(lams, np.float64)
+    k_n, c_n = t.shape
+    n_l = len(lams)
+    if block_end is None:
+        block_end = min_block_end(t, dwell_s)
+    pt = np.zeros((k_n + 1, c_n))
+    pe = np.zeros((k_n + 1, c_n))
+    np.cumsum(t, axis=0, out=pt[1:])
+    np.cumsum(e, axis=0, out=pe[1:])
+    sw = switch_energy_j + lams * switch_time_s                       # (L,)
+    lam_col = lams[:, None]
+    pending = np.full((k_n, c_n, n_l), np.inf)
+    src = np.zeros((k_n, c_n, n_l), np.int32)
+    from_pending = np.zeros((k_n, n_l, c_n), bool)
+    best1 = np.zeros((k_n, n_l), np.int64)
+    best2 = np.zeros((k_n, n_l), np.int64)
+    ar_l = np.arange(n_l)
+    cols = np.arange(c_n)
+    v = e[0][None, :] + lam_col * t[0][None, :]
+    for k in range(k_n):
+        if k > 0:
+            stay = v + (e[k][None, :] + lam_col * t[k][None, :])
+            pk = pending[k].T
+            fp = pk < stay
+            v = np.where(fp, pk, stay)
+            from_pending[k] = fp
+        b1 = np.argmin(v, axis=1)
+        v1 = v[ar_l, b1]
+        v[ar_l, b1] = np.inf
+        b2 = np.argmin(v, axis=1)
+        v2 = v[ar_l, b2]
+        v[ar_l, b1] = v1
+        best1[k], best2[k] = b1, b2
+        j = k + 1
+        if j >= k_n:
+            break
+        m = block_end[j]
+        ok = m < k_n
+        if not ok.any():
+            continue
+        cc, mm = cols[ok], m[ok]
+        blk_e = pe[mm + 1, cc] - pe[j, cc]
+        blk_t = pt[mm + 1, cc] - pt[j, cc]
+        prev = np.where(cc[None, :] == b1[:, None], v2[:, None], v1[:, None])    # (L, n_ok)
+        cand = (prev + sw[:, None] + blk_e[None, :] + lam_col * blk_t[None, :]).T  # (n_ok, L)
+        cur = pending[mm, cc]
+        better = cand < cur
+        if better.any():
+            pending[mm, cc] = np.where(better, cand, cur)
+            src[mm, cc] = np.where(better, j, src[mm, cc])
+    values = v.min(axis=1)
+    choice = np.empty((n_l, k_n), np.int64)
+    for li in range(n_l):
+        c = int(np.argmin(v[li]))
+        k = k_n - 1
+        while k >= 0:
+            if k > 0 and from_pending[k, li, c]:
+                j = int(src[k, c, li])
+                choice[li, j:k + 1] = c
+                b = int(best1[j - 1, li])
+                c = b if b != c else int(best2[j - 1, li])
+                k = j - 1
+            else:
+                # a run of stays: jump back to the kernel where this phase's block ended
+                hits = np.flatnonzero(from_pending[1:k + 1, li, c])
+                if len(hits) == 0:
+                    choice[li, :k + 1] = c
+                    k = -1
+                else:
+                    s = int(hits[-1]) + 1
+                    choice[li, s + 1:k + 1] = c
+                    k = s
+    return choice, values
+
+
+def _totals(t: np.ndarray, e: np.ndarray, choice: np.ndarray, sw_e: float,
+            sw_t: float) -> tuple[float, float, int]:
+    rows = np.arange(len(choice))
+    n_sw = int(np.count_nonzero(np.diff(choice)))
+    return (float(t[rows, choice].sum()) + n_sw * sw_t,
+            float(e[rows, choice].sum()) + n_sw * sw_e, n_sw)
+
+
+def phase_repair(t: np.ndarray, e: np.ndarray, choice: np.ndarray, budget: float, dwell_s: float,
+                 sw_e: float = 0.0, sw_t: float = 0.0, rounds: int = 50) -> np.ndarray:
+    """Move whole phases to configurations that save energy while time slack and dwell allow."""
+    k_n, c_n = t.shape
+    pt = np.zeros((k_n + 1, c_n))
+    pe = np.zeros((k_n + 1, c_n))
+    np.cumsum(t, axis=0, out=pt[1:])
+    np.cumsum(e, axis=0, out=pe[1:])
+    choice = choice.copy()
+    for _ in range(rounds):
+        tot_t, tot_e, _ = _totals(t, e, choice, sw_e, sw_t)
+        slack = budget - tot_t
+        cuts = np.flatnonzero(np.diff(choice)) + 1
+        a = np.concatenate([[0], cuts])
+        b = np.concatenate([cuts, [k_n]])
+        cur = choice[a]
+        tp = pt[b] - pt[a]                       # (P, C) phase time at each config
+        ep = pe[b] - pe[a]
+        n_p = len(a)
+        rows = np.arange(n_p)
+        prev_c = np.concatenate([[-1], cur[:-1]])
+        next_c = np.concatenate([cur[1:], [-1]])
+        cfg = np.arange(c_n)[None, :]
+        # switches around phase p before/after the change
+        before = (prev_c >= 0).astype(int) + (next_c >= 0).astype(int)
+        after = ((prev_c[:, None] >= 0) & (prev_c[:, None] != cfg)).astype(int) + \
+                ((next_c[:, None] >= 0) & (next_c[:, None] != cfg)).astype(int)
+        d_sw = after - before[:, None]
+        d_t = tp - tp[rows, cur][:, None] + d_sw * sw_t
+        d_e = ep - ep[rows, cur][:, None] + d_sw * sw_e
+        ok = (d_t <= slack) & (d_e < -1e-15 * max(abs(tot_e), 1.0))
+        ok[1:] &= tp[1:] >= dwell_s
+        ok[rows, cur] = False
+        if not ok.any():
+            break
+        flat = np.where(ok, d_e, np.inf)
+        p, c = np.unravel_index(int(np.argmin(flat)), flat.shape)
+        choice[a[p]:b[p]] = c
+    return choice
+
+
+def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
+                      switch_latency_s: float = 0.0, min_dwell_s: float = 0.0,
+                      switch_energy_j: float = 0.0, switch_time_s: float = 0.0,
+                      allow_auto: bool = True, n_lambda: int = 8, rounds: int = 3,
+                      repair: bool = True) -> Plan:
+    """Least-energy phases within ``(1 + slowdown) · T_auto`` under switch latency and dwell.
+
+    Args:
+        char: time (s) / energy (J) per kernel × configuration, rows in execution order.
+        slowdown: allowed slowdown ε (0.01 = 1 %).
+        switch_latency_s: clock-switch latency L (s); phases after the first last >= L.
+        min_dwell_s: an extra minimum phase duration (s); the rule uses max(L, min_dwell_s).
+        switch_energy_j / switch_time_s: energy (J) and stall (s) charged per switch.
+        n_lambda, rounds: multipliers per DP pass and refinement passes of the λ search.
+
+    Returns:
+        A :class:`Plan` with ``granularity="phase"``; predicted totals include switch costs;
+        ``meta`` holds the dwell, switch costs, multiplier and the number of DP passes.
+    """
+    t_start = _time.perf_counter()
+    from .solve import solve
+
+    dwell = max(switch_latency_s, min_dwell_s)
+    tb, eb = baseline_totals(char)
+    budget = (1.0 + slowdown) * tb * (1.0 + REL_TOL)
+    base_meta = {"min_dwell_s": dwell, "switch_energy_j": switch_energy_j,
+                 "switch_time_s": switch_time_s}
+    if dwell == 0 and switch_energy_j == 0 and switch_time_s == 0:
+        plan = solve(char, objective="relaxed" if slowdown else "waste", slowdown=slowdown,
+                     allow_auto=allow_auto)
+        plan.granularity = "phase"
+        plan.meta.update(base_meta, dp="separable: switches are free, solved as the knapsack")
+        return plan
+    cols = _columns(char, allow_auto)
+    t = char.time_s[:, cols]
+    e = char.energy_j[:, cols]
+    # the planner's dwell is a hair longer than the rule so float sums never undercut it
+    block_end = min_block_end(t, dwell * (1 + 1e-9))
+    candidates: list[np.ndarray] = []
+    # one phase: the best single configuration within budget (always includes the baseline)
+    tot_t, tot_e = t.sum(0), e.sum(0)
+    feas = np.flatnonzero(tot_t <= budget)
+    if len(feas) == 0:
+        tmin = float(tot_t.min())
+        raise JouleboundError(
+            f"no clock plan meets the time budget {budget:.6g} s; the smallest feasible slowdown "
+            f"is {tmin / tb - 1:+.4%}")
+    candidates.append(np.full(char.n_kernels, feas[np.argmin(tot_e[feas])], np.int64))
+    # multiplier scale: the switch-free critical multiplier, else average power
+    try:
+        free = solve(char, objective="relaxed", slowdown=slowdown, allow_auto=allow_auto)
+        lam0 = float(free.meta.get("multiplier_j_per_s") or 0.0)
+    except JouleboundError:
+        lam0 = 0.0
+    if lam0 <= 0:
+        lam0 = eb / tb
+    lams = np.concatenate([[0.0], lam0 * np.geomspace(0.25, 64.0, n_lambda - 1)])
+    lo, hi = 0.0, np.inf
+    passes = 0
+    found: list[tuple[float, np.ndarray]] = []
+    for r in range(rounds + 2):
+        ch, _ = dp_lagrangian(t, e, lams, dwell, switch_energy_j, switch_time_s, block_end)
+        passes += 1
+        for lam, c in zip(lams, ch, strict=True):
+            tt, ee, _ = _totals(t, e, c, switch_energy_j, switch_time_s)
+            if tt <= budget:
+                hi = min(hi, lam)
+                found.append((ee, c))
+            else:
+                lo = max(lo, lam)
+        if r + 1 >= rounds and np.isfinite(hi):
+            break
+        if not np.isfinite(hi):
+            lams = lams[-1] * np.geomspace(2.0, 2.0**12, n_lambda)
+            continue
+        lams = np.linspace(lo, hi, n_lambda + 2)[1:-1]
+    candidates += [c for _, c in sorted(found, key=lambda x: x[0])[:3]]
+    if repair:
+        candidates = [phase_repair(t, e, c, budget, dwell * (1 + 1e-9), switch_energy_j,
+                                   switch_time_s) for c in candidates]
+    best = min(candidates, key=lambda c: _totals(t, e, c, switch_energy_j, switch_time_s)[1])
+    tt, ee, n_sw = _totals(t, e, best, switch_energy_j, switch_time_s)
+    choice = cols[best]
+    prov = "modeled" if not char.measured.all() else "measured"
+    return Plan(device=char.device, kernel_names=list(char.kernel_names),
+                configs=list(char.configs), choice=choice, granularity="phase",
+                objective="relaxed" if slowdown else "waste", slowdown=slowdown,
+                switch_latency_s=switch_latency_s, predicted_time_s=tt, predicted_energy_j=ee,
+                baseline_time_s=tb, baseline_energy_j=eb, provenance=prov,
+                meta={**base_meta, "baseline_config": char.configs[baseline_column(char)].label,
+                      "dp_passes": passes, "lambda_bracket_j_per_s": [lo, hi],
+                      "budget_s": budget, "n_switches": n_sw,
+                      "solve_time_s": _time.perf_counter() - t_start})

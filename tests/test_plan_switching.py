@@ -1,0 +1,149 @@
+"""Switch-aware DP: exactness on tiny instances, L = 0 limit, large-L limit, budgets."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from _plan_synth import synth_char, synth_trace
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from joulebound.dvfs.solve import solve
+from joulebound.dvfs.switching import (
+    dp_lagrangian,
+    min_block_end,
+    parse_duration,
+    phase_repair,
+    plan_switch_aware,
+)
+from joulebound.errors import JouleboundError
+
+SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def _brute(t, e, lam, dwell, swe, swt):
+    k_n, c_n = t.shape
+    best = np.inf
+    for ch in itertools.product(range(c_n), repeat=k_n):
+        ch = np.array(ch)
+        cuts = np.flatnonzero(np.diff(ch)) + 1
+        a, b = np.concatenate([[0], cuts]), np.concatenate([cuts, [k_n]])
+        if any(t[a[p]:b[p], ch[a[p]]].sum() < dwell for p in range(1, len(a))):
+            continue
+        rows = np.arange(k_n)
+        best = min(best, e[rows, ch].sum() + lam * t[rows, ch].sum() + len(cuts) * (swe + lam * swt))
+    return best
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 6), c=st.integers(1, 3),
+       dwell=st.sampled_from([0.0, 0.3, 0.9, 2.0, 50.0]), swe=st.sampled_from([0.0, 0.3]),
+       swt=st.sampled_from([0.0, 0.1]))
+def test_dp_is_exact_against_brute_force(seed, k, c, dwell, swe, swt) -> None:
+    rng = np.random.default_rng(seed)
+    t, e = rng.random((k, c)) + 0.1, rng.random((k, c))
+    lams = np.array([0.0, 0.7, 3.0])
+    choice, value = dp_lagrangian(t, e, lams, dwell, swe, swt)
+    rows = np.arange(k)
+    for i, lam in enumerate(lams):
+        want = _brute(t, e, lam, dwell, swe, swt)
+        ch = choice[i]
+        n_sw = np.count_nonzero(np.diff(ch))
+        got = e[rows, ch].sum() + lam * t[rows, ch].sum() + n_sw * (swe + lam * swt)
+        assert value[i] == pytest.approx(want, rel=1e-9)
+        assert got == pytest.approx(want, rel=1e-9)        # the backtracked plan attains it
+
+
+def test_dp_without_costs_is_per_kernel_lagrangian_argmin() -> None:
+    ch = synth_char(300, seed=1)
+    lams = np.array([0.0, 50.0, 400.0])
+    choice, _ = dp_lagrangian(ch.time_s, ch.energy_j, lams, 0.0)
+    rows = np.arange(ch.n_kernels)
+    for i, lam in enumerate(lams):
+        cost = ch.energy_j + lam * ch.time_s       # (columns 0 and 1 tie: auto == top clocks)
+        assert np.allclose(cost[rows, choice[i]], cost.min(axis=1), rtol=1e-12)
+
+
+def test_zero_latency_equals_switch_free_optimum() -> None:
+    ch = synth_char(250, seed=2)
+    for eps in (0.0, 0.02):
+        sa = plan_switch_aware(ch, slowdown=eps, switch_latency_s=0.0)
+        free = solve(ch, objective="relaxed", slowdown=eps)
+        assert sa.predicted_energy_j == free.predicted_energy_j
+        assert np.array_equal(sa.choice, free.choice)
+        exact = solve(ch, objective="relaxed", slowdown=eps, method="milp")
+        assert sa.predicted_energy_j <= exact.predicted_energy_j * (1 + 1e-3)
+
+
+def test_tiny_latency_approaches_switch_free_and_costs_grow_with_latency() -> None:
+    tr = synth_trace(n_layers=6)
+    ch = synth_char(trace=tr, seed=3)
+    free = solve(ch, objective="relaxed", slowdown=0.02)
+    energies, switches = [], []
+    for lat in (1e-9, 1e-4, 1e-3, 1e-2, 1.0):
+        p = plan_switch_aware(ch, slowdown=0.02, switch_latency_s=lat)
+        assert p.predicted_time_s <= 1.02 * p.baseline_time_s * (1 + 1e-9)
+        _check_dwell(ch, p, lat)
+        energies.append(p.predicted_energy_j)
+        switches.append(p.n_switches)
+    assert energies[0] == pytest.approx(free.predicted_energy_j, rel=1e-3)
+    assert all(a <= b * (1 + 1e-9) for a, b in zip(energies, energies[1:], strict=False))
+    assert switches[-1] <= switches[0]
+
+
+def _check_dwell(ch, plan, dwell):
+    rows = np.arange(ch.n_kernels)
+    d = ch.time_s[rows, plan.choice]
+    for ph in plan.phases()[1:]:
+        assert d[ph.start:ph.stop].sum() >= dwell
+
+
+def test_very_large_latency_gives_one_phase_the_best_single_config() -> None:
+    ch = synth_char(200, seed=4)
+    p = plan_switch_aware(ch, slowdown=0.03, switch_latency_s=1e6)
+    assert len(p.phases()) == 1 and p.n_switches == 0
+    it = solve(ch, objective="relaxed", slowdown=0.03, granularity="iteration", method="milp")
+    assert p.predicted_energy_j == pytest.approx(it.predicted_energy_j, rel=1e-12)
+
+
+def test_switch_energy_and_stall_are_charged() -> None:
+    ch = synth_char(200, seed=5)
+    p = plan_switch_aware(ch, slowdown=0.02, switch_latency_s=1e-4, switch_energy_j=0.05,
+                          switch_time_s=1e-5)
+    rows = np.arange(ch.n_kernels)
+    assert p.predicted_energy_j == pytest.approx(ch.energy_j[rows, p.choice].sum()
+                                                 + 0.05 * p.n_switches)
+    assert p.predicted_time_s == pytest.approx(ch.time_s[rows, p.choice].sum() + 1e-5 * p.n_switches)
+    assert p.predicted_time_s <= 1.02 * p.baseline_time_s * (1 + 1e-9)
+    cheap = plan_switch_aware(ch, slowdown=0.02, switch_latency_s=1e-4)
+    assert p.n_switches <= cheap.n_switches
+
+
+def test_phase_repair_uses_slack_without_breaking_budget_or_dwell() -> None:
+    ch = synth_char(120, seed=6)
+    t, e = ch.time_s, ch.energy_j
+    start = (np.arange(120) // 20) % 2                  # 6 phases at auto / top (equal clocks)
+    budget = 1.05 * t[:, 0].sum()
+    out = phase_repair(t, e, start, budget, dwell_s=1e-4)
+    rows = np.arange(120)
+    assert t[rows, out].sum() <= budget
+    assert e[rows, out].sum() < e[:, 0].sum()
+    d = t[rows, out]
+    cuts = np.flatnonzero(np.diff(out)) + 1
+    for a, b in zip(cuts, list(cuts[1:]) + [120], strict=True):
+        assert d[a:b].sum() >= 1e-4
+
+
+def test_min_block_end_and_durations() -> None:
+    t = np.array([[1.0], [2.0], [3.0], [4.0]])
+    assert min_block_end(t, 3.0)[:, 0].tolist() == [1, 2, 2, 3]
+    assert min_block_end(t, 8.0)[:, 0].tolist() == [3, 3, 4, 4]
+    assert parse_duration("10ms") == pytest.approx(0.01)
+    assert parse_duration("150 ms") == pytest.approx(0.15)
+    assert parse_duration("200us") == pytest.approx(2e-4)
+    assert parse_duration("1.5s") == 1.5
+    with pytest.raises(JouleboundError, match="cannot parse duration"):
+        parse_duration("fast")
