@@ -159,9 +159,33 @@ def update_periods(nv: Any, h: Any, seconds: float) -> dict[str, Any]:
     def med(ts: list[float]) -> float | None:
         return float(np.median(np.diff(ts[1:]))) if len(ts) > 2 else None
 
-    return {"polls": n, "poll_period_s": seconds / max(n, 1),
-            "counter_changes": len(t_e), "counter_period_s": med(t_e),
-            "power_changes": len(t_p), "power_period_s": med(t_p)}
+    d: dict[str, Any] = {"polls": n, "poll_period_s": seconds / max(n, 1),
+                         "counter_changes": len(t_e), "counter_period_s": med(t_e),
+                         "power_changes": len(t_p), "power_period_s": med(t_p)}
+    # NVML field values: instantaneous vs averaged power (GA100+ GetPowerUsage is an average)
+    fields = [getattr(nv, f, None) for f in ("NVML_FI_DEV_POWER_INSTANT",
+                                             "NVML_FI_DEV_POWER_AVERAGE")]
+    if all(f is not None for f in fields):
+        try:
+            t_i: list[float] = []
+            last_i = None
+            end = time.perf_counter() + min(seconds, 1.0)
+            inst, avg = [], []
+            while time.perf_counter() < end:
+                vals = nv.nvmlDeviceGetFieldValues(h, fields)
+                t = time.perf_counter()
+                vi, va = vals[0].value.uiVal, vals[1].value.uiVal
+                inst.append(vi / 1000)
+                avg.append(va / 1000)
+                if vi != last_i:
+                    t_i.append(t)
+                    last_i = vi
+                time.sleep(0.001)
+            d.update(instant_power_period_s=med(t_i), instant_power_w_mean=float(np.mean(inst)),
+                     average_power_w_mean=float(np.mean(avg)))
+        except Exception as exc:
+            d["field_values_error"] = str(exc)
+    return d
 
 
 # -- 3. counter vs integrated power -------------------------------------------------------------

@@ -1,1 +1,14 @@
-"""Energy measurement: meters (NVML, RAPL, simulated, replay), windows, store."""
+"""Energy measurement: meters (NVML, RAPL, simulated, replay), windows, store.
+
+```python
+from joulebound.energy import EnergyMeter
+meter = EnergyMeter()                 # NVML when a GPU is readable, else time only (says why)
+with meter.window("train"):
+    ...
+```
+See ``docs/measurement.md``.
+"""
+
+from .meter import DeviceEnergy, EnergyMeter, WindowResult
+
+__all__ = ["DeviceEnergy", "EnergyMeter", "WindowResult"]
