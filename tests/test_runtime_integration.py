@@ -53,13 +53,36 @@ def _record_iteration():
     return [ops.name(k) for k in keys]
 
 
+def _merge_short_phases(choice, t, latency):
+    """Give every phase (cyclically) at least ``latency`` of time: a shorter one takes the
+    clocks of the phase before it (what a switch-aware planner guarantees)."""
+    choice = choice.copy()
+    if latency <= 0:
+        return choice
+    for _ in range(len(choice)):
+        cuts = np.flatnonzero(choice != np.roll(choice, 1))
+        if len(cuts) < 2:
+            return choice
+        dur = [t[a:b].sum() if b > a else t[a:].sum() + t[:b].sum()
+               for a, b in zip(cuts, np.roll(cuts, -1), strict=True)]
+        short = [i for i, d in enumerate(dur) if d < latency]
+        if not short:
+            return choice
+        a, b = cuts[short[0]], cuts[(short[0] + 1) % len(cuts)]
+        idx = np.arange(a, b) if b > a else np.r_[np.arange(a, len(choice)), np.arange(b)]
+        choice[idx] = choice[a - 1]
+    return choice
+
+
 def _per_kernel_plan(char, latency):
-    """Simple per-kernel choice: least energy within +0.2 % of the kernel's auto time."""
+    """Simple per-kernel choice: least energy within +0.2 % of the kernel's auto time, phases
+    merged so that each lasts at least the switch latency."""
     auto = char.auto_index
     ok = char.time_s <= char.time_s[:, [auto]] * 1.002
     e = np.where(ok, char.energy_j, np.inf)
     choice = np.argmin(e, axis=1)
     rows = np.arange(len(choice))
+    choice = _merge_short_phases(choice, char.time_s[rows, choice], latency)
     return Plan(device=char.device, kernel_names=list(char.kernel_names),
                 configs=list(char.configs), choice=choice, granularity="kernel",
                 switch_latency_s=latency,
@@ -85,7 +108,7 @@ def test_gpt_loop_follows_plan_safe_on_eval_and_energy_matches(setup, tmp_path, 
     iter_t = float(char.time_s[:, char.auto_index].sum())
     latency = latency_frac * iter_t
     plan = _per_kernel_plan(char, latency)
-    assert plan.n_switches > 10
+    assert plan.n_switches >= 3
     cols = [char.config_index(c) for c in plan.configs]
     ktime = char.time_s[np.arange(len(names)), [cols[c] for c in plan.choice]]
     act = SimulatedActuator(char, switch_latency_s=latency)
@@ -128,6 +151,7 @@ def test_gpt_loop_follows_plan_safe_on_eval_and_energy_matches(setup, tmp_path, 
     # the first switch of the window may have been issued just before it
     assert got == expected or got == expected[1:] or got[1:] == expected
     assert len(expected) >= (3 * plan.n_switches if latency == 0 else 6)
+    assert len(steady) >= 6
 
     # eval step: clocks go to the safe pair, and come back to the plan afterwards
     _, ea, eb = bounds[6]
@@ -157,4 +181,5 @@ def test_gpt_loop_follows_plan_safe_on_eval_and_energy_matches(setup, tmp_path, 
     except ImportError:
         return
     sim = simulate(char, plan, switch_latency_s=latency, lookahead=True)
-    assert per_iter[4][1] == pytest.approx(sim.energy_j, rel=0.02)
+    assert per_iter[4][1] == pytest.approx(sim.energy_j, rel=0.01)
+    assert per_iter[4][0] == pytest.approx(sim.time_s, rel=0.01)
