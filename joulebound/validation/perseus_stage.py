@@ -1,0 +1,126 @@
+"""Check (a): Perseus stage profiles — calibrate each stage on 3 clocks, predict the others.
+
+Data: ``perseus/stage_profile/{gpt3-175b,bloom}+{a100_sxm,a40}_bf16.csv`` (Chung et al., Perseus,
+SOSP'24 artifact; Apache-2.0): forward/backward time (s) and energy (J) of 8 pipeline stages at 38
+(A100-SXM, 855–1410 MHz) or 60 (A40, 855–1740 MHz) SM clocks.
+
+Protocol: per (model, stage, instruction) series the lowest, middle and highest clocks are the
+calibration set; :class:`~joulebound.dvfs.model.calibrate.StageModel` is fitted on the calibration
+clocks of *all* series of a GPU (per-stage parameters + the device's V–f curve); every other clock
+is held out and predicted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..dvfs.model.calibrate import StageModel
+from .result import CheckResult
+
+GPUS = {"a100_sxm": {"label": "A100-SXM4-80GB", "max_mhz": 1410.0, "board_limit_w": 500.0},
+        "a40": {"label": "A40", "max_mhz": 1740.0, "board_limit_w": 300.0}}
+MODELS = ("gpt3-175b", "bloom")
+
+
+@dataclass
+class StageData:
+    """All series of one GPU: arrays over rows (series id, clock)."""
+
+    gpu: str
+    series: list[tuple[str, int, str]]   # (model, stage, instruction)
+    sid: np.ndarray
+    freq: np.ndarray
+    time: np.ndarray
+    energy: np.ndarray
+    calib: np.ndarray                    # bool: row is a calibration clock
+
+
+def load_stage_profiles(data: Path, gpu: str) -> StageData:
+    """Read both models' stage profiles of ``gpu`` (``"a100_sxm"`` or ``"a40"``)."""
+    import pandas as pd
+
+    frames = []
+    for model in MODELS:
+        path = Path(data) / "perseus" / "stage_profile" / f"{model}+{gpu}_bf16.csv"
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: Perseus stage profile not found")
+        df = pd.read_csv(path)
+        missing = {"stage", "instruction", "frequency", "time", "energy"} - set(df.columns)
+        if missing:
+            raise ValueError(f"{path}: missing columns {sorted(missing)}")
+        df["model"] = model
+        frames.append(df)
+    df = pd.concat(frames, ignore_index=True).sort_values(["model", "stage", "instruction",
+                                                           "frequency"])
+    series: list[tuple[str, int, str]] = []
+    sid = np.empty(len(df), int)
+    calib = np.zeros(len(df), bool)
+    pos = 0
+    for key, g in df.groupby(["model", "stage", "instruction"], sort=False):
+        n = len(g)
+        sid[pos:pos + n] = len(series)
+        calib[pos + np.array([0, n // 2, n - 1])] = True
+        series.append((str(key[0]), int(key[1]), str(key[2])))
+        pos += n
+    return StageData(gpu, series, sid, df["frequency"].to_numpy(float), df["time"].to_numpy(float),
+                     df["energy"].to_numpy(float), calib)
+
+
+def fit_gpu(sd: StageData, sharpness: float = 20.0) -> StageModel:
+    """Fit the stage model of one GPU on its calibration clocks only."""
+    g = GPUS[sd.gpu]
+    c = sd.calib
+    return StageModel(g["max_mhz"], g["board_limit_w"], sharpness=sharpness).fit(
+        sd.freq[c], sd.time[c], sd.energy[c], sd.sid[c])
+
+
+def naive_baseline(sd: StageData) -> tuple[np.ndarray, np.ndarray]:
+    """The naive reference: per series t = a + b/f and P = c + d f^3 by least squares on the
+    same 3 calibration clocks; returns held-out (time, energy) predictions in row order."""
+    t_out = np.empty(int((~sd.calib).sum()))
+    e_out = np.empty_like(t_out)
+    ho_idx = np.flatnonzero(~sd.calib)
+    for s in range(len(sd.series)):
+        rows = sd.sid == s
+        c = rows & sd.calib
+        f, t, p = sd.freq[c], sd.time[c], sd.energy[c] / sd.time[c]
+        a = np.linalg.lstsq(np.c_[np.ones_like(f), 1 / f], t, rcond=None)[0]
+        b = np.linalg.lstsq(np.c_[np.ones_like(f), f ** 3], p, rcond=None)[0]
+        h = rows & ~sd.calib
+        k = np.isin(ho_idx, np.flatnonzero(h))
+        fh = sd.freq[h]
+        t_out[k] = a[0] + a[1] / fh
+        e_out[k] = (b[0] + b[1] * fh ** 3) * t_out[k]
+    return t_out, e_out
+
+
+def run(data: Path, sharpness: float = 20.0) -> list[CheckResult]:
+    """One :class:`CheckResult` per GPU (all stages of both models) plus one per (GPU, model)."""
+    out: list[CheckResult] = []
+    for gpu, info in GPUS.items():
+        sd = load_stage_profiles(data, gpu)
+        model = fit_gpu(sd, sharpness)
+        ho = ~sd.calib
+        t_pred, e_pred = model.predict(sd.freq[ho], sd.sid[ho])
+        vf = model.vf_
+        note = (f"3 calibration clocks per stage (lowest/middle/highest), {ho.sum()} held-out; "
+                f"fitted V-f knee {vf.knee_mhz:.0f} MHz, floor {vf.v_min:.3f}")
+        pts = {"x": sd.freq[ho], "sid": sd.sid[ho], "t_meas": sd.time[ho], "t_pred": t_pred,
+               "e_meas": sd.energy[ho], "e_pred": e_pred}
+        out.append(CheckResult.from_arrays("perseus-stage", info["label"], "all stages",
+                                           t_pred, sd.time[ho], e_pred, sd.energy[ho],
+                                           note=note, points=pts))
+        bt, be = naive_baseline(sd)
+        out.append(CheckResult.from_arrays(
+            "perseus-stage", info["label"], "baseline t=a+b/f, P=c+d*f^3", bt, sd.time[ho], be,
+            sd.energy[ho], note="naive reference model, same 3 calibration clocks (least squares)"))
+        models = np.array([sd.series[i][0] for i in sd.sid[ho]])
+        for m in MODELS:
+            k = models == m
+            out.append(CheckResult.from_arrays("perseus-stage", info["label"], m, t_pred[k],
+                                               sd.time[ho][k], e_pred[k], sd.energy[ho][k],
+                                               note="subset of the row above"))
+    return out
