@@ -211,3 +211,24 @@ def test_store_commits_each_window_and_exports(tmp_path):
 def test_unknown_backend_suggests():
     with pytest.raises(JouleboundError, match="simulated"):
         EnergyMeter("simulate")
+
+
+def test_window_edges_synchronise_each_metered_cuda_device(monkeypatch):
+    """With torch+CUDA in use, both edges call torch.cuda.synchronize(i) for every metered GPU."""
+    import sys
+    import types
+
+    calls: list[int] = []
+    cuda = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
+                                 device_count=lambda: 4, synchronize=calls.append)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    clock = Clock()
+    m = EnergyMeter(SimulatedBackend(n_devices=4, t0=clock.t), gpus=[1, 3], interval_s=0,
+                    clock=clock)
+    m.begin_window("w")
+    assert calls == [1, 3]
+    m.end_window("w")
+    assert calls == [1, 3, 1, 3]
+    m.begin_window("nosync", sync=False)
+    m.end_window("nosync", sync=False)
+    assert len(calls) == 4

@@ -148,17 +148,25 @@ def _make_clock() -> Callable[[], float]:
     return lambda: epoch0 + (time.perf_counter() - perf0)
 
 
-def _cuda_sync() -> Callable[[], None] | None:
-    """``torch.cuda.synchronize`` when torch is already imported and CUDA is initialised."""
+def _cuda_sync(devices: Sequence[int]) -> Callable[[], None] | None:
+    """A function synchronising each metered CUDA device (all of them when ``devices`` is empty)
+    when torch is already imported and CUDA is initialised; else ``None`` (nothing to wait for)."""
     torch = __import__("sys").modules.get("torch")
     if torch is None:
         return None
     try:
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            return torch.cuda.synchronize
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return None
+        n = torch.cuda.device_count()
     except Exception:  # pragma: no cover - broken CUDA setups
         return None
-    return None
+    devs = [d for d in devices if 0 <= d < n] or list(range(n))
+
+    def sync() -> None:
+        for d in devs:
+            torch.cuda.synchronize(d)
+
+    return sync
 
 
 def make_backend(backend: str | Backend, gpus: Sequence[int] | str | None = None,
@@ -285,7 +293,8 @@ class EnergyMeter:
         if not self.sync_enabled:
             return
         self.backend.sync()
-        fn = _cuda_sync()
+        fn = _cuda_sync([self.backend.channels[i].index for i in self.channels
+                         if self.backend.channels[i].kind == "gpu"])
         if fn is not None:
             fn()
 
