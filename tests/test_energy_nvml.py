@@ -282,3 +282,27 @@ def test_short_counter_window_uses_power_not_zero(fake):
     r = m.end_window("tiny")
     assert r.energy_j == pytest.approx(250.0 * 0.02)
     assert {"short_window", "estimated_from_power"} <= set(r.flags)
+
+
+def test_auto_combines_nvml_gpus_and_rapl_cpu(fake, monkeypatch, tmp_path):
+    import joulebound.energy.rapl as rapl
+
+    pkg = tmp_path / "intel-rapl:0"
+    pkg.mkdir()
+    (pkg / "name").write_text("package-0\n")
+    (pkg / "energy_uj").write_text("1000000\n")
+    (pkg / "max_energy_range_uj").write_text("262143328850\n")
+    monkeypatch.setattr(rapl, "POWERCAP", tmp_path)
+    g = FakeGPU("GPU-a", energy_mj=0)
+    fake([g])
+    clock = Clock()
+    m = EnergyMeter("auto", interval_s=0, clock=clock)
+    assert m.backend.name == "nvml+rapl" and m.backend.provenance == "measured"
+    m.begin_window("w")
+    g.energy_mj = 300_000
+    (pkg / "energy_uj").write_text("51000000\n")
+    clock.t = 1.0
+    r = m.end_window("w")
+    assert r.energy_j == pytest.approx(300.0)       # GPU only
+    assert r.cpu_energy_j == pytest.approx(50.0)    # CPU package
+    assert [d.kind for d in r.devices] == ["gpu", "cpu"]

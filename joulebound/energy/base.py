@@ -102,3 +102,52 @@ class NoneBackend(Backend):
         self.reason = reason
         if reason:
             self.notes.append(reason)
+
+
+class CompositeBackend(Backend):
+    """Several backends as one (e.g. NVML GPUs + RAPL CPU/DRAM): channels are concatenated;
+    counter events and notes of the parts are carried over."""
+
+    def __init__(self, parts: list[Backend]) -> None:
+        super().__init__()
+        if not parts:
+            raise ValueError("CompositeBackend needs at least one backend")
+        self.parts = parts
+        self.name = "+".join(p.name for p in parts)
+        provs = {p.provenance for p in parts}
+        self.provenance = provs.pop() if len(provs) == 1 else "modeled"
+        self._map: list[tuple[Backend, int]] = []
+        self._seen = [0] * len(parts)
+        for p in parts:
+            for j, ch in enumerate(p.channels):
+                self.channels.append(ch)
+                self._map.append((p, j))
+            self.notes.extend(p.notes)
+
+    def _collect(self) -> None:
+        for k, p in enumerate(self.parts):
+            if len(p.events) > self._seen[k]:
+                self.events.extend(p.events[self._seen[k]:])
+                self._seen[k] = len(p.events)
+
+    def has_counter(self, i: int) -> bool:
+        p, j = self._map[i]
+        return p.has_counter(j)
+
+    def read_energy_j(self, i: int, t: float) -> float | None:
+        p, j = self._map[i]
+        e = p.read_energy_j(j, t)
+        self._collect()
+        return e
+
+    def read_power_w(self, i: int, t: float) -> float | None:
+        p, j = self._map[i]
+        return p.read_power_w(j, t)
+
+    def sync(self) -> None:
+        for p in self.parts:
+            p.sync()
+
+    def close(self) -> None:
+        for p in self.parts:
+            p.close()

@@ -171,8 +171,8 @@ def _cuda_sync(devices: Sequence[int]) -> Callable[[], None] | None:
 
 def make_backend(backend: str | Backend, gpus: Sequence[int] | str | None = None,
                  **kwargs: Any) -> Backend:
-    """Build a backend by name. ``"auto"`` tries NVML, then RAPL, then falls back to ``"none"``
-    with a note saying why (the notes of every attempt are kept)."""
+    """Build a backend by name. ``"auto"`` combines NVML (GPUs) and RAPL (CPU/DRAM) when readable,
+    else falls back to ``"none"`` with a note saying why (the notes of every attempt are kept)."""
     if isinstance(backend, Backend):
         return backend
     if backend not in BACKENDS:
@@ -198,20 +198,30 @@ def make_backend(backend: str | Backend, gpus: Sequence[int] | str | None = None
         from .rapl import RaplBackend
 
         return RaplBackend(**kwargs)
-    # auto
+    # auto: NVML GPUs, plus RAPL CPU/DRAM when readable; time only when neither
     notes: list[str] = []
+    parts: list[Backend] = []
     try:
         from .nvml import NvmlBackend
 
-        return NvmlBackend(gpus=gpus)
+        parts.append(NvmlBackend(gpus=gpus))
     except JouleboundError as exc:
         notes.append(f"GPU: {exc}")
     try:
         from .rapl import RaplBackend
 
-        return RaplBackend()
+        parts.append(RaplBackend())
     except JouleboundError as exc:
         notes.append(f"CPU: {exc}")
+    if len(parts) == 2:
+        from .base import CompositeBackend
+
+        both = CompositeBackend(parts)
+        both.notes.extend(notes)
+        return both
+    if parts:
+        parts[0].notes.extend(notes)
+        return parts[0]
     none = NoneBackend(reason="")
     none.notes = ["no energy sensor available; recording duration only"] + notes
     return none

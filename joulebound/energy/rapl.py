@@ -32,9 +32,9 @@ class RaplBackend(Backend):
     name = "rapl"
     provenance = MEASURED
 
-    def __init__(self, root: str | Path = POWERCAP, sensor_period_s: float = 0.001) -> None:
+    def __init__(self, root: str | Path | None = None, sensor_period_s: float = 0.001) -> None:
         super().__init__()
-        root = Path(root)
+        root = Path(root) if root is not None else POWERCAP
         zones = sorted(root.glob("intel-rapl:*")) if root.is_dir() else []
         packages = [z for z in zones if z.name.count(":") == 1]
         if not packages:
