@@ -94,6 +94,9 @@ def test_gpu_fixture_kernels_categories_and_phases(gpu_trace) -> None:
     assert tr[1].name.startswith("ampere_bf16_s16816gemm") and tr[1].duration_s == \
         pytest.approx(21.5e-6)
     assert tr[-3].meta["stream"] == 20 and tr[-3].category == "communication"
+    assert tr[-3].meta["op"] == "record_param_comms"
+    assert tr[-3].meta["comm"]["Collective name"] == "allreduce"
+    assert tr[-3].meta["comm"]["Group size"] == 2
 
 
 def test_gpu_fixture_launching_ops_and_shapes(gpu_trace) -> None:
@@ -153,6 +156,15 @@ def test_gpu_fixture_round_trips_as_joulebound_trace(gpu_trace, tmp_path) -> Non
     ("void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl::{lambda(float)#1}>",
      "elementwise"),
     ("aten::gelu", "elementwise"),
+    # torch.compile / Inductor kernels
+    ("triton_poi_fused_add_gelu_0", "elementwise"),
+    ("triton_red_fused_sum_3", "reduction"),
+    ("triton_per_fused_native_layer_norm_1", "norm"),
+    ("triton_per_fused__softmax_2", "softmax"),
+    ("triton_tem_fused_mm_4", "gemm"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3", "attention"),
+    # "mm" inside another word is not a GEMM
+    ("ncclDevKernel_Broadcast_RING_LL", "communication"), ("aten::comm_op", "elementwise"),
 ])
 def test_category_rules(name: str, category: str) -> None:
     assert categorize(name) == category

@@ -65,14 +65,14 @@ CATEGORY_RULES: tuple[tuple[str, str], ...] = (
                r"direct_copy_kernel|fillfunctor"),
     ("optimizer", r"adam|multi_tensor_apply|foreach|\bsgd|\blamb\b|\blion\b|optimizer"),
     ("attention", r"flash|fmha|attention|sdpa|_efficient_attention|xformers|\bmha\b"),
-    ("gemm", r"gemm|sm\d+_xmma|cutlass|cublas|matmul|aten::mm$|\bmm\b|addmm|bmm|linear|gemv|"
-             r"wgmma|nvjet|s\d{3,5}gemm"),
+    ("gemm", r"gemm|sm\d+_xmma|cutlass|cublas|matmul|(?<![a-z])mm(?![a-z])|addmm|bmm|linear|"
+             r"gemv|wgmma|nvjet|triton_tem_"),
     ("softmax", r"softmax|cross_entropy|nll_loss|classnllcriterion"),
     ("norm", r"layer_?norm|rms_?norm|batch_?norm|group_?norm|gammabeta|cucomputegradgammabeta|"
              r"cuapplylayernorm"),
     ("embedding", r"embedding|index_select|indexselect|gather|scatter_add"),
     ("reduction", r"reduce|aten::(sum|mean|norm|amax|amin|max|min|var|std|argmax|argmin|"
-                  r"linalg_vector_norm|_foreach_norm)$|cub::"),
+                  r"linalg_vector_norm|_foreach_norm)$|cub::|^triton_(red|per)_"),
 )
 _RULES = tuple((cat, re.compile(rx, re.IGNORECASE)) for cat, rx in CATEGORY_RULES)
 
@@ -101,6 +101,8 @@ _DTYPE = {  # torch "Input type" strings -> (math dtype, bytes per element)
     "long int": ("fp32", 8), "int": ("fp32", 4), "bool": ("fp32", 1),
     "unsigned char": ("fp32", 1), "signed char": ("fp32", 1), "short int": ("fp32", 2),
 }
+_COMM_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "In split size",
+              "Out split size", "Group size", "dtype", "Process Group Name")
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 _LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "runtime"}
 _STACK_CATS = {"cpu_op", "user_annotation", "python_function", "operator"}
@@ -542,6 +544,9 @@ def _gpu_kernels(gpu: list[_Ev], launches: dict[Any, _Ev], flows: dict[Any, _Ev]
         if op is not None:
             oargs = op.e.get("args") or {}
             meta["op"] = op.name
+            comm = {k: oargs[k] for k in _COMM_ARGS if k in oargs}
+            if comm:  # record_param_comms: collective, message sizes, group size
+                meta["comm"] = comm
             if "Input Dims" in oargs:
                 meta["input_dims"] = oargs["Input Dims"]
                 meta["input_types"] = oargs.get("Input type")
