@@ -68,7 +68,7 @@ def sweep_command(
     pack: Annotated[bool, typer.Option(help="Run single configs inside the smallest multi-rank launch.")] = True,
     torchrun_args: Annotated[str | None, typer.Option(
         help="Rendezvous options replacing --standalone, e.g. '--nnodes 2 --rdzv-endpoint h:29400'.")] = None,
-    timeout_s: Annotated[float, typer.Option(help="Collective timeout inside a launch (s).")] = 1800.0,
+    timeout_s: Annotated[float, typer.Option(help="Collective timeout inside a launch (s).")] = 600.0,
     skip_invalid: Annotated[bool, typer.Option(
         help="Drop impossible strategy/rank combinations (e.g. tp over more ranks than heads) "
              "instead of failing; they are listed.")] = False,

@@ -113,7 +113,7 @@ def launch_command(world: int, worker_args: list[str], torchrun_args: list[str] 
 def run_sweep(configs: list[SweepConfig], db: str | Path, sweep: str, *,
               retry_failed: bool = False, device: str = "auto", energy: str = "auto",
               pack: bool = True, torchrun_args: list[str] | None = None,
-              timeout_s: float = 1800.0, progress: bool = True,
+              timeout_s: float = 600.0, progress: bool = True,
               on_update: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Run every configuration of ``sweep`` that has no row yet; returns a summary dict.
 

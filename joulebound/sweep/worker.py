@@ -179,6 +179,8 @@ def run_config(cfg: SweepConfig, rank: int, device: Any, meter: Any) -> dict[str
     model = build_model(cfg)
     model.train()
     model = apply_strategy(model, cfg, device)
+    if cfg.splits_data:  # same init everywhere (done); different dropout masks per data shard
+        torch.manual_seed(cfg.seed + 7919 * (rank + 1))
     opt = make_optimizer(model, cfg)
     n_steps = cfg.warmup + cfg.steps
     data = make_dataset(cfg, n_steps)
@@ -240,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--current", help="rank 0 writes the configuration in flight here")
     ap.add_argument("--energy", default="auto", help="EnergyMeter backend (auto, nvml, none, simulated)")
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    ap.add_argument("--timeout-s", type=float, default=1800.0, help="collective timeout (s)")
+    ap.add_argument("--timeout-s", type=float, default=600.0, help="training collective timeout (s)")
     ap.add_argument("--watch-pid", type=int, help="exit when this process (the runner) is gone")
     args = ap.parse_args(argv)
     _die_with(args.watch_pid)
@@ -262,8 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     if world > 1:
         backend = "nccl" if device.type == "cuda" else "gloo"
         timeout = timedelta(seconds=args.timeout_s)
-        dist.init_process_group(backend, timeout=timeout)
-        ctrl = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else dist.group.WORLD
+        if device.type == "cuda":
+            dist.init_process_group(backend, timeout=timeout, device_id=device)
+        else:
+            dist.init_process_group(backend, timeout=timeout)
+        # control plane (result gathering, ranks idling while rank 0 runs a single-GPU config):
+        # gloo, so no GPU busy-waits, with a long timeout, since a single config may run for long
+        ctrl = dist.new_group(backend="gloo", timeout=timedelta(days=7))
     gpus = [device.index] if device.type == "cuda" else None
     meter = EnergyMeter(args.energy, gpus=gpus, interval_s=0.1)
     store = SweepStore(args.db) if rank == 0 else None
