@@ -98,3 +98,30 @@ def test_profiled_gpt2_step_import_matches_analytic(hf, tmp_path) -> None:
         assert mm(imported, phase) == pytest.approx(mm(analytic, phase), rel=1e-9), phase
     assert all(k.meta["cost"] == "shapes" for k in imported)
     assert imported.count_by("category")["optimizer"] > 0
+
+
+def test_model_config_from_hf_configs(hf) -> None:
+    transformers, _ = hf
+    from joulebound.errors import JouleboundError
+    from joulebound.workload.analytic import PRESETS
+
+    gpt2 = transformers.GPT2Config()  # the library's GPT-2 small defaults, no download
+    cfg = ModelConfig.from_hf(gpt2, batch=1, dtype="bf16")
+    p = PRESETS["gpt2-small"]
+    assert (cfg.layers, cfg.hidden, cfg.heads, cfg.ff, cfg.vocab, cfg.seq) == \
+        (p.layers, p.hidden, p.heads, p.ff, p.vocab, p.seq)
+    bert = transformers.BertConfig(hidden_size=2048, intermediate_size=8192,
+                                   num_hidden_layers=24, num_attention_heads=16)
+    cfg = ModelConfig.from_hf(bert.to_dict(), seq=512, batch=8)
+    assert cfg.params() == PRESETS["bert-huge"].params()  # Perseus' bert-huge recipe
+    # parameter counts (the optimizer kernels' sizes) equal the real models'
+    for hf_cfg, cls in ((transformers.GPT2Config(n_layer=L, n_embd=D, n_head=H, n_positions=S,
+                                                 vocab_size=V), transformers.GPT2LMHeadModel),
+                        (transformers.BertConfig(num_hidden_layers=L, hidden_size=D,
+                                                 num_attention_heads=H, intermediate_size=4 * D,
+                                                 vocab_size=V, max_position_embeddings=S),
+                         transformers.BertForMaskedLM)):
+        model = cls(hf_cfg)
+        assert ModelConfig.from_hf(hf_cfg).params() == sum(p.numel() for p in model.parameters())
+    with pytest.raises(JouleboundError, match="model_type 't5' is not modeled"):
+        ModelConfig.from_hf(transformers.T5Config())

@@ -16,7 +16,7 @@ HELP = """Summarize the kernels of one training iteration: kernels per phase and
 DRAM bytes, arithmetic intensity, and (with --device) whether each category is compute- or
 memory-bound at the device's roofline ridge point.
 
-SPEC is a model preset (gpt3-xl, gpt2-small/medium/large/xl, bert-base/large/huge), a trace file
+PRESET|FILE is a model preset (gpt3-xl, gpt2-small/medium/large/xl, bert-base/large/huge), a trace file
 written by `joulebound trace -o`, or a torch.profiler export_chrome_trace JSON.
 
 FLOPs and bytes of presets are modeled (closed-form formulas per kernel); roofline times are
@@ -30,6 +30,10 @@ modeled lower bounds; durations of imported traces are measured.
 roofline_time_s, measured_time_s}) and categories (list of {category, kernels, flops, bytes,
 intensity, dtype, ridge, bound, compute_bound_kernels, roofline_time_s, measured_time_s}).
 Units: FLOP, bytes, FLOP/byte, s.
+
+Examples: `joulebound trace gpt3-xl --device rtx3080ti`;
+`joulebound trace bert-huge --batch 4 --seq 256 --json`;
+`joulebound trace step.json --device h100-sxm` (a torch.profiler export).
 """
 
 

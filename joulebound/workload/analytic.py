@@ -76,6 +76,8 @@ class ModelConfig:
         recompute: full activation recompute: each layer's forward kernels run again in the
             backward pass, right before that layer's backward kernels.
         name: label used for the trace.
+        max_positions: rows of the position-embedding table (``None``: BERT 512 or ``seq`` when
+            longer, GPT ``seq``); only changes the parameter count.
     """
 
     arch: str
@@ -89,6 +91,7 @@ class ModelConfig:
     dtype: str = "bf16"
     recompute: bool = False
     name: str = "custom"
+    max_positions: int | None = None
 
     def __post_init__(self) -> None:
         if self.ff is None and isinstance(self.hidden, int):
@@ -100,8 +103,10 @@ class ModelConfig:
         if self.arch not in ARCHS:
             raise JouleboundError(f"model config '{self.name}': arch {self.arch!r} is not "
                                   f"supported.{did_you_mean(str(self.arch), ARCHS)}")
-        for f in ("layers", "hidden", "heads", "ff", "vocab", "seq", "batch"):
+        for f in ("layers", "hidden", "heads", "ff", "vocab", "seq", "batch", "max_positions"):
             v = getattr(self, f)
+            if f == "max_positions" and v is None:
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise JouleboundError(f"model config '{self.name}': {f} must be a positive "
                                       f"integer, got {v!r}")
@@ -127,7 +132,9 @@ class ModelConfig:
 
     @property
     def positions(self) -> int:
-        """Rows of the position-embedding table (BERT: 512, or S when longer; GPT: S)."""
+        """Rows of the position-embedding table (default BERT: 512, or S when longer; GPT: S)."""
+        if self.max_positions is not None:
+            return max(self.max_positions, self.seq)
         return max(self.seq, 512) if self.arch == "bert" else self.seq
 
     def layer_params(self) -> int:
@@ -149,6 +156,34 @@ class ModelConfig:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_hf(cls, config: Any, *, seq: int | None = None, batch: int = 1,
+                dtype: str = "bf16", recompute: bool = False,
+                name: str | None = None) -> ModelConfig:
+        """The shape of a Hugging Face ``GPT2Config`` or ``BertConfig`` (object or ``dict``).
+
+        ``seq`` defaults to the config's maximum positions. Only architectures whose kernel
+        sequence this module models are accepted (GPT-2 style decoders, BERT encoders).
+        """
+        d = config if isinstance(config, dict) else config.to_dict()
+        kind = d.get("model_type")
+        if kind == "gpt2":
+            hidden = d["n_embd"]
+            cfg = cls("gpt", d["n_layer"], hidden, d["n_head"], d.get("n_inner") or 4 * hidden,
+                      d["vocab_size"], seq or d["n_positions"], batch, dtype, recompute,
+                      name or d.get("_name_or_path") or "gpt2", d["n_positions"])
+        elif kind == "bert":
+            cfg = cls("bert", d["num_hidden_layers"], d["hidden_size"],
+                      d["num_attention_heads"], d["intermediate_size"], d["vocab_size"],
+                      seq or d["max_position_embeddings"], batch, dtype, recompute,
+                      name or d.get("_name_or_path") or "bert", d["max_position_embeddings"])
+        else:
+            raise JouleboundError(
+                f"Hugging Face model_type {kind!r} is not modeled analytically (supported: "
+                "'gpt2', 'bert'); profile a training step with torch.profiler and import it "
+                "with load_trace() instead")
+        return cfg.validate()
 
 
 def _divisors(n: int) -> list[int]:
