@@ -81,3 +81,16 @@ def test_load_results_dataframe(tmp_path, cfgs):
     sqlite3.connect(tmp_path / "empty.db").execute("CREATE TABLE x (a)").connection.commit()
     with pytest.raises(JouleboundError, match="no 'sweep_results' table"):
         load_results(tmp_path / "empty.db")
+
+
+def test_status_is_read_only_and_names_a_wrong_file(tmp_path, capsys):
+    from joulebound.cli import main
+
+    other = tmp_path / "energy.db"
+    sqlite3.connect(other).execute("CREATE TABLE runs (a)").connection.commit()
+    assert main(["sweep", "status", "--db", str(other)]) == 2
+    assert "holds no sweep tables" in capsys.readouterr().err
+    names = {r[0] for r in sqlite3.connect(other).execute("SELECT name FROM sqlite_master")}
+    assert names == {"runs"}  # nothing created
+    assert main(["sweep", "status", "--db", str(tmp_path / "missing.db")]) == 2
+    assert not (tmp_path / "missing.db").exists()

@@ -135,17 +135,12 @@ def status_command(
     db: Annotated[str, typer.Option(help="SQLite store.")] = "runs.db",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (keys above).")] = False,
 ) -> None:
-    from pathlib import Path
-
     from rich.table import Table
 
-    from ..errors import JouleboundError
     from ..sweep.store import SweepStore
     from ._common import console, print_json
 
-    if not Path(db).exists():
-        raise JouleboundError(f"--db {db}: no such file (run `joulebound sweep --db {db}` first)")
-    st = SweepStore(db).status()
+    st = SweepStore(db, create=False).status()
     if as_json:
         print_json({"db": db, "sweeps": st})
         return

@@ -84,10 +84,24 @@ class SweepStore:
 
     Args:
         path: the ``.db`` file; created with its tables when missing.
+        create: when False, the file must already hold the sweep tables (read-only use, e.g.
+            ``sweep status``); nothing is created.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, create: bool = True) -> None:
         self.path = Path(path)
+        if not create:
+            if not self.path.exists():
+                raise JouleboundError(f"--db {self.path}: no such file (run `joulebound sweep --db {self.path}` first)")
+            con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+            try:
+                names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            finally:
+                con.close()
+            if not {"sweep_results", "sweep_plan"} <= names:
+                raise JouleboundError(f"--db {self.path}: holds no sweep tables (sweep_results, sweep_plan); "
+                                      "is it a joulebound sweep database?")
+            return
         if self.path.parent and not self.path.parent.exists():
             raise JouleboundError(f"--db {self.path}: folder {self.path.parent} does not exist")
         con = _connect(self.path)
