@@ -92,6 +92,8 @@ def make_fake_pynvml(gpus: list[FakeGPU], init_error: int | None = None) -> type
             raise NVMLError(3)
         if h.counter == "noperm":
             raise NVMLError(4)
+        if h.counter == "lost":
+            raise NVMLError(15)  # NVML_ERROR_GPU_IS_LOST
         return h.energy_mj
 
     @rec
@@ -306,3 +308,23 @@ def test_auto_combines_nvml_gpus_and_rapl_cpu(fake, monkeypatch, tmp_path):
     assert r.energy_j == pytest.approx(300.0)       # GPU only
     assert r.cpu_energy_j == pytest.approx(50.0)    # CPU package
     assert [d.kind for d in r.devices] == ["gpu", "cpu"]
+
+
+def test_counter_lost_mid_window_falls_back_to_sampled_power(fake):
+    g = FakeGPU("GPU-a", energy_mj=1_000, power_mw=100_000)
+    fake([g])
+    clock = Clock()
+    m = meter(clock)
+    m.begin_window("w")              # counter read OK at t=0
+    clock.t = 0.5
+    m.sampler.sample_now()           # 100 W (and counter) at t=0.5
+    g.counter = "lost"
+    clock.t = 1.5
+    m.sampler.sample_now()           # counter fails, power still read
+    clock.t = 2.0
+    r = m.end_window("w")            # counter fails again: edge power read at t=2
+    d = r.devices[0]
+    assert "read_error" in r.flags
+    assert d.source == "nvml.energy_counter->power_integration"
+    assert d.energy_j == pytest.approx(100.0 * 1.5)   # integral over the readings 0.5..2.0 s
+    assert any("energy counter read failed" in n for n in m.notes)

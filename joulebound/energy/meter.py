@@ -259,6 +259,7 @@ class EnergyMeter:
         self.channels = _select_channels(self.backend, gpus)
         self.interval_s = float(interval_s)
         self._open: dict[str, _Open] = {}
+        self._errors: set[int] = set()
         self._lock = threading.Lock()
         self.results: list[WindowResult] = []
         self.run_id = run_id or uuidlib.uuid4().hex
@@ -321,27 +322,46 @@ class EnergyMeter:
         need_power = False
         for i in self.channels:
             if self.backend.has_counter(i):
-                with self.backend.lock:
-                    energy[i] = self.backend.read_energy_j(i, t)
+                energy[i] = self._read_energy(i, t)
             else:
                 energy[i] = None
                 need_power = True
         self.sampler.watch(name)
-        integ: dict[int, float] = {}
         if need_power:
             self._edge_power(t)
-            integ = {i: self.sampler.integral(i) for i in self.channels
-                     if not self.backend.has_counter(i)}
+        integ = {i: self.sampler.integral(i) for i in self.channels}
         with self._lock:
             self._open[name] = _Open(t, energy, len(self.backend.events), integ)
+
+    def _read_energy(self, i: int, t: float) -> float | None:
+        """Counter read; a failing read (GPU lost, driver error) gives ``None`` and a note."""
+        try:
+            with self.backend.lock:
+                return self.backend.read_energy_j(i, t)
+        except Exception as exc:
+            self._read_error(i, "energy counter", exc)
+            return None
+
+    def _read_power(self, i: int, t: float) -> float | None:
+        try:
+            with self.backend.lock:
+                return self.backend.read_power_w(i, t)
+        except Exception as exc:
+            self._read_error(i, "power", exc)
+            return None
+
+    def _read_error(self, i: int, what: str, exc: Exception) -> None:
+        ch = self.backend.channels[i]
+        note = f"{ch.kind} {ch.index} ({ch.uuid}): {what} read failed: {type(exc).__name__}: {exc}"
+        if note not in self.backend.notes:
+            self.backend.notes.append(note)
+        self._errors.add(i)
 
     def _edge_power(self, t: float) -> None:
         samples = []
         for i in self.channels:
             if not self.backend.has_counter(i):
-                with self.backend.lock:
-                    p = self.backend.read_power_w(i, t)
-                samples.append(Sample(t, i, p, None))
+                samples.append(Sample(t, i, self._read_power(i, t), None))
         self.sampler.add(samples)
 
     def end_window(self, name: str, sync: bool = True, cancel: bool = False) -> WindowResult:
@@ -375,30 +395,39 @@ class EnergyMeter:
             if short and "short_window" not in flags:
                 flags.append("short_window")
             e0 = st.energy.get(i)
+            e1 = self._read_energy(i, t1) if e0 is not None else None
+            if self.backend.has_counter(i) and (e0 is None or e1 is None):
+                # counter failed: close the power integral with an edge read
+                edge = Sample(t1, i, self._read_power(i, t1), None)
+                self.sampler.add([edge])
+                stats.update(edge)
+                peak = stats.peak_w.get(i)
             energy: float | None
-            if e0 is not None:
-                with self.backend.lock:
-                    e1 = self.backend.read_energy_j(i, t1)
-                energy = None if e1 is None else max(e1 - e0, 0.0)
+            if e0 is not None and e1 is not None:
+                energy = max(e1 - e0, 0.0)
                 if energy == 0.0 and dur > 0 and short:
-                    with self.backend.lock:
-                        p = self.backend.read_power_w(i, t1)
+                    p = self._read_power(i, t1)
                     if p is not None:
                         peak = p if peak is None else max(peak, p)
                         energy = p * dur
                         source = f"{source}+power_estimate"
                         if "estimated_from_power" not in flags:
                             flags.append("estimated_from_power")
-            elif peak is None:  # not one power reading succeeded
+            elif peak is None:  # not one power reading succeeded (or counter failed, no sampler)
                 energy = None
                 if "no_power_samples" not in flags:
                     flags.append("no_power_samples")
-            else:
+            else:  # power integration (no counter, or the counter read failed)
+                if self.backend.has_counter(i):
+                    source = f"{source}->power_integration"
                 energy = max(self.sampler.integral(i) - st.integral.get(i, 0.0), 0.0)
             devices.append(DeviceEnergy(
                 uuid=ch.uuid, index=ch.index, energy_j=energy,
                 avg_power_w=(energy / dur) if (energy is not None and dur > 0) else None,
                 peak_power_w=peak, source=source, kind=ch.kind, n_samples=stats.n.get(i, 0)))
+        if self._errors & set(self.channels) and "read_error" not in flags:
+            flags.append("read_error")
+            self._errors.clear()
         for ev in self.backend.events[st.events_seen:]:
             flag = "counter_reset" if ev.kind == "reset" else "counter_wraparound"
             if flag not in flags:

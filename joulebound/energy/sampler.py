@@ -113,18 +113,30 @@ class Sampler:
         t = self.clock()
         out = []
         for i in self.channels:
+            p = e = None
+            ok = False
             try:
                 with self.backend.lock:
                     p = self.backend.read_power_w(i, t)
-                    e = self.backend.read_energy_j(i, t) if self.backend.has_counter(i) else None
+                ok = True
             except Exception as exc:  # a sensor hiccup must not kill the thread
-                if len(self.errors) < 20:
-                    self.errors.append(f"{type(exc).__name__}: {exc}")
-                continue
-            out.append(Sample(t, i, p, e))
+                self._error(exc)
+            if self.backend.has_counter(i):
+                try:
+                    with self.backend.lock:
+                        e = self.backend.read_energy_j(i, t)
+                    ok = True
+                except Exception as exc:
+                    self._error(exc)
+            if ok:
+                out.append(Sample(t, i, p, e))
         self.add(out)
         self.n_reads += 1
         return out
+
+    def _error(self, exc: Exception) -> None:
+        if len(self.errors) < 20:
+            self.errors.append(f"{type(exc).__name__}: {exc}")
 
     def add(self, samples: list[Sample]) -> None:
         """Fold readings into the running integrals and the watched windows' statistics."""
