@@ -129,3 +129,15 @@ def test_bad_inputs_raise_clear_errors():
         PowerLaw().fit(df.drop(columns=["seq"]))
     with pytest.raises(JouleboundError, match="measured time_s"):
         PaperLaw().fit(df)
+
+
+def test_efficiency_model_leaves_out_terms_the_data_cannot_identify():
+    df = synth(200)
+    df["layers"] = 12  # L never varies: the per-layer term is collinear with the constant
+    df["seq"] = 256
+    df["heads"] = 4
+    d = prepare(df, need_energy=False)
+    t = 1.5 * d["F_dense"] / d["peak_flops"] + 0.05
+    m = EfficiencyModel().fit(d, t.to_numpy())
+    assert "t_layer_s" not in m.active_ and "theta_dense" in m.active_
+    assert np.allclose(m.time(d), t, rtol=1e-3)

@@ -68,6 +68,9 @@ def _fit_one(df, law_name: str, laws: tuple[str, ...], k: int) -> dict:  # noqa:
                  "source": df.attrs.get("source"), "rows": len(df),
                  "dropped": df.attrs.get("dropped", {}), "law": law_name, "notes": []}
     rec["speedup"] = _speedup_rows(df) if len(df) and (df["gpus"] > 1).any() else []
+    if not rec["speedup"]:
+        rec["notes"].append("no runtimes over GPU counts (with a 1-GPU run of the same shape): "
+                            "speedup laws not fitted")
     has_e = df["energy_j"].notna() & (df["energy_j"] > 0)
     if "energy_provenance" in df and (has_e & (df["energy_provenance"] == "modeled")).any():
         n_mod = int((has_e & (df["energy_provenance"] == "modeled")).sum())
@@ -100,7 +103,10 @@ def _fit_one(df, law_name: str, laws: tuple[str, ...], k: int) -> dict:  # noqa:
 
 
 def _print_fit(rec: dict, published: dict) -> None:
+    from rich.console import Console
     from rich.table import Table
+
+    out = console if console.is_terminal else Console(width=max(console.width, 132))
 
     console.rule(f"[bold]{rec['dataset']}[/] — {rec['rows']} rows ({rec.get('source')})")
     for why, n in rec["dropped"].items():
@@ -115,7 +121,7 @@ def _print_fit(rec: dict, published: dict) -> None:
         for r in rec["coefficients"]:
             ci = "" if r["ci95_lo"] != r["ci95_lo"] else f"[{r['ci95_lo']:.4g}, {r['ci95_hi']:.4g}]"
             t.add_row(str(r["term"]), f"{r['coef']:.4g}", "" if r["se"] != r["se"] else f"{r['se']:.3g}", ci)
-        console.print(t)
+        out.print(t)
     if rec.get("evaluation"):
         t = Table(title="evaluation (modeled vs measured energy; grouped K-fold by family)",
                   show_lines=False, pad_edge=False)
@@ -138,7 +144,7 @@ def _print_fit(rec: dict, published: dict) -> None:
                 else:
                     cells.append(str(v))
             t.add_row(*cells)
-        console.print(t)
+        out.print(t)
         console.print(f"  published (Zoubeirou a Mayaki, arXiv 2606.23546; 410 BERT configs, 8× RTX 2080 Ti): "
                       f"adj R² {published['adj_r2_with_eta']} with η, {published['adj_r2_without_eta']} "
                       f"without; α_C ≈ {published['alpha_C']}, α_η ≈ {published['alpha_eta']}  \\[published]")

@@ -109,12 +109,27 @@ class EfficiencyModel:
                                 np.ones(len(df))])
 
     def fit(self, df: pd.DataFrame, t1: np.ndarray) -> EfficiencyModel:
+        """NNLS on the training rows (relative-error weights).
+
+        Terms that the training rows cannot tell apart (e.g. the per-layer term when every row has
+        the same L, or the attention terms when S and h never vary) are left out — greedily, in
+        the order θ1, θ5, θ2, θ3, θ4 — so that an unidentifiable split cannot explode when the law
+        extrapolates; ``self.active_`` lists the terms kept."""
         from scipy.optimize import nnls
 
         X = self._X(df)
         sc = np.maximum(np.abs(X).max(axis=0), 1e-300)
         w = 1.0 / t1
-        c, _ = nnls(X / sc * w[:, None], t1 * w)
+        Xw = X / sc * w[:, None]
+        active: list[int] = []
+        for j in (0, 4, 1, 2, 3):
+            trial = active + [j]
+            sv = np.linalg.svd(Xw[:, trial], compute_uv=False)
+            if sv[-1] > 1e-7 * sv[0]:
+                active = trial
+        c = np.zeros(X.shape[1])
+        c[active], _ = nnls(Xw[:, active], t1 * w)
+        self.active_ = [self.names[j] for j in sorted(active)]
         self.theta_ = c / sc
         return self
 
@@ -211,7 +226,9 @@ class EnergyLaw:
         y = np.log(d["energy_j"].to_numpy(float))
         X = self.design(d, fitting=True)
         keep = np.ones(X.shape[1], bool)
-        keep[1:] = X[:, 1:].std(axis=0) > 0  # drop constant columns (e.g. log η on 1 GPU data)
+        # drop (near-)constant columns, e.g. log η on 1-GPU data; < 1 % spread in a log term
+        # carries no information and only makes the fit ill-conditioned
+        keep[1:] = X[:, 1:].std(axis=0) > 1e-2
         self.keep_ = keep
         self.terms_ = [t for t, k in zip(self.terms_, keep, strict=True) if k]
         fam = d["family"].astype(str)
