@@ -1,82 +1,79 @@
-"""``joulebound demo`` (interim): the GPT-3-XL trace summary on the RTX 3080 Ti.
+"""``joulebound demo``: kernel-level DVFS for GPT-3-XL on the RTX 3080 Ti model, end to end.
 
-This interim demo shows the two foundation pieces — the analytic kernel trace and the device
-catalog — until the planner's demo replaces this module.
+Trace (analytic GPT-3-XL iteration) → characterization (joulebound's GPU model at every clock
+pair) → plans at iteration / pass / kernel granularity at 0 % and 1 % slowdown → switch-aware
+plans at L = 0, 1, 6, 20, 150 ms → replay in the simulator → table + HTML report. Needs no data
+folder and no GPU; every figure is labeled modeled or published.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-HELP = """Interim demo: the kernel trace of one GPT-3-XL training iteration (analytic, modeled
-FLOPs and bytes) and the RTX 3080 Ti catalog entry (published datasheet values and real
-nvidia-smi clock tables), with each kernel category placed on the device's roofline.
---json prints {"device": <DeviceSpec fields>, "trace": <joulebound trace --json document>}."""
+HELP = """Run the main joulebound demo: GPT-3-XL (1.3 B) training iteration on the RTX 3080 Ti
+model. Plans one clock pair per iteration, per pass (forward/backward/optimizer) and per kernel
+at 0 % and 1 % allowed slowdown; then the switch-aware plan at clock-switch latencies 0, 1, 6,
+20 and 150 ms (published latencies span 6 ms on H200 to 150 ms on Turing; NVML set-calls take
+10-20 ms), each replayed in the latency-aware simulator, beside the kernel plan that ignored
+switching replayed at the same latency. Prints the table and writes an HTML report
+(joulebound-report/index.html by default). All numbers are modeled by joulebound except the
+column of Spaan et al.'s figures (arXiv 2601.08539), which is published and cited.
+
+--json prints the same object as `joulebound plan --json` (keys documented there) with the
+switch-aware plan at 6 ms as "plan"."""
+
+LATENCIES_S = (0.0, 1e-3, 6e-3, 20e-3, 150e-3)
 
 
 def demo_command(
     model: Annotated[str, typer.Option(help="Model preset.")] = "gpt3-xl",
     device: Annotated[str, typer.Option(help="Device catalog name.")] = "rtx3080ti",
+    report: Annotated[Path, typer.Option(help="Report folder.")] = Path("joulebound-report"),
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
-    from rich.table import Table
+    import time
 
-    from ..devices.catalog import get_device
+    from ..dvfs.model import characterize
+    from ..dvfs.solve.study import run_study
+    from ..report.html import write_report
     from ..workload.analytic import build_trace
-    from ..workload.roofline import summarize
     from ._common import console, print_json
-    from .trace import render_summary, si, summary_json
+    from .plan import render, study_json
 
-    dev = get_device(device)
-    tr = build_trace(model)
-    summary = summarize(tr, dev)
+    t0 = time.perf_counter()
+    trace = build_trace(model)
+    char = characterize(trace, device)
+    status = console.status("planning ...", spinner="dots") if not as_json else None
+    if status is not None:
+        status.start()
+    try:
+        study = run_study(trace, char, granularities=["iteration", "pass", "kernel"],
+                          slowdowns=[0.0, 0.01], latencies=list(LATENCIES_S),
+                          latency_slowdown=0.01, replay_latency_s=0.0, frontier=True,
+                          progress=(lambda m: status.update(f"planning: {m}")) if status else None)
+        index = write_report(study, report, title=f"joulebound demo: {model} on {device}",
+                             clock_rows=["kernel @+1%", "phase L=6ms", "phase L=150ms"],
+                             category_row="kernel @+1%")
+    finally:
+        if status is not None:
+            status.stop()
     if as_json:
-        print_json({"device": dev.to_json(), "trace": summary_json(summary, tr)})
+        print_json(study_json(study, model, "waste", 0.01, 6e-3, "phase L=6ms"))
         return
-
-    t = Table(title=f"Device: {dev.product_name} ({dev.name}, {dev.architecture})",
-              title_justify="left")
-    t.add_column("field")
-    t.add_column("value", justify="right")
-    t.add_column("src", justify="right")
-    notes: dict[str, int] = {}
-
-    def ref(key: str) -> str:
-        text = dev.sources.get(key)
-        if not text:
-            return "-"
-        return f"[{notes.setdefault(text, len(notes) + 1)}]"
-
-    core = dev.core_clocks_mhz()
-    rows = [
-        ("memory clocks (MHz)", ", ".join(map(str, dev.mem_clocks_mhz)), "supported_clocks"),
-        ("core clocks at top memory clock (MHz)",
-         f"{len(core)} from {min(core)} to {max(core)}", "supported_clocks"),
-        ("default / max core clock (MHz)", f"{dev.default_core_mhz} / {dev.max_core_mhz}",
-         "max_core_mhz"),
-        ("peak bf16 tensor (FLOP/s)", si(dev.peak("bf16")), "peak_flops"),
-        ("peak fp32 (FLOP/s)", si(dev.peak("fp32")), "peak_flops"),
-        ("DRAM bandwidth (B/s)", si(dev.mem_bandwidth_bps), "mem_bandwidth_bps"),
-        ("ridge point bf16 (FLOP/B)", f"{dev.ridge_point:.0f}", "peak_flops"),
-        ("power limit default (min-max) W",
-         f"{dev.power_limit_default_w:.0f} ({dev.power_limit_min_w:.0f}-"
-         f"{dev.power_limit_max_w:.0f})", "power_limit_default_w"),
-        ("idle power (W)", f"{dev.idle_power_w:.0f}", "idle_power_w"),
-        ("clock-switch latency", "-" if dev.switch_latency_s is None
-         else f"{dev.switch_latency_s * 1e3:g} ms", "switch_latency_s"),
-    ]
-    for field, value, key in rows:
-        t.add_row(field, value, ref(key))
-    console.print(t)
-    for text, n in notes.items():
-        console.print(f"[{n}] {text}", style="dim", highlight=False, markup=False)
-    render_summary(summary, tr, dev)
-    console.print("Next: `joulebound trace PRESET --device NAME` for other models and GPUs, "
-                  "`joulebound devices` for the catalog.", style="dim")
+    console.print(f"[bold]{model}[/] on [bold]{device}[/]: {len(trace)} kernels × "
+                  f"{char.n_configs} clock configurations (modeled by joulebound's GPU model).")
+    render(study, "kernel @+1%", 0.0,
+           title=f"Clock plans vs auto (baseline {study.baseline_config}: "
+                 f"{study.baseline_time_s * 1e3:.2f} ms, {study.baseline_energy_j:.2f} J per "
+                 "iteration). Rows @ε: switch-free plans (replayed at L=0); 'phase L': "
+                 "switch-aware plans replayed at L; 'L-blind': the switch-free kernel plan replayed at L. "
+                 "All modeled.")
+    console.print(f"report: {index}  ({time.perf_counter() - t0:.1f} s)")
 
 
 def register(app: typer.Typer) -> None:
-    app.command("demo", help=HELP, short_help="Interim demo: GPT-3-XL kernel trace on the RTX "
-                "3080 Ti roofline, with the device's catalog entry.")(demo_command)
+    app.command("demo", help=HELP, short_help="GPT-3-XL on the RTX 3080 Ti: kernel-level and "
+                "switch-aware clock plans (modeled), table + HTML report.")(demo_command)
