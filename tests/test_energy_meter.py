@@ -232,3 +232,13 @@ def test_window_edges_synchronise_each_metered_cuda_device(monkeypatch):
     m.begin_window("nosync", sync=False)
     m.end_window("nosync", sync=False)
     assert len(calls) == 4
+
+
+def test_requested_gpus_without_any_gpu_sensor_still_record_time():
+    m = EnergyMeter("none", gpus="0,1", interval_s=0)
+    assert any("GPU(s) [0, 1] requested" in n for n in m.notes)
+    m.begin_window("w")
+    assert m.end_window("w").energy_j is None
+    sim = SimulatedBackend(n_devices=2)
+    with pytest.raises(JouleboundError, match=r"GPU index \[5\] not found.*visible GPU indices"):
+        EnergyMeter(sim, gpus=[5], interval_s=0)

@@ -516,7 +516,11 @@ def _select_channels(backend: Backend, gpus: Sequence[int] | str | None) -> list
     else:
         want = {int(x) for x in gpus}
     missing = sorted(want - set(gpu_idx))
-    if missing and gpus is not None:
+    if missing and not gpu_idx:  # no GPU sensor at all: say so, keep recording time
+        note = f"GPU(s) {missing} requested but the {backend.name} backend has no GPU sensor"
+        if note not in backend.notes:
+            backend.notes.append(note)
+    elif missing and gpus is not None:
         raise JouleboundError(f"GPU index {missing} not found by the {backend.name} backend "
                               f"(visible GPU indices: {sorted(gpu_idx) or 'none'}); check --gpus "
                               "and CUDA_VISIBLE_DEVICES")
