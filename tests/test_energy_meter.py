@@ -242,3 +242,13 @@ def test_requested_gpus_without_any_gpu_sensor_still_record_time():
     sim = SimulatedBackend(n_devices=2)
     with pytest.raises(JouleboundError, match=r"GPU index \[5\] not found.*visible GPU indices"):
         EnergyMeter(sim, gpus=[5], interval_s=0)
+
+
+def test_from_catalog_device_name():
+    from joulebound.devices.catalog import get_device
+
+    spec = get_device("h200")
+    b = SimulatedBackend.from_spec("h200", load=0.5, t0=0.0)
+    expect = spec.idle_power_w + 0.5 * (spec.power_limit_default_w - spec.idle_power_w)
+    assert b.read_power_w(0, 1.0) == pytest.approx(expect)
+    assert b.channels[0].name == spec.product_name
