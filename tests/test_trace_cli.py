@@ -1,4 +1,4 @@
-"""`joulebound trace` and the interim `joulebound demo`: output, --json, -o and error messages."""
+"""`joulebound trace`: output, --json, -o, --top and error messages."""
 
 from __future__ import annotations
 
@@ -68,6 +68,15 @@ def test_trace_output_file_round_trips(capsys, tmp_path) -> None:
     assert rc == 0 and json.loads(out)["kernels"] == len(tr)
 
 
+def test_trace_top_kernels(capsys) -> None:
+    rc, out, _ = run(capsys, "trace", str(FIXTURE), "--top", "3")
+    assert rc == 0 and "Top 3 kernels" in out
+    assert "ncclDevKernel_AllReduce" in out and "multi_tensor_apply_kernel" in out
+    rc, out, _ = run(capsys, "trace", "gpt2-small", "--device", "t4", "--top", "2", "--json")
+    rows = json.loads(out)["top_kernels"]
+    assert len(rows) == 2 and rows[0]["roofline_time_s"] >= rows[1]["roofline_time_s"]
+
+
 def test_trace_imports_kineto_file_with_measured_times(capsys) -> None:
     rc, out, _ = run(capsys, "trace", str(FIXTURE), "--device", "3080ti")
     assert rc == 0
@@ -83,6 +92,7 @@ def test_trace_imports_kineto_file_with_measured_times(capsys) -> None:
     (["gpt2-small", "--dtype", "int4"], ["dtype 'int4' is not supported"]),
     ([str(FIXTURE), "--batch", "2"], ["apply only to model presets"]),
     ([str(FIXTURE), "--heads", "2"], ["apply only to model presets"]),
+    (["gpt2-small", "--top", "-1"], ["--top must be >= 0"]),
 ])
 def test_trace_errors_explain_the_fix(capsys, args: list[str], needles: list[str]) -> None:
     rc, out, err = run(capsys, "trace", *args)
@@ -101,13 +111,3 @@ def test_malformed_trace_file_names_file_and_field(capsys, tmp_path) -> None:
     rc, _, err = run(capsys, "trace", str(bad))
     text = " ".join(err.split())
     assert rc == 2 and "bad.json" in text and "kernels[3].flops" in text
-
-
-def test_interim_demo_shows_trace_and_device(capsys) -> None:
-    rc, out, _ = run(capsys, "demo")
-    assert rc == 0
-    assert "RTX 3080 Ti" in out and "gpt3-xl" in out and "Per category" in out
-    assert "compute" in out and "memory" in out
-    rc, out, _ = run(capsys, "demo", "--json")
-    doc = json.loads(out)
-    assert doc["device"]["name"] == "rtx3080ti" and doc["trace"]["trace"] == "gpt3-xl"

@@ -75,3 +75,20 @@ def test_imported_trace_sums_measured_time() -> None:
     comm = next(c for c in s.categories if c.category == "communication")
     assert comm.bound == "unknown"  # no shapes for the all-reduce: no roofline claim
     assert comm.measured_time_s == pytest.approx(240e-6)
+
+
+def test_top_kernels_rank_by_measured_then_roofline_time() -> None:
+    from joulebound.workload.roofline import top_kernels
+
+    dev = toy_device()
+    tr = Trace([Kernel("a", "gemm", "forward", 0, 1e12, 1e9, "bf16"),       # 10 ms roofline
+                Kernel("b", "elementwise", "forward", 0, 1e6, 3e10, "fp32"),  # 30 ms roofline
+                Kernel("a", "gemm", "backward", 0, 1e12, 1e9, "bf16")])
+    rows = top_kernels(tr, dev, 5)
+    assert [(r.name, r.count) for r in rows] == [("b", 1), ("a", 2)]
+    assert rows[0].bound == "memory" and rows[1].bound == "compute"
+    assert rows[1].roofline_time_s == pytest.approx(0.020)
+    assert [r.name for r in top_kernels(tr, None, 1)] == ["a"]  # by FLOPs without a device
+    imported = top_kernels(load_chrome_trace(FIXTURE), None, 2)
+    assert imported[0].name.startswith("ncclDevKernel")  # the longest measured kernel
+    assert imported[0].measured_time_s == pytest.approx(240e-6)

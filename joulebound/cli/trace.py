@@ -9,7 +9,7 @@ import typer
 
 if TYPE_CHECKING:
     from ..devices.spec import DeviceSpec
-    from ..workload.roofline import RooflineSummary
+    from ..workload.roofline import KernelRow, RooflineSummary
     from ..workload.trace import Trace
 
 HELP = """Summarize the kernels of one training iteration: kernels per phase and category, FLOPs,
@@ -28,8 +28,9 @@ modeled lower bounds; durations of imported traces are measured.
 ({"flops_bytes": "modeled"|"measured shapes", "roofline_time_s": "modeled",
 "measured_time_s": "measured"}), phases (list of {phase, kernels, flops, bytes, by_category,
 roofline_time_s, measured_time_s}) and categories (list of {category, kernels, flops, bytes,
-intensity, dtype, ridge, bound, compute_bound_kernels, roofline_time_s, measured_time_s}).
-Units: FLOP, bytes, FLOP/byte, s.
+intensity, dtype, ridge, bound, compute_bound_kernels, roofline_time_s, measured_time_s}); with
+--top N also top_kernels (list of {name, category, count, flops, bytes, intensity, bound,
+roofline_time_s, measured_time_s}). Units: FLOP, bytes, FLOP/byte, s.
 
 Examples: `joulebound trace gpt3-xl --device rtx3080ti`;
 `joulebound trace bert-huge --batch 4 --seq 256 --json`;
@@ -143,6 +144,43 @@ def render_summary(summary: RooflineSummary, trace: Trace, device: DeviceSpec | 
                       "bounds at the roofline ridge point.", style="dim")
 
 
+def short_name(name: str) -> str:
+    """A kernel name without ``void``, namespaces, template and call arguments."""
+    n = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+    for stop in ("<", "("):
+        if stop in n:
+            n = n[:n.index(stop)]
+    return n.rsplit("::", 1)[-1] or name
+
+
+def render_top(rows: list[KernelRow], device: DeviceSpec | None) -> None:
+    """Print the top-kernels table."""
+    from rich import box
+    from rich.table import Table
+
+    from ._common import console
+
+    t = Table(title=f"Top {len(rows)} kernels", title_justify="left", box=box.SIMPLE_HEAD,
+              pad_edge=False, collapse_padding=True, padding=(0, 1))
+    meas = any(r.measured_time_s is not None for r in rows)
+    cols = ["kernel", "category", "calls", "FLOP", "FLOP/B"]
+    cols += ["bound", "roofline\nmodeled"] if device else []
+    cols += ["time\nmeasured"] if meas else []
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("kernel", "category", "bound") else "right",
+                     overflow="ellipsis", no_wrap=c == "kernel", max_width=34 if c == "kernel"
+                     else None)
+    for r in rows:
+        row = [short_name(r.name), r.category, str(r.count), si(r.flops),
+               f"{r.intensity:.1f}" if r.intensity is not None else "-"]
+        if device:
+            row += [r.bound, fmt_time(r.roofline_time_s) if r.bound != "unknown" else "-"]
+        if meas:
+            row.append(fmt_time(r.measured_time_s))
+        t.add_row(*row)
+    console.print(t)
+
+
 def summary_json(summary: RooflineSummary, trace: Trace) -> dict[str, Any]:
     """The --json document (keys listed in the command's help)."""
     doc = summary.to_json()
@@ -174,14 +212,19 @@ def trace_command(
         help="Presets: full activation recompute (forward again in backward).")] = False,
     iterations: Annotated[int, typer.Option(
         help="Presets: concatenate this many iterations (large planning problems).")] = 1,
+    top: Annotated[int, typer.Option(
+        help="Also list the N kernel names taking the most time (measured, else roofline, "
+             "else FLOPs).")] = 0,
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="Write the trace as JSON (.json or .json.gz).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
+    from dataclasses import asdict
+
     from ..errors import JouleboundError
     from ..workload import load_trace
     from ..workload.analytic import PRESETS, build_trace
-    from ..workload.roofline import summarize
+    from ..workload.roofline import summarize, top_kernels
     from ._common import console, print_json
 
     is_preset = spec.strip().lower() in PRESETS
@@ -203,12 +246,20 @@ def trace_command(
 
         dev = get_device(device)
     summary = summarize(tr, dev)
+    if top < 0:
+        raise JouleboundError(f"--top must be >= 0, got {top}")
+    tops = top_kernels(tr, dev, top) if top else []
     if output is not None:
         tr.save(output)
     if as_json:
-        print_json(summary_json(summary, tr))
+        doc = summary_json(summary, tr)
+        if top:
+            doc["top_kernels"] = [asdict(r) for r in tops]
+        print_json(doc)
         return
     render_summary(summary, tr, dev)
+    if tops:
+        render_top(tops, dev)
     if output is not None:
         console.print(f"trace written to {output}", highlight=False)
 

@@ -159,3 +159,50 @@ def summarize(trace: Trace, device: DeviceSpec | None = None) -> RooflineSummary
         measured_time_s=(sum(p.measured_time_s or 0.0 for p in phases.values())
                          if measured_any else None),
     )
+
+
+@dataclass
+class KernelRow:
+    """Totals of all invocations of one kernel name (within one category)."""
+
+    name: str
+    category: str
+    count: int = 0
+    flops: float = 0.0
+    bytes: float = 0.0
+    intensity: float | None = None
+    bound: str = "unknown"
+    roofline_time_s: float | None = None
+    measured_time_s: float | None = None
+
+
+def top_kernels(trace: Trace, device: DeviceSpec | None = None, n: int = 10) -> list[KernelRow]:
+    """The ``n`` kernel names that take the most time: measured time when the trace has
+    durations, else the roofline time on ``device``, else FLOPs."""
+    rows: dict[tuple[str, str], KernelRow] = {}
+    tc: dict[tuple[str, str], float] = defaultdict(float)
+    tm: dict[tuple[str, str], float] = defaultdict(float)
+    for k in trace.kernels:
+        key = (k.name, k.category)
+        r = rows.get(key) or rows.setdefault(key, KernelRow(k.name, k.category))
+        r.count += 1
+        r.flops += k.flops
+        r.bytes += k.bytes
+        if k.duration_s is not None:
+            r.measured_time_s = (r.measured_time_s or 0.0) + k.duration_s
+        if device is not None:
+            c, m = k.flops / device.peak(k.dtype), k.bytes / device.mem_bandwidth_bps
+            tc[key] += c
+            tm[key] += m
+            r.roofline_time_s = (r.roofline_time_s or 0.0) + max(c, m)
+    for key, r in rows.items():
+        r.intensity = r.flops / r.bytes if r.bytes > 0 else None
+        if device is not None and (r.flops > 0 or r.bytes > 0):
+            r.bound = "compute" if tc[key] > tm[key] else "memory"
+
+    def weight(r: KernelRow) -> float:
+        if r.measured_time_s is not None:
+            return r.measured_time_s
+        return r.roofline_time_s if r.roofline_time_s is not None else r.flops
+
+    return sorted(rows.values(), key=weight, reverse=True)[:max(n, 0)]
