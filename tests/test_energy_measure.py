@@ -105,3 +105,22 @@ def test_store_survives_joulebound_being_killed(tmp_path):
     n, tmin, tmax = con.execute("SELECT COUNT(*), MIN(t_s), MAX(t_s) FROM samples").fetchone()
     assert n >= 10 and tmax - tmin > 0.5
     assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_runs_command_lists_and_exports(tmp_path, capsys):
+    from joulebound.cli import main
+
+    db = tmp_path / "runs.db"
+    run_command([PY, "-c", "pass"], backend="simulated", db=db, interval_s=0.02)
+    run_command([PY, "-c", "pass"], backend="none", db=db)
+    capsys.readouterr()
+    assert main(["runs", str(db), "--json"]) == 0
+    docs = json.loads(capsys.readouterr().out)
+    assert [d["backend"] for d in docs] == ["simulated", "none"]
+    assert docs[0]["windows"][0]["provenance"] == "modeled" and docs[0]["windows"][0]["energy_j"] > 0
+    assert docs[1]["windows"][0]["energy_j"] is None and docs[1]["exit_code"] == 0
+    assert main(["runs", str(db), "--export", str(tmp_path / "x"), "--format", "parquet"]) == 0
+    import pandas as pd
+
+    assert len(pd.read_parquet(tmp_path / "x" / "windows.parquet")) == 2
+    assert main(["runs", str(tmp_path / "missing.db")]) == 2

@@ -87,6 +87,70 @@ def render(res, console) -> None:  # type: ignore[no-untyped-def]
         console.print(f"[dim]recorded in {res.db} (run {res.run_id})[/]")
 
 
+RUNS_HELP = """List the runs recorded in a measurement store (joulebound measure --db, EnergyMeter(store=),
+the Hugging Face callback) with their windows, or export the store's tables.
+
+--export DIR writes runs, windows and samples as CSV (default) or Parquet (--format parquet).
+--json prints a list of runs: {run_id, started_at, ended_at, status, command, exit_code, backend,
+provenance, rank, host, notes, windows: [{name, duration_s, energy_j, cpu_energy_j, provenance,
+flags}]}. Energy is null where no sensor was available."""
+
+
+def runs_command(
+    db: Annotated[str, typer.Argument(help="The SQLite store.")] = "runs.db",
+    export: Annotated[str | None, typer.Option(help="Export the tables to this folder.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="csv | parquet")] = "csv",
+    last: Annotated[int, typer.Option(help="Show the last N runs.", min=1)] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    import json
+    from pathlib import Path
+
+    from ..energy.store import Store
+    from ..errors import JouleboundError
+    from ._common import console, print_json
+
+    if not Path(db).exists():
+        raise JouleboundError(f"store {db} does not exist (create one with "
+                              f"joulebound measure --db {db} -- CMD)")
+    st = Store(db)
+    if export is not None:
+        paths = st.export(export, fmt)
+        console.print("wrote " + ", ".join(str(p) for p in paths))
+        return
+    runs = st.runs()[-last:]
+    docs = []
+    for r in runs:
+        ws = st.windows(r["run_id"])
+        docs.append({**{k: r[k] for k in ("run_id", "started_at", "ended_at", "status", "command",
+                                           "exit_code", "backend", "provenance", "rank", "host")},
+                     "notes": json.loads(r["notes_json"] or "[]"),
+                     "windows": [{"name": w.name, "duration_s": w.duration_s,
+                                  "energy_j": w.energy_j, "cpu_energy_j": w.cpu_energy_j,
+                                  "provenance": w.provenance, "flags": w.flags} for w in ws]})
+    if as_json:
+        print_json(docs)
+        return
+    from rich.table import Table
+
+    t = Table(title=f"Runs in {db} (last {len(docs)})", title_justify="left")
+    for col in ("run", "status", "command", "windows", "duration (s)", "energy (J)", "provenance"):
+        t.add_column(col, justify="right" if "(" in col or col == "windows" else "left")
+    for d in docs:
+        ws = d["windows"]
+        longest = max(ws, key=lambda w: w["duration_s"], default=None)
+        e = None if longest is None else longest["energy_j"]
+        t.add_row(d["run_id"][:8], str(d["status"]), (d["command"] or "")[:40], str(len(ws)),
+                  "—" if longest is None else f"{longest['duration_s']:.3f}",
+                  "no sensor" if longest is not None and e is None else
+                  ("—" if e is None else f"{e:,.1f}"),
+                  "—" if longest is None else ("measured (time only)" if e is None
+                                                else longest["provenance"]))
+    console.print(t)
+    console.print("[dim]duration and energy of each run's longest window[/]")
+
+
 def register(app: typer.Typer) -> None:
     app.command("measure", help=HELP, context_settings={"ignore_unknown_options": True})(
         measure_command)
+    app.command("runs", help=RUNS_HELP)(runs_command)
