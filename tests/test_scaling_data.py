@@ -91,6 +91,7 @@ def test_sweep_store_with_energy_fits_energy_laws(tmp_path, capsys):
     rec = json.loads(capsys.readouterr().out)["datasets"][0]
     terms = {c["term"] for c in rec["coefficients"]}
     assert "log eta" in terms and "strategy[tp]" in terms
+    assert "paper-speedup" in {e["law"] for e in rec["evaluation"]}  # the sweep has speedups
     # the saved pre-run law is usable by predict, and its Ψ(tp) is now fitted
     assert main(["predict", "--layers", "2", "--hidden", "128", "--heads", "2", "--seq", "64",
                  "--batch", "16", "--tokens", "1e6", "--gpus", "2", "--strategy", "tp",

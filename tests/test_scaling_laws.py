@@ -65,6 +65,11 @@ def test_paper_law_recovers_eta_exponent_and_strategy_term():
     assert coef["log C"] == pytest.approx(0.2, abs=0.02)
     assert coef["strategy[tp]"] - coef["strategy[fsdp]"] == pytest.approx(0.25, abs=0.02)
     assert law.cov_type_ == "cluster(family)"
+    with pytest.raises(JouleboundError, match="speedup"):
+        make_law("paper-speedup").fit(d)  # no speedup column: a clear error
+    d["speedup"] = np.where(d["gpus"] > 1, 4 * eta / eta.max(), np.nan)
+    sp = make_law("paper-speedup").fit(d)
+    assert "log eta" in sp.terms_
 
 
 def test_additive_roofline_recovers_nonnegative_coefficients():

@@ -13,7 +13,8 @@ FIT_HELP = """Fit an energy law (and speedup laws) to measured data and print th
 
 PATH is the shared data folder (all open datasets, one table each), one of its sub-folders
 (mayaki_ecai2025, zeus_nsdi23, perseus) or a sweep store runs.db. Laws: roofline, powerlaw,
-paper, paper-no-eta, prerun, device-seconds, config-only, hgb.
+paper (η = measured MFU), paper-speedup (η = measured S(N)/N; added automatically when every
+multi-GPU row has a speedup), paper-no-eta, prerun, device-seconds, config-only, hgb.
 
 Data with runtimes over GPU counts also gets the speedup laws (TP saturating exponential,
 FSDP/DDP generalized Amdahl). Data with no energy (no sensor) gets only the speedup laws.
@@ -89,6 +90,9 @@ def _fit_one(df, law_name: str, laws: tuple[str, ...], k: int) -> dict:  # noqa:
         rec["notes"].append(f"{int((~has_e).sum())} rows without energy_j left out of the energy laws")
     de = df[has_e].copy()
     de.attrs = df.attrs
+    multi = de[de["gpus"] > 1]
+    if len(multi) and multi["speedup"].notna().all() and "paper-speedup" not in laws:
+        laws = (*laws, "paper-speedup")  # the paper's own η = S(N)/N is available
     law = make_law(law_name).fit(de)
     rec["coefficients"] = law.coef_table().to_dict("records")
     rec["cov_type"] = getattr(law, "cov_type_", None)

@@ -13,6 +13,7 @@ law (``--law``)          form                                                   
 ``paper``                log E = κ + α_C·log C_tok + α_M·log M + α_η·log η + Ψ(strategy)         post-run
                          (+ device terms), η measured = F_train/(N·peak·t) (MFU) — uses the
                          run's own runtime, as the paper's η = S(N)/N does
+``paper-speedup``        the paper's law with η = S(N)/N from the measured speedup (sweeps)     post-run
 ``paper-no-eta``         the paper's law without η                                              config
 ``prerun``               log E = κ + α_F·log F + α_C·log C_tok + α_M·log M + α_η·log η̂           config
                          (with < 10 families only log F and log η̂, the physics core)
@@ -283,16 +284,26 @@ class PaperLaw(EnergyLaw):
     post_run = True
     description = "log E on log C_tok, log M, log η (measured MFU), Ψ(strategy) (+ device terms)"
 
-    def __init__(self, with_eta: bool = True) -> None:
+    def __init__(self, with_eta: bool = True, eta: str = "mfu") -> None:
         super().__init__()
-        self.with_eta = with_eta
+        self.with_eta, self.eta = with_eta, eta
         if not with_eta:
             self.name, self.post_run = "paper-no-eta", False
             self.description = "the paper's law without η"
+        elif eta == "speedup":
+            self.name = "paper-speedup"
+            self.description = "the paper's law with η = S(N)/N from the measured work-normalized speedup"
 
     def columns(self, df, fitting):  # noqa: ANN001, ANN201
         cols, names = [np.log(df["C_tok"]), np.log(df["M"])], ["log C", "log M"]
-        if self.with_eta:
+        if self.with_eta and self.eta == "speedup":
+            sp = df["speedup"].astype(float).where(df["gpus"] > 1, 1.0) if "speedup" in df else None
+            if sp is None or sp.isna().any() or (sp <= 0).any():
+                raise JouleboundError("paper-speedup needs the work-normalized speedup of every "
+                                      "multi-GPU run (sweep column 'speedup'); use --law paper (η = MFU)")
+            cols.append(np.log(sp.to_numpy(float) / df["gpus"].to_numpy(float)))
+            names.append("log eta")
+        elif self.with_eta:
             if "time_s" not in df or df["time_s"].isna().any():
                 raise JouleboundError("the paper's law needs each run's measured time_s (η = "
                                       "F/(N·peak·t)); use --law prerun for a pre-run prediction")
@@ -474,7 +485,8 @@ class HGBLaw(EnergyLaw):
 
 LAWS: dict[str, Any] = {
     "roofline": AdditiveRoofline, "powerlaw": PowerLaw, "paper": PaperLaw,
-    "paper-no-eta": lambda: PaperLaw(with_eta=False), "prerun": PreRunLaw,
+    "paper-no-eta": lambda: PaperLaw(with_eta=False),
+    "paper-speedup": lambda: PaperLaw(eta="speedup"), "prerun": PreRunLaw,
     "device-seconds": DeviceSeconds, "config-only": ConfigOnly, "hgb": HGBLaw,
 }
 
