@@ -101,3 +101,15 @@ def test_launch_plan_packs_single_into_the_smallest_multi_rank_launch():
     cmd = launch_command(2, ["--plan", "p.json"])
     assert cmd[1:] [:5] == ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone"]
     assert launch_command(1, ["--plan", "p.json"])[1:3] == ["-m", "joulebound.sweep.worker"]
+
+
+def test_more_gpus_than_the_machine_has_is_an_error(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from joulebound.sweep.runner import check_resources
+
+    cfgs = preset("tiny").expand(["single", "fsdp"], [1, 2])
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(JouleboundError, match="needs 2 GPUs per launch.*has 1 visible"):
+        check_resources(cfgs, "cuda", None)
+    check_resources(cfgs, "cpu", None)  # CPU ranks are processes: no limit
+    check_resources(cfgs, "cuda", ["--nnodes", "2"])  # multi-node: torchrun places the ranks

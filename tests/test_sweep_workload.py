@@ -82,6 +82,8 @@ def test_gpu_sweep_script_runs_its_code_path_on_cpu(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
+    source = (root / "benchmarks" / "gpu_sweep.py").read_text()
+    assert "nvmlDeviceSet" not in source and "nvidia-smi" not in source  # read-only on the GPU
     out = subprocess.run([sys.executable, "-m", "benchmarks.gpu_sweep", "--out", str(tmp_path),
                           "--device", "cpu", "--energy", "none", "--grid", "tiny", "--idle-s", "0.2",
                           "--window-s", "0.2"], cwd=root, capture_output=True, text=True, timeout=120)
