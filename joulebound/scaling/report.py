@@ -205,6 +205,8 @@ def main() -> None:
     files = plots(may, a.docs / "img")
     tmpl = (Path(__file__).with_name("report_template.md")).read_text()
     pre = PreRunLaw().fit(may)
+    paper = PaperLaw().fit(may)
+    pc = dict(zip(paper.terms_, paper.coef_, strict=True))
     front, front_sum = frontier_table()
     drops = {k: "; ".join(f"{n} rows dropped: {why}" for why, n in v[1].items() if n) or "none"
              for k, v in sections.items()}
@@ -212,7 +214,8 @@ def main() -> None:
         eval_mayaki=sections["mayaki_ecai2025"][0], eval_zeus=sections["zeus_nsdi23"][0],
         eval_perseus=sections["perseus"][0], drop_mayaki=drops["mayaki_ecai2025"],
         drop_zeus=drops["zeus_nsdi23"], drop_perseus=drops["perseus"],
-        coef_paper=coef_table(PaperLaw().fit(may)), coef_prerun=coef_table(pre),
+        coef_paper=coef_table(paper), coef_prerun=coef_table(pre),
+        paper_alphas=(f"α_C = {pc['log C']:.2f} and α_η = {pc['log eta']:.2f}"),
         prerun_summary=prerun_summary(pre), transfer=transfer_table(a.data), frontier=front,
         frontier_summary=front_sum, **files)
     (a.docs / "scaling.md").write_text(page)
