@@ -1,0 +1,113 @@
+"""``joulebound validate``: the GPU model's held-out error on real third-party measurements."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ._common import console, print_json
+
+JSON_HELP = (
+    "Print JSON instead of the table: a list of objects with keys check "
+    "(perseus-stage|perseus-plans|guerreiro|zeus-power-limit), gpu, workload, time_mape, "
+    "energy_mape (%; power MAPE where energy_quantity is power/avg_power), time_max_err, "
+    "energy_max_err (%), n_points, provenance, energy_quantity (energy|power|avg_power), "
+    "published ({value, source} or null), note.")
+
+
+def validate(
+    data: Path = typer.Option(None, "--data", help="The shared data folder (holds MANIFEST.csv); "
+                              "default: $JOULEBOUND_DATA or ../shared/data."),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+    doc: Path = typer.Option(Path("docs/validation.md"), "--doc",
+                             help="Markdown file whose generated block is rewritten."),
+    no_doc: bool = typer.Option(False, "--no-doc", help="Do not write docs or plots."),
+    write_params: bool = typer.Option(False, "--write-params",
+                                      help="Also regenerate the shipped device-parameter files "
+                                           "(joulebound/dvfs/model/params/) from these fits."),
+) -> None:
+    """Check the GPU time/power model against four public data sets (all held-out):
+
+    (a) Perseus stage profiles (A100-SXM, A40): 3 calibration clocks per stage, all others
+    predicted; (b) Perseus measured pipeline plans (A100-PCIe): iteration time and energy of
+    held-out plans; (c) Guerreiro GTX Titan X: board power over core x memory clocks, trained on
+    microbenchmarks, tested on 35 applications (published gpmTOOL error beside ours);
+    (d) Zeus NSDI'23: time/epoch and average power at lower power limits from the highest one.
+
+    Prints one table (every MAPE is measured-vs-modeled on held-out points) and rewrites the
+    generated block of docs/validation.md with plots under docs/img/.
+    """
+    from rich.table import Table
+
+    from ..datapath import find_data
+    from ..validation.report import plot_all, run_all, write_markdown
+
+    root = find_data(data)
+    if json_out:
+        run = run_all(root)
+    else:
+        with console.status("validating") as status:
+            run = run_all(root, progress=lambda s: status.update(f"validating: {s}"))
+    run.extras["data"] = root
+    if not no_doc:
+        imgs = plot_all(run, doc.parent / "img")
+        write_markdown(run, doc, imgs)
+    if write_params:
+        _write_params(run)
+    if json_out:
+        print_json([r.to_json() for r in run.results])
+        return
+    t = Table(title="joulebound GPU model vs real measurements (held-out; measured vs modeled)")
+    for col in ("check", "gpu", "workload", "time MAPE %", "energy MAPE %", "max t %",
+                "max e %", "n", "provenance"):
+        t.add_column(col, justify="right" if "%" in col or col == "n" else "left")
+    def f(x: float | None) -> str:
+        return "–" if x is None else f"{x:.2f}"
+
+    for r in run.results:
+        q = {"energy": "", "power": " (P)", "avg_power": " (avgP)"}[r.energy_quantity]
+        prov = "meas. vs modeled" + (f"; published {r.published['value']}" if r.published else "")
+        t.add_row(r.check, r.gpu, r.workload, f(r.time_mape), f(r.energy_mape) + q,
+                  f(r.time_max_err), f(r.energy_max_err), str(r.n_points), prov)
+    console.print(t)
+    console.print("All errors are on held-out points. (P) = board power, (avgP) = average power "
+                  "instead of energy. Published: " + "; ".join(
+                      f"{r.published['value']} % = {r.published['source']}"
+                      for r in run.results if r.published))
+    if not no_doc:
+        console.print(f"wrote {doc} and plots in {doc.parent / 'img'}")
+
+
+def _write_params(run) -> None:  # type: ignore[no-untyped-def]
+    from ..devices.catalog import get_device
+    from ..dvfs.model import shipping
+
+    res = {(r.check, r.gpu, r.workload): r for r in run.results}
+    gm = run.extras["guerreiro_model"]
+    written = []
+    spec_sxm, spec_a40 = get_device("a100-sxm4-80gb"), get_device("a40")
+    for key, spec, label in (("a100_sxm", spec_sxm, "A100-SXM4-80GB"), ("a40", spec_a40, "A40")):
+        r = res[("perseus-stage", label, "all stages")]
+        p = shipping.from_stage_model(
+            spec, run.extras["stage_models"][key], gm.mem_low_v_,
+            {"check": "perseus-stage", "time_mape": r.time_mape, "energy_mape": r.energy_mape,
+             "n_points": r.n_points},
+            f"Perseus stage profiles ({key}), 3 clocks per stage, joulebound validate")
+        written.append(shipping.write(p))
+        if key == "a100_sxm":
+            sxm = p
+        else:
+            a40 = p
+    r = res[("perseus-plans", "A100-PCIe-80GB", "all 4 workloads")]
+    pcie = shipping.for_a100_pcie(get_device("a100-pcie-80gb"), sxm, run.extras["plan_params"].f_cap,
+                                  {"check": "perseus-plans", "time_mape": r.time_mape,
+                                   "energy_mape": r.energy_mape, "n_points": r.n_points})
+    written.append(shipping.write(pcie))
+    written.append(shipping.write(shipping.transfer(get_device("rtx3080ti"), a40, spec_a40)))
+    for w in written:
+        console.print(f"wrote {w}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("validate")(validate)
