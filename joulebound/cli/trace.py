@@ -163,16 +163,16 @@ def render_top(rows: list[KernelRow], device: DeviceSpec | None) -> None:
     t = Table(title=f"Top {len(rows)} kernels", title_justify="left", box=box.SIMPLE_HEAD,
               pad_edge=False, collapse_padding=True, padding=(0, 1))
     meas = any(r.measured_time_s is not None for r in rows)
-    cols = ["kernel", "category", "calls", "FLOP", "FLOP/B"]
+    cols = ["kernel", "category", "calls", "FLOP"]
     cols += ["bound", "roofline\nmodeled"] if device else []
     cols += ["time\nmeasured"] if meas else []
     for c in cols:
         t.add_column(c, justify="left" if c in ("kernel", "category", "bound") else "right",
-                     overflow="ellipsis", no_wrap=c == "kernel", max_width=34 if c == "kernel"
-                     else None)
+                     overflow="ellipsis", no_wrap=True, max_width=22 if c == "kernel" else None,
+                     min_width=None if c == "kernel" else
+                     {"category": 9, "calls": 5, "FLOP": 6, "bound": 7}.get(c, 8))
     for r in rows:
-        row = [short_name(r.name), r.category, str(r.count), si(r.flops),
-               f"{r.intensity:.1f}" if r.intensity is not None else "-"]
+        row = [short_name(r.name), r.category, str(r.count), si(r.flops)]
         if device:
             row += [r.bound, fmt_time(r.roofline_time_s) if r.bound != "unknown" else "-"]
         if meas:
