@@ -71,7 +71,7 @@ def test_trace_output_file_round_trips(capsys, tmp_path) -> None:
 def test_trace_top_kernels(capsys) -> None:
     rc, out, _ = run(capsys, "trace", str(FIXTURE), "--top", "3")
     assert rc == 0 and "Top 3 kernels" in out
-    assert "ncclDevKernel_AllReduce" in out and "multi_tensor_apply_kernel" in out
+    assert "ncclDevKernel_AllRedu" in out and "multi_tensor_apply" in out  # short names
     rc, out, _ = run(capsys, "trace", "gpt2-small", "--device", "t4", "--top", "2", "--json")
     rows = json.loads(out)["top_kernels"]
     assert len(rows) == 2 and rows[0]["roofline_time_s"] >= rows[1]["roofline_time_s"]
