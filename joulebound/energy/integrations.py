@@ -27,10 +27,6 @@ from .meter import EnergyMeter, WindowResult
 
 T = TypeVar("T")
 
-try:  # transformers is optional; the callback works with any object calling the on_* hooks
-    from transformers import TrainerCallback as _Base
-except ImportError:  # pragma: no cover
-    _Base = object  # type: ignore[assignment,misc]
 
 
 def metered(iterable: Iterable[T], meter: EnergyMeter | None = None, prefix: str = "step",
@@ -56,8 +52,11 @@ def metered(iterable: Iterable[T], meter: EnergyMeter | None = None, prefix: str
             meter.end_window(open_name)
 
 
-class EnergyCallback(_Base):  # type: ignore[misc,valid-type]
+class _EnergyCallbackHooks:
     """Hugging Face ``TrainerCallback`` writing energy windows per step and epoch.
+
+    ``EnergyCallback`` is this class mixed with ``transformers.TrainerCallback`` (built on first
+    access, so importing this module does not import transformers).
 
     Args:
         meter: an existing meter; default: a new ``EnergyMeter(backend, store=store)`` owned
@@ -141,3 +140,19 @@ class EnergyCallback(_Base):  # type: ignore[misc,valid-type]
             self.job_windows = aggregate(self.meter)
         if self._own:
             self.meter.close()
+
+
+def __getattr__(name: str) -> Any:
+    """Build ``EnergyCallback`` lazily: a real ``transformers.TrainerCallback`` subclass."""
+    if name == "EnergyCallback":
+        try:
+            from transformers import TrainerCallback
+        except ImportError:  # pragma: no cover - transformers is optional
+            bases: tuple[type, ...] = (_EnergyCallbackHooks,)
+        else:
+            bases = (_EnergyCallbackHooks, TrainerCallback)
+        cls = type("EnergyCallback", bases, {"__doc__": _EnergyCallbackHooks.__doc__,
+                                               "__module__": __name__})
+        globals()["EnergyCallback"] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
