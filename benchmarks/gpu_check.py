@@ -76,9 +76,10 @@ def _t(x: Any) -> Any:
     return x.decode() if isinstance(x, bytes) else x
 
 
-def _try(fn: Any, *a: Any) -> Any:
+def _try(fn: Any) -> Any:
+    """``fn()``, or ``"unavailable: <why>"`` when the query is missing or not supported."""
     try:
-        return fn(*a)
+        return fn()
     except Exception as exc:  # NVML NOT_SUPPORTED etc.
         return f"unavailable: {exc}"
 
@@ -87,18 +88,18 @@ def _try(fn: Any, *a: Any) -> Any:
 def info(nv: Any, h: Any, out: Path) -> dict[str, Any]:
     d: dict[str, Any] = {
         "name": _t(nv.nvmlDeviceGetName(h)), "uuid": _t(nv.nvmlDeviceGetUUID(h)),
-        "driver": _t(_try(nv.nvmlSystemGetDriverVersion)),
-        "nvml": _t(_try(nv.nvmlSystemGetNVMLVersion)),
+        "driver": _t(_try(lambda: nv.nvmlSystemGetDriverVersion())),
+        "nvml": _t(_try(lambda: nv.nvmlSystemGetNVMLVersion())),
         "power_limit_w": _try(lambda: nv.nvmlDeviceGetPowerManagementLimit(h) / 1000),
         "power_limit_constraints_w": _try(
             lambda: [x / 1000 for x in nv.nvmlDeviceGetPowerManagementLimitConstraints(h)]),
         "enforced_power_limit_w": _try(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000),
-        "sm_clock_mhz": _try(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
-        "mem_clock_mhz": _try(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM),
-        "max_sm_clock_mhz": _try(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM),
-        "max_mem_clock_mhz": _try(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_MEM),
-        "mig_mode": _try(nv.nvmlDeviceGetMigMode, h),
-        "energy_counter_mj": _try(nv.nvmlDeviceGetTotalEnergyConsumption, h),
+        "sm_clock_mhz": _try(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+        "mem_clock_mhz": _try(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
+        "max_sm_clock_mhz": _try(lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
+        "max_mem_clock_mhz": _try(lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM)),
+        "mig_mode": _try(lambda: nv.nvmlDeviceGetMigMode(h)),
+        "energy_counter_mj": _try(lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h)),
         "power_w": _try(lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000),
     }
     table: dict[int, list[int]] = {}

@@ -90,6 +90,10 @@ class _FakeNV(types.ModuleType):
     def nvmlDeviceGetName(self, h): return "fake"
     def nvmlDeviceGetMigMode(self, h): return [0, 0]
     def nvmlDeviceGetPowerUsage(self, h): return 150_000
+    def nvmlDeviceGetSupportedMemoryClocks(self, h): return [3201, 405]
+
+    def nvmlDeviceGetSupportedGraphicsClocks(self, h, m):
+        return [1980, 1965, 345] if m == 3201 else [405]
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h):
         return int((time.perf_counter() - self.t0) * 150_000)
@@ -109,3 +113,18 @@ def test_counter_vs_power_section_runs_on_a_fake(tmp_path, monkeypatch):
     assert (tmp_path / "power_trace_idle.csv").read_text().startswith("t_s,power_w,counter_j")
     p = mod.update_periods(ro, 0, 0.05)
     assert p["polls"] > 5 and p["counter_changes"] > 1
+
+
+def test_info_section_reads_clock_table_on_a_fake(tmp_path, monkeypatch):
+    mod = load_script()
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNV())
+    monkeypatch.setattr(mod, "_SMI_QUERY", [sys.executable, "-c", "print('<xml/>')"])
+    ro = mod._install_readonly_nvml()
+    d = mod.info(ro, 0, tmp_path)
+    assert d["name"] == "fake" and d["uuid"] == "GPU-fake"
+    assert d["supported_clocks"] == {"3201": [1980, 1965, 345], "405": [405]}
+    assert d["supported_clocks_summary"]["3201"] == {"n": 3, "min": 345, "max": 1980}
+    assert str(d["sm_clock_mhz"]).startswith("unavailable")  # not in the fake: recorded, no crash
+    assert (tmp_path / "supported_clocks.json").exists()
+    assert (tmp_path / "nvidia-smi-supported-clocks.xml").read_text().strip() == "<xml/>"
+    assert "mem_clocks_match" in d["catalog_h200_sxm"]
