@@ -1,0 +1,154 @@
+"""A :class:`Characterization` from a user's measured clock-sweep table (CSV).
+
+Columns (header required, any order, extra columns ignored):
+
+``kernel``
+    kernel name (matches ``Kernel.name`` of the trace; one row applies to every invocation of it)
+``core``, ``mem``
+    core and memory clock (MHz), or ``auto``
+``time``
+    mean duration of one invocation (s), > 0
+``energy``
+    mean energy of one invocation (J), >= 0
+``repeats``
+    how many invocations the mean is over (integer >= 1); duplicate (kernel, core, mem) rows are
+    combined weighted by repeats, and their spread kept
+
+Every error names the CSV row (1-based data row, header excluded) and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+from ...clocks import ClockConfig
+from ...devices.spec import DeviceSpec
+from ...errors import JouleboundError, SchemaError
+from ..characterization import Characterization
+
+COLUMNS = ("kernel", "core", "mem", "time", "energy", "repeats")
+
+
+def _clock(text: str, path: Path, row: int, field: str) -> int | None:
+    t = text.strip().lower()
+    if t in ("auto", ""):
+        return None
+    try:
+        v = float(t)
+    except ValueError:
+        raise SchemaError(path, f"row {row}.{field}", f"not a clock in MHz or 'auto': {text!r}") from None
+    if v <= 0 or v != int(v):
+        raise SchemaError(path, f"row {row}.{field}", f"clock must be a positive integer MHz, got {text!r}")
+    return int(v)
+
+
+def _number(text: str, path: Path, row: int, field: str, positive: bool) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise SchemaError(path, f"row {row}.{field}", f"not a number: {text!r}") from None
+    if not np.isfinite(v) or (v <= 0 if positive else v < 0):
+        rule = "> 0" if positive else ">= 0"
+        raise SchemaError(path, f"row {row}.{field}", f"must be {rule} and finite, got {text!r}")
+    return v
+
+
+def read_table(path: str | Path, device: DeviceSpec | None = None
+               ) -> dict[tuple[str, ClockConfig], tuple[float, float, float, float, int]]:
+    """Parse and check the CSV: ``(kernel, config) -> (time, energy, time_sd, energy_sd, n)``."""
+    p = Path(path)
+    if not p.exists():
+        raise JouleboundError(f"{p}: measured table not found")
+    with open(p, newline="") as fh:
+        reader = csv.DictReader(fh)
+        header = [h.strip().lower() for h in (reader.fieldnames or [])]
+        missing = [c for c in COLUMNS if c not in header]
+        if missing:
+            raise SchemaError(p, ", ".join(missing),
+                              f"missing column(s); the header must name {', '.join(COLUMNS)} "
+                              f"(found: {', '.join(header) or 'nothing'})")
+        reader.fieldnames = header
+        acc: dict[tuple[str, ClockConfig], list[tuple[float, float, int]]] = {}
+        for i, rec in enumerate(reader, start=1):
+            if rec.get("kernel") is None or any(rec.get(c) is None for c in COLUMNS):
+                raise SchemaError(p, f"row {i}", "too few fields")
+            name = rec["kernel"].strip()
+            if not name:
+                raise SchemaError(p, f"row {i}.kernel", "empty kernel name")
+            cfg = ClockConfig(_clock(rec["core"], p, i, "core"), _clock(rec["mem"], p, i, "mem"))
+            if device is not None and not device.supports(cfg):
+                raise SchemaError(p, f"row {i}.core/mem",
+                                  f"clock {cfg.label} is not supported by {device.name} (memory "
+                                  f"clocks {device.mem_clocks_mhz} MHz; core clocks "
+                                  f"{min(device.core_clocks_mhz())}-{device.max_core_mhz} MHz in "
+                                  f"15 MHz steps)")
+            t = _number(rec["time"], p, i, "time", positive=True)
+            e = _number(rec["energy"], p, i, "energy", positive=False)
+            try:
+                n = int(float(rec["repeats"]))
+            except ValueError:
+                raise SchemaError(p, f"row {i}.repeats", f"not an integer: {rec['repeats']!r}") from None
+            if n < 1:
+                raise SchemaError(p, f"row {i}.repeats", f"must be >= 1, got {rec['repeats']!r}")
+            acc.setdefault((name, cfg), []).append((t, e, n))
+    if not acc:
+        raise SchemaError(p, "<rows>", "no data rows")
+    out = {}
+    for key, vals in acc.items():
+        a = np.array(vals, float)
+        w = a[:, 2] / a[:, 2].sum()
+        tm, em = float(w @ a[:, 0]), float(w @ a[:, 1])
+        tsd = float(np.sqrt(w @ (a[:, 0] - tm) ** 2)) if len(a) > 1 else float("nan")
+        esd = float(np.sqrt(w @ (a[:, 1] - em) ** 2)) if len(a) > 1 else float("nan")
+        out[key] = (tm, em, tsd, esd, int(a[:, 2].sum()))
+    return out
+
+
+def from_measured(path: str | Path, device: DeviceSpec | None = None,
+                  base: Characterization | None = None) -> Characterization:
+    """Build a Characterization from a measured table.
+
+    Without ``base`` the table must be a complete kernel × config grid (missing cells are named
+    in the error). With ``base`` (e.g. a modeled characterization of the trace), measured cells
+    replace the modeled ones for every invocation whose kernel name matches; the rest stay
+    modeled.
+    """
+    table = read_table(path, device)
+    p = Path(path)
+    if base is None:
+        kernels = list(dict.fromkeys(k for k, _ in table))
+        configs = list(dict.fromkeys(c for _, c in table))
+        missing = [(k, c.label) for k in kernels for c in configs if (k, c) not in table]
+        if missing:
+            shown = ", ".join(f"{k}@{c}" for k, c in missing[:5])
+            raise SchemaError(p, "<grid>", f"{len(missing)} kernel x clock cell(s) missing "
+                                           f"(e.g. {shown}); measure every kernel at every clock, "
+                                           "or pass a trace so missing cells are modeled")
+        K, C = len(kernels), len(configs)
+        arr = np.array([[table[(k, c)][:4] for c in configs] for k in kernels]).reshape(K, C, 4)
+        return Characterization(kernels, configs, arr[..., 0], arr[..., 1], np.ones((K, C), bool),
+                                device=device.name if device else "", time_spread_s=arr[..., 2],
+                                energy_spread_j=arr[..., 3],
+                                meta={"source": str(p), "provenance": "measured"})
+    names = np.array(base.kernel_names)
+    col = {c: j for j, c in enumerate(base.configs)}
+    t, e, meas = base.time_s.copy(), base.energy_j.copy(), base.measured.copy()
+    unknown_k = sorted({k for k, _ in table} - set(base.kernel_names))
+    if unknown_k:
+        raise SchemaError(p, "kernel", f"kernel(s) not in the trace: {', '.join(unknown_k[:5])}; "
+                                       f"trace kernels include {', '.join(sorted(set(base.kernel_names))[:8])}")
+    for (k, c), (tm, em, _, _, _) in table.items():
+        if c not in col:
+            raise SchemaError(p, "core/mem", f"clock {c.label} (kernel {k}) is not among the "
+                                             "characterized configs")
+        rows = names == k
+        t[rows, col[c]] = tm
+        e[rows, col[c]] = em
+        meas[rows, col[c]] = True
+    meta = dict(base.meta)
+    meta["measured_source"] = str(p)
+    return Characterization(base.kernel_names, base.configs, t, e, meas, device=base.device,
+                            meta=meta)

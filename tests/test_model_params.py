@@ -1,0 +1,44 @@
+"""Shipped device parameters: present, labeled, used by characterize."""
+
+from __future__ import annotations
+
+import pytest
+
+from joulebound.devices.catalog import get_device
+from joulebound.dvfs.model import characterize, default_params, load_shipped, shipped_names
+from joulebound.dvfs.model.params import DeviceParams
+from joulebound.workload.analytic import build_trace
+
+
+def test_shipped_files_with_provenance():
+    assert {"a100-sxm4-80gb", "a40", "a100-pcie-80gb", "rtx3080ti"} <= set(shipped_names())
+    for name in ("a100-sxm4-80gb", "a40", "a100-pcie-80gb"):
+        p = load_shipped(name)
+        assert p.calibration == "fit" and p.heldout["time_mape"] > 0 and p.sources
+    t = load_shipped("rtx3080ti")
+    assert t.calibration == "transfer" and t.provenance == "modeled" and "a40" in t.heldout["note"]
+    a40 = load_shipped("a40")
+    # same knee position relative to the top clock (GA102 transfer)
+    assert t.vf.knee_mhz / t.vf.max_mhz == pytest.approx(a40.vf.knee_mhz / a40.vf.max_mhz)
+
+
+def test_params_round_trip():
+    p = load_shipped("a40")
+    assert DeviceParams.from_json(p.to_json()) == p
+
+
+def test_characterize_uses_shipped_and_caps_gpt3xl():
+    spec = get_device("rtx3080ti")
+    tr = build_trace("gpt3-xl")
+    ch = characterize(tr, spec)
+    assert ch.meta["params_calibration"] == "transfer"
+    auto = ch.auto_index
+    # GEMMs at the top clock hit the 350 W board limit; elementwise kernels do not
+    names = ch.kernel_names
+    g = next(i for i, k in enumerate(tr.kernels) if k.category == "gemm")
+    e = next(i for i, k in enumerate(tr.kernels) if k.category == "elementwise")
+    assert ch.energy_j[g, auto] / ch.time_s[g, auto] == pytest.approx(350.0, rel=0.01)
+    assert ch.energy_j[e, auto] / ch.time_s[e, auto] < 340.0
+    assert len(names) == len(tr)
+    dflt = characterize(tr, spec, params=default_params(spec))
+    assert dflt.meta["params_calibration"] == "none"

@@ -1,0 +1,71 @@
+"""Checks (b)-(d) on the real data, through `joulebound validate --json` (run once)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from joulebound.cli import main
+from joulebound.validation import perseus_plans
+
+
+@pytest.fixture(scope="module")
+def rows(shared_data, tmp_path_factory):
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(["validate", "--data", str(shared_data), "--json", "--no-doc"])
+    assert rc == 0
+    doc = json.loads(buf.getvalue())
+    return {(r["check"], r["gpu"], r["workload"]): r for r in doc}
+
+
+def test_json_keys_and_all_four_checks(rows):
+    keys = {"check", "gpu", "workload", "time_mape", "energy_mape", "time_max_err",
+            "energy_max_err", "n_points", "provenance", "energy_quantity", "published", "note"}
+    assert all(set(r) == keys for r in rows.values())
+    assert {k[0] for k in rows} == {"perseus-stage", "perseus-plans", "guerreiro",
+                                    "zeus-power-limit"}
+
+
+def test_plans_held_out_error(rows):
+    r = rows[("perseus-plans", "A100-PCIe-80GB", "all 4 workloads")]
+    assert r["n_points"] >= 60                      # odd-indexed plans of 4 workloads
+    assert r["time_mape"] < 1.5 and r["energy_mape"] < 2.5
+    for w in perseus_plans.WORKLOADS:
+        assert rows[("perseus-plans", "A100-PCIe-80GB", w)]["time_mape"] < 2.0
+
+
+def test_guerreiro_reads_35_apps_and_cites_published(rows):
+    r = rows[("guerreiro", "GTX Titan X", "35 real apps (all 64 clock pairs)")]
+    assert r["n_points"] == 35 * 64 and r["energy_quantity"] == "power"
+    assert r["published"]["value"] == 4.6 and "TPDS" in r["published"]["source"]
+    assert r["energy_mape"] < 10.0
+
+
+def test_zeus_per_gpu(rows):
+    for gpu in ("A40", "V100", "RTX 6000", "P100"):
+        r = next(v for k, v in rows.items() if k[0] == "zeus-power-limit" and k[1] == gpu
+                 and k[2].startswith("all"))
+        assert r["n_points"] > 200 and r["time_mape"] < 10.0 and r["energy_mape"] < 10.0
+
+
+def test_one_f_one_b_order_and_simulation():
+    order = perseus_plans.one_f_one_b(0, 4, 6)
+    assert [k for k, _ in order[:4]] == ["F", "F", "F", "F"] and order[4] == ("B", 0)
+    assert sorted(order) == sorted([("F", m) for m in range(6)] + [("B", m) for m in range(6)])
+    # uniform stages: makespan = (nmb + pp - 1) * (F + B) for 1F1B
+    pp, nmb = 4, 8
+    t, busy = perseus_plans.simulate_1f1b([np.full(nmb, 1.0)] * pp, [np.full(nmb, 2.0)] * pp)
+    assert t == pytest.approx((nmb + pp - 1) * 3.0)
+    assert np.allclose(busy, nmb * 3.0)
+
+
+def test_split_power_states_pairs():
+    st = [1000, 1000, 1100, 1100] * 3 + [1410, 1410]     # rank 3 of pp4: F,B alternate
+    fwd, bwd = perseus_plans.split_power_states(st, 3, 4, 3)
+    assert np.all(fwd == 1000) and np.all(bwd == 1100)
