@@ -124,3 +124,24 @@ def test_runs_command_lists_and_exports(tmp_path, capsys):
 
     assert len(pd.read_parquet(tmp_path / "x" / "windows.parquet")) == 2
     assert main(["runs", str(tmp_path / "missing.db")]) == 2
+
+
+def test_sigint_from_kill_is_forwarded_once(tmp_path):
+    """Not the terminal's foreground job (no tty here): SIGINT is forwarded, exactly once."""
+    ready, got = tmp_path / "ready", tmp_path / "got"
+    child = (f"import signal, sys, time, pathlib\n"
+             f"n = []\n"
+             f"def h(s, f):\n    n.append(s)\n"
+             f"signal.signal(signal.SIGINT, h)\n"
+             f"pathlib.Path({str(ready)!r}).write_text('1')\n"
+             f"t = time.time()\n"
+             f"while not n and time.time() - t < 20: time.sleep(0.01)\n"
+             f"time.sleep(0.3)\n"
+             f"pathlib.Path({str(got)!r}).write_text(str(len(n)))\n"
+             f"sys.exit(5)\n")
+    p = cli("measure", "--backend", "none", "--", PY, "-c", child, stdin=subprocess.DEVNULL)
+    wait_for(ready)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 5, err
+    assert got.read_text() == "1"

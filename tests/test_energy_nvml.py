@@ -328,3 +328,23 @@ def test_counter_lost_mid_window_falls_back_to_sampled_power(fake):
     assert d.source == "nvml.energy_counter->power_integration"
     assert d.energy_j == pytest.approx(100.0 * 1.5)   # integral over the readings 0.5..2.0 s
     assert any("energy counter read failed" in n for n in m.notes)
+
+
+def test_sensor_period_comes_from_the_catalog(fake, monkeypatch):
+    import joulebound.energy.nvml as nvml
+    from joulebound.devices.catalog import get_device
+
+    assert nvml.catalog_sensor_period(get_device("h100-sxm").product_name) == pytest.approx(
+        get_device("h100-sxm").sensor_period_s)
+    assert nvml.catalog_sensor_period("NVIDIA GeForce GTX 1080") is None
+    monkeypatch.setattr(nvml, "catalog_sensor_period", lambda name: 0.5)
+    g = FakeGPU("GPU-a", energy_mj=0)
+    fake([g])
+    clock = Clock()
+    m = meter(clock)
+    assert m.backend.channels[0].sensor_period_s == 0.5
+    m.begin_window("w")
+    g.energy_mj += 30_000
+    clock.t = 0.3
+    r = m.end_window("w")
+    assert "short_window" in r.flags and r.energy_j == pytest.approx(30.0)

@@ -33,9 +33,23 @@ from ..provenance import MEASURED
 from .base import Backend, Channel, CounterEvent
 from .distributed import visible_device_ids
 
-#: Assumed update period (s) of the energy counter and power field when the device catalog has no
-#: measured ``sensor_period_s``; benchmarks/gpu_check.py measures it on a real GPU.
+#: Assumed update period (s) of the energy counter and power field when the device catalog (matched
+#: on the NVML product name) has no ``sensor_period_s``; benchmarks/gpu_check.py measures it.
 DEFAULT_SENSOR_PERIOD_S = 0.1
+
+
+def catalog_sensor_period(product_name: str) -> float | None:
+    """``sensor_period_s`` of the catalog device whose product name matches NVML's name (s)."""
+    try:
+        from ..devices.catalog import list_devices
+
+        want = product_name.strip().lower()
+        for spec in list_devices():
+            if spec.product_name.strip().lower() == want and spec.sensor_period_s:
+                return float(spec.sensor_period_s)
+    except Exception:  # the catalog is optional here
+        return None
+    return None
 
 
 def _load_pynvml() -> Any:
@@ -134,7 +148,7 @@ class NvmlBackend(Backend):
             self.channels.append(Channel(
                 uuid=uuids[p], index=vis, kind="gpu", name=name,
                 source="nvml.energy_counter" if has_counter else "nvml.power_integration",
-                sensor_period_s=DEFAULT_SENSOR_PERIOD_S))
+                sensor_period_s=catalog_sensor_period(name) or DEFAULT_SENSOR_PERIOD_S))
             self._handles.append(h)
             self._counter.append(has_counter)
             self._last_raw.append(None)
