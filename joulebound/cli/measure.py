@@ -56,7 +56,9 @@ def render(res, console) -> None:  # type: ignore[no-untyped-def]
     w = res.window
     ended = (f"killed by signal {res.signal}" if res.signal
              else f"exit code {res.exit_code}")
-    console.print(f"[bold]{' '.join(res.command)}[/] — {ended}, duration "
+    import shlex
+
+    console.print(f"[bold]{shlex.join(res.command)}[/] — {ended}, duration "
                   f"{w.duration_s:.3f} s (measured)", highlight=False)
     if not w.devices:
         console.print("[yellow]No energy sensor on this machine[/]: energy was not measured "
