@@ -67,3 +67,16 @@ def test_frontier_checks_within_an_order_of_magnitude():
         assert r["published"]["provenance"] == "published"
         assert 0.1 < r["physics_ratio"] < 10, r
         assert 0.5 < r["flops_ratio"] < 2.5, r
+
+
+def test_advise_never_picks_a_candidate_whose_states_do_not_fit(capsys):
+    # GPT-3 XL shape (1.3 B params, 21 GB of states) on 11 GB RTX 2080 Ti cards
+    gpt = ["--model", "gpt", "--layers", "24", "--hidden", "2048", "--heads", "16", "--seq", "1024",
+           "--batch", "512", "--device", "rtx2080ti"]
+    assert main(["advise", *gpt, "--tokens", "1e9", "--deadline", "30d", "--max-gpus", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["best"]["fits_memory"] and out["best"]["strategy"] in ("fsdp", "tp")
+    ddp = [c for c in out["candidates"] if c["strategy"] in ("ddp", "single")]
+    assert ddp and not any(c["fits_memory"] for c in ddp)
+    assert main(["advise", *gpt, "--tokens", "1e9", "--deadline", "30d", "--max-gpus", "1"]) == 2
+    assert "do not fit" in capsys.readouterr().err

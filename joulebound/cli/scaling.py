@@ -280,13 +280,16 @@ def advise(
     vocab: int = typer.Option(None, "--vocab"),
     coefficients: Path = typer.Option(None, "--coefficients", help="a law saved by fit --save"),
     as_json: bool = typer.Option(False, "--json", help="keys: best {strategy, gpus, energy_j, energy_lo_j, "
-                                 "energy_hi_j, time_s, eta_par, meets_deadline}, candidates[] (same keys, by "
+                                 "energy_hi_j, time_s, eta_par, meets_deadline, state_bytes_per_gpu, fits_memory}, "
+                                 "candidates[] (same keys, by "
                                  "energy), provenance"),
 ) -> None:
+    from rich.console import Console
     from rich.table import Table
 
     from ..scaling import advisor
 
+    out = console if console.is_terminal else Console(width=max(console.width, 132))
     best, cands = advisor.advise(tokens, _parse_duration(deadline), max_gpus,
                                  tuple(s.strip() for s in strategies.split(",") if s.strip()),
                                  coefficients=coefficients, **_config(model, layers, hidden, heads, seq, batch, device, dtype, ff, vocab))
@@ -294,16 +297,19 @@ def advise(
         print_json(advisor.to_json(best, cands))
         return
     t = Table(title="strategy × GPU count (modeled, pre-run law)")
-    for c in ("strategy", "GPUs", "energy kWh (90 % interval)", "time h", "η̂_par", "deadline"):
+    for c in ("strategy", "GPUs", "energy kWh (90 % interval)", "time h", "η̂_par", "deadline",
+              "states GiB/GPU"):
         t.add_column(c)
     for c in cands:
         mark = "[bold green]→ " if c is best else ""
         t.add_row(mark + c.strategy, str(c.gpus),
                   f"{c.energy_j / 3.6e6:.4g} ({c.energy_lo_j / 3.6e6:.3g}–{c.energy_hi_j / 3.6e6:.3g})",
-                  f"{c.time_s / 3600:.3g}", f"{c.eta_par:.2f}", "ok" if c.meets_deadline else "miss")
-    console.print(t)
+                  f"{c.time_s / 3600:.3g}", f"{c.eta_par:.2f}", "ok" if c.meets_deadline else "miss",
+                  f"{c.state_bytes_per_gpu / 2**30:.3g}" + ("" if c.fits_memory else " (too big)"))
+    out.print(t)
     if not best.meets_deadline:
-        console.print("[yellow]no candidate meets the deadline; the fastest is marked[/]")
+        console.print("[yellow]no candidate meets the deadline; the fastest that fits is marked[/]")
+    console.print("memory: model states only (16 B/parameter; activations not counted)")
 
 
 def register(app: typer.Typer) -> None:
