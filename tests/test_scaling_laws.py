@@ -146,3 +146,21 @@ def test_efficiency_model_leaves_out_terms_the_data_cannot_identify():
     m = EfficiencyModel().fit(d, t.to_numpy())
     assert "t_layer_s" not in m.active_ and "theta_dense" in m.active_
     assert np.allclose(m.time(d), t, rtol=1e-3)
+
+
+def test_prerun_eta_par_from_a_fitted_speedup_law():
+    from joulebound.scaling.speedup import fit_speedup
+
+    df = synth(120)
+    df["strategy"] = np.where(np.arange(len(df)) % 2 == 0, "single", "ddp")
+    df["gpus"] = np.where(df["strategy"] == "ddp", 4, 1)
+    d = prepare(df, need_energy=False)
+    law_fit = fit_speedup("ddp", [2, 4, 8], [1.9, 3.4, 5.6])
+    t1 = EfficiencyModel._X(d) @ np.array([1.5, 10, 5, 0.02, 0.05])
+    d["time_s"] = t1 / (d["gpus"] * np.where(d["gpus"] > 1, float(law_fit.efficiency(4)), 1.0))
+    d["energy_j"] = 90 * d["time_s"] * d["gpus"]
+    law = PreRunLaw(speedup_fits={"ddp": law_fit}).fit(d)
+    _, _, par = law.eta_hat(d)
+    assert np.allclose(par[d["gpus"].to_numpy() == 4], float(law_fit.efficiency(4)))
+    assert np.allclose(par[d["gpus"].to_numpy() == 1], 1.0)
+    assert law.score(d) > 0.99
