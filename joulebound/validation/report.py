@@ -94,8 +94,29 @@ def plot_all(run: ValidationRun, img_dir: Path) -> list[Path]:
     paths.append(img_dir / "validation_stage.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
-    # (b), (c), (d): predicted vs measured scatter
-    for check, fname in (("perseus-plans", "validation_plans.png"),
+    # (b): per held-out plan, % error of time and energy
+    rows = [r for r in run.results if r.check == "perseus-plans" and r.points]
+    if rows:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for r in rows:
+            p = r.points
+            axes[0].plot(p["t_meas"] / p["t_meas"].min(), p["t_pred"] / p["t_meas"].min(), "o",
+                         ms=4, label=r.workload)
+            axes[1].plot(p["e_meas"] / p["e_meas"].min(), p["e_pred"] / p["e_meas"].min(), "o",
+                         ms=4, label=r.workload)
+        for ax, q in zip(axes, ("iteration time", "iteration energy"), strict=True):
+            lo, hi = ax.get_xlim()
+            ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+            ax.set_xlabel(f"measured {q} / fastest-plan value")
+            ax.set_ylabel(f"modeled {q} / same")
+        axes[0].legend(fontsize=8)
+        fig.suptitle("Perseus A100-PCIe plans (held-out, odd-indexed): measured vs modeled")
+        fig.tight_layout()
+        paths.append(img_dir / "validation_plans.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    # (c), (d): predicted vs measured scatter
+    for check, fname in (
                          ("guerreiro", "validation_guerreiro.png"),
                          ("zeus-power-limit", "validation_zeus.png")):
         rows = [r for r in run.results if r.check == check and r.points]

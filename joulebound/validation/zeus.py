@@ -12,7 +12,8 @@ Model, per workload (dataset, network, batch size), from its highest-limit point
 * under a lower limit ``L < P_h`` the GPU runs at the clock ``f_L`` with ``P(f_L) = L`` and draws
   ``L``; time ``t_h·(1 - φ + φ/f_L)``.
 
-Device-level parameters ``P_s`` (W, static + memory), ``φ`` (clock-scaling fraction) and the V–f
+Device-level parameters ``P_s`` (W, static + memory), ``φ`` (clock-scaling fraction), ``κ``
+(the average power the limiter holds, as a fraction of the limit: ``P(f_L) = κ·L``) and the V–f
 knee/floor are fitted per GPU with **leave-one-network-out**: the parameters used for a network's
 workloads are fitted on the other five networks' points only.
 """
@@ -55,14 +56,15 @@ def _arrays(df):  # per row: the workload's highest-limit point
 def predict(theta: np.ndarray, L: np.ndarray, th: np.ndarray, ph: np.ndarray
             ) -> tuple[np.ndarray, np.ndarray]:
     """Predicted (time per epoch s, average power W) at limits ``L``."""
-    p_s, phi, knee, vmin = theta
+    p_s, phi, knee, vmin, kappa = theta
     vf = VFCurve(knee, vmin, 1.0, smooth_mhz=0.02)
     grid = np.linspace(0.05, 1.0, 400)
     sg = vf.dynamic_scale(grid)
-    frac = np.clip((L - p_s) / np.maximum(ph - p_s, 1e-9), 0.0, None)
-    f_l = np.where(L >= ph, 1.0, np.interp(frac, sg, grid, left=grid[0], right=1.0))
+    held = kappa * L                      # average power the limiter holds under a limit L
+    frac = np.clip((held - p_s) / np.maximum(ph - p_s, 1e-9), 0.0, None)
+    f_l = np.where(held >= ph, 1.0, np.interp(frac, sg, grid, left=grid[0], right=1.0))
     t = th * (1 - phi + phi / f_l)
-    p = np.minimum(ph, L)
+    p = np.minimum(ph, held)
     return t, p
 
 
@@ -78,8 +80,10 @@ def fit_theta(df) -> np.ndarray:
         return np.r_[tp / t[low] - 1, pp / p[low] - 1]
 
     best = None
-    for x0 in ([40.0, 0.6, 0.5, 0.8], [70.0, 0.8, 0.7, 0.7], [20.0, 0.4, 0.6, 0.9]):
-        sol = least_squares(resid, x0, bounds=([0.0, 0.0, 0.1, 0.4], [200.0, 1.0, 0.95, 1.0]))
+    for x0 in ([40.0, 0.6, 0.5, 0.8, 0.95], [70.0, 0.8, 0.7, 0.7, 0.95],
+               [20.0, 0.4, 0.6, 0.9, 0.95]):
+        sol = least_squares(resid, x0, bounds=([0.0, 0.0, 0.1, 0.4, 0.7],
+                                               [200.0, 1.0, 0.95, 1.0, 1.1]))
         if best is None or sol.cost < best.cost:
             best = sol
     return best.x
@@ -106,7 +110,8 @@ def run(data: Path) -> list[CheckResult]:
             "zeus-power-limit", label, f"all ({df.workload.nunique()} workloads)", t_pred[ho],
             t_meas[ho], p_pred[ho], p_meas[ho], energy_quantity="avg_power",
             note=(f"leave-one-network-out device params (median P_s={th_all[0]:.0f} W, "
-                  f"phi={th_all[1]:.2f}); predicted from each workload's highest limit"),
+                  f"phi={th_all[1]:.2f}, kappa={th_all[4]:.2f}); predicted from each "
+                  "workload's highest limit"),
             points={"x": L[ho], "t_meas": t_meas[ho], "t_pred": t_pred[ho], "e_meas": p_meas[ho],
                     "e_pred": p_pred[ho]}))
         bert = (df.network == "bert_base_uncased").to_numpy() & ho
