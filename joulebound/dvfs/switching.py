@@ -100,27 +100,39 @@ def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float
     n_l = len(lams)
     if block_end is None:
         block_end = min_block_end(t, dwell_s)
+    cols = np.arange(c_n)
+    # cost of the minimum block entered at j in config c (inf where it cannot complete)
+    valid = block_end < k_n
+    end1 = np.where(valid, block_end, k_n - 1) + 1
     pt = np.zeros((k_n + 1, c_n))
     pe = np.zeros((k_n + 1, c_n))
     np.cumsum(t, axis=0, out=pt[1:])
     np.cumsum(e, axis=0, out=pe[1:])
-    sw = switch_energy_j + lams * switch_time_s                       # (L,)
+    blk_t = np.where(valid, pt[end1, cols] - pt[:-1], 0.0)
+    blk_e = np.where(valid, pe[end1, cols] - pe[:-1], np.inf)
+    del pt, pe
+    sw = (switch_energy_j + lams * switch_time_s)[:, None]            # (L, 1)
     lam_col = lams[:, None]
-    pending = np.full((k_n, c_n, n_l), np.inf)
-    src = np.zeros((k_n, c_n, n_l), np.int32)
+    # pending entries live in a ring buffer of W rows: a block started at j ends by j + W - 1
+    span = (block_end - np.arange(k_n)[:, None])[valid]
+    w = int(span.max()) + 1 if span.size else 1
+    slots = np.where(valid, block_end, 0) % w
+    ring = np.full((w, c_n, n_l), np.inf)
     from_pending = np.zeros((k_n, n_l, c_n), bool)
+    improved = np.zeros((k_n, n_l, c_n), bool)     # emission at step k (block start k+1) improved
     best1 = np.zeros((k_n, n_l), np.int64)
     best2 = np.zeros((k_n, n_l), np.int64)
     ar_l = np.arange(n_l)
-    cols = np.arange(c_n)
     v = e[0][None, :] + lam_col * t[0][None, :]
     for k in range(k_n):
         if k > 0:
-            stay = v + (e[k][None, :] + lam_col * t[k][None, :])
-            pk = pending[k].T
+            slot = k % w
+            pk = ring[slot].T
+            stay = v + e[k] + lam_col * t[k]
             fp = pk < stay
             v = np.where(fp, pk, stay)
             from_pending[k] = fp
+            ring[slot] = np.inf
         b1 = np.argmin(v, axis=1)
         v1 = v[ar_l, b1]
         v[ar_l, b1] = np.inf
@@ -131,20 +143,13 @@ def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float
         j = k + 1
         if j >= k_n:
             break
-        m = block_end[j]
-        ok = m < k_n
-        if not ok.any():
-            continue
-        cc, mm = cols[ok], m[ok]
-        blk_e = pe[mm + 1, cc] - pe[j, cc]
-        blk_t = pt[mm + 1, cc] - pt[j, cc]
-        prev = np.where(cc[None, :] == b1[:, None], v2[:, None], v1[:, None])    # (L, n_ok)
-        cand = (prev + sw[:, None] + blk_e[None, :] + lam_col * blk_t[None, :]).T  # (n_ok, L)
-        cur = pending[mm, cc]
-        better = cand < cur
-        if better.any():
-            pending[mm, cc] = np.where(better, cand, cur)
-            src[mm, cc] = np.where(better, j, src[mm, cc])
+        cand = v1[:, None] + sw + blk_e[j] + lam_col * blk_t[j]          # (L, C)
+        cand[ar_l, b1] += v2 - v1                  # entering the best state comes from the 2nd
+        sl = slots[j]
+        cur = ring[sl, cols]                       # (C, L)
+        better = cand.T < cur
+        ring[sl, cols] = np.where(better, cand.T, cur)
+        improved[k] = better.T
     values = v.min(axis=1)
     choice = np.empty((n_l, k_n), np.int64)
     for li in range(n_l):
@@ -152,7 +157,12 @@ def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float
         k = k_n - 1
         while k >= 0:
             if k > 0 and from_pending[k, li, c]:
-                j = int(src[k, c, li])
+                # the block ending at k was entered at the last start j with this end that improved
+                col = block_end[:, c]
+                lo = int(np.searchsorted(col, k, side="left"))
+                hi = int(np.searchsorted(col, k, side="right"))
+                starts = np.arange(max(lo, 1), hi)
+                j = int(starts[improved[starts - 1, li, c]][-1])
                 choice[li, j:k + 1] = c
                 b = int(best1[j - 1, li])
                 c = b if b != c else int(best2[j - 1, li])
@@ -168,6 +178,31 @@ def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float
                     choice[li, s + 1:k + 1] = c
                     k = s
     return choice, values
+
+
+def useful_columns(t: np.ndarray, e: np.ndarray, max_work: float = 3e8) -> np.ndarray:
+    """Columns not dominated on every kernel by another column (slower and costlier everywhere).
+
+    Such a column never improves a plan (up to the dwell rule: its dominator is never slower, so
+    a phase can only get shorter). Checked on the distinct rows; skipped (all columns kept) when
+    rows × columns² exceeds ``max_work``.
+    """
+    from .solve.hull import unique_rows
+
+    reps, _ = unique_rows(t, e)
+    c_n = t.shape[1]
+    if len(reps) * c_n * c_n > max_work:
+        return np.arange(c_n)
+    tu, eu = t[reps], e[reps]
+    dom = np.ones((c_n, c_n), bool)                  # dom[a, b]: a <= b on every kernel
+    for lo in range(0, len(reps), 64):
+        ta, ea = tu[lo:lo + 64], eu[lo:lo + 64]
+        dom &= ((ta[:, :, None] <= ta[:, None, :]) & (ea[:, :, None] <= ea[:, None, :])).all(0)
+    np.fill_diagonal(dom, False)
+    same = dom & dom.T                               # identical columns: keep the first
+    lower = np.arange(c_n)[:, None] < np.arange(c_n)[None, :]
+    dominated = (dom & ~same).any(0) | (same & lower).any(0)
+    return np.flatnonzero(~dominated)
 
 
 def _totals(t: np.ndarray, e: np.ndarray, choice: np.ndarray, sw_e: float,
@@ -222,7 +257,7 @@ def phase_repair(t: np.ndarray, e: np.ndarray, choice: np.ndarray, budget: float
 def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
                       switch_latency_s: float = 0.0, min_dwell_s: float = 0.0,
                       switch_energy_j: float = 0.0, switch_time_s: float = 0.0,
-                      allow_auto: bool = True, n_lambda: int = 8, rounds: int = 3,
+                      allow_auto: bool = True, n_lambda: int = 12, rounds: int = 2,
                       repair: bool = True) -> Plan:
     """Least-energy phases within ``(1 + slowdown) · T_auto`` under switch latency and dwell.
 
@@ -253,6 +288,7 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
         plan.meta.update(base_meta, dp="separable: switches are free, solved as the knapsack")
         return plan
     cols = _columns(char, allow_auto)
+    cols = cols[useful_columns(char.time_s[:, cols], char.energy_j[:, cols])]
     t = char.time_s[:, cols]
     e = char.energy_j[:, cols]
     # the planner's dwell is a hair longer than the rule so float sums never undercut it

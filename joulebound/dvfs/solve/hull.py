@@ -39,6 +39,9 @@ class Options:
     e: np.ndarray
     col: np.ndarray
     hull: np.ndarray
+    #: when built with dedup: type (distinct row) of every group and the options of the types
+    type_of: np.ndarray | None = None
+    types: Options | None = None
 
     @property
     def n_groups(self) -> int:
@@ -58,14 +61,62 @@ class Options:
         return self.ptr[1:] - 1
 
 
-def pareto_options(time_s: np.ndarray, energy_j: np.ndarray, chunk_rows: int = 8192) -> Options:
+def unique_rows(time_s: np.ndarray, energy_j: np.ndarray,
+                chunk_rows: int = 8192) -> tuple[np.ndarray, np.ndarray]:
+    """Representative row per distinct (time, energy) row and the type of every row.
+
+    Rows are hashed by a random projection, then every row is compared exactly with its
+    representative (a hash collision only costs an extra type). Returns ``(reps, inverse)`` with
+    ``time_s[reps[inverse[g]]] == time_s[g]`` for every ``g``.
+    """
+    g_n, c_n = time_s.shape
+    rng = np.random.default_rng(12345)
+    w1, w2 = rng.uniform(0.5, 1.5, c_n), rng.uniform(0.5, 1.5, c_n)
+    h = np.asarray(time_s @ w1 + 1e3 * (energy_j @ w2), np.float64)
+    odd = ~np.isfinite(h)
+    if odd.any():                               # NaN / inf cells: hash a cleaned copy
+        rows = np.flatnonzero(odd)
+        t = np.nan_to_num(np.asarray(time_s[rows], np.float64), nan=-1.0, posinf=-2.0)
+        e = np.nan_to_num(np.asarray(energy_j[rows], np.float64), nan=-1.0, posinf=-2.0)
+        h[rows] = t @ w1 + 1e3 * (e @ w2)
+    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    rep_of = first[inverse]
+    same = np.empty(g_n, bool)
+    for lo in range(0, g_n, chunk_rows):
+        r = rep_of[lo:lo + chunk_rows]
+        a_t, a_e = time_s[lo:lo + chunk_rows], energy_j[lo:lo + chunk_rows]
+        same[lo:lo + chunk_rows] = (a_t == time_s[r]).all(1) & (a_e == energy_j[r]).all(1)
+    if odd.any():
+        rows = np.flatnonzero(odd & ~same)
+        a_t, b_t = time_s[rows], time_s[rep_of[rows]]
+        a_e, b_e = energy_j[rows], energy_j[rep_of[rows]]
+        same[rows] = (((a_t == b_t) | (np.isnan(a_t) & np.isnan(b_t))).all(1)
+                      & ((a_e == b_e) | (np.isnan(a_e) & np.isnan(b_e))).all(1))
+    reps = first.astype(np.int64)
+    bad = np.flatnonzero(~same)
+    if len(bad):
+        inverse[bad] = len(reps) + np.arange(len(bad))
+        reps = np.concatenate([reps, bad])
+    return reps, inverse.astype(np.int64)
+
+
+def pareto_options(time_s: np.ndarray, energy_j: np.ndarray, chunk_rows: int = 8192,
+                   dedup: bool = True) -> Options:
     """Pareto-efficient options and hull flags of every row of ``time_s``/``energy_j`` (G, C).
 
     Non-finite cells (NaN, inf) are treated as unavailable. Every row needs at least one finite
-    cell. Works in float64 internally; inputs may be float32.
+    cell. Works in float64 internally; inputs may be float32. With ``dedup`` (default), identical
+    rows — every layer and iteration of a transformer repeats the same kernels — are solved once
+    and the result is copied (exact).
     """
     time_s = np.asarray(time_s)
     energy_j = np.asarray(energy_j)
+    if dedup and time_s.shape[0] > 64:
+        reps, inverse = unique_rows(time_s, energy_j, chunk_rows)
+        if len(reps) < 0.5 * time_s.shape[0]:
+            o = pareto_options(time_s[reps], energy_j[reps], chunk_rows, dedup=False)
+            return _expand(o, inverse)
     G, C = time_s.shape
     parts_row, parts_col, parts_t, parts_e = [], [], [], []
     for lo in range(0, G, chunk_rows):
@@ -106,6 +157,16 @@ def pareto_options(time_s: np.ndarray, energy_j: np.ndarray, chunk_rows: int = 8
     np.cumsum(counts, out=ptr[1:])
     hull = _hull_flags(row, pt, pe)
     return Options(ptr=ptr, t=pt, e=pe, col=col, hull=hull)
+
+
+def _expand(o: Options, inverse: np.ndarray) -> Options:
+    """Options of rows ``inverse`` (types) from the options of the distinct rows ``o``."""
+    counts = np.diff(o.ptr)[inverse]
+    ptr = np.zeros(len(inverse) + 1, np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    idx = np.repeat(o.ptr[:-1][inverse] - ptr[:-1], counts) + np.arange(ptr[-1])
+    return Options(ptr=ptr, t=o.t[idx], e=o.e[idx], col=o.col[idx], hull=o.hull[idx],
+                   type_of=inverse, types=o)
 
 
 def _hull_flags(row: np.ndarray, t: np.ndarray, e: np.ndarray) -> np.ndarray:

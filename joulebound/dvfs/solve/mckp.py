@@ -60,6 +60,19 @@ class MCKPSolution:
         return max(0.0, self.energy / self.lower_bound - 1.0)
 
 
+def _segments(o: Options, hv: np.ndarray | None = None,
+              hg: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """Hull moves of every group: (group, time saved, energy added, energy per time saved)."""
+    if hv is None or hg is None:
+        hv = np.flatnonzero(o.hull)
+        hg = o.group[hv]
+    same = hg[1:] == hg[:-1]
+    fast_pt, slow_pt = hv[:-1][same], hv[1:][same]
+    dt = o.t[slow_pt] - o.t[fast_pt]
+    de = o.e[fast_pt] - o.e[slow_pt]
+    return hg[:-1][same], dt, de, de / dt
+
+
 class FastMCKP:
     """Lagrangian MCKP solver over precomputed hulls; build once, solve for many budgets.
 
@@ -82,16 +95,27 @@ class FastMCKP:
         self.hptr = np.zeros(self.G + 1, np.int64)
         np.cumsum(np.bincount(hg, minlength=self.G), out=self.hptr[1:])
         self.hv = hv
-        same = hg[1:] == hg[:-1]
-        fast_pt, slow_pt = hv[:-1][same], hv[1:][same]
-        dt = o.t[slow_pt] - o.t[fast_pt]
-        de = o.e[fast_pt] - o.e[slow_pt]
-        rate = de / dt
-        order = np.argsort(rate, kind="stable")
-        self.seg_group = hg[:-1][same][order]
-        self.seg_dt = dt[order]
-        self.seg_de = de[order]
-        self.seg_rate = rate[order]
+        if o.types is not None and o.type_of is not None:
+            # sort the distinct rows' hull moves once, then give each move to every group of
+            # its type (equal rates stay adjacent; same order as sorting all copies)
+            u_grp, u_dt, u_de, u_rate = _segments(o.types)
+            order = np.argsort(u_rate, kind="stable")
+            u_grp, u_dt, u_de, u_rate = u_grp[order], u_dt[order], u_de[order], u_rate[order]
+            by_type = np.argsort(o.type_of, kind="stable")
+            tptr = np.zeros(o.types.n_groups + 1, np.int64)
+            np.cumsum(np.bincount(o.type_of, minlength=o.types.n_groups), out=tptr[1:])
+            n_copy = tptr[u_grp + 1] - tptr[u_grp]
+            total = int(n_copy.sum())
+            base = np.repeat(tptr[u_grp] - np.concatenate([[0], np.cumsum(n_copy)[:-1]]), n_copy)
+            self.seg_group = by_type[base + np.arange(total)]
+            self.seg_dt = np.repeat(u_dt, n_copy)
+            self.seg_de = np.repeat(u_de, n_copy)
+            self.seg_rate = np.repeat(u_rate, n_copy)
+        else:
+            grp, dt, de, rate = _segments(o, hv, hg)
+            order = np.argsort(rate, kind="stable")
+            self.seg_group, self.seg_dt = grp[order], dt[order]
+            self.seg_de, self.seg_rate = de[order], rate[order]
         self.cum_dt = np.cumsum(self.seg_dt)
         self.cum_de = np.cumsum(self.seg_de)
         cheap = o.cheapest()
@@ -129,25 +153,38 @@ class FastMCKP:
         """Spend leftover slack on energy-lowering option changes (any Pareto option)."""
         o = self.opts
         g_of = self.point_group
+        n = len(o.t)
         sel = sel.copy()
+        pool = np.arange(n)
         for _ in range(rounds):
             slack = budget - float(o.t[sel].sum())
-            if slack <= 0:
+            if slack <= 0 or len(pool) == 0:
                 break
-            dt = o.t - o.t[sel][g_of]
-            de = o.e - o.e[sel][g_of]
-            idx = np.flatnonzero((dt <= slack) & (de < 0))
+            gp = g_of[pool]
+            dt = o.t[pool] - o.t[sel[gp]]
+            de = o.e[pool] - o.e[sel[gp]]
+            ok = (dt <= slack) & (de < 0)
+            idx, dt, de = pool[ok], dt[ok], de[ok]
             if len(idx) == 0:
                 break
-            idx = idx[np.argsort(de[idx], kind="stable")]        # biggest saving first
-            _, first = np.unique(g_of[idx], return_index=True)    # best change per group
-            best = idx[np.sort(first)]
-            best = best[np.argsort(de[best], kind="stable")]
-            fits = np.cumsum(dt[best]) <= slack
+            order = np.argsort(de, kind="stable")               # biggest saving first
+            idx, dt, de = idx[order], dt[order], de[order]
+            gi = g_of[idx]
+            first_pos = np.full(self.G, len(idx))
+            np.minimum.at(first_pos, gi, np.arange(len(idx)))   # best change per group
+            first = np.sort(first_pos[first_pos < len(idx)])
+            best, bdt = idx[first], dt[first]                   # still sorted by saving
+            fits = np.cumsum(bdt) <= slack
             if not fits[0]:
                 break
             take = best[fits]
             sel[g_of[take]] = take
+            # next round: the remaining candidates plus every option of the changed groups
+            changed = np.zeros(self.G, bool)
+            changed[g_of[take]] = True
+            mask = changed[g_of]
+            mask[idx] = True
+            pool = np.flatnonzero(mask)
         return sel
 
     def _core_milp(self, sel: np.ndarray, budget: float, f: int, n_core: int,

@@ -86,7 +86,10 @@ def _grouped(char: Characterization, granularity: str, trace: Trace | None, grou
         raise JouleboundError(f"groups has shape {groups.shape}, expected ({char.n_kernels},)")
     cols = _columns(char, allow_auto)
     if granularity == "kernel" and not tie and np.array_equal(groups, np.arange(char.n_kernels)):
-        t, e = char.time_s[:, cols], char.energy_j[:, cols]
+        if len(cols) == char.n_configs:          # no copy of a possibly large table
+            t, e = char.time_s, char.energy_j
+        else:
+            t, e = char.time_s[:, cols], char.energy_j[:, cols]
     else:
         n = int(groups.max()) + 1 if len(groups) else 0
         t = aggregate(char.time_s[:, cols], groups, n)
