@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class ClockConfig:
     """A GPU clock setting.
 
@@ -16,6 +16,23 @@ class ClockConfig:
 
     core_mhz: int | None = None
     mem_mhz: int | None = None
+
+    def sort_key(self) -> tuple[int, int]:
+        """Ordering key: auto (governor) sorts before any fixed clock, then by core, memory."""
+        return (-1 if self.core_mhz is None else self.core_mhz,
+                -1 if self.mem_mhz is None else self.mem_mhz)
+
+    def __lt__(self, other: ClockConfig) -> bool:
+        return self.sort_key() < other.sort_key()
+
+    def __le__(self, other: ClockConfig) -> bool:
+        return self.sort_key() <= other.sort_key()
+
+    def __gt__(self, other: ClockConfig) -> bool:
+        return self.sort_key() > other.sort_key()
+
+    def __ge__(self, other: ClockConfig) -> bool:
+        return self.sort_key() >= other.sort_key()
 
     @property
     def is_auto(self) -> bool:

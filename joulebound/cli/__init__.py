@@ -46,28 +46,22 @@ _register_all()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the CLI, turning user errors into a message and exit status 2."""
+    """Entry point: run the CLI; user errors print a message (no traceback) and exit with 2.
+
+    Usage errors (bad option values, missing arguments) are reported by click in its usual form.
+    """
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv, standalone_mode=True)
     except JouleboundError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         return 2
-    except typer.Exit as exc:
-        return int(exc.exit_code or 0)
     except SystemExit as exc:
-        return int(exc.code or 0) if isinstance(exc.code, int) else 1
+        if exc.code is None:
+            return 0
+        return exc.code if isinstance(exc.code, int) else 1
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return 130
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            return exc.exit_code
-        if isinstance(exc, click.exceptions.Abort):
-            return 1
-        raise
     return 0
 
 

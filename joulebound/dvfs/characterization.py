@@ -117,12 +117,17 @@ class Characterization:
         if header.get("version") != VERSION:
             raise SchemaError(p, "version", f"version {header.get('version')} not supported "
                                             f"(this joulebound reads {VERSION})")
-        return cls(
-            kernel_names=list(header["kernel_names"]),
-            configs=[ClockConfig.from_json(c) for c in header["configs"]],
-            time_s=z["time_s"], energy_j=z["energy_j"], measured=z["measured"],
-            device=header.get("device", ""),
-            time_spread_s=z["time_spread_s"] if "time_spread_s" in z else None,
-            energy_spread_j=z["energy_spread_j"] if "energy_spread_j" in z else None,
-            meta=header.get("meta", {}),
-        )
+        try:
+            return cls(
+                kernel_names=[str(n) for n in header["kernel_names"]],
+                configs=[ClockConfig.from_json(c) for c in header["configs"]],
+                time_s=z["time_s"], energy_j=z["energy_j"], measured=z["measured"],
+                device=header.get("device", ""),
+                time_spread_s=z["time_spread_s"] if "time_spread_s" in z else None,
+                energy_spread_j=z["energy_spread_j"] if "energy_spread_j" in z else None,
+                meta=header.get("meta", {}),
+            )
+        except KeyError as exc:
+            raise SchemaError(p, str(exc.args[0]), "missing") from exc
+        except (ValueError, TypeError) as exc:
+            raise SchemaError(p, "<arrays>", str(exc)) from exc
