@@ -21,7 +21,9 @@ def characterize_cmd(
                                 "must be a complete grid)."),
     device: str = typer.Option(..., "--device", "-d", help="GPU catalog name, e.g. rtx3080ti."),
     measured: Path = typer.Option(None, "--measured", help="CSV with columns kernel, core, mem, "
-                                  "time (s), energy (J), repeats; its cells replace modeled ones."),
+                                  "time (s), energy (J), repeats. Each measured kernel's work and "
+                                  "power activity are fitted to its cells (3 clocks suffice), the "
+                                  "other clocks are modeled from the fit, measured cells are kept."),
     output: Path = typer.Option(None, "-o", "--output", help="Write the Characterization (.npz)."),
     batch: int = typer.Option(None, help="Override the preset's batch size."),
     seq: int = typer.Option(None, help="Override the preset's sequence length."),
@@ -37,7 +39,7 @@ def characterize_cmd(
     import numpy as np
 
     from ..dvfs.model import characterize, resolve_device
-    from ..dvfs.model.measured import from_measured
+    from ..dvfs.model.measured import characterize_with_measurements, from_measured
     from ..errors import JouleboundError
 
     spec = resolve_device(device)
@@ -47,9 +49,10 @@ def characterize_cmd(
         from ..workload import load_trace
 
         tr = load_trace(trace, batch=batch, seq=seq)
-        char = characterize(tr, spec)
         if measured is not None:
-            char = from_measured(measured, spec, base=char)
+            char = characterize_with_measurements(tr, spec, measured)
+        else:
+            char = characterize(tr, spec)
         name = tr.name
     else:
         char = from_measured(measured, spec)

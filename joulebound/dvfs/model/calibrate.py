@@ -28,6 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...clocks import ClockConfig
+from ...devices.spec import DeviceSpec
+from ...workload.trace import Trace
+from .kernel import KernelWork
+from .params import DeviceParams
 from .vf import VFCurve
 
 
@@ -200,3 +205,81 @@ class StageModel:
         st = self.stage_
         tc = st.W / _softmin(np.full_like(st.W, self.max_mhz), st.f_cap, self.sharpness)
         return tc / (st.t0 + tc)
+
+
+# -- kernel level ---------------------------------------------------------------------------------
+def fit_kernel(tc0: float, tm0: float, f_mhz: np.ndarray, m_mhz: np.ndarray, t_meas: np.ndarray,
+               e_meas: np.ndarray, f_max: float, m_max: float, params: DeviceParams,
+               prior: float = 0.02) -> tuple[float, float, float]:
+    """Fit one kernel's compute time, memory time (s, at top clocks) and power activity to its
+    measured time (s) / energy (J) at a few clocks.
+
+    Starts from the roofline estimate ``(tc0, tm0)`` and fits multiplicative factors (log scale)
+    by least squares on relative errors; a weak prior (weight ``prior``) keeps the compute/memory
+    split and activity near the roofline estimate when too few clocks are measured (one clock
+    cannot separate them; three at different core and memory clocks can).
+
+    Returns ``(tc_max, tm_max, activity)``.
+    """
+    from scipy.optimize import least_squares
+
+    from .kernel import KernelWork, kernel_time_energy
+
+    f = np.asarray(f_mhz, float)
+    m = np.asarray(m_mhz, float)
+    total = max(tc0 + tm0, 1e-12)
+    tc0 = max(tc0, 1e-3 * total)
+    tm0 = max(tm0, 1e-3 * total)
+    t_meas = np.asarray(t_meas, float)
+    e_meas = np.asarray(e_meas, float)
+    # start from the scale that matches the measured times on average
+    t_mod = kernel_time_energy(KernelWork(np.array([tc0]), np.array([tm0])), f, m, f_max, m_max,
+                               params)["time_s"]
+    s0 = float(np.log(np.median(t_meas / np.maximum(t_mod, 1e-15))))
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        w = KernelWork(np.array([tc0 * np.exp(x[0])]), np.array([tm0 * np.exp(x[1])]),
+                       np.array([np.exp(x[2])]))
+        out = kernel_time_energy(w, f, m, f_max, m_max, params)
+        return np.r_[out["time_s"] / t_meas - 1, out["energy_j"] / np.maximum(e_meas, 1e-15) - 1,
+                     prior * (x[0] - x[1]), prior * x[2]]
+
+    sol = least_squares(resid, [s0, s0, 0.0], bounds=([-12, -12, -5], [12, 12, 3]))
+    a, b, g = np.exp(sol.x)
+    return float(tc0 * a), float(tm0 * b), float(g)
+
+
+def fit_trace_work(trace: Trace, spec: DeviceSpec, params: DeviceParams,
+                   table: dict[tuple[str, ClockConfig], tuple]) -> tuple[KernelWork, list[str]]:
+    """Per-kernel-name calibration of a trace's work from a measured table
+    (:func:`joulebound.dvfs.model.measured.read_table`). Every invocation of a measured kernel
+    name gets the fitted factors of that name; others keep the roofline estimate.
+
+    Returns the work and the kernel names that were calibrated.
+    """
+    from .characterize import resolve_clocks, trace_work
+
+    work = trace_work(trace, spec, params)
+    tc, tm = work.tc_max.copy(), work.tm_max.copy()
+    act = np.ones(len(trace))
+    names = np.array(trace.names())
+    by_name: dict[str, list[tuple[ClockConfig, float, float]]] = {}
+    for (k, c), vals in table.items():
+        by_name.setdefault(k, []).append((c, vals[0], vals[1]))
+    done = []
+    for k, cells in by_name.items():
+        idx = np.flatnonzero(names == k)
+        if idx.size == 0:
+            continue
+        f, m = resolve_clocks(spec, [c for c, _, _ in cells])
+        i0 = idx[0]
+        new_tc, new_tm, g = fit_kernel(tc[i0], tm[i0], f, m, np.array([t for _, t, _ in cells]),
+                                       np.array([e for _, _, e in cells]), spec.max_core_mhz,
+                                       spec.max_mem_mhz, params)
+        ra = new_tc / max(tc[i0], 1e-300) if tc[i0] > 0 else 0.0
+        rb = new_tm / max(tm[i0], 1e-300) if tm[i0] > 0 else 0.0
+        tc[idx] = np.where(tc[idx] > 0, tc[idx] * ra, new_tc)
+        tm[idx] = np.where(tm[idx] > 0, tm[idx] * rb, new_tm)
+        act[idx] = g
+        done.append(k)
+    return KernelWork(tc, tm, act), done

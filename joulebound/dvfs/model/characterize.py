@@ -83,7 +83,8 @@ def trace_work(trace: Trace, spec: DeviceSpec, params: DeviceParams) -> KernelWo
 
 def characterize(trace: Trace, device: str | DeviceSpec,
                  configs: Sequence[ClockConfig] | None = None, include_auto: bool = True,
-                 params: DeviceParams | None = None) -> Characterization:
+                 params: DeviceParams | None = None,
+                 work: KernelWork | None = None) -> Characterization:
     """Modeled time (s) and energy (J) of every kernel of ``trace`` at every clock config.
 
     Args:
@@ -94,6 +95,9 @@ def characterize(trace: Trace, device: str | DeviceSpec,
             is None (or append it when missing from a given list).
         params: model parameters (default: shipped calibration for the device, else datasheet
             defaults).
+        work: per-kernel compute/memory times and activity (default: from the trace's FLOPs and
+            bytes via :func:`trace_work`; :func:`~joulebound.dvfs.model.calibrate.fit_trace_work`
+            fits them to measured cells).
 
     Returns:
         A :class:`Characterization` with every cell ``modeled`` (``measured`` all False); ``meta``
@@ -112,12 +116,14 @@ def characterize(trace: Trace, device: str | DeviceSpec,
     if len(trace) == 0:
         raise JouleboundError(f"trace {trace.name!r} has no kernels")
     core, mem = resolve_clocks(spec, cfgs)
-    work = trace_work(trace, spec, prm)
+    if work is None:
+        work = trace_work(trace, spec, prm)
+    act = np.ones(len(trace)) if work.activity is None else np.asarray(work.activity, float)
     # identical invocations share one row of the computation
-    keys = np.stack([work.tc_max, work.tm_max], axis=1)
+    keys = np.stack([work.tc_max, work.tm_max, act], axis=1)
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
-    uw = KernelWork(uniq[:, :1], uniq[:, 1:])
+    uw = KernelWork(uniq[:, :1], uniq[:, 1:2], uniq[:, 2:])
     out = kernel_time_energy(uw, core[None, :], mem[None, :], spec.max_core_mhz,
                              spec.max_mem_mhz, prm)
     time_s = out["time_s"][inverse]

@@ -35,10 +35,14 @@ class KernelWork:
     Attributes:
         tc_max: compute time (s) at the top core clock (FLOPs / achieved FLOP/s).
         tm_max: memory time (s) at the top clocks (bytes / achieved bandwidth).
+        activity: optional per-kernel multiplier (>= 0) of the dynamic (core and memory) power,
+            1.0 = the device's calibrated average; fitted from measurements by
+            :func:`joulebound.dvfs.model.calibrate.fit_kernel`.
     """
 
     tc_max: np.ndarray
     tm_max: np.ndarray
+    activity: np.ndarray | None = None
 
 
 def memory_voltage(mem_mhz: np.ndarray, max_mem_mhz: float, params: DeviceParams) -> np.ndarray:
@@ -67,8 +71,9 @@ def kernel_time(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: f
 
 def kernel_power(t: np.ndarray, tc: np.ndarray, tm: np.ndarray, f_mhz: np.ndarray,
                  m_mhz: np.ndarray, f_max: float, m_max: float,
-                 params: DeviceParams) -> np.ndarray:
-    """Average board power (W) while a kernel with parts ``(t, tc, tm)`` runs (uncapped)."""
+                 params: DeviceParams, activity: np.ndarray | float = 1.0) -> np.ndarray:
+    """Average board power (W) while a kernel with parts ``(t, tc, tm)`` runs (uncapped);
+    ``activity`` scales the dynamic terms."""
     f = np.asarray(f_mhz, float)
     m = np.asarray(m_mhz, float)
     u_c = np.clip(tc / t, 0.0, 1.0)
@@ -77,7 +82,7 @@ def kernel_power(t: np.ndarray, tc: np.ndarray, tm: np.ndarray, f_mhz: np.ndarra
         * params.vf.dynamic_scale(f)
     vm = memory_voltage(m, m_max, params)
     mem = (params.mem_static_w + params.mem_dyn_w * u_m) * vm ** 2 * (m / m_max)
-    return params.idle_w + core + mem
+    return params.idle_w + activity * (core + mem)
 
 
 def kernel_time_energy(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: float,
@@ -100,7 +105,8 @@ def kernel_time_energy(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f
     f_req = np.asarray(f_mhz, float)
     m = np.asarray(m_mhz, float)
     t, tc, tm = kernel_time(work, f_req, m, f_max, m_max, params)
-    p = kernel_power(t, tc, tm, f_req, m, f_max, m_max, params)
+    act = 1.0 if work.activity is None else np.asarray(work.activity, float)
+    p = kernel_power(t, tc, tm, f_req, m, f_max, m_max, params, act)
     f_req, m, t = np.broadcast_arrays(f_req, m, t)
     p = np.broadcast_to(p, t.shape)
     capped = p > params.power_limit_w
@@ -111,11 +117,13 @@ def kernel_time_energy(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f
         tc0 = np.broadcast_to(work.tc_max, t.shape)[capped]
         tm0 = np.broadcast_to(work.tm_max, t.shape)[capped]
         sub = KernelWork(tc0, tm0)
+        ac = np.broadcast_to(act, t.shape)[capped]
         mc = m[capped]
         for _ in range(iters):
             mid = 0.5 * (lo + hi)
             tt, cc, mm = kernel_time(sub, mid, mc, f_max, m_max, params)
-            over = kernel_power(tt, cc, mm, mid, mc, f_max, m_max, params) > params.power_limit_w
+            over = kernel_power(tt, cc, mm, mid, mc, f_max, m_max, params, ac) \
+                > params.power_limit_w
             hi = np.where(over, mid, hi)
             lo = np.where(over, lo, mid)
         f_eff[capped] = lo
@@ -123,5 +131,5 @@ def kernel_time_energy(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f
         p = np.array(p)
         tt, cc, mm = kernel_time(sub, lo, mc, f_max, m_max, params)
         t[capped] = tt
-        p[capped] = kernel_power(tt, cc, mm, lo, mc, f_max, m_max, params)
+        p[capped] = kernel_power(tt, cc, mm, lo, mc, f_max, m_max, params, ac)
     return {"time_s": t, "energy_j": p * t, "power_w": p, "f_eff_mhz": f_eff, "capped": capped}

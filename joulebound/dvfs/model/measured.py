@@ -152,3 +152,27 @@ def from_measured(path: str | Path, device: DeviceSpec | None = None,
     meta["measured_source"] = str(p)
     return Characterization(base.kernel_names, base.configs, t, e, meas, device=base.device,
                             meta=meta)
+
+
+def characterize_with_measurements(trace, device, path: str | Path,  # type: ignore[no-untyped-def]
+                                   params=None) -> Characterization:
+    """Characterize ``trace`` on ``device`` with a measured table: each measured kernel's work
+    and power activity are fitted to its measured cells (:func:`~joulebound.dvfs.model.calibrate.
+    fit_trace_work`), every cell is then modeled from the fitted work, and measured cells replace
+    the modeled ones (``measured = True``)."""
+    from .calibrate import fit_trace_work
+    from .characterize import characterize, resolve_device
+    from .params import params_for
+
+    spec = resolve_device(device)
+    prm = params if params is not None else params_for(spec)
+    table = read_table(path, spec)
+    unknown = sorted({k for k, _ in table} - set(trace.names()))
+    if unknown:
+        raise SchemaError(Path(path), "kernel",
+                          f"kernel(s) not in the trace: {', '.join(unknown[:5])}; trace kernels "
+                          f"include {', '.join(sorted(set(trace.names()))[:8])}")
+    work, fitted = fit_trace_work(trace, spec, prm, table)
+    base = characterize(trace, spec, params=prm, work=work)
+    base.meta["calibrated_kernels"] = fitted
+    return from_measured(path, spec, base=base)
