@@ -33,6 +33,7 @@ Cost: one ``observe`` + prediction is a few hundred ns of pure Python in the mat
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -41,6 +42,8 @@ import numpy as np
 
 UNKNOWN = -1
 """Label / key id meaning "no prediction"."""
+STRAY = -2
+"""Label of a history entry found to be a one-off extra op; the pointer skips it."""
 
 
 class KeyInterner:
@@ -111,6 +114,10 @@ class PredictorStats:
         return self.correct / self.observed if self.observed else float("nan")
 
 
+_SOURCES = ("period", "markov", "none")
+_PERIOD, _MARKOV, _NONE = 0, 1, 2
+
+
 class NextKernelPredictor:
     """Online next-op predictor (period following + order-k Markov fallback).
 
@@ -119,12 +126,17 @@ class NextKernelPredictor:
             after a miss: the candidate with the longest matching suffix up to ``max`` wins (ties:
             the most recent); a match shorter than ``min`` is not trusted.
         markov_order: order ``k`` of the fallback Markov model (1 or 2; backs off to 1).
+        markov_window: most recent occurrences of the context counted by the Markov model.
         warm: consecutive correct ops needed for confidence 1.0.
         max_candidates: earlier occurrences of the current key examined per resync.
         relock_window: ops after a lost lock during which :meth:`_relock` may re-lock near the
             expected position (0 disables it).
         max_history: history length that triggers compaction (the oldest half is dropped;
             amortised O(1) per op).
+
+    The matched case (the pointer was right) does O(1) work: three list appends and a few
+    integer updates. The Markov counts are computed on demand from the per-key position index,
+    only when the pointer is lost, so they cost nothing in steady state.
 
     Usage::
 
@@ -136,7 +148,7 @@ class NextKernelPredictor:
 
     def __init__(self, resync_orders: Sequence[int] = (32, 3), markov_order: int = 2,
                  warm: int = 8, max_candidates: int = 64, max_history: int = 1 << 20,
-                 relock_window: int = 3) -> None:
+                 relock_window: int = 3, markov_window: int = 64) -> None:
         orders = sorted({int(m) for m in resync_orders}, reverse=True)
         if not orders or orders[-1] < 1:
             raise ValueError("resync_orders must hold positive suffix lengths")
@@ -145,6 +157,7 @@ class NextKernelPredictor:
         self.max_match = orders[0]
         self.min_match = orders[-1]
         self.markov_order = int(markov_order)
+        self.markov_window = max(1, int(markov_window))
         self.relock_window = int(relock_window)
         self.warm = max(1, int(warm))
         self.max_candidates = max(1, int(max_candidates))
@@ -152,24 +165,28 @@ class NextKernelPredictor:
         self._hist: list[int] = []
         self._labels: list[int] = []
         self._where: dict[int, list[int]] = {}           # key -> history positions
-        self._m1: dict[int, dict[int, int]] = {}          # prev key -> next key -> count
-        self._m2: dict[tuple[int, int], dict[int, int]] = {}
         self._p: int | None = None          # history index of the predicted next op
         self._run = 0                       # consecutive correct pointer predictions
         self._expect: int | None = None     # where a lost stream was expected to continue
         self._lost = 0                      # ops since the lock was lost
-        self._pred = Prediction(UNKNOWN, UNKNOWN, 0.0, "none")
-        self.stats = PredictorStats()
+        self._lag = 0                       # the lag (period) of the last long lock
+        self._skipped: list[int] = []       # history positions passed over by a relock
+        # the prediction for the next op, as plain fields (no object per op)
+        self._nk = UNKNOWN                  # key
+        self._nl = UNKNOWN                  # label
+        self._nc = 0.0                      # confidence
+        self._ns = _NONE                    # source
+        self.reset_stats()
 
     # -- public API -------------------------------------------------------------------------
     @property
     def prediction(self) -> Prediction:
         """Prediction for the next op to be observed."""
-        return self._pred
+        return Prediction(self._nk, self._nl, self._nc, _SOURCES[self._ns])
 
     def predict(self) -> Prediction:
         """Same as :attr:`prediction` (scikit-learn style verb)."""
-        return self._pred
+        return self.prediction
 
     @property
     def period(self) -> int | None:
@@ -182,7 +199,37 @@ class NextKernelPredictor:
 
     @property
     def confidence(self) -> float:
-        return self._pred.confidence
+        """Confidence (0..1) that the next op is the predicted one and the stream stays locked."""
+        return self._nc
+
+    @property
+    def last_label(self) -> int:
+        """Label of the op observed last (its plan position when primed; -1 unknown)."""
+        return self._labels[-1] if self._labels else UNKNOWN
+
+    def set_last_label(self, label: int) -> None:
+        """Overwrite the last op's label (e.g. from plan continuity); later matches inherit it."""
+        if self._labels:
+            self._labels[-1] = label
+
+    @property
+    def stats(self) -> PredictorStats:
+        """Counters since construction or :meth:`reset_stats`."""
+        f = self._fast
+        src = [list(x) for x in self._src]
+        src[_PERIOD][0] += f
+        src[_PERIOD][1] += f
+        return PredictorStats(observed=self._obs + f, correct=self._hit + f,
+                              resyncs=self._resyncs, markov_used=self._markov_used,
+                              by_source=dict(zip(_SOURCES, src, strict=True)))
+
+    def reset_stats(self) -> None:
+        self._fast = 0           # ops predicted by the pointer (fast path), all correct
+        self._obs = 0            # other ops observed
+        self._hit = 0            # ... of which predicted correctly
+        self._src = [[0, 0], [0, 0], [0, 0]]
+        self._resyncs = 0
+        self._markov_used = 0
 
     def prime(self, keys: Sequence[int], labels: Sequence[int] | None = None,
               expect_start: bool = True) -> None:
@@ -207,66 +254,68 @@ class NextKernelPredictor:
 
     def observe(self, key: int) -> bool:
         """Feed the op that was just dispatched; returns whether it had been predicted."""
-        pred = self._pred
-        hit = key == pred[0]
-        st = self.stats
-        st.observed += 1
-        src = st.by_source[pred[3]]
-        src[0] += 1
         p = self._p
-        if hit:
-            st.correct += 1
-            src[1] += 1
-        if hit and p is not None:
+        if key == self._nk and p is not None:
             # fast path: the pointer was right; follow it
-            self._p = p + 1
-            self._append(key, self._labels[p])
-            p = self._p
-            if p is not None:
-                self._run = run = self._run + 1
-                conf = run / self.warm
-                self._pred = Prediction(self._hist[p], self._labels[p],
-                                        1.0 if conf > 1.0 else conf, "period")
-                return True
-        else:
-            self._append(key, UNKNOWN)
-            if p is not None:
-                st.resyncs += 1
-                # lock lost here: remember where the stream was expected to continue
-                self._expect = p if self._run >= self.warm else None
-                self._lost = 0
-            if not self._relock(key):
-                self._resync()
+            self._fast += 1
+            h = self._hist
+            n = len(h)
+            labels = self._labels
+            h.append(key)
+            labels.append(labels[p])
+            w = self._where.get(key)
+            if w is None:
+                self._where[key] = [n]
+            else:
+                w.append(n)
+            p += 1
+            if labels[p] == STRAY:
+                self._p = p
+                self._skip_strays()
+                p = self._p
+            self._p = p
+            run = self._run = self._run + 1
+            self._nk = h[p]
+            self._nl = labels[p]
+            self._nc = 1.0 if run >= self.warm else run / self.warm
+            if n + 1 >= self.max_history:
+                self._compact()
+                if self._p is not None:
+                    self._set_pred_from_pointer()
+                else:
+                    self._set_pred_markov()
+            return True
+        hit = key == self._nk
+        self._obs += 1
+        src = self._src[self._ns]
+        src[0] += 1
+        if hit:
+            self._hit += 1
+            src[1] += 1
+        self._append(key, UNKNOWN)
+        if p is not None:
+            self._resyncs += 1
+            # lock lost here: remember where the stream was expected to continue
+            if self._run >= self.warm:
+                self._expect = p
+                self._lag = len(self._hist) - 1 - p
+            else:
+                self._expect = None
+            self._lost = 0
+        if not self._relock(key):
+            self._resync()
         if self._p is not None:
             self._set_pred_from_pointer()
+        elif self._expect is not None and self._expect < len(self._hist):
+            # lost a moment ago: most likely the last op was an extra one and the stream
+            # continues where it was expected to
+            self._nk = self._hist[self._expect]
+            self._nl = self._labels[self._expect]
+            self._nc = 0.5
+            self._ns = _PERIOD
         else:
             self._set_pred_markov()
         return hit
-
-    def _relock(self, key: int) -> bool:
-        """Re-lock near the position a long-locked stream was expected to be at.
-
-        Absorbs small disturbances (an extra op, a missing op, two swapped ops, in the present or
-        in the history the pointer follows) without a suffix search, which in a stream of identical
-        layers could lock onto the wrong layer. Active for up to ``relock_window`` ops after the
-        lock was lost; tries the expected position and its neighbours (+1, -1, +2, -2)."""
-        e = self._expect
-        if e is None:
-            return False
-        h = self._hist
-        n = len(h) - 1
-        for d in (0, 1, -1, 2, -2):
-            c = e + d
-            if 0 <= c < n and h[c] == key:
-                self._p = c + 1
-                self._run = self.warm - 1
-                if self._labels[n] == UNKNOWN:
-                    self._labels[n] = self._labels[c]
-                self._expect = None
-                return True
-        self._lost += 1
-        self._expect = None if self._lost > self.relock_window else e + 1
-        return False
 
     def observe_many(self, keys: Iterable[int]) -> int:
         """Feed several ops; returns how many were predicted correctly."""
@@ -280,45 +329,95 @@ class NextKernelPredictor:
         """
         p = self._p
         if p is None:
-            first = self._pred
-            keys = [first.key] + [UNKNOWN] * (k - 1)
-            return keys[:k], [UNKNOWN] * k, first.confidence if k == 1 else 0.0
+            keys = [self._nk] + [UNKNOWN] * (k - 1)
+            return keys[:k], [UNKNOWN] * k, self._nc if k == 1 else 0.0
         hist, labels_ = self._hist, self._labels
         n = len(hist)
         lag = n - p
         keys, labels = [], []
-        for i in range(k):
-            j = p + i
+        j = p
+        while len(keys) < k:
             while j >= n:
                 j -= lag
-            keys.append(hist[j])
-            labels.append(labels_[j])
-        return keys, labels, self._pred.confidence
-
-    def reset_stats(self) -> None:
-        self.stats = PredictorStats()
+            if labels_[j] != STRAY:
+                keys.append(hist[j])
+                labels.append(labels_[j])
+            j += 1
+        return keys, labels, self._nc
 
     def __len__(self) -> int:
         return len(self._hist)
 
     # -- internals --------------------------------------------------------------------------
+    def _relock(self, key: int) -> bool:
+        """Re-lock near the position a long-locked stream was expected to be at.
+
+        Absorbs small disturbances without a suffix search (which, in a stream of identical
+        layers, could lock onto the wrong layer). Active for up to ``relock_window`` ops after
+        the lock was lost, around the expected position ``e``:
+
+        * ``key == h[e]``: the ops since the lock was lost were extra (strays); a single stray is
+          marked :data:`STRAY` so that later iterations following this one skip it;
+        * ``key == h[e + d]``, ``d`` = 1, 2: ops were missing (dropped, or the first half of a
+          swap); the skipped positions are remembered;
+        * ``key`` is a remembered skipped op: it came late (second half of a swap); the pointer
+          stays where it is.
+        """
+        h = self._hist
+        n = len(h) - 1
+        labels = self._labels
+        sk = self._skipped
+        if sk and self._p is not None:
+            for c in sk:
+                if h[c] == key:
+                    sk.remove(c)
+                    if labels[n] == UNKNOWN and labels[c] != STRAY:
+                        labels[n] = labels[c]
+                    self._run = self.warm - 1
+                    self._expect = None
+                    return True
+        e = self._expect
+        if e is None:
+            return False
+        lost = self._lost
+        for j in dict.fromkeys((lost, 0, lost + 1, lost + 2, *range(1, lost))):
+            c = e + j
+            if 0 <= c < n and h[c] == key:
+                if j == 0 and lost:
+                    # the ops since the lock was lost were extra: skip them in later iterations
+                    for i in range(n - lost, n):
+                        if labels[i] == UNKNOWN:
+                            labels[i] = STRAY
+                self._skipped = list(range(e + lost, c))
+                self._p = c + 1
+                self._skip_strays()
+                self._run = self.warm - 1
+                if labels[n] == UNKNOWN:
+                    labels[n] = labels[c]
+                self._expect = None
+                return True
+        self._lost = lost + 1
+        if self._lost > self.relock_window:
+            self._expect = None
+        return False
+
+    def _skip_strays(self) -> None:
+        """Move the pointer past entries marked :data:`STRAY`; remember them in case the op
+        turns out to recur (then it arrives "late" and is absorbed by :meth:`_relock`)."""
+        p = self._p
+        labels = self._labels
+        if p is None or labels[p] != STRAY:
+            return
+        skipped = []
+        while p < len(labels) - 1 and labels[p] == STRAY:
+            skipped.append(p)
+            p += 1
+        self._skipped = skipped
+        self._p = p
+
     def _append(self, key: int, label: int) -> None:
         h = self._hist
         n = len(h)
-        if n:
-            prev = h[-1]
-            nxt = self._m1.get(prev)
-            if nxt is None:
-                self._m1[prev] = {key: 1}
-            else:
-                nxt[key] = nxt.get(key, 0) + 1
-            if n > 1 and self.markov_order == 2:
-                ctx = (h[-2], prev)
-                nxt = self._m2.get(ctx)
-                if nxt is None:
-                    self._m2[ctx] = {key: 1}
-                else:
-                    nxt[key] = nxt.get(key, 0) + 1
         h.append(key)
         self._labels.append(label)
         w = self._where.get(key)
@@ -337,13 +436,23 @@ class NextKernelPredictor:
         the label of its match, so plan positions survive resyncs."""
         self._p = None
         self._run = 0
+        self._skipped = []
         h = self._hist
         n = len(h) - 1                      # index of the op just observed
         occ = self._where[h[n]]
         best, best_len = -1, 0
         top = self.max_match
         lo = max(0, len(occ) - 1 - self.max_candidates)
-        for idx in range(len(occ) - 2, lo - 1, -1):
+        cands = range(len(occ) - 2, lo - 1, -1)
+        lag = self._lag
+        if lag:
+            # the last known period first: after a disturbance the stream usually continues
+            # one period after the ops it followed before
+            i = bisect.bisect_left(occ, n - lag, 0, len(occ) - 1)
+            near = [j for j in (i, i - 1) if 0 <= j < len(occ) - 1 and
+                    abs(occ[j] - (n - lag)) <= 2]
+            cands = [*near, *cands]
+        for idx in cands:
             c = occ[idx]
             length = 1
             while length < top and c - length >= 0 and h[c - length] == h[n - length]:
@@ -359,31 +468,40 @@ class NextKernelPredictor:
                 self._labels[n] = self._labels[best]
 
     def _set_pred_from_pointer(self) -> None:
+        self._skip_strays()
         p = self._p
         assert p is not None
-        conf = self._run / self.warm
-        self._pred = Prediction(self._hist[p], self._labels[p], 1.0 if conf > 1.0 else conf,
-                                "period")
+        self._nk = self._hist[p]
+        self._nl = self._labels[p]
+        self._nc = min(1.0, self._run / self.warm)
+        self._ns = _PERIOD
 
     def _set_pred_markov(self) -> None:
+        """Order-k Markov prediction from the recent successors of the current context."""
         h = self._hist
-        nxt = None
-        order = 0
-        if len(h) >= 2 and self.markov_order == 2:
-            nxt, order = self._m2.get((h[-2], h[-1])), 2
-        if not nxt and h:
-            nxt, order = self._m1.get(h[-1]), 1
-        if nxt:
-            key, cnt = max(nxt.items(), key=lambda kv: kv[1])
-            total = sum(nxt.values())
-            self.stats.markov_used += 1
-            self._pred = Prediction(key, UNKNOWN, cnt / total * (order / self.markov_order),
-                                    "markov")
+        n = len(h)
+        self._nk, self._nl, self._nc, self._ns = UNKNOWN, UNKNOWN, 0.0, _NONE
+        if n == 0:
             return
-        self._pred = Prediction(UNKNOWN, UNKNOWN, 0.0, "none")
+        occ = self._where[h[-1]]
+        prev = h[-2] if n >= 2 and self.markov_order == 2 else None
+        c1: dict[int, int] = {}
+        c2: dict[int, int] = {}
+        for i in occ[-self.markov_window - 1:-1]:
+            nxt = h[i + 1]
+            c1[nxt] = c1.get(nxt, 0) + 1
+            if prev is not None and i > 0 and h[i - 1] == prev:
+                c2[nxt] = c2.get(nxt, 0) + 1
+        counts, order = (c2, 2) if c2 else (c1, 1)
+        if counts:
+            key, cnt = max(counts.items(), key=lambda kv: kv[1])
+            self._markov_used += 1
+            self._nk = key
+            self._nc = cnt / sum(counts.values()) * (order / self.markov_order)
+            self._ns = _MARKOV
 
     def _compact(self) -> None:
-        """Drop the oldest half of the history and re-index (Markov counts are kept)."""
+        """Drop the oldest half of the history and re-index."""
         cut = len(self._hist) // 2
         self._hist = self._hist[cut:]
         self._labels = self._labels[cut:]
@@ -391,6 +509,9 @@ class NextKernelPredictor:
         for i, k in enumerate(self._hist):
             where.setdefault(k, []).append(i)
         self._where = where
+        self._skipped = []
+        if self._expect is not None:
+            self._expect = self._expect - cut if self._expect >= cut else None
         if self._p is not None:
             self._p = self._p - cut if self._p >= cut else None
             if self._p is None:

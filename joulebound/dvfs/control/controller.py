@@ -134,7 +134,6 @@ class Controller:
                  predictor: NextKernelPredictor | None = None) -> None:
         self.plan = plan
         self.actuator = actuator
-        self.safe = safe
         self.min_confidence = float(min_confidence)
         self.horizon = int(horizon)
         self.interner = interner if interner is not None else KeyInterner()
@@ -146,12 +145,15 @@ class Controller:
                              "(modeled time per plan kernel) to place switches early enough")
         times = np.zeros(len(plan.choice)) if kernel_time_s is None else kernel_time_s
         self.commands = lookahead_commands(plan.choice, times, lat)
-        self._cmd_cfg = [plan.configs[int(c)] for c in self.commands]
+        canon: dict[ClockConfig, ClockConfig] = {}
+        self.safe = canon.setdefault(safe, safe)
+        cfgs = [canon.setdefault(c, c) for c in plan.configs]
+        self._cmd_cfg = [cfgs[int(c)] for c in self.commands]
         self.keys = [self.interner.intern(n) for n in plan.kernel_names]
         self.predictor = predictor or NextKernelPredictor()
         self.predictor.prime(self.keys)
-        self.stats = ControllerStats()
-        self.commanded: ClockConfig = actuator.current
+        self._n_ops = self._n_planned = self._n_safe = self._n_switches = 0
+        self.commanded: ClockConfig = canon.get(actuator.current, actuator.current)
         self.log: list[dict[str, Any]] = []
         self._own_fh = False
         self._fh: TextIO | None
@@ -174,7 +176,7 @@ class Controller:
         pred.observe(key)
         labels = pred._labels
         label = labels[-1]
-        if label == UNKNOWN and self._last_label != UNKNOWN:
+        if label < 0 and self._last_label >= 0:
             # continuity with the plan: the op the plan has next after the previous one.
             # Written back into the history so later iterations that follow it keep the label.
             nxt = self._last_label + 1
@@ -183,24 +185,30 @@ class Controller:
             if self.keys[nxt] == key:
                 label = labels[-1] = nxt
         self._last_label = label
-        conf = pred._pred.confidence
-        st = self.stats
-        st.ops += 1
-        if label != UNKNOWN and conf >= self.min_confidence:
+        self._n_ops += 1
+        # configs are canonical objects, so identity is equality here
+        if label >= 0 and pred._nc >= self.min_confidence:
             target = self._cmd_cfg[label]
-            reason = "plan"
-            if target != self.commanded and self.horizon and not self._future_ok(label):
-                target, reason = self.safe, "unexpected-future"
+            if target is self.commanded:
+                self._n_planned += 1
+            elif self.horizon and not self._future_ok(label):
+                self._n_safe += 1
+                if self.safe is not self.commanded:
+                    self._switch(self.safe, "unexpected-future", label, key)
+            else:
+                self._n_planned += 1
+                self._switch(target, "plan", label, key)
         else:
-            target = self.safe
-            reason = "unknown-op" if label == UNKNOWN else "low-confidence"
-        if reason == "plan":
-            st.planned_ops += 1
-        elif target == self.safe:
-            st.safe_ops += 1
-        if target != self.commanded:
-            self._switch(target, reason, label, key)
+            self._n_safe += 1
+            if self.safe is not self.commanded:
+                self._switch(self.safe, "unknown-op" if label < 0 else "low-confidence",
+                             label, key)
         self.actuator.on_op(label)
+
+    @property
+    def stats(self) -> ControllerStats:
+        """Counts since the controller started."""
+        return ControllerStats(self._n_ops, self._n_planned, self._n_safe, self._n_switches)
 
     def _future_ok(self, label: int) -> bool:
         """The predicted next ``horizon`` ops are the plan's next positions."""
@@ -211,16 +219,17 @@ class Controller:
     def command(self, config: ClockConfig, reason: str = "schedule") -> None:
         """Issue ``config`` now (used by :class:`PeriodicSchedule`)."""
         if config != self.commanded:
+            config = self.safe if config == self.safe else config
             self._switch(config, reason, UNKNOWN, UNKNOWN)
 
     def _switch(self, target: ClockConfig, reason: str, label: int, key: int) -> None:
         self.commanded = target
-        self.stats.switches += 1
+        self._n_switches += 1
         if self.aligner is not None:
             self.aligner.submit(target)
         else:
             self.actuator.set_clocks(target)
-        rec = {"t_s": round(time.monotonic() - self._t0, 6), "op": self.stats.ops - 1,
+        rec = {"t_s": round(time.monotonic() - self._t0, 6), "op": self._n_ops - 1,
                "label": int(label), "config": target.label, "reason": reason,
                "key": str(self.interner.key(key)) if key != UNKNOWN else None}
         self.log.append(rec)

@@ -197,8 +197,18 @@ def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
                               "needed to place switches that early (or pass --switch-latency 0)")
     act = make_actuator(actuator, char=char, switch_latency_s=lat, socket_path=socket_path,
                         gpu=gpu)
+    aligner = None
+    if actuator != "simulated":
+        import torch
+
+        if torch.cuda.is_available():
+            # the CPU runs ahead of the GPU: switch when the device reaches the op
+            from .hooks import EventAligner
+
+            aligner = EventAligner(act.set_clocks)
+            res.notes.append("switches aligned with device progress (CUDA events)")
     ctl = Controller(plan, act, kernel_time_s=ktime, switch_latency_s=lat,
-                     min_confidence=min_confidence, log=switch_log)
+                     min_confidence=min_confidence, log=switch_log, aligner=aligner)
     try:
         with ctl.hook():
             res.exit_code = _run_target(kind, target, argv)

@@ -1,0 +1,258 @@
+"""Runtime clock control: next-kernel predictor speed/accuracy, hook and controller overhead.
+
+Targets (issue 6): predictor >= 99.9 % correct in steady state on analytic traces and on traces
+recorded from a real CPU training loop, >= 95 % on perturbed traces, <= 2 us per prediction; hook
+overhead <= 3 % of step time for a model whose ops take >= 1 ms on average.
+
+Run: ``.venv/bin/python -m benchmarks.run_all --only runtime``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+from joulebound.dvfs.predict import (
+    DEFAULT_PERTURBATION,
+    KeyInterner,
+    NextKernelPredictor,
+    Perturbation,
+    perturbed_stream,
+)
+
+PRESETS = ("gpt2-small", "gpt2-xl", "gpt3-xl", "bert-base", "bert-huge")
+
+
+def analytic_iteration(preset: str) -> list[int]:
+    from joulebound.workload.analytic import build_trace
+
+    interner = KeyInterner()
+    return [interner.intern(k.signature) for k in build_trace(preset)]
+
+
+def measure(stream: list[int], skip: int, repeats: int = 3) -> tuple[float, float]:
+    """(accuracy after ``skip`` ops, ns per prediction).
+
+    One prediction = ``observe(op)``, which updates the state and computes the prediction for
+    the next op (reading it is an attribute access). Time: best of ``repeats`` runs over the
+    whole stream (the machine is shared; the minimum is the least disturbed run)."""
+    best = float("inf")
+    acc = 0.0
+    for _ in range(repeats):
+        pred = NextKernelPredictor()
+        obs = pred.observe
+        head, tail = stream[:skip], stream[skip:]
+        t0 = time.perf_counter_ns()
+        for k in head:
+            obs(k)
+        hits = 0
+        for k in tail:
+            hits += obs(k)
+        best = min(best, (time.perf_counter_ns() - t0) / max(1, len(stream)))
+        acc = hits / max(1, len(tail))
+    return acc, best
+
+
+def recorded_loop(steps: int, eval_every: int = 0, last_batch: int | None = None,
+                  layers: int = 2) -> tuple[list[int], list[int]]:
+    """Op keys of a real CPU training loop (tiny GPT) and the op index where each step starts."""
+    from joulebound.dvfs.control.demo_gpt import TinyGPTConfig, make_step
+    from joulebound.dvfs.control.hooks import OpStream
+
+    train_step, eval_step = make_step(TinyGPTConfig(layers=layers, hidden=32, seq=16, batch=4))
+    starts = []
+    with OpStream(record=True) as ops:
+        for i in range(steps):
+            if eval_every and i and i % eval_every == 0:
+                eval_step()
+            starts.append(len(ops.keys))
+            train_step(batch=last_batch if (last_batch and i == steps - 1) else None)
+    return list(ops.keys), starts
+
+
+def per_op_cost_us(n: int = 3000) -> tuple[float, float]:
+    """Extra us per op of the bare hook and of hook + controller, on a trivial op (best of 3)."""
+    import torch
+
+    from joulebound.clocks import ClockConfig
+    from joulebound.dvfs.control import Controller, DryRunActuator
+    from joulebound.dvfs.control.hooks import OpStream
+    from joulebound.dvfs.plan import Plan
+
+    x = torch.ones(4)
+
+    def loop() -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            torch.neg(x)
+        return (time.perf_counter() - t0) / n
+
+    with OpStream(record=True) as ops:
+        torch.neg(x)
+    names = [ops.name(k) for k in ops.keys]
+    plan = Plan("test", names, [ClockConfig(1410, 1593)], [0])
+    base = min(loop() for _ in range(3))
+    with OpStream():
+        hook = min(loop() for _ in range(3))
+    ctl = Controller(plan, DryRunActuator())
+    with ctl.hook():
+        full = min(loop() for _ in range(3))
+    ctl.close()
+    return (hook - base) * 1e6, (full - base) * 1e6
+
+
+def hook_overhead(repeats: int = 7) -> dict[str, float]:
+    """Step time without hook, with the bare OpStream, and with the full controller (dry-run)."""
+    import torch
+
+    from joulebound.clocks import AUTO, ClockConfig
+    from joulebound.dvfs.control import Controller, DryRunActuator
+    from joulebound.dvfs.control.demo_gpt import TinyGPTConfig, make_step
+    from joulebound.dvfs.control.hooks import OpStream
+    from joulebound.dvfs.plan import Plan
+
+    torch.set_num_threads(2)
+    cfg = TinyGPTConfig(layers=1, hidden=512, seq=256, batch=8, vocab=2048, dropout=0.1)
+    train_step, _ = make_step(cfg)
+    train_step()
+    with OpStream(record=True) as ops:            # warm the Python dispatch path, record keys
+        for _ in range(3):
+            a = len(ops.keys)
+            train_step()
+    names = [ops.name(k) for k in ops.keys[a:]]
+    n_ops = len(names)
+    choice = np.arange(n_ops) % 2
+    plan = Plan("test", names, [ClockConfig(1410, 1593), ClockConfig(1005, 1593)], choice)
+    t_none, t_hook, t_ctl = [], [], []
+    ctl = Controller(plan, DryRunActuator())
+    for _ in range(repeats):                       # interleaved A/B/C on a shared machine
+        t0 = time.perf_counter()
+        train_step()
+        t_none.append(time.perf_counter() - t0)
+        with OpStream():
+            t0 = time.perf_counter()
+            train_step()
+            t_hook.append(time.perf_counter() - t0)
+        with ctl.hook():
+            t0 = time.perf_counter()
+            train_step()
+            t_ctl.append(time.perf_counter() - t0)
+    ctl.close()
+    base = min(t_none)
+    return {"ops": n_ops, "step_s": base, "op_ms": base / n_ops * 1e3,
+            "hook_s": min(t_hook), "ctl_s": min(t_ctl), "med_s": statistics.median(t_none),
+            "switches": ctl.stats.switches, "AUTO": AUTO.label}
+
+
+def controller_ns(n_iter: int = 30) -> float:
+    """ns per Controller.on_op (predictor + command lookup + dry-run actuator), torch-free."""
+    from joulebound.clocks import ClockConfig
+    from joulebound.dvfs.control import Controller, DryRunActuator
+    from joulebound.dvfs.plan import Plan
+
+    one = analytic_iteration("gpt2-small")
+    names = [f"k{k}" for k in one]
+    choice = (np.arange(len(one)) // 25) % 2
+    plan = Plan("test", names, [ClockConfig(1410, 1593), ClockConfig(1005, 1593)], choice)
+    ctl = Controller(plan, DryRunActuator())
+    ids = [ctl.interner.intern(n) for n in names]
+    for k in ids * 2:
+        ctl.on_op(k)
+    t0 = time.perf_counter_ns()
+    for _ in range(n_iter):
+        for k in ids:
+            ctl.on_op(k)
+    return (time.perf_counter_ns() - t0) / (n_iter * len(ids))
+
+
+def run() -> str:
+    out = ["## Runtime: next-kernel predictor and clock controller", "",
+           "Predictor = period following (pointer into the op history) + order-2 Markov "
+           "fallback (`joulebound/dvfs/predict.py`). Accuracy = share of ops whose key was "
+           "predicted before it was dispatched. Steady state skips the first 2 iterations. "
+           "All figures measured on this machine (pure Python, one core).", ""]
+    out += ["### Analytic traces (`build_trace`), 60 iterations", "",
+            "| trace | ops/iter | steady accuracy | perturbed accuracy (default generator) "
+            "| ns / prediction (steady) | ns / prediction (perturbed) |",
+            "|---|---:|---:|---:|---:|---:|"]
+    worst_ns = 0.0
+    for p in PRESETS:
+        one = analytic_iteration(p)
+        acc, ns = measure(one * 60, 2 * len(one))
+        keys, _ = perturbed_stream(one, 60, DEFAULT_PERTURBATION, seed=0)
+        pacc, pns = measure(keys.tolist(), 0)
+        worst_ns = max(worst_ns, ns, pns)
+        out.append(f"| {p} | {len(one)} | {acc * 100:.3f} % | {pacc * 100:.2f} % | {ns:.0f} | "
+                   f"{pns:.0f} |")
+    out += ["", f"Target <= 2000 ns / prediction: worst {worst_ns:.0f} ns "
+                f"({'met' if worst_ns <= 2000 else 'NOT met'} on this machine).", ""]
+
+    one = analytic_iteration("gpt2-small")
+    out += ["### Perturbation types (gpt2-small, 60 iterations, whole stream incl. warm-up)", "",
+            "| perturbation | accuracy |", "|---|---:|"]
+    cases = {
+        "default (`DEFAULT_PERTURBATION`)": DEFAULT_PERTURBATION,
+        "stray op 1 % per op": Perturbation(insert_rate=0.01),
+        "dropped op 1 %": Perturbation(drop_rate=0.01),
+        "swapped pair 1 %": Perturbation(swap_rate=0.01),
+        "eval step every 5 iterations": Perturbation(eval_every=5),
+        "short last batch every 10 iterations": Perturbation(epoch_len=10),
+        "lazy-init ops in iteration 0 (50)": Perturbation(first_iter_extra=50),
+    }
+    for label, spec in cases.items():
+        keys, _ = perturbed_stream(one, 60, spec, seed=1)
+        acc, _ = measure(keys.tolist(), 0)
+        out.append(f"| {label} | {acc * 100:.2f} % |")
+    fb = list(range(40)) * 4 + list(range(100, 110))
+    acc, _ = measure(fb * 30, 2 * len(fb))
+    out += [f"| gradient accumulation (4 micro-batches), steady | {acc * 100:.3f} % |", ""]
+
+    out += ["### Traces recorded from a real CPU training loop (tiny GPT, `OpStream`)", "",
+            "| loop | ops | accuracy (after 3 steps) |", "|---|---:|---:|"]
+    keys, starts = recorded_loop(20)
+    acc, _ = measure(keys, starts[3])
+    out.append(f"| 20 train steps, 2 layers | {len(keys)} | {acc * 100:.3f} % |")
+    keys, starts = recorded_loop(20, layers=4)
+    acc, _ = measure(keys, starts[3])
+    out.append(f"| 20 train steps, 4 layers | {len(keys)} | {acc * 100:.3f} % |")
+    keys, starts = recorded_loop(30, eval_every=5, last_batch=2)
+    acc, _ = measure(keys, starts[3])
+    out.append(f"| 30 steps + eval every 5 + short last batch | {len(keys)} | "
+               f"{acc * 100:.2f} % |")
+    keys, starts = recorded_loop(4)
+    pk, _ = perturbed_stream(keys[starts[3]:], 60, DEFAULT_PERTURBATION, seed=2)
+    acc, _ = measure(pk.tolist(), 0)
+    out.append(f"| recorded iteration x 60 + default perturbations (whole stream) | {len(pk)} | "
+               f"{acc * 100:.2f} % |")
+    out.append("")
+
+    ns = min(controller_ns() for _ in range(3))
+    hook_us, full_us = per_op_cost_us()
+    h = hook_overhead()
+    oh = h["hook_s"] / h["step_s"] - 1
+    oc = h["ctl_s"] / h["step_s"] - 1
+    est = full_us * 1e-6 * h["ops"] / h["step_s"]
+    out += ["### Overhead", "",
+            f"- `Controller.on_op` (predictor + command lookup + dry-run actuator, a switch every "
+            f"25 ops), torch-free: **{ns:.0f} ns / op** (best of 3).",
+            f"- Per dispatched op (trivial `torch.neg`, best of 3 x 3000): bare `OpStream` "
+            f"**+{hook_us:.1f} us**, `OpStream` + controller **+{full_us:.1f} us**.",
+            f"- End to end on a model whose ops take {h['op_ms']:.2f} ms on average (1-layer "
+            f"GPT, d=512, S=256, B=8, {h['ops']} ops/step, step {h['step_s'] * 1e3:.0f} ms; best "
+            f"of 7 interleaved steps): bare hook {oh * 100:+.1f} %, controller with dry-run "
+            f"actuator switching clocks at every op {oc * 100:+.1f} % ({h['switches']} "
+            f"switches) — within the noise: the unhooked steps alone spread by "
+            f"{(h['med_s'] / h['step_s'] - 1) * 100:.0f} % (median vs best). From the per-op "
+            f"cost: **{est * 100:.2f} %** of step time. Target <= 3 %.",
+            "- The machine is shared with other jobs (load ~4 on 2 cores), so end-to-end "
+            "differences of a few % are within noise; the per-op figure is the reliable one. "
+            "Python dispatch modes cost ~10 us per op regardless of op size, so for tiny ops "
+            "(a few us, like the d=32 test model) the hook more than doubles step time; the target "
+            "is about ops >= 1 ms, as the GPU kernels of large models are."]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(run())
