@@ -123,6 +123,42 @@ class TitanXPowerModel:
         return float(np.mean(mem / (X @ self.coef_)))
 
 
+class FreeVoltageModel(TitanXPowerModel):
+    """Ablation: the same power equation with a free relative voltage per core clock and per
+    memory clock (gpmTOOL-style, 20 voltages) instead of the knee curve."""
+
+    def _design_v(self, t: PowerTable, vcs: np.ndarray, vms: np.ndarray) -> np.ndarray:
+        vc = vcs[np.searchsorted(self.fcs_, t.fc)]
+        vm = vms[np.searchsorted(self.fms_, t.fm)]
+        fcr, fmr = t.fc / FC_DEF, t.fm / FM_DEF
+        core = vc[:, None] ** 2 * fcr[:, None] * t.util[:, :7]
+        return np.c_[np.ones_like(vc), vc, vm, vc ** 2 * fcr, vm ** 2 * fmr, core,
+                     (vm ** 2 * fmr) * t.util[:, 7]]
+
+    def fit(self, t: PowerTable) -> FreeVoltageModel:
+        from scipy.optimize import least_squares, nnls
+
+        self.fcs_, self.fms_ = np.unique(t.fc), np.unique(t.fm)
+        nc = len(self.fcs_)
+
+        def weights(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            X = self._design_v(t, x[:nc], x[nc:])
+            return X, nnls(X / t.power[:, None], np.ones_like(t.power))[0]
+
+        def resid(x: np.ndarray) -> np.ndarray:
+            X, w = weights(x)
+            return X @ w / t.power - 1
+
+        sol = least_squares(resid, np.ones(nc + len(self.fms_)), bounds=(0.3, 2.0))
+        self.v_ = sol.x
+        self.coef_ = weights(sol.x)[1]
+        return self
+
+    def predict(self, t: PowerTable) -> np.ndarray:
+        nc = len(self.fcs_)
+        return self._design_v(t, self.v_[:nc], self.v_[nc:]) @ self.coef_
+
+
 def run(data: Path) -> tuple[list[CheckResult], TitanXPowerModel]:
     micro, real = load_micro(data), load_real(data)
     model = TitanXPowerModel().fit(micro)
@@ -135,6 +171,11 @@ def run(data: Path) -> tuple[list[CheckResult], TitanXPowerModel]:
         "guerreiro", "GTX Titan X", "35 real apps (all 64 clock pairs)", None, None, pred,
         real.power, energy_quantity="power", published=PUBLISHED, note=note,
         points={"x": real.fc, "fm": real.fm, "e_meas": real.power, "e_pred": pred})]
+    free = FreeVoltageModel().fit(micro)
+    out.append(CheckResult.from_arrays(
+        "guerreiro", "GTX Titan X", "ablation: free voltage per clock", None, None,
+        free.predict(real), real.power, energy_quantity="power",
+        note="same equation, 20 free voltages (gpmTOOL-style) instead of the knee curve"))
     for fm in sorted(set(real.fm.tolist())):
         k = real.fm == fm
         out.append(CheckResult.from_arrays(
