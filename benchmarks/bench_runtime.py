@@ -167,6 +167,39 @@ def controller_ns(n_iter: int = 30) -> float:
     return (time.perf_counter_ns() - t0) / (n_iter * len(ids))
 
 
+def latency_table() -> list[str]:
+    """Modeled: what the switch latency leaves of a kernel-level plan, and runtime vs simulator."""
+    from joulebound.dvfs.control import lookahead_commands
+    from joulebound.dvfs.control.actuators import replay_plan
+    from joulebound.dvfs.control.session import plan_kernel_times
+    from joulebound.dvfs.model import characterize
+    from joulebound.dvfs.simulate import simulate
+    from joulebound.dvfs.switching import plan_switch_aware
+    from joulebound.workload.analytic import build_trace
+
+    char = characterize(build_trace("gpt3-xl"), "rtx3080ti")
+    base = simulate(char, None)
+    rows = ["### What the switch latency leaves (modeled: GPT-3 XL analytic trace, RTX 3080 Ti "
+            "device model, slowdown budget 1 %)", "",
+            "Planner: `plan_switch_aware` (phases >= L); simulator: `joulebound.dvfs.simulate` "
+            "(one iteration starting at the plan's first clocks); runtime: the controller's "
+            "lookahead commands replayed through `SimulatedActuator` in steady state (cyclic: the "
+            "switch back at the iteration boundary must also fit), serial switches.", "",
+            "| L | planned switches | simulator energy vs auto | runtime switches / iter | "
+            "runtime energy vs auto | runtime vs simulator |", "|---|---:|---:|---:|---:|---:|"]
+    for lat in (0.0, 0.006, 0.02, 0.05, 0.15):
+        plan = plan_switch_aware(char, slowdown=0.01, switch_latency_s=lat)
+        sim = simulate(char, plan, switch_latency_s=lat)
+        cmd = lookahead_commands(plan.choice, plan_kernel_times(plan, char), lat)
+        t_r, e_r = replay_plan(char, plan, cmd, 4, lat).per_iteration[-1]
+        n_sw = int(np.count_nonzero(cmd != np.roll(cmd, 1)))
+        rows.append(f"| {lat * 1e3:.0f} ms | {plan.n_switches} | "
+                    f"{(sim.energy_j / base.energy_j - 1) * 100:+.2f} % | {n_sw} | "
+                    f"{(e_r / base.energy_j - 1) * 100:+.2f} % | "
+                    f"{(e_r / sim.energy_j - 1) * 100:+.2f} % |")
+    return rows + [""]
+
+
 def run() -> str:
     out = ["## Runtime: next-kernel predictor and clock controller", "",
            "Predictor = period following (pointer into the op history) + order-2 Markov "
@@ -228,6 +261,7 @@ def run() -> str:
                f"{acc * 100:.2f} % |")
     out.append("")
 
+    out += latency_table()
     ns = min(controller_ns() for _ in range(3))
     hook_us, full_us = per_op_cost_us()
     h = hook_overhead()
