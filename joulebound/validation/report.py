@@ -131,7 +131,13 @@ def plot_all(run: ValidationRun, img_dir: Path) -> list[Path]:
             if has_t and "t_meas" in r.points:
                 axes[0].plot(r.points["t_meas"], r.points["t_pred"], ".", label=lab)
                 k = 1
-            axes[k].plot(r.points["e_meas"], r.points["e_pred"], ".", ms=3, label=lab)
+            if "fm" in r.points:  # colour by memory clock
+                for fm in np.unique(r.points["fm"]):
+                    sel = r.points["fm"] == fm
+                    axes[k].plot(r.points["e_meas"][sel], r.points["e_pred"][sel], ".", ms=3,
+                                 label=f"{lab}, memory {fm:.0f} MHz")
+            else:
+                axes[k].plot(r.points["e_meas"], r.points["e_pred"], ".", ms=3, label=lab)
         for ax, q in zip(axes, (["time (s)", "energy (J)" if check == "perseus-plans" else
                                  "average power (W)"] if has_t else ["power (W)"]), strict=False):
             lo, hi = ax.get_xlim()
