@@ -94,3 +94,18 @@ def test_status_is_read_only_and_names_a_wrong_file(tmp_path, capsys):
     assert names == {"runs"}  # nothing created
     assert main(["sweep", "status", "--db", str(tmp_path / "missing.db")]) == 2
     assert not (tmp_path / "missing.db").exists()
+
+
+def test_a_file_that_is_not_sqlite_is_named_not_a_traceback(tmp_path, capsys):
+    from joulebound.cli import main
+
+    junk = tmp_path / "notes.db"
+    junk.write_text("not a database\n" * 100)
+    with pytest.raises(JouleboundError, match="not an SQLite database"):
+        load_results(junk)
+    with pytest.raises(JouleboundError, match="not an SQLite database"):
+        SweepStore(junk)
+    for argv in (["sweep", "status", "--db", str(junk)], ["fit", "--data", str(junk)]):
+        assert main(argv) == 2
+        assert "not an SQLite database" in capsys.readouterr().err
+    assert junk.read_text() == "not a database\n" * 100  # left untouched

@@ -79,6 +79,22 @@ def _connect(path: str | Path) -> sqlite3.Connection:
     return con
 
 
+def _table_names(path: Path) -> set[str]:
+    """Names of the tables in the SQLite file ``path``, opened read-only (nothing is created).
+
+    Raises:
+        JouleboundError: the file is not an SQLite database.
+    """
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError as exc:
+        raise JouleboundError(f"{path}: not an SQLite database ({exc}); pass a store written by "
+                              "`joulebound sweep --db`") from None
+    finally:
+        con.close()
+
+
 class SweepStore:
     """The sweep tables in one SQLite file (may be shared with the energy store's tables).
 
@@ -93,11 +109,7 @@ class SweepStore:
         if not create:
             if not self.path.exists():
                 raise JouleboundError(f"--db {self.path}: no such file (run `joulebound sweep --db {self.path}` first)")
-            con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
-            try:
-                names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            finally:
-                con.close()
+            names = _table_names(self.path)
             if not {"sweep_results", "sweep_plan"} <= names:
                 raise JouleboundError(f"--db {self.path}: holds no sweep tables (sweep_results, sweep_plan); "
                                       "is it a joulebound sweep database?")
@@ -107,6 +119,9 @@ class SweepStore:
         con = _connect(self.path)
         try:
             con.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise JouleboundError(f"--db {self.path}: not an SQLite database ({exc}); pass a new file "
+                                  "name or a store written by `joulebound sweep`") from None
         finally:
             con.close()
 
@@ -264,11 +279,10 @@ def load_results(path: str | Path, sweep: str | None = None, ok_only: bool = Fal
     path = Path(path)
     if not path.exists():
         raise JouleboundError(f"{path}: no such sweep database (run `joulebound sweep --db {path}` first)")
+    if "sweep_results" not in _table_names(path):
+        raise JouleboundError(f"{path}: no 'sweep_results' table; is this a joulebound sweep database?")
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        has = con.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='sweep_results'").fetchone()
-        if not has:
-            raise JouleboundError(f"{path}: no 'sweep_results' table; is this a joulebound sweep database?")
         q, args = "SELECT * FROM sweep_results", []
         conds = []
         if sweep is not None:
