@@ -5,7 +5,7 @@ forward pass) at core clock ``f`` (MHz), memory clock fixed::
 
     time(f)  = t0 + W / f_eff(f)             t0: memory/overhead part, W: compute work (MHz·s)
     f_eff(f) = (f**-n + f_cap**-n)**(-1/n)     soft power-limit cap (per stage), n = sharpness
-    power(f) = min(Pc + A · V(f)**2 f/f_max,  P_cap)
+    power(f) = softmin(Pc + A · V(f)**2 f/f_max,  P_cap)   same sharpness n as the time cap
     energy   = power · time
 
 Per stage: ``t0, W, f_cap`` come from the measured times at the lowest, middle and highest
@@ -16,10 +16,10 @@ Device-level: the voltage–frequency curve (knee, floor) is fitted **across all
 on the calibration clocks only: it must make every stage's predicted power reach its measured
 highest-clock power where the cap begins (capped stages) or at the highest clock (uncapped ones).
 
-Why a *soft* cap on time but a hard one on power: the GPU's limiter acts on short-window power, so
-the hottest kernels (GEMMs) of a stage are slowed first while the average stage power keeps
-rising — the A100-SXM profiles flatten in time from ~1335 MHz while power still climbs to the
-limit at 1410 MHz.
+Why the cap is *soft* (one sharpness constant ``n`` for time and power): the GPU's limiter acts on
+short-window power, so the hottest kernels (GEMMs) of a stage are slowed first while the average
+stage power keeps rising — the A100-SXM profiles flatten in time from ~1335 MHz while power still
+climbs to the limit at 1410 MHz, and the A40 power approaches its ~291–299 W plateau gradually.
 """
 
 from __future__ import annotations
@@ -192,7 +192,8 @@ class StageModel:
         i = self._index(groups, len(f))
         st = self.stage_
         t = st.t0[i] + st.W[i] / _softmin(f, st.f_cap[i], self.sharpness)
-        p = np.minimum(st.Pc[i] + st.A[i] * self.vf_.dynamic_scale(f), st.P_cap[i])
+        p = _softmin(st.Pc[i] + st.A[i] * self.vf_.dynamic_scale(f), st.P_cap[i],
+                     self.sharpness)
         return t, p * t
 
     def predict_power(self, freq_mhz: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
