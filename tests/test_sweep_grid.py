@@ -113,3 +113,13 @@ def test_more_gpus_than_the_machine_has_is_an_error(monkeypatch):
         check_resources(cfgs, "cuda", None)
     check_resources(cfgs, "cpu", None)  # CPU ranks are processes: no limit
     check_resources(cfgs, "cuda", ["--nnodes", "2"])  # multi-node: torchrun places the ranks
+
+
+def test_unknown_energy_backend_fails_before_anything_runs(tmp_path, capsys):
+    db = tmp_path / "runs.db"
+    for extra in ([], ["--dry-run"]):
+        assert main(["sweep", "--grid", "tiny", "--strategies", "single", "--gpus", "1",
+                     "--energy", "nvlm", "--db", str(db), *extra]) == 2
+        err = capsys.readouterr().err
+        assert "--energy 'nvlm'" in err and "nvml" in err and "simulated" in err
+    assert not db.exists()  # no store created, no configuration recorded as failed

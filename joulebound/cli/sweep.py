@@ -81,12 +81,13 @@ def sweep_command(
 
     from ..errors import JouleboundError
     from ..sweep.grid import parse_int_list, parse_str_list, resolve_grid
-    from ..sweep.runner import plan_launches, run_sweep
+    from ..sweep.runner import check_energy_backend, plan_launches, run_sweep
     from ..sweep.store import SweepStore
     from ._common import console, print_json
 
     if device not in ("auto", "cpu", "cuda"):
         raise JouleboundError(f"--device must be auto, cpu or cuda, got {device!r}")
+    check_energy_backend(energy)
     g = resolve_grid(grid).with_overrides(
         arch=parse_str_list(arch), layers=parse_int_list(layers, "--layers"),
         hidden=parse_int_list(hidden, "--hidden"), heads=parse_int_list(heads, "--heads"),

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import JouleboundError
+from ..errors import JouleboundError, did_you_mean
 from .grid import SweepConfig
 from .store import SweepStore
 
@@ -55,6 +55,17 @@ def _device_kind(device: str) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+#: EnergyMeter backends a sweep's ranks can use (``replay`` needs a recorded file, so it is not one).
+ENERGY_BACKENDS: tuple[str, ...] = ("auto", "nvml", "none", "simulated")
+
+
+def check_energy_backend(energy: str) -> None:
+    """Fail before anything runs when ``energy`` is not a backend the sweep ranks can use."""
+    if energy not in ENERGY_BACKENDS:
+        raise JouleboundError(f"--energy {energy!r} is not a sweep energy backend."
+                              f"{did_you_mean(energy, ENERGY_BACKENDS)}")
 
 
 def check_resources(configs: list[SweepConfig], device: str, torchrun_args: list[str] | None) -> None:
@@ -133,6 +144,7 @@ def run_sweep(configs: list[SweepConfig], db: str | Path, sweep: str, *,
     Returns:
         ``{"sweep", "db", "planned", "skipped", "ran", "ok", "failed", "launches", "wall_s"}``.
     """
+    check_energy_backend(energy)
     store = SweepStore(db)
     kind = _device_kind(device)
     check_resources(configs, kind, torchrun_args)
