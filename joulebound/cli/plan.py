@@ -40,8 +40,9 @@ def plan_command(
     target: Annotated[str, typer.Argument(help="Model preset or trace file.")],
     device: Annotated[str, typer.Option("--device", "-d", help="GPU catalog name, e.g. rtx3080ti.")],
     slowdown: Annotated[float, typer.Option(help="Allowed slowdown vs auto (0.01 = 1 %).")] = 0.0,
-    objective: Annotated[str, typer.Option(help="waste (least energy within the time budget), "
-                                           "edp or ed2p (least energy·time^n, --slowdown caps).")] = "waste",
+    objective: Annotated[str, typer.Option(
+        help="waste (least energy within the time budget) or edp / ed2p (least energy·time^n; "
+        "a nonzero --slowdown caps the slowdown).")] = "waste",
     granularity: Annotated[str, typer.Option(help="kernel, layer, pass, iteration or all.")] = "all",
     switch_latency: Annotated[str | None, typer.Option(
         "--switch-latency", help="Clock-switch latency, e.g. 10ms (adds the switch-aware plan "
