@@ -120,8 +120,8 @@ def make_actuator(name: str, *, char: Any = None, switch_latency_s: float = 0.0,
         return DryRunActuator()
     if name == "simulated":
         if char is None:
-            raise JouleboundError("--actuator simulated needs --characterization CHAR.npz "
-                                  "(the modeled time/energy of the plan's kernels)")
+            raise JouleboundError("--actuator simulated needs a characterization of the plan's "
+                                  "kernels (--characterization CHAR.npz)")
         return SimulatedActuator(char, switch_latency_s=switch_latency_s)
     if name == "nvml":
         return NvmlActuator(gpu=gpu)
@@ -143,6 +143,22 @@ def plan_kernel_times(plan: Plan, char: Any) -> np.ndarray:
                               "characterize the trace the plan was made from")
     cols = [char.config_index(c) for c in plan.configs]
     return char.time_s[np.arange(len(plan.choice)), [cols[c] for c in plan.choice]]
+
+
+def model_characterization(plan: Plan) -> Any:
+    """Characterize the plan's op kernels (shapes -> FLOPs/bytes) with the device model."""
+    from .controller import trace_from_ops
+
+    try:
+        from ..model import characterize
+    except ImportError as exc:  # pragma: no cover - the model ships with joulebound
+        raise JouleboundError("no device model available: pass --characterization") from exc
+    configs = list(dict.fromkeys([*plan.configs, AUTO]))
+    try:
+        return characterize(trace_from_ops(plan.kernel_names), plan.device, configs=configs)
+    except JouleboundError as exc:
+        raise JouleboundError(f"cannot model the plan's kernels on {plan.device!r} ({exc}); "
+                              "pass --characterization CHAR.npz") from exc
 
 
 def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
@@ -191,10 +207,14 @@ def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
         return res
 
     lat = plan.switch_latency_s if switch_latency_s is None else float(switch_latency_s)
+    if char is None and (actuator == "simulated" or lat > 0):
+        char = model_characterization(plan)
+        res.notes.append(f"kernel times/energy modeled by joulebound's device model for "
+                         f"{plan.device} from the op shapes (no --characterization given)")
     ktime = plan_kernel_times(plan, char) if char is not None else None
     if lat > 0 and ktime is None:
-        raise JouleboundError(f"the switch latency is {lat} s: --characterization CHAR.npz is "
-                              "needed to place switches that early (or pass --switch-latency 0)")
+        raise JouleboundError(f"the switch latency is {lat} s: kernel times are needed to "
+                              "place switches that early; pass --characterization CHAR.npz")
     act = make_actuator(actuator, char=char, switch_latency_s=lat, socket_path=socket_path,
                         gpu=gpu)
     aligner = None
