@@ -41,6 +41,30 @@ def test_predict_bad_input_exit_2(capsys):
     assert main(["predict", *BERT, "--tokens", "1e8", "--gpus", "0", "--strategy", "ddp"]) == 2
     assert ">= 1" in capsys.readouterr().err
     assert main(["predict", *BERT, "--tokens", "1e8", "--device", "rtx9090"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown GPU 'rtx9090'" in err and "rtx3090" in err
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--heads", "7"], ["--heads 7 does not divide --hidden 768", "12"]),
+    (["--model", "llama"], ["unknown --model 'llama'", "bert, gpt, t5"]),
+    (["--ff", "0"], ["--ff must be >= 1"]),
+    (["--vocab", "0"], ["--vocab must be >= 1"]),
+    (["--dtype", "int8"], ["dtype 'int8'", "fp32, fp16"]),
+])
+def test_predict_and_advise_refuse_impossible_shapes(capsys, args, needles):
+    base = ["--layers", "12", "--hidden", "768", "--heads", "12", "--seq", "128", "--batch", "32",
+            "--tokens", "1e8"]
+    for cmd in (["predict"], ["advise", "--deadline", "2h"]):
+        assert main([*cmd, *base, *args]) == 2
+        err = capsys.readouterr().err
+        for n in needles:
+            assert n in err, (cmd, err)
+
+
+def test_fit_needs_two_folds(capsys, tmp_path):
+    assert main(["fit", "--data", str(tmp_path), "--folds", "1"]) == 2
+    assert "--folds must be >= 2" in capsys.readouterr().err
 
 
 def test_advise_meets_deadline_with_least_energy(capsys):

@@ -176,6 +176,8 @@ def fit(
     from ..scaling.evaluate import PUBLISHED
     from ..scaling.laws import make_law
 
+    if folds < 2:
+        raise JouleboundError(f"--folds must be >= 2 for a held-out evaluation (got {folds})")
     make_law(law)  # validate the name early
     law_list = tuple(x.strip() for x in laws.split(",") if x.strip())
     for x in law_list:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import JouleboundError
+from ..errors import JouleboundError, did_you_mean
 from .laws import PreRunLaw, prepare
 from .speedup import check_gpus, normalize_strategy
 
@@ -120,11 +120,17 @@ def config_frame(*, model: str = "bert", layers: int, hidden: int, heads: int, s
         strategy = "single"
     elif strategy == "single":
         raise JouleboundError(f"strategy 'single' needs --gpus 1 (got {n}); choose ddp, fsdp, tp or pp")
-    for name, v in (("layers", layers), ("hidden", hidden), ("heads", heads), ("seq", seq), ("batch", batch)):
-        if int(v) < 1:
+    for name, v in (("layers", layers), ("hidden", hidden), ("heads", heads), ("seq", seq), ("batch", batch),
+                    ("ff", ff), ("vocab", vocab)):
+        if v is not None and int(v) < 1:
             raise JouleboundError(f"--{name} must be >= 1 (got {v})")
+    if hidden % heads:
+        raise JouleboundError(f"--heads {heads} does not divide --hidden {hidden} (head size must be an "
+                              f"integer); pick heads among {[h for h in range(1, hidden + 1) if hidden % h == 0][:12]}")
     arch = model.lower()
-    vocab = vocab if vocab is not None else MODEL_DEFAULTS.get(arch, {"vocab": 30522})["vocab"]
+    if arch not in MODEL_DEFAULTS:
+        raise JouleboundError(f"unknown --model {model!r}." + did_you_mean(arch, list(MODEL_DEFAULTS)))
+    vocab = vocab if vocab is not None else MODEL_DEFAULTS[arch]["vocab"]
     ff = ff if ff is not None else 4 * hidden
     hw = get_hw(device)
     return pd.DataFrame([{

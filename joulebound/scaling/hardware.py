@@ -38,7 +38,8 @@ class HW:
         for k in order:
             if self.peak.get(k):
                 return float(self.peak[k])
-        raise JouleboundError(f"{self.name}: no peak FLOP/s for dtype {dtype!r}")
+        raise JouleboundError(f"{self.name}: no peak FLOP/s for dtype {dtype!r}; use one of "
+                              f"{', '.join(k for k in ('fp32', 'tf32', 'fp16', 'bf16', 'fp8') if self.peak.get(k))}")
 
 
 T = 1e12
