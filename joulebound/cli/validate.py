@@ -20,8 +20,10 @@ def validate(
     data: Path = typer.Option(None, "--data", help="The shared data folder (holds MANIFEST.csv); "
                               "default: $JOULEBOUND_DATA or ../shared/data."),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
-    doc: Path = typer.Option(Path("docs/validation.md"), "--doc",
-                             help="Markdown file whose generated block is rewritten."),
+    doc: Path = typer.Option(None, "--doc",
+                             help="Markdown file whose generated block is rewritten (plots go to "
+                                  "img/ beside it). Default: docs/validation.md when it exists in "
+                                  "the current directory (a joulebound checkout), else none."),
     no_doc: bool = typer.Option(False, "--no-doc", help="Do not write docs or plots."),
     write_params: bool = typer.Option(False, "--write-params",
                                       help="Also regenerate the shipped device-parameter files "
@@ -50,6 +52,10 @@ def validate(
         with console.status("validating") as status:
             run = run_all(root, progress=lambda s: status.update(f"validating: {s}"))
     run.extras["data"] = root
+    if doc is None and not no_doc:
+        default = Path("docs/validation.md")
+        doc = default if default.exists() else None
+        no_doc = doc is None
     if not no_doc:
         imgs = plot_all(run, doc.parent / "img")
         write_markdown(run, doc, imgs)
