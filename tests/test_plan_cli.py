@@ -67,16 +67,23 @@ def test_demo_writes_report_and_labels_every_figure(tmp_path, capsys):
     rep = tmp_path / "rep"
     doc = _run_json(capsys, ["demo", "--report", str(rep), "--json"])
     labels = [r["label"] for r in doc["rows"]]
-    for want in ("iteration @+0%", "pass @+1%", "kernel @+1%", "phase L=0ms", "phase L=1ms",
-                 "phase L=6ms", "phase L=20ms", "phase L=150ms"):
-        assert want in labels
+    for eps in ("+0%", "+1%"):
+        for want in (f"iteration @{eps}", f"pass @{eps}", f"kernel @{eps}", f"phase L=0ms @{eps}",
+                     f"phase L=1ms @{eps}", f"phase L=6ms @{eps}", f"phase L=20ms @{eps}",
+                     f"phase L=150ms @{eps}"):
+            assert want in labels
     rows = {r["label"]: r for r in doc["rows"]}
-    # L = 0: the switch-aware plan is the kernel-level plan
-    assert rows["phase L=0ms"]["energy_delta"] == pytest.approx(rows["kernel @+1%"]["energy_delta"])
-    # switches fall as the latency grows; the latency-blind kernel plan runs late when replayed
-    sw = [rows[f"phase L={v}ms"]["switches"] for v in (0, 1, 6, 20, 150)]
-    assert sw == sorted(sw, reverse=True) and sw[-1] <= 2
-    assert rows["kernel L-blind @L=6ms"]["replay"]["late_kernels"] > 0
+    for eps, cap in (("+0%", 0.0), ("+1%", 0.01)):
+        # L = 0: the switch-aware plan is the kernel-level plan
+        assert rows[f"phase L=0ms @{eps}"]["energy_delta"] == pytest.approx(
+            rows[f"kernel @{eps}"]["energy_delta"])
+        # switches fall as the latency grows, never over the time budget
+        sw = [rows[f"phase L={v}ms @{eps}"]["switches"] for v in (0, 1, 6, 20, 150)]
+        assert sw == sorted(sw, reverse=True) and sw[-1] <= 2
+        assert all(rows[f"phase L={v}ms @{eps}"]["time_delta"] <= cap + 1e-9
+                   for v in (0, 1, 6, 20, 150))
+    # the latency-blind kernel plan runs late when replayed at a real latency
+    assert rows["kernel L-blind @L=6ms @+1%"]["replay"]["late_kernels"] > 0
     html = (rep / "index.html").read_text()
     assert "modeled" in html and "published" in html and "2601.08539" in html
     for png in ("pareto.png", "clocks.png", "categories.png", "latency.png"):

@@ -110,25 +110,22 @@ def category_plot(study: Study, label: str, path: Path) -> Path:
 
 
 def latency_plot(study: Study, path: Path) -> Path | None:
-    """Energy Δ and switches of switch-aware vs latency-blind plans against the latency."""
+    """Energy Δ of switch-aware plans and time Δ of latency-blind replays against the latency."""
     phase = [r for r in study.rows if r.granularity == "phase"]
     if not phase:
         return None
     plt = _plt()
-    blind = {r.replay_latency_s: r for r in study.rows
-             if r.granularity == "kernel" and r.replay_latency_s > 0 and r.plan_latency_s == 0}
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    lat = np.array([r.plan_latency_s for r in phase])
-    x = np.maximum(lat * 1e3, 1e-2)
-    ax.semilogx(x, [r.replay.energy_j / study.baseline_energy_j * 100 - 100 for r in phase], "o-",
-                label="switch-aware plan, energy Δ (modeled)")
-    ax.semilogx(x, [r.replay.time_s / study.baseline_time_s * 100 - 100 for r in phase], "o--",
-                label="switch-aware plan, time Δ (modeled)")
-    bl = [(v * 1e3, blind[v]) for v in lat if v in blind]
-    if bl:
-        ax.semilogx([b[0] for b in bl], [b[1].replay.time_s / study.baseline_time_s * 100 - 100
-                                         for b in bl], "x:", color="tab:red",
-                    label="latency-blind kernel plan replayed, time Δ (modeled)")
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for eps in sorted({r.slowdown for r in phase}):
+        rows = [r for r in phase if r.slowdown == eps]
+        x = np.maximum(np.array([r.plan_latency_s for r in rows]) * 1e3, 1e-2)
+        ax.semilogx(x, [r.replay.energy_j / study.baseline_energy_j * 100 - 100 for r in rows],
+                    "o-", label=f"switch-aware, ε={eps:.0%}: energy Δ (time ≤ ε)")
+        blind = [r for r in study.rows if "blind" in r.label and r.slowdown == eps]
+        if blind:
+            bx = np.array([r.replay_latency_s for r in blind]) * 1e3
+            ax.semilogx(bx, [r.replay.time_s / study.baseline_time_s * 100 - 100 for r in blind],
+                        "x:", label=f"latency-blind kernel plan, ε={eps:.0%}: replayed time Δ")
     ax.axhline(0, color="0.8", lw=0.8)
     ax.set_xlabel("clock-switch latency L (ms; 0 drawn at 0.01)")
     ax.set_ylabel("% vs auto")

@@ -135,7 +135,8 @@ def kernel_clocks(trace: Trace, plan: Plan) -> list[dict]:
 
 def run_study(trace: Trace, char: Characterization, *, granularities: list[str],
               slowdowns: list[float], objective: str = "waste",
-              latencies: list[float] | None = None, latency_slowdown: float | None = None,
+              latencies: list[float] | None = None,
+              latency_slowdown: float | list[float] | None = None,
               replay_latency_s: float = 0.0, frontier: bool = True, tie: bool = False,
               progress=None) -> Study:
     """Plans for every granularity × slowdown, switch-aware plans for every latency.
@@ -145,7 +146,8 @@ def run_study(trace: Trace, char: Characterization, *, granularities: list[str],
         slowdowns: allowed slowdowns ε; ``objective`` ``waste`` at ε = 0 and ``relaxed`` above
             (``edp``/``ed2p``: ε caps the slowdown).
         latencies: switch latencies (s) for switch-aware plans (``phase`` rows).
-        latency_slowdown: ε for the switch-aware plans (default: the largest of ``slowdowns``).
+        latency_slowdown: ε (or a list of ε) for the switch-aware plans (default: the largest
+            of ``slowdowns``); with several, labels carry ``@ε``.
         replay_latency_s: latency at which switch-free plans are replayed (look-ahead).
         tie: one configuration for identical kernel invocations (switch-free plans).
         progress: optional callable(str) for progress messages.
@@ -165,18 +167,26 @@ def run_study(trace: Trace, char: Characterization, *, granularities: list[str],
             sim = simulate(char, p, replay_latency_s)
             label = g if len(slowdowns) == 1 else f"{g} @{eps:+.0%}"
             rows.append(StudyRow(label, g, eps, 0.0, p, sim, replay_latency_s))
-    eps_l = max(slowdowns) if latency_slowdown is None else latency_slowdown
-    for lat in latencies or []:
-        say(f"switch-aware plan, L = {lat * 1e3:g} ms")
-        p = plan_switch_aware(char, slowdown=eps_l, switch_latency_s=lat)
-        sim = simulate(char, p, lat)
-        rows.append(StudyRow(f"phase L={lat * 1e3:g}ms", "phase", eps_l, lat, p, sim, lat))
-        # the switch-oblivious kernel plan replayed at the same latency, for contrast
-        ko = next((r for r in rows if r.granularity == "kernel" and r.slowdown == eps_l
-                   and r.plan_latency_s == 0.0), None)
-        if ko is not None and lat > 0 and lat != replay_latency_s:
-            rows.append(StudyRow(f"kernel L-blind @L={lat * 1e3:g}ms", "kernel", eps_l,
-                                 0.0, ko.plan, simulate(char, ko.plan, lat), lat))
+    if latency_slowdown is None:
+        eps_list = [max(slowdowns)]
+    elif isinstance(latency_slowdown, list | tuple):
+        eps_list = list(latency_slowdown)
+    else:
+        eps_list = [latency_slowdown]
+    for eps_l in eps_list:
+        tag = f" @{eps_l:+.0%}" if len(eps_list) > 1 else ""
+        for lat in latencies or []:
+            say(f"switch-aware plan, L = {lat * 1e3:g} ms, slowdown {eps_l:.1%}")
+            p = plan_switch_aware(char, slowdown=eps_l, switch_latency_s=lat)
+            sim = simulate(char, p, lat)
+            rows.append(StudyRow(f"phase L={lat * 1e3:g}ms{tag}", "phase", eps_l, lat, p, sim, lat))
+            # the switch-oblivious kernel plan replayed at the same latency, for contrast
+            ko = next((r for r in rows if r.granularity == "kernel" and r.slowdown == eps_l
+                       and r.plan_latency_s == 0.0 and r.replay_latency_s == replay_latency_s),
+                      None)
+            if ko is not None and lat > 0 and lat != replay_latency_s:
+                rows.append(StudyRow(f"kernel L-blind @L={lat * 1e3:g}ms{tag}", "kernel", eps_l,
+                                     0.0, ko.plan, simulate(char, ko.plan, lat), lat))
     fronts: dict[str, Frontier] = {}
     if frontier:
         say("Pareto frontiers")
