@@ -93,3 +93,23 @@ def test_proxies_formulas():
     assert proxies.activation_bytes(1, 1, 1, 1, 0, "fp32") == pytest.approx(68)
     with pytest.raises(JouleboundError, match="unknown dtype"):
         proxies.dtype_bytes("fp13")
+
+
+def test_scaling_hardware_is_the_device_catalog():
+    from joulebound.devices.catalog import list_devices
+    from joulebound.scaling import comm, hardware
+
+    for spec in list_devices():
+        hw = hardware.get_hw(spec.name)
+        assert hw.source == "joulebound.devices.catalog"
+        assert hw.peak_for("bf16" if spec.peak_flops.get("bf16") else "fp16") > 0
+        assert hw.peak == {k: float(v) for k, v in spec.peak_flops.items() if v}
+        assert (hw.mem_bw, hw.tdp_w, hw.mem_bytes) == (spec.mem_bandwidth_bps,
+                                                       spec.power_limit_default_w, spec.memory_bytes)
+        assert spec.name in hardware.LINKS and hw.link in comm.LINKS  # every GPU has an interconnect
+    assert hardware.get_hw("a100-sxm4").link == "nvlink3" and hardware.get_hw("2080ti").link == "pcie3"
+    # GPUs only in the open data (Zeus NSDI'23) are not catalog entries but still priced
+    assert {"v100-pcie", "rtx6000", "p100-pcie"} <= set(hardware.device_names())
+    assert hardware.get_hw("V100-PCIe").tdp_w == 250
+    with pytest.raises(JouleboundError, match="unknown GPU 'rtx9090'"):
+        hardware.get_hw("rtx9090")

@@ -1,17 +1,18 @@
 """The few hardware numbers the scaling model needs: peak FLOP/s, DRAM bandwidth, board power and
 the GPU-to-GPU link.
 
-Values come from the device catalog (``joulebound.devices.catalog.get_device``) when it knows the
-device; the table below is the fallback (vendor datasheet figures, dense, no sparsity) so that
-``joulebound predict`` works on a bare install. Interconnects are not part of ``DeviceSpec`` and
-always come from :data:`DEFAULT_LINK`.
+Peak, bandwidth, board power and memory size come from the device catalog
+(``joulebound.devices.catalog.get_device``, one table of GPUs for all of joulebound). Two things
+the catalog does not hold live here: the interconnect of each GPU (:data:`LINKS`, names of
+:data:`joulebound.scaling.comm.LINKS`) and three PCIe GPUs that appear only in the open data (Zeus
+NSDI'23), :data:`OPEN_DATA_GPUS` (vendor datasheet figures, dense, no sparsity).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import JouleboundError, did_you_mean
+from ..errors import JouleboundError
 
 
 @dataclass(frozen=True)
@@ -44,21 +45,21 @@ class HW:
 
 T = 1e12
 G = 2**30
-_TABLE: dict[str, HW] = {h.name: h for h in [
-    HW("rtx2080ti", {"fp32": 13.45 * T, "fp16": 53.8 * T}, 616e9, 250, "pcie3", mem_bytes=11 * G),
-    HW("rtx3080", {"fp32": 29.8 * T, "fp16": 59.5 * T, "bf16": 59.5 * T}, 760e9, 320, "pcie4", mem_bytes=10 * G),
-    HW("rtx3080ti", {"fp32": 34.1 * T, "fp16": 68.2 * T, "bf16": 68.2 * T}, 912e9, 350, "pcie4", mem_bytes=12 * G),
-    HW("rtx3090", {"fp32": 35.6 * T, "fp16": 71.0 * T, "bf16": 71.0 * T}, 936e9, 350, "pcie4", mem_bytes=24 * G),
-    HW("rtxa5000", {"fp32": 27.8 * T, "fp16": 55.6 * T, "bf16": 55.6 * T}, 768e9, 230, "pcie4", mem_bytes=24 * G),
-    HW("t4", {"fp32": 8.1 * T, "fp16": 65.0 * T}, 320e9, 70, "pcie3", mem_bytes=16 * G),
-    HW("a10g", {"fp32": 31.2 * T, "tf32": 35.0 * T, "fp16": 70.0 * T, "bf16": 70.0 * T}, 600e9, 300, "pcie4", mem_bytes=24 * G),
-    HW("a40", {"fp32": 37.4 * T, "tf32": 74.8 * T, "fp16": 149.7 * T, "bf16": 149.7 * T}, 696e9, 300, "pcie4", mem_bytes=48 * G),
-    HW("v100-sxm2", {"fp32": 15.7 * T, "fp16": 125.0 * T}, 900e9, 300, "nvlink2", mem_bytes=32 * G),
-    HW("a100-pcie-80gb", {"fp32": 19.5 * T, "tf32": 156 * T, "fp16": 312 * T, "bf16": 312 * T}, 1.935e12, 300, "pcie4", mem_bytes=80 * G),
-    HW("a100-sxm4-80gb", {"fp32": 19.5 * T, "tf32": 156 * T, "fp16": 312 * T, "bf16": 312 * T}, 2.039e12, 400, "nvlink3", mem_bytes=80 * G),
-    HW("h100-sxm", {"fp32": 67 * T, "tf32": 494.7 * T, "fp16": 989.4 * T, "bf16": 989.4 * T, "fp8": 1978.9 * T}, 3.35e12, 700, "nvlink4", mem_bytes=80 * G),
-    HW("h200-sxm", {"fp32": 67 * T, "tf32": 494.7 * T, "fp16": 989.4 * T, "bf16": 989.4 * T, "fp8": 1978.9 * T}, 4.8e12, 700, "nvlink4", mem_bytes=141 * G),
-    HW("b200", {"fp32": 80 * T, "tf32": 1100 * T, "fp16": 2250 * T, "bf16": 2250 * T, "fp8": 4500 * T}, 8e12, 1000, "nvlink5", mem_bytes=192 * G),
+
+#: GPU-to-GPU link of each catalog GPU (default ``pcie4`` for GPUs not listed, e.g. user imports).
+LINKS: dict[str, str] = {
+    "rtx2080ti": "pcie3", "rtx3080": "pcie4", "rtx3080ti": "pcie4", "rtx3090": "pcie4",
+    "rtxa5000": "pcie4", "t4": "pcie3", "a10g": "pcie4", "a40": "pcie4", "v100-sxm2": "nvlink2",
+    "a100-pcie-80gb": "pcie4", "a100-sxm4-80gb": "nvlink3", "h100-sxm": "nvlink4",
+    "h200-sxm": "nvlink4", "b200": "nvlink5",
+}
+DEFAULT_LINK = "pcie4"
+
+#: GPUs that appear only in the open data (Zeus NSDI'23) and are not in the device catalog.
+OPEN_DATA_GPUS: dict[str, HW] = {h.name: h for h in [
+    HW("v100-pcie", {"fp32": 14.0 * T, "fp16": 112.0 * T}, 900e9, 250, "pcie3", mem_bytes=32 * G),
+    HW("rtx6000", {"fp32": 16.3 * T, "fp16": 65.2 * T}, 672e9, 260, "pcie3", mem_bytes=24 * G),
+    HW("p100-pcie", {"fp32": 9.3 * T, "fp16": 18.7 * T}, 732e9, 250, "pcie3", mem_bytes=16 * G),
 ]}
 _ALIAS = {"2080ti": "rtx2080ti", "3080ti": "rtx3080ti", "3080": "rtx3080", "3090": "rtx3090",
           "a5000": "rtxa5000", "a100": "a100-pcie-80gb", "a100-pcie": "a100-pcie-80gb",
@@ -67,39 +68,25 @@ _ALIAS = {"2080ti": "rtx2080ti", "3080ti": "rtx3080ti", "3080": "rtx3080", "3090
 
 
 def device_names() -> list[str]:
-    """Devices the scaling model can price."""
-    return sorted(_TABLE)
+    """Devices the scaling model can price: the catalog's and :data:`OPEN_DATA_GPUS`."""
+    from ..devices.catalog import device_names as catalog_names
+
+    return sorted({*catalog_names(), *OPEN_DATA_GPUS})
 
 
 def get_hw(name: str) -> HW:
     """Hardware figures for ``name`` (case-insensitive, aliases like ``a100``, ``2080ti``).
 
-    Peak, bandwidth and TDP come from the device catalog when it has the device."""
+    Peak, bandwidth, TDP and memory come from the device catalog; GPUs only in the open data from
+    :data:`OPEN_DATA_GPUS`."""
+    from ..devices.catalog import get_device
+
     key = str(name).strip().lower()
     key = _ALIAS.get(key, key)
-    try:
-        from ..devices.catalog import get_device  # written by the devices helper
-
-        spec = get_device(key)
-        key = spec.name
-        base = _TABLE.get(key)
-        return HW(spec.name, {k: float(v) for k, v in spec.peak_flops.items() if v},
-                  float(spec.mem_bandwidth_bps), float(spec.power_limit_default_w),
-                  base.link if base else "pcie4", source="joulebound.devices.catalog",
-                  mem_bytes=float(spec.memory_bytes) if spec.memory_bytes else
-                  (base.mem_bytes if base else float("nan")))
-    except (ImportError, AttributeError):
-        pass
-    except JouleboundError:
-        if key not in _TABLE:
-            raise
-    if key not in _TABLE:
-        raise JouleboundError(f"unknown device {name!r}." + did_you_mean(key, list(_TABLE)))
-    return _TABLE[key]
-
-# GPUs that appear only in the open data (Zeus NSDI'23): PCIe cards, datasheet figures.
-_TABLE.update({h.name: h for h in [
-    HW("v100-pcie", {"fp32": 14.0 * T, "fp16": 112.0 * T}, 900e9, 250, "pcie3", mem_bytes=32 * G),
-    HW("rtx6000", {"fp32": 16.3 * T, "fp16": 65.2 * T}, 672e9, 260, "pcie3", mem_bytes=24 * G),
-    HW("p100-pcie", {"fp32": 9.3 * T, "fp16": 18.7 * T}, 732e9, 250, "pcie3", mem_bytes=16 * G),
-]})
+    if key in OPEN_DATA_GPUS:
+        return OPEN_DATA_GPUS[key]
+    spec = get_device(key)  # unknown names: the catalog's error, listing its GPUs
+    return HW(spec.name, {k: float(v) for k, v in spec.peak_flops.items() if v},
+              float(spec.mem_bandwidth_bps), float(spec.power_limit_default_w),
+              LINKS.get(spec.name, DEFAULT_LINK), source="joulebound.devices.catalog",
+              mem_bytes=float(spec.memory_bytes) if spec.memory_bytes else float("nan"))
