@@ -111,3 +111,15 @@ def test_malformed_trace_file_names_file_and_field(capsys, tmp_path) -> None:
     rc, _, err = run(capsys, "trace", str(bad))
     text = " ".join(err.split())
     assert rc == 2 and "bad.json" in text and "kernels[3].flops" in text
+
+
+def test_help_paragraphs_are_reflowed_and_list_json_keys() -> None:
+    import typer
+
+    from joulebound.cli import app
+
+    cmd = typer.main.get_command(app).commands["trace"]  # type: ignore[attr-defined]
+    paragraphs = cmd.help.split("\n\n")
+    assert all("\n" not in p for p in paragraphs)  # the terminal, not the source, wraps lines
+    assert any(p.startswith("--json prints one object with keys") and "roofline_time_s" in p
+               for p in paragraphs)

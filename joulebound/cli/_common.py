@@ -22,3 +22,9 @@ def print_json(obj: Any) -> None:
 def fmt_pct(x: float, digits: int = 2) -> str:
     """Signed percentage, e.g. ``-14.60 %``."""
     return f"{x * 100:+.{digits}f} %"
+
+
+def reflow(text: str) -> str:
+    """Join the lines of each paragraph of a ``--help`` text so the terminal, not the source,
+    decides line breaks (paragraphs are separated by blank lines)."""
+    return "\n\n".join(" ".join(par.split()) for par in text.strip().split("\n\n"))

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from ._common import reflow
+
 if TYPE_CHECKING:
     from ..devices.spec import DeviceSpec
 
@@ -52,12 +54,7 @@ default the entry whose product name matches). Afterwards every joulebound comma
 by its name. --json prints {"name", "path", "device": <DeviceSpec fields>}."""
 
 
-def _reflow(text: str) -> str:
-    """Join the lines of each paragraph so the terminal, not the source, decides line breaks."""
-    return "\n\n".join(" ".join(par.split()) for par in text.strip().split("\n\n"))
-
-
-LIST_HELP, SHOW_HELP, IMPORT_HELP = (_reflow(h) for h in (LIST_HELP, SHOW_HELP, IMPORT_HELP))
+LIST_HELP, SHOW_HELP, IMPORT_HELP = (reflow(h) for h in (LIST_HELP, SHOW_HELP, IMPORT_HELP))
 
 
 class _DevicesGroup(TyperGroup):

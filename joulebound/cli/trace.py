@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ._common import reflow
+
 if TYPE_CHECKING:
     from ..devices.spec import DeviceSpec
     from ..workload.roofline import KernelRow, RooflineSummary
@@ -265,6 +267,6 @@ def trace_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("trace", help=HELP, short_help="Kernel trace of one training iteration (preset or "
+    app.command("trace", help=reflow(HELP), short_help="Kernel trace of one training iteration (preset or "
                 "profiler file): FLOPs, bytes, intensity, compute/memory bound per category."
                 )(trace_command)
