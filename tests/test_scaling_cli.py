@@ -104,3 +104,25 @@ def test_advise_never_picks_a_candidate_whose_states_do_not_fit(capsys):
     assert ddp and not any(c["fits_memory"] for c in ddp)
     assert main(["advise", *gpt, "--tokens", "1e9", "--deadline", "30d", "--max-gpus", "1"]) == 2
     assert "do not fit" in capsys.readouterr().err
+
+
+def test_help_paragraphs_are_reflowed_and_document_json_keys():
+    import typer
+
+    from joulebound.cli import app
+
+    cmds = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    for name, keys in (("fit", ("cv_r2_log", "published", "saved")),
+                       ("predict", ("energy_lo_j", "eta_par", "provenance")),
+                       ("advise", ("meets_deadline", "candidates", "fits_memory"))):
+        text = cmds[name].help
+        assert all("\n" not in p for p in text.split("\n\n")), name
+        assert "--json" in text and all(k in text for k in keys), name
+    for p in cmds["advise"].params:  # every advise option explains itself
+        assert p.name == "help" or getattr(p, "help", None), p.name
+
+
+def test_predict_text_labels_every_figure(capsys):
+    assert main(["predict", *BERT, "--tokens", "1e8"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("energy", "time", "η̂"))]
+    assert len(lines) == 3 and all("[modeled]" in ln for ln in lines), lines

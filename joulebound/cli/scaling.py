@@ -7,11 +7,11 @@ from pathlib import Path
 import typer
 
 from ..errors import JouleboundError
-from ._common import console, print_json
+from ._common import console, print_json, reflow
 
 FIT_HELP = """Fit an energy law (and speedup laws) to measured data and print the evaluation table.
 
-PATH is the shared data folder (all open datasets, one table each), one of its sub-folders
+--data is the shared data folder (all open datasets, one table each), one of its sub-folders
 (mayaki_ecai2025, zeus_nsdi23, perseus) or a sweep store runs.db. Laws: roofline, powerlaw,
 paper (η = measured MFU), paper-speedup (η = measured S(N)/N; added automatically when every
 multi-GPU row has a speedup), paper-no-eta, prerun, device-seconds, config-only, hgb.
@@ -25,11 +25,24 @@ adj_r2_in_sample, cv_k, cv_r2_log, cv_rmse_log, cv_mape, cv_conformal_coverage,
 cv_conformal_median_width_factor, shift_r2_log, shift_rmse_log, shift_mape, shift_n_fit,
 shift_n_pred, note}, speedup[] {family, strategy, law, params, stderr, pinned, n_points, rmse},
 notes[]}, published {adj_r2_with_eta, adj_r2_without_eta, alpha_C, alpha_eta, citation,
-provenance="published"}. Our figures are modeled (errors against measured energy)."""
+provenance="published"}, saved (the --save path or null). Our figures are modeled (errors
+against measured energy)."""
 
 CONFIG_KEYS = """--json keys: energy_j, energy_lo_j, energy_hi_j (90 % split-conformal interval), time_s,
 steps, energy_per_step_j, eta_hw (predicted hardware efficiency), eta_par (predicted parallel
 efficiency S(N)/N), law, provenance ("modeled"), warnings[]."""
+
+
+ADVISE_HELP = """Strategy × GPU count that minimises training energy under a deadline (modeled with the
+pre-run law and the communication model).
+
+Every strategy of --strategies is priced at 1, 2, 4, … --max-gpus GPUs (one GPU: single). The
+advice is the lowest-energy candidate that meets --deadline and whose model states (16 B/parameter,
+split N ways by FSDP/TP) fit in GPU memory; when none meets the deadline, the fastest that fits.
+
+--json keys: best {strategy, gpus, energy_j, energy_lo_j, energy_hi_j (90 % interval), time_s,
+eta_par, meets_deadline, state_bytes_per_gpu, fits_memory}, candidates[] (same keys, lowest energy
+first), provenance ("modeled"). Units: J, s, bytes."""
 
 
 def _speedup_rows(df) -> list[dict]:  # noqa: ANN001
@@ -260,31 +273,30 @@ def predict(
     console.print(f"energy  {p.energy_j / 3.6e6:.4g} kWh  (90 % interval {p.energy_lo_j / 3.6e6:.4g}–"
                   f"{p.energy_hi_j / 3.6e6:.4g} kWh)  \\[modeled]")
     console.print(f"time    {p.time_s / 3600:.4g} h over {p.steps:.4g} steps  \\[modeled]")
-    console.print(f"η̂_hw {p.eta_hw:.3f}  η̂_par {p.eta_par:.3f}  law: {p.law}")
+    console.print(f"η̂_hw {p.eta_hw:.3f}  η̂_par {p.eta_par:.3f}  \\[modeled]  law: {p.law}")
     for w in p.warnings:
         console.print(f"[yellow]note:[/] {w}")
 
 
 def advise(
-    model: str = typer.Option("bert", "--model"),
-    layers: int = typer.Option(..., "--layers"),
-    hidden: int = typer.Option(..., "--hidden"),
-    heads: int = typer.Option(..., "--heads"),
-    seq: int = typer.Option(..., "--seq"),
+    model: str = typer.Option("bert", "--model", help="architecture: bert | gpt | t5 (vocabulary default)"),
+    layers: int = typer.Option(..., "--layers", help="transformer layers L"),
+    hidden: int = typer.Option(..., "--hidden", help="hidden size d"),
+    heads: int = typer.Option(..., "--heads", help="attention heads (divide --hidden)"),
+    seq: int = typer.Option(..., "--seq", help="sequence length (tokens)"),
     batch: int = typer.Option(..., "--batch", help="global batch (sequences per step)"),
     tokens: float = typer.Option(..., "--tokens", help="training tokens in total"),
     deadline: str = typer.Option(..., "--deadline", help="wall-time budget: seconds or 90m / 12h / 2d"),
-    max_gpus: int = typer.Option(8, "--max-gpus", help="largest GPU count to consider"),
-    strategies: str = typer.Option("ddp,fsdp,tp", "--strategies", help="comma-separated strategies"),
-    device: str = typer.Option("rtx2080ti", "--device"),
-    dtype: str = typer.Option("fp32", "--dtype"),
-    ff: int = typer.Option(None, "--ff"),
-    vocab: int = typer.Option(None, "--vocab"),
-    coefficients: Path = typer.Option(None, "--coefficients", help="a law saved by fit --save"),
-    as_json: bool = typer.Option(False, "--json", help="keys: best {strategy, gpus, energy_j, energy_lo_j, "
-                                 "energy_hi_j, time_s, eta_par, meets_deadline, state_bytes_per_gpu, fits_memory}, "
-                                 "candidates[] (same keys, by "
-                                 "energy), provenance"),
+    max_gpus: int = typer.Option(8, "--max-gpus", help="largest GPU count to consider (1, 2, 4, … and this)"),
+    strategies: str = typer.Option("ddp,fsdp,tp", "--strategies", help="comma-separated strategies "
+                                   "(ddp, fsdp, tp, pp) tried at every GPU count > 1"),
+    device: str = typer.Option("rtx2080ti", "--device", help="GPU name (e.g. rtx2080ti, a100, h100)"),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32 | bf16 | fp16"),
+    ff: int = typer.Option(None, "--ff", help="feed-forward width (default 4·hidden)"),
+    vocab: int = typer.Option(None, "--vocab", help="vocabulary size (default by --model)"),
+    coefficients: Path = typer.Option(None, "--coefficients", help="a law saved by `joulebound fit "
+                                      "--save` (default: the built-in law)"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output (keys in --help)"),
 ) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -315,9 +327,8 @@ def advise(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("fit", help=FIT_HELP)(fit)
+    app.command("fit", help=reflow(FIT_HELP))(fit)
     app.command("predict", help="Predict the energy (J, with a 90 % interval) and time of a training "
                 "job before running it, from built-in coefficients (no data folder needed).\n\n"
-                + CONFIG_KEYS)(predict)
-    app.command("advise", help="Strategy × GPU count that minimises training energy under a deadline "
-                "(modeled with the pre-run law and the communication model).")(advise)
+                + reflow(CONFIG_KEYS))(predict)
+    app.command("advise", help=reflow(ADVISE_HELP))(advise)
