@@ -128,3 +128,14 @@ def test_compaction_keeps_predicting():
     pred = NextKernelPredictor(max_history=1000)
     acc = accuracy(one * 20, skip=600, predictor=pred)
     assert len(pred) <= 1000 and acc >= 0.99
+
+
+def test_order_k_markov_uses_longer_context():
+    # after (.., 2, 3) the next key depends on the key before 2: only order 3 can tell
+    stream = [1, 2, 3, 9, 4, 2, 3, 8] * 30
+    accs = {}
+    for k in (1, 3):
+        pred = NextKernelPredictor(resync_orders=(500,), markov_order=k)   # no period lock
+        accs[k] = accuracy(stream, skip=80, predictor=pred)
+        assert pred.stats.by_source["markov"][0] == len(stream) - 80
+    assert accs[3] == 1.0 and accs[1] <= 0.9    # order 1 misses one of the two forks

@@ -125,7 +125,7 @@ class NextKernelPredictor:
         resync_orders: suffix lengths (longest first) accepted to re-synchronise the pointer
             after a miss: the candidate with the longest matching suffix up to ``max`` wins (ties:
             the most recent); a match shorter than ``min`` is not trusted.
-        markov_order: order ``k`` of the fallback Markov model (1 or 2; backs off to 1).
+        markov_order: order ``k`` of the fallback Markov model (backs off to ``k-1`` ... 1).
         markov_window: most recent occurrences of the context counted by the Markov model.
         warm: consecutive correct ops needed for confidence 1.0.
         max_candidates: earlier occurrences of the current key examined per resync.
@@ -152,8 +152,8 @@ class NextKernelPredictor:
         orders = sorted({int(m) for m in resync_orders}, reverse=True)
         if not orders or orders[-1] < 1:
             raise ValueError("resync_orders must hold positive suffix lengths")
-        if markov_order not in (1, 2):
-            raise ValueError("markov_order must be 1 or 2")
+        if markov_order < 1:
+            raise ValueError("markov_order must be >= 1")
         self.max_match = orders[0]
         self.min_match = orders[-1]
         self.markov_order = int(markov_order)
@@ -477,28 +477,37 @@ class NextKernelPredictor:
         self._ns = _PERIOD
 
     def _set_pred_markov(self) -> None:
-        """Order-k Markov prediction from the recent successors of the current context."""
+        """Order-k Markov prediction from the recent successors of the current context.
+
+        Looks at the last ``markov_window`` earlier occurrences of the current key; for each,
+        counts how many of the ``k - 1`` keys before it match the current context; predicts the
+        most frequent successor among the occurrences with the longest matching context
+        (backing off to shorter contexts). Confidence = the count share of that successor,
+        scaled by (context order used) / k."""
         h = self._hist
         n = len(h)
         self._nk, self._nl, self._nc, self._ns = UNKNOWN, UNKNOWN, 0.0, _NONE
         if n == 0:
             return
+        k = self.markov_order
         occ = self._where[h[-1]]
-        prev = h[-2] if n >= 2 and self.markov_order == 2 else None
-        c1: dict[int, int] = {}
-        c2: dict[int, int] = {}
+        by_order: list[dict[int, int]] = [{} for _ in range(k + 1)]
         for i in occ[-self.markov_window - 1:-1]:
+            o = 1
+            while o < k and i - o >= 0 and h[i - o] == h[n - 1 - o]:
+                o += 1
             nxt = h[i + 1]
-            c1[nxt] = c1.get(nxt, 0) + 1
-            if prev is not None and i > 0 and h[i - 1] == prev:
-                c2[nxt] = c2.get(nxt, 0) + 1
-        counts, order = (c2, 2) if c2 else (c1, 1)
-        if counts:
-            key, cnt = max(counts.items(), key=lambda kv: kv[1])
-            self._markov_used += 1
-            self._nk = key
-            self._nc = cnt / sum(counts.values()) * (order / self.markov_order)
-            self._ns = _MARKOV
+            c = by_order[o]
+            c[nxt] = c.get(nxt, 0) + 1
+        for order in range(k, 0, -1):
+            counts = by_order[order]
+            if counts:
+                key, cnt = max(counts.items(), key=lambda kv: kv[1])
+                self._markov_used += 1
+                self._nk = key
+                self._nc = cnt / sum(counts.values()) * (order / k)
+                self._ns = _MARKOV
+                return
 
     def _compact(self) -> None:
         """Drop the oldest half of the history and re-index."""
