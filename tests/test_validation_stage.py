@@ -29,10 +29,11 @@ def test_a100_sxm_targets(rows):
 
 
 def test_a40_beats_naive_and_bounds(rows):
-    # The target is <= 1 % / <= 2 % (reached: ~1.6 % / 2.05 %). The A40 files contain clock ranges whose time jumps by
-    # 5-9 % between neighbouring clocks (e.g. bloom forward 1050 -> 1065 MHz); even a 4-parameter
-    # fit on all 60 clocks per series leaves 1.1 % time MAPE, so the model is held to what it
-    # reaches (documented in docs/validation.md) and to beating the naive reference clearly.
+    # The target is <= 1 % / <= 2 % (reached: ~1.6 % / 2.05 %). The A40 files contain
+    # clock ranges whose time jumps by 5-9 % between neighbouring clocks (e.g. bloom forward
+    # 1050 -> 1065 MHz); even a 4-parameter fit on all 60 clocks per series leaves 1.1 % time MAPE,
+    # so the model is held to what it reaches (documented in docs/validation.md) and to beating
+    # the naive reference clearly.
     r = rows[("A40", "all stages")]
     base = rows[("A40", "baseline t=a+b/f, P=c+d*f^3")]
     assert r.n_points == 1824
