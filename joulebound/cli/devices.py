@@ -114,6 +114,7 @@ def list_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (keys in --help).")] = False,
 ) -> None:
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     from ..devices.catalog import broken_user_entries, list_devices
@@ -153,7 +154,7 @@ def list_command(
         t.add_row(*[cells[i] for i in keep])
     console.print(t)
     for msg in broken_user_entries():
-        console.print(f"[yellow]skipped user entry:[/] {msg}", highlight=False)
+        console.print(f"[yellow]skipped user entry:[/] {escape(msg)}", highlight=False)
     console.print("bf16 = dense tensor-core peak at the top core clock (GeForce: FP32 accumulate). "
                   "`joulebound devices NAME` shows every field with its source; "
                   "`joulebound devices import FILE` adds a GPU.", style="dim")

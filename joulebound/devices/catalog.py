@@ -170,8 +170,8 @@ def spec_from_dict(doc: Any, path: str | Path) -> tuple[DeviceSpec, list[str]]:
     has_ranges = "clock_ranges" in f.obj
     if has_table == has_ranges:
         raise SchemaError(p, "supported_clocks",
-                          "give exactly one of [supported_clocks] (memory MHz -> list of core MHz) "
-                          "or [clock_ranges] (memory MHz -> {min, max, step})")
+                          "give exactly one of the tables supported_clocks (memory MHz -> list of "
+                          "core MHz) or clock_ranges (memory MHz -> {min, max, step})")
     table = _table(f.obj["supported_clocks"], p) if has_table else \
         _expand_ranges(f.obj["clock_ranges"], p)
     if not table:
