@@ -149,3 +149,33 @@ def test_opstream_sees_forward_backward_and_optimizer_ops():
     assert any(n.startswith("aten.addmm") and "[4,2x8,8x4]float32" in n for n in names)
     assert any(n.startswith("aten.mm") for n in names)              # backward
     assert any("_foreach_add" in n or "add_" in n for n in names)   # optimizer
+
+
+def test_controlled_context_manager_in_a_script(tmp_path):
+    torch = pytest.importorskip("torch")
+    from joulebound.dvfs.control import controlled
+    from joulebound.dvfs.control.hooks import OpStream
+
+    lin = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.01)
+
+    def step():
+        opt.zero_grad()
+        lin(torch.ones(4, 8)).pow(2).mean().backward()
+        opt.step()
+
+    with OpStream(record=True) as ops:
+        for _ in range(3):
+            a = len(ops.keys)
+            step()
+    names = [ops.name(k) for k in ops.keys[a:]]
+    choice = np.arange(len(names)) * 2 // len(names) + 1          # two halves: A then B
+    _plan(names, choice).save(tmp_path / "plan.json")
+    log = tmp_path / "sw.jsonl"
+    with controlled(tmp_path / "plan.json", "dry-run", switch_log=str(log)) as ctl:
+        for _ in range(6):
+            step()
+    assert ctl.stats.ops == 6 * len(names)
+    plan_sw = [r for r in ctl.log if r["reason"] == "plan"]
+    assert len(plan_sw) >= 6 and {r["config"] for r in plan_sw} == {A.label, B.label}
+    assert ctl.actuator.current == AUTO and log.read_text().count("\n") == len(ctl.log)

@@ -5,12 +5,15 @@
   compiled steps), :class:`EventAligner` (GPU device-progress alignment).
 * :mod:`.actuators` — dry-run, simulated, NVML actuators; :func:`reset_all_clocks`.
 * :mod:`.helper` — privileged clock helper (Unix socket) and :class:`HelperActuator`.
+* :mod:`.session` — ``joulebound run`` (in-process runpy) and :func:`controlled` (in-script use).
 
 See ``docs/runtime.md``.
 """
 
 from .actuators import Actuator, DryRunActuator, NvmlActuator, SimulatedActuator, reset_all_clocks
 from .controller import Controller, lookahead_commands, trace_from_ops
+from .session import build_controller, controlled
 
 __all__ = ["Actuator", "Controller", "DryRunActuator", "NvmlActuator", "SimulatedActuator",
-           "lookahead_commands", "reset_all_clocks", "trace_from_ops"]
+           "build_controller", "controlled", "lookahead_commands", "reset_all_clocks",
+           "trace_from_ops"]

@@ -20,7 +20,8 @@ import os
 import runpy
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,12 +162,72 @@ def model_characterization(plan: Plan) -> Any:
                               "pass --characterization CHAR.npz") from exc
 
 
+def build_controller(plan: Plan | str | Path, actuator: str = "dry-run", *, char: Any = None,
+                     switch_log: str | None = None, switch_latency_s: float | None = None,
+                     min_confidence: float = 0.75, socket_path: str | None = None, gpu: int = 0,
+                     notes: list[str] | None = None) -> Any:
+    """A :class:`Controller` set up as ``joulebound run`` sets it up (actuator, kernel times,
+    CUDA-event alignment for real actuators when CUDA is available)."""
+    from ..characterization import Characterization
+    from .controller import Controller
+
+    notes = notes if notes is not None else []
+    if not isinstance(plan, Plan):
+        plan = Plan.load(plan)
+    if isinstance(char, str | Path):
+        char = Characterization.load(char)
+    lat = plan.switch_latency_s if switch_latency_s is None else float(switch_latency_s)
+    if char is None and (actuator == "simulated" or lat > 0):
+        char = model_characterization(plan)
+        notes.append(f"kernel times/energy modeled by joulebound's device model for "
+                     f"{plan.device} from the op shapes (no --characterization given)")
+    ktime = plan_kernel_times(plan, char) if char is not None else None
+    act = make_actuator(actuator, char=char, switch_latency_s=lat, socket_path=socket_path,
+                        gpu=gpu)
+    aligner = None
+    if actuator != "simulated":
+        import torch
+
+        if torch.cuda.is_available():
+            # the CPU runs ahead of the GPU: switch when the device reaches the op
+            from .hooks import EventAligner
+
+            aligner = EventAligner(act.set_clocks)
+            notes.append("switches aligned with device progress (CUDA events)")
+    return Controller(plan, act, kernel_time_s=ktime, switch_latency_s=lat,
+                      min_confidence=min_confidence, log=switch_log, aligner=aligner)
+
+
+@contextmanager
+def controlled(plan: Plan | str | Path, actuator: str = "dry-run", **kwargs: Any
+               ) -> Iterator[Any]:
+    """Apply ``plan`` to the ops run inside the ``with`` block; yields the :class:`Controller`.
+
+    For use inside a training script, e.g. one controller per ``torchrun`` rank::
+
+        from joulebound.dvfs.control import controlled
+        rank = int(os.environ.get("LOCAL_RANK", 0))
+        with controlled("plan.json", "helper", socket_path="/run/joulebound/clocks.sock",
+                        gpu=rank, switch_log=f"switches.{rank}.jsonl") as ctl:
+            train()
+        print(ctl.stats)
+
+    Keyword arguments are those of :func:`build_controller`. Clocks are reset on the way out,
+    also on exceptions."""
+    ctl = build_controller(plan, actuator, **kwargs)
+    try:
+        with ctl.hook():
+            yield ctl
+    finally:
+        ctl.close()
+
+
 def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
         char: Any = None, switch_log: str | None = None, switch_latency_s: float | None = None,
         min_confidence: float = 0.75, socket_path: str | None = None, gpu: int = 0,
         record_path: str | None = None) -> RunResult:
     """Run ``cmd`` (a Python script) under the controller; see the module docstring."""
-    from .controller import Controller, trace_from_ops
+    from .controller import trace_from_ops
     from .hooks import OpStream
 
     kind, target, argv = split_command(cmd)
@@ -206,29 +267,10 @@ def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
                          "controller re-synchronises within a few ops")
         return res
 
-    lat = plan.switch_latency_s if switch_latency_s is None else float(switch_latency_s)
-    if char is None and (actuator == "simulated" or lat > 0):
-        char = model_characterization(plan)
-        res.notes.append(f"kernel times/energy modeled by joulebound's device model for "
-                         f"{plan.device} from the op shapes (no --characterization given)")
-    ktime = plan_kernel_times(plan, char) if char is not None else None
-    if lat > 0 and ktime is None:
-        raise JouleboundError(f"the switch latency is {lat} s: kernel times are needed to "
-                              "place switches that early; pass --characterization CHAR.npz")
-    act = make_actuator(actuator, char=char, switch_latency_s=lat, socket_path=socket_path,
-                        gpu=gpu)
-    aligner = None
-    if actuator != "simulated":
-        import torch
-
-        if torch.cuda.is_available():
-            # the CPU runs ahead of the GPU: switch when the device reaches the op
-            from .hooks import EventAligner
-
-            aligner = EventAligner(act.set_clocks)
-            res.notes.append("switches aligned with device progress (CUDA events)")
-    ctl = Controller(plan, act, kernel_time_s=ktime, switch_latency_s=lat,
-                     min_confidence=min_confidence, log=switch_log, aligner=aligner)
+    ctl = build_controller(plan, actuator, char=char, switch_log=switch_log,
+                           switch_latency_s=switch_latency_s, min_confidence=min_confidence,
+                           socket_path=socket_path, gpu=gpu, notes=res.notes)
+    act = ctl.actuator
     try:
         with ctl.hook():
             res.exit_code = _run_target(kind, target, argv)
