@@ -133,3 +133,24 @@ def test_cpu_sweep_with_simulated_energy_fits_only_speedup(tmp_path, capsys):
     rec = json.loads(capsys.readouterr().out)["datasets"][0]
     assert any("modeled" in n for n in rec["notes"]) and "coefficients" not in rec
     assert {s["strategy"] for s in rec["speedup"]} == {"ddp", "tp"}
+
+
+@pytest.mark.parametrize("sub, min_rows", [("mayaki_ecai2025", 1500), ("zeus_nsdi23", 40), ("perseus", 15)])
+def test_fit_cli_prints_the_evaluation_table_on_each_open_dataset(shared_data, capsys, sub, min_rows):
+    assert main(["fit", "--data", str(shared_data / sub), "--laws", "powerlaw,prerun",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["published"]["provenance"] == "published"
+    (rec,) = out["datasets"]
+    assert rec["dataset"] == sub and rec["rows"] >= min_rows
+    ev = {r["law"]: r for r in rec["evaluation"]}
+    assert set(ev) == {"powerlaw", "prerun"}
+    for r in ev.values():  # held-out figures exist and are numbers, not placeholders
+        assert r["cv_k"] >= 2 and np.isfinite(r["cv_r2_log"]) and 0 < r["cv_mape"] < 10
+    assert {c["term"] for c in rec["coefficients"]} >= {"const", "log F"}
+    if sub != "zeus_nsdi23":
+        return
+    # the text form prints the same table (on the smallest dataset, to keep the suite fast)
+    assert main(["fit", "--data", str(shared_data / sub), "--laws", "prerun"]) == 0
+    text = capsys.readouterr().out
+    assert "evaluation" in text and "cvR²" in text and "[published]" in text
