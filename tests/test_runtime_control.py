@@ -179,3 +179,38 @@ def test_controlled_context_manager_in_a_script(tmp_path):
     plan_sw = [r for r in ctl.log if r["reason"] == "plan"]
     assert len(plan_sw) >= 6 and {r["config"] for r in plan_sw} == {A.label, B.label}
     assert ctl.actuator.current == AUTO and log.read_text().count("\n") == len(ctl.log)
+
+
+def test_controller_through_event_aligner_switches_in_order():
+    class DoneEvent:           # a device that is always caught up
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+    names = [f"op{i}" for i in range(10)]
+    act = DryRunActuator()
+    al = EventAligner(act.set_clocks, event_factory=DoneEvent)
+    ctl = Controller(_plan(names, np.array([1] * 5 + [2] * 5)), act, aligner=al)
+    ids = [ctl.interner.intern(n) for n in names]
+    for _ in range(4):
+        for k in ids:
+            ctl.on_op(k)
+    ctl.close()                # drains the aligner, then resets
+    assert [s.config.label for s in act.switches] == [r["config"] for r in ctl.log]
+    assert len(act.switches) >= 7
+    assert act.current == AUTO
+
+
+def test_periodic_schedule_drives_controller_command():
+    names = ["a", "b", "c"]
+    act = DryRunActuator()
+    ctl = Controller(_plan(names, np.array([1, 2, 2])), act)
+    sched = PeriodicSchedule.from_plan(ctl.plan, [0.02, 0.02, 0.02], 0.0, ctl.command)
+    for _ in range(2):
+        sched.step_begin()
+        sched.wait()
+    assert [r["config"] for r in ctl.log] == [A.label, B.label, A.label, B.label]
+    ctl.close()
+    assert act.current == AUTO
