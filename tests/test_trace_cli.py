@@ -81,6 +81,13 @@ def test_trace_imports_kineto_file_with_measured_times(capsys) -> None:
     rc, out, _ = run(capsys, "trace", str(FIXTURE), "--device", "3080ti")
     assert rc == 0
     assert "imported" in out and "measured" in out and "communication" in out
+    text = " ".join(out.split())
+    assert "(modeled from recorded shapes)" in text and "(published, device catalog)" in text
+    rc, out, _ = run(capsys, "trace", str(FIXTURE), "--json")
+    assert rc == 0
+    from joulebound.provenance import ALL
+
+    assert set(json.loads(out)["provenance"].values()) <= set(ALL)  # only the three labels
 
 
 @pytest.mark.parametrize(("args", "needles"), [

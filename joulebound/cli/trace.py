@@ -27,7 +27,8 @@ modeled lower bounds; durations of imported traces are measured.
 --json prints one object with keys: trace, source, kernels, flops, bytes, intensity, meta
 (the model config or import details), device (null without --device), peak_flops
 (dtype -> FLOP/s), bandwidth_bps, roofline_time_s, measured_time_s, provenance
-({"flops_bytes": "modeled"|"measured shapes", "roofline_time_s": "modeled",
+({"flops_bytes": "modeled" (presets: closed-form formulas; imports: formulas on the recorded
+shapes), "roofline_time_s": "modeled",
 "measured_time_s": "measured"}), phases (list of {phase, kernels, flops, bytes, by_category,
 roofline_time_s, measured_time_s}) and categories (list of {category, kernels, flops, bytes,
 intensity, dtype, ridge, bound, compute_bound_kernels, roofline_time_s, measured_time_s}); with
@@ -84,7 +85,7 @@ def render_summary(summary: RooflineSummary, trace: Trace, device: DeviceSpec | 
     else:
         head = f"[bold]{trace.name}[/] — imported trace (source: {src})"
     console.print(head, highlight=False)
-    label = "modeled" if src == "analytic" else "from recorded shapes"
+    label = "modeled" if src == "analytic" else "modeled from recorded shapes"
     console.print(f"{summary.kernels} kernels, {si(summary.flops, 'FLOP')} ({label}), "
                   f"{si(summary.bytes, 'B')} DRAM traffic, intensity "
                   f"{summary.intensity or float('nan'):.1f} FLOP/B", highlight=False)
@@ -136,7 +137,7 @@ def render_summary(summary: RooflineSummary, trace: Trace, device: DeviceSpec | 
         console.print(
             f"{device.product_name}: {si(device.peak('bf16'), 'FLOP/s')} bf16 tensor, "
             f"{si(device.peak('fp32'), 'FLOP/s')} fp32, {si(device.mem_bandwidth_bps, 'B/s')} "
-            "DRAM at top clocks (catalog values); ridge point "
+            "DRAM at top clocks (published, device catalog); ridge point "
             + ", ".join(f"{d} {r:.0f} FLOP/B" for d, r in ridges)
             + f". Roofline time {fmt_time(summary.roofline_time_s)} in total (modeled lower "
             "bound: no launch overhead, no clock drop under the power limit).",
@@ -188,7 +189,7 @@ def summary_json(summary: RooflineSummary, trace: Trace) -> dict[str, Any]:
     doc = summary.to_json()
     doc["meta"] = trace.meta
     doc["provenance"] = {
-        "flops_bytes": "modeled" if summary.source == "analytic" else "measured shapes",
+        "flops_bytes": "modeled",  # formulas (on recorded shapes for imports)
         "roofline_time_s": "modeled",
         "measured_time_s": "measured",
     }
