@@ -196,3 +196,27 @@ def test_nvml_actuator_resets_on_sigint_and_keeps_keyboardinterrupt():
         time.sleep(0.5)
     assert nv.is_default()
     assert signal.getsignal(signal.SIGINT) is prev
+
+
+def test_nvml_actuator_pre_ampere_falls_back_to_core_clocks():
+    nv = FakeNvml(memory_locks=False)
+    with NvmlActuator(nvml=nv, check_privileges=False, install_signal_handlers=False) as a:
+        a.set_clocks(LO)
+        assert nv.core_lock[0] == (1005, 1005) and nv.mem_lock[0] is None
+        assert a.lock_memory is False and "pre-Ampere" in a.notes[0]
+        a.set_clocks(HI)
+        assert nv.count("nvmlDeviceSetMemoryLockedClocks") == 1     # not retried
+    assert nv.core_lock[0] is None
+
+
+def test_helper_pre_ampere_locks_core_only(tmp_path):
+    nv = FakeNvml(memory_locks=False)
+    h = ClockHelper(tmp_path / "c.sock", nvml=nv, check_privileges=False).start()
+    try:
+        a = HelperActuator(h.path)
+        a.set_clocks(LO)
+        assert nv.core_lock[0] == (1005, 1005)
+        a.close()
+        assert nv.core_lock[0] is None
+    finally:
+        h.close()

@@ -241,6 +241,12 @@ def load_nvml(nvml: Any = None) -> Any:
     return nvml
 
 
+def _is_not_supported(nvml: Any, exc: BaseException | None) -> bool:
+    cls = getattr(nvml, "NVMLError_NotSupported", None)
+    return exc is not None and ((cls is not None and isinstance(exc, cls))
+                                or "not supported" in str(exc).lower())
+
+
 def _is_no_permission(nvml: Any, exc: Exception) -> bool:
     cls = getattr(nvml, "NVMLError_NoPermission", None)
     return (cls is not None and isinstance(exc, cls)) or "permission" in str(exc).lower()
@@ -271,6 +277,7 @@ class NvmlActuator(Actuator):
         self.gpu = gpu
         self.handle = self.nvml.nvmlDeviceGetHandleByIndex(gpu)
         self.lock_memory = lock_memory
+        self.notes: list[str] = []
         self._core_locked = False
         self._mem_locked = False
         self._lock = threading.Lock()
@@ -313,9 +320,17 @@ class NvmlActuator(Actuator):
                 if self._mem_locked:
                     self._call("nvmlDeviceResetMemoryLockedClocks")
                     self._mem_locked = False
-            else:
+                return
+            try:
                 self._call("nvmlDeviceSetMemoryLockedClocks", config.mem_mhz, config.mem_mhz)
                 self._mem_locked = True
+            except JouleboundError as exc:
+                if not _is_not_supported(self.nvml, exc.__cause__):
+                    raise
+                # before Ampere memory clocks cannot be locked: keep going with core clocks
+                self.lock_memory = False
+                self.notes.append(f"GPU {self.gpu} does not support memory-clock locking "
+                                  "(pre-Ampere); only core clocks are applied")
 
     def reset(self) -> None:
         """Unlock both clocks (always issues the reset calls)."""

@@ -25,6 +25,10 @@ class NVMLError_InvalidArgument(NVMLError):  # noqa: N801 - pynvml's name
     """Raised for a clock the device does not support."""
 
 
+class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's name
+    """Raised for a call the device does not support (memory locks before Ampere)."""
+
+
 class FakeNvml:
     """Stand-in for the ``pynvml`` module.
 
@@ -32,18 +36,21 @@ class FakeNvml:
         n_gpus: number of devices.
         supported: memory MHz -> supported core MHz list (same for every GPU).
         privileged: whether set/reset calls are allowed.
+        memory_locks: whether memory-clock locking is supported (Ampere and newer).
     """
 
     NVMLError = NVMLError
     NVMLError_NoPermission = NVMLError_NoPermission
     NVMLError_InvalidArgument = NVMLError_InvalidArgument
+    NVMLError_NotSupported = NVMLError_NotSupported
 
     def __init__(self, n_gpus: int = 1, supported: dict[int, list[int]] | None = None,
-                 privileged: bool = True) -> None:
+                 privileged: bool = True, memory_locks: bool = True) -> None:
         self.n_gpus = n_gpus
         self.supported = supported or {1593: [1410, 1305, 1200, 1095, 1005, 900, 810],
                                        1215: [1410, 1200, 1005, 810]}
         self.privileged = privileged
+        self.memory_locks = memory_locks
         self.calls: list[tuple[str, int, tuple[Any, ...]]] = []
         self.core_lock: dict[int, tuple[int, int] | None] = {i: None for i in range(n_gpus)}
         self.mem_lock: dict[int, tuple[int, int] | None] = {i: None for i in range(n_gpus)}
@@ -90,10 +97,14 @@ class FakeNvml:
 
     def nvmlDeviceSetMemoryLockedClocks(self, h: int, lo: int, hi: int) -> None:  # noqa: N802
         self._priv("nvmlDeviceSetMemoryLockedClocks", h, (lo, hi))
+        if not self.memory_locks:
+            raise NVMLError_NotSupported("Not Supported")
         self.mem_lock[h] = (lo, hi)
 
     def nvmlDeviceResetMemoryLockedClocks(self, h: int) -> None:  # noqa: N802
         self._priv("nvmlDeviceResetMemoryLockedClocks", h, ())
+        if not self.memory_locks:
+            raise NVMLError_NotSupported("Not Supported")
         self.mem_lock[h] = None
 
     # -- test helpers -----------------------------------------------------------------------

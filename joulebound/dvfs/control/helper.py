@@ -41,7 +41,7 @@ from typing import Any
 
 from ...clocks import AUTO, ClockConfig
 from ...errors import JouleboundError
-from .actuators import PERMISSION_HELP, Actuator, _has_cap_sys_admin, load_nvml
+from .actuators import PERMISSION_HELP, Actuator, _has_cap_sys_admin, _is_not_supported, load_nvml
 
 
 class _Bucket:
@@ -132,7 +132,8 @@ class ClockHelper:
                                  f"(supported: {ok[:8]}{' ...' if len(ok) > 8 else ''})")
         return ClockConfig(core, mem)
 
-    def _set(self, gpu: int, cfg: ClockConfig) -> None:
+    def _set(self, gpu: int, cfg: ClockConfig) -> bool:
+        """Lock ``cfg`` on ``gpu``; returns False when the memory clock could not be locked."""
         nv = self.nvml
         h = nv.nvmlDeviceGetHandleByIndex(gpu)
         self._touched.add(gpu)
@@ -146,7 +147,13 @@ class ClockHelper:
             except Exception:  # noqa: BLE001 - not supported before Ampere
                 pass
         else:
-            nv.nvmlDeviceSetMemoryLockedClocks(h, cfg.mem_mhz, cfg.mem_mhz)
+            try:
+                nv.nvmlDeviceSetMemoryLockedClocks(h, cfg.mem_mhz, cfg.mem_mhz)
+            except Exception as exc:  # noqa: BLE001
+                if not _is_not_supported(nv, exc):
+                    raise
+                return False     # pre-Ampere: core clock only
+        return True
 
     def reset_gpu(self, gpu: int) -> None:
         """Restore default clocks of ``gpu`` (best effort, never raises)."""
@@ -199,8 +206,12 @@ class ClockHelper:
                     self.reset_gpu(gpu)
                     self._owner.pop(gpu, None)
                 else:
-                    self._set(gpu, cfg)
+                    mem_ok = self._set(gpu, cfg)
                     self._owner[gpu] = client
+                    if not mem_ok:
+                        self.log.append({"t": time.time(), "client": client, "gpu": gpu,
+                                         "config": cfg.label, "note": "memory lock unsupported"})
+                        return {"ok": True, "memory_locked": False}
             except Exception as exc:  # noqa: BLE001 - NVML errors go back to the client
                 return {"ok": False, "error": f"NVML refused: {exc}"}
             self.log.append({"t": time.time(), "client": client, "gpu": gpu,
