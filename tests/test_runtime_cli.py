@@ -73,6 +73,12 @@ def test_run_errors_are_clear(tmp_path, monkeypatch, capsys):
     assert "Did you mean 'nvml'" in capsys.readouterr().err.replace("\n", "")
     assert main(["run", "--record", "o.json", "--", "torchrun", "train.py"]) == 2
     assert "not a Python script" in capsys.readouterr().err.replace("\n", " ")
+    # a plan over analytic kernel names can never match dispatched ops: refused up front
+    (tmp_path / "t.py").write_text("print('hi')\n")
+    Plan(device="rtx3080ti", kernel_names=["qkv_gemm", "softmax"], configs=[AUTO],
+         choice=[0, 0]).save(tmp_path / "analytic.json")
+    assert main(["run", "--plan", "analytic.json", "--", "python", "t.py"]) == 2
+    assert "not op keys" in capsys.readouterr().err.replace("\n", " ")
 
 
 def test_reset_clocks_uses_nvml_reset(monkeypatch, capsys):

@@ -162,6 +162,23 @@ def model_characterization(plan: Plan) -> Any:
                               "pass --characterization CHAR.npz") from exc
 
 
+def check_plan_keys(plan: Plan) -> None:
+    """Refuse a plan whose kernel names are not dispatched-op keys (it could never match)."""
+    names = plan.kernel_names
+    keyish = sum(1 for n in names if "[" in n and n.endswith(("]", *_DTYPE_SUFFIXES)))
+    if names and keyish < 0.5 * len(names):
+        raise JouleboundError(
+            f"the plan's kernel names ({names[0]!r}, ...) are not op keys such as "
+            "'aten.mm.default[8x64,64x192]float32', so the runtime could never match them "
+            "against the running program. Record the program's op stream with "
+            "`joulebound run --record ops.json -- python train.py`, plan over ops.json "
+            "(`joulebound plan ops.json -d DEVICE -o plan.json`), then run with that plan.")
+
+
+_DTYPE_SUFFIXES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "bool", "-",
+                   "float8_e4m3fn", "float8_e5m2", "int8", "uint8", "complex64")
+
+
 def build_controller(plan: Plan | str | Path, actuator: str = "dry-run", *, char: Any = None,
                      switch_log: str | None = None, switch_latency_s: float | None = None,
                      min_confidence: float = 0.75, socket_path: str | None = None, gpu: int = 0,
@@ -174,6 +191,7 @@ def build_controller(plan: Plan | str | Path, actuator: str = "dry-run", *, char
     notes = notes if notes is not None else []
     if not isinstance(plan, Plan):
         plan = Plan.load(plan)
+    check_plan_keys(plan)
     if isinstance(char, str | Path):
         char = Characterization.load(char)
     lat = plan.switch_latency_s if switch_latency_s is None else float(switch_latency_s)
