@@ -113,3 +113,16 @@ def test_scaling_hardware_is_the_device_catalog():
     assert hardware.get_hw("V100-PCIe").tdp_w == 250
     with pytest.raises(JouleboundError, match="unknown GPU 'rtx9090'"):
         hardware.get_hw("rtx9090")
+
+
+def test_tp_law_with_one_gpu_count_pins_k_and_fits_s_inf_without_warnings():
+    import warnings
+
+    from joulebound.scaling.speedup import TP_K_PIN
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # scipy's "covariance could not be estimated" is a failure
+        fit = fit_speedup("tp", [1, 2, 2], [1.0, 1.5, 1.5])
+    assert fit.pinned == {"k": TP_K_PIN} and set(fit.stderr) == {"s_inf"}
+    assert float(fit.speedup(2)) == pytest.approx(1.5, rel=1e-6)  # the measured point is met
+    assert fit.params["s_inf"] == pytest.approx((1.5 - np.exp(-TP_K_PIN)) / (1 - np.exp(-TP_K_PIN)))

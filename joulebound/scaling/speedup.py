@@ -19,8 +19,9 @@ Exact forms (S(1) = 1 for both):
   γ ∈ [0, 2] how the overhead grows with N (γ ≈ 0 for a ring all-reduce of fixed size whose
   per-GPU volume 2(N−1)/N saturates; γ ≈ 1 for a latency- or tree-bound collective).
 
-With fewer points than parameters a law is fitted with its extra parameters pinned (γ = 1, then
-p = 1) and ``pinned`` names them; one point (N = 1 only) cannot be fitted and raises.
+With fewer points than parameters a law is fitted with its extra parameters pinned (Amdahl: γ = 1,
+then p = 1; TP with a single GPU count above 1: k = :data:`TP_K_PIN`) and ``pinned`` names them;
+one point (N = 1 only) cannot be fitted and raises.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..errors import JouleboundError, did_you_mean
+
+#: k [1/GPU] of the TP law pinned when the data has one GPU count above 1 (each added GPU leaves
+#: e^-0.5 ≈ 61 % of the gap to S_inf; also the free fit's starting value). A modeling assumption.
+TP_K_PIN = 0.5
 
 #: strategies understood by the scaling model; "single" is one GPU, no parallelism.
 STRATEGIES = ("single", "ddp", "fsdp", "tp", "pp")
@@ -119,10 +124,16 @@ class TPSpeedup:
 
         n, s = _points(n, s)
         s_max = float(max(s.max(), 1.0))
-        p0 = [max(s_max * 1.2, 1.01), 0.5]
-        popt, pcov = curve_fit(tp_speedup, n, s, p0=p0, bounds=([1.0, 1e-6], [1e3, 50.0]),
-                               maxfev=20000)
-        self.fit_ = _result(self.law, ("s_inf", "k"), popt, pcov, n, s, tp_speedup, {})
+        if len(np.unique(n)) >= 3:
+            f, names, pinned = tp_speedup, ("s_inf", "k"), {}
+            p0, lo, hi = [max(s_max * 1.2, 1.01), TP_K_PIN], [1.0, 1e-6], [1e3, 50.0]
+        else:  # one GPU count above 1: only S_inf is identifiable
+            def f(n, s_inf):  # noqa: ANN001, ANN202
+                return tp_speedup(n, s_inf, TP_K_PIN)
+            names, pinned = ("s_inf",), {"k": TP_K_PIN}
+            p0, lo, hi = [max(s_max * 1.2, 1.01)], [1.0], [1e3]
+        popt, pcov = curve_fit(f, n, s, p0=p0, bounds=(lo, hi), maxfev=20000)
+        self.fit_ = _result(self.law, names, popt, pcov, n, s, f, pinned)
         return self
 
     def predict(self, n: ArrayLike) -> np.ndarray:
