@@ -56,6 +56,8 @@ def test_show_json_and_alias(capsys):
     assert d["supported_clocks"]["9501"][0] == 2100
     assert d["sources"]["supported_clocks"].startswith("CONSTRUCTED")
     assert d["ridge_point_flop_per_byte"] > 50 and "3080ti" in d["aliases"]
+    assert d["provenance"] == "published" and "idle_power_w" in d["estimates"]
+    assert all("estimate" in d["sources"][k].lower() for k in d["estimates"])
     rc, out, _ = run(capsys, "devices", "show", "a100", "--json")
     assert json.loads(out)["name"] == "a100-sxm4-80gb"
 

@@ -40,8 +40,9 @@ NAME is a catalog name, an alias (e.g. 3080ti, a100, h200) or an nvidia-smi prod
 {memory MHz: [core MHz, ...]}, default_core_mhz, max_core_mhz, boost_core_mhz, default_mem_mhz,
 max_mem_mhz, peak_flops {dtype: FLOP/s}, mem_bandwidth_bps, power_limit_default_w,
 power_limit_min_w, power_limit_max_w, idle_power_w, memory_bytes, sm_count, switch_latency_s,
-sensor_period_s, vf_curve, tables_constructed, sources {field: source}) plus aliases, origin and
-ridge_point_flop_per_byte."""
+sensor_period_s, vf_curve, tables_constructed, sources {field: source}) plus aliases, origin,
+ridge_point_flop_per_byte, provenance ("published"; fields whose source says estimate are listed
+in estimates)."""
 
 IMPORT_HELP = """Add a GPU to your user catalog ($JOULEBOUND_HOME/devices or
 ~/.config/joulebound/devices) from FILE: a TOML entry (format: docs/devices.md, or any file in
@@ -183,6 +184,8 @@ def show_command(
         doc["aliases"] = device_aliases(spec.name)
         doc["origin"] = device_origin(spec.name)
         doc["ridge_point_flop_per_byte"] = spec.ridge_point
+        doc["provenance"] = "published"
+        doc["estimates"] = sorted(k for k in spec.sources if _is_estimate(spec, k))
         print_json(doc)
         return
     t = Table(title=f"{spec.product_name} ({spec.name}) — {device_origin(spec.name)}",
