@@ -22,7 +22,7 @@ The plan's kernel names must be op keys: record them first with
 `joulebound run --record ops.json -- python train.py` (one kernel per op of one iteration), make a
 plan over that trace, then run with --plan.
 
---json keys: command, exit_code, actuator, duration_s (measured), ops, planned_ops, safe_ops,
+--json (the script's own stdout then goes to stderr) keys: command, exit_code, actuator, duration_s (measured), ops, planned_ops, safe_ops,
 switches, switch_log, predictor_accuracy, period_ops, modeled_time_s, modeled_energy_j,
 modeled_iteration_energy_j, unknown_ops (simulated only; modeled), recorded_trace, recorded_ops,
 notes, duration_provenance, modeled_provenance.
@@ -62,7 +62,8 @@ def run_command(
     p = Plan.load(plan) if plan else None
     char = Characterization.load(characterization) if characterization else None
     res = run(cmd, p, actuator, char=char, switch_log=switch_log, switch_latency_s=switch_latency,
-              min_confidence=min_confidence, socket_path=socket, gpu=gpu, record_path=record)
+              min_confidence=min_confidence, socket_path=socket, gpu=gpu, record_path=record,
+              quiet_stdout=as_json)
     if as_json:
         print_json(res.to_json())
     else:

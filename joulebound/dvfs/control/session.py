@@ -93,7 +93,13 @@ def split_command(cmd: Sequence[str]) -> tuple[str, str, list[str]]:
     return "path", cmd[0], cmd
 
 
-def _run_target(kind: str, target: str, argv: list[str]) -> int:
+def _run_target(kind: str, target: str, argv: list[str], quiet_stdout: bool = False) -> int:
+    """Run the script; with ``quiet_stdout`` its stdout goes to stderr (keeps --json clean)."""
+    if quiet_stdout:
+        import contextlib
+
+        with contextlib.redirect_stdout(sys.stderr):
+            return _run_target(kind, target, argv)
     old_argv, old_path = sys.argv[:], sys.path[:]
     sys.argv = argv
     if kind == "path":
@@ -243,7 +249,7 @@ def controlled(plan: Plan | str | Path, actuator: str = "dry-run", **kwargs: Any
 def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
         char: Any = None, switch_log: str | None = None, switch_latency_s: float | None = None,
         min_confidence: float = 0.75, socket_path: str | None = None, gpu: int = 0,
-        record_path: str | None = None) -> RunResult:
+        record_path: str | None = None, quiet_stdout: bool = False) -> RunResult:
     """Run ``cmd`` (a Python script) under the controller; see the module docstring."""
     from .controller import trace_from_ops
     from .hooks import OpStream
@@ -267,7 +273,7 @@ def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
                 locked_end[0], locked_end[1] = len(keys), pred.period
 
         with OpStream(on_op=on_op, interner=interner):
-            res.exit_code = _run_target(kind, target, argv)
+            res.exit_code = _run_target(kind, target, argv, quiet_stdout)
         res.duration_s = time.monotonic() - t0
         res.actuator = "none (recording)"
         end, period = locked_end
@@ -291,7 +297,7 @@ def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
     act = ctl.actuator
     try:
         with ctl.hook():
-            res.exit_code = _run_target(kind, target, argv)
+            res.exit_code = _run_target(kind, target, argv, quiet_stdout)
     finally:
         ctl.close()
     res.duration_s = time.monotonic() - t0
