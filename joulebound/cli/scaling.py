@@ -245,23 +245,39 @@ def _config(model, layers, hidden, heads, seq, batch, device, dtype, ff, vocab) 
                 device=device, dtype=dtype, ff=ff, vocab=vocab)
 
 
+# The job options shared by predict and advise (one definition, one help text).
+_MODEL = typer.Option("bert", "--model", help="architecture: bert | gpt | t5 (vocabulary default)")
+_LAYERS = typer.Option(..., "--layers", help="transformer layers L")
+_HIDDEN = typer.Option(..., "--hidden", help="hidden size d")
+_HEADS = typer.Option(..., "--heads", help="attention heads (divide --hidden)")
+_SEQ = typer.Option(..., "--seq", help="sequence length (tokens)")
+_BATCH = typer.Option(..., "--batch", help="global batch (sequences per step, all GPUs)")
+_TOKENS = typer.Option(..., "--tokens", help="training tokens in total (e.g. 1e8)")
+_DEVICE = typer.Option("rtx2080ti", "--device", help="GPU name (e.g. rtx2080ti, a100, h100)")
+_DTYPE = typer.Option("fp32", "--dtype", help="fp32 | bf16 | fp16")
+_FF = typer.Option(None, "--ff", help="feed-forward width (default 4·hidden)")
+_VOCAB = typer.Option(None, "--vocab", help="vocabulary size (default by --model)")
+_COEFFICIENTS = typer.Option(None, "--coefficients", help="a law saved by `joulebound fit --save` "
+                             "(default: the built-in law)")
+_JSON = typer.Option(False, "--json", help="machine-readable output (keys in --help)")
+
+
 def predict(
-    model: str = typer.Option("bert", "--model", help="architecture: bert | gpt | t5 (vocabulary default)"),
-    layers: int = typer.Option(..., "--layers", help="transformer layers L"),
-    hidden: int = typer.Option(..., "--hidden", help="hidden size d"),
-    heads: int = typer.Option(..., "--heads", help="attention heads"),
-    seq: int = typer.Option(..., "--seq", help="sequence length (tokens)"),
-    batch: int = typer.Option(..., "--batch", help="global batch (sequences per step, all GPUs)"),
-    tokens: float = typer.Option(..., "--tokens", help="training tokens in total (e.g. 1e8)"),
+    model: str = _MODEL,
+    layers: int = _LAYERS,
+    hidden: int = _HIDDEN,
+    heads: int = _HEADS,
+    seq: int = _SEQ,
+    batch: int = _BATCH,
+    tokens: float = _TOKENS,
     gpus: int = typer.Option(1, "--gpus", help="number of GPUs N (>= 1)"),
     strategy: str = typer.Option("single", "--strategy", help="single | ddp | fsdp | tp | pp"),
-    device: str = typer.Option("rtx2080ti", "--device", help="GPU name (e.g. rtx2080ti, a100, h100)"),
-    dtype: str = typer.Option("fp32", "--dtype", help="fp32 | bf16 | fp16"),
-    ff: int = typer.Option(None, "--ff", help="feed-forward width (default 4·hidden)"),
-    vocab: int = typer.Option(None, "--vocab", help="vocabulary size (default by --model)"),
-    coefficients: Path = typer.Option(None, "--coefficients", help="a law saved by `joulebound fit "
-                                      "--save` (default: the built-in law)"),
-    as_json: bool = typer.Option(False, "--json", help="machine-readable output (keys in --help)"),
+    device: str = _DEVICE,
+    dtype: str = _DTYPE,
+    ff: int = _FF,
+    vocab: int = _VOCAB,
+    coefficients: Path = _COEFFICIENTS,
+    as_json: bool = _JSON,
 ) -> None:
     from ..scaling.defaults import predict_job
 
@@ -279,24 +295,23 @@ def predict(
 
 
 def advise(
-    model: str = typer.Option("bert", "--model", help="architecture: bert | gpt | t5 (vocabulary default)"),
-    layers: int = typer.Option(..., "--layers", help="transformer layers L"),
-    hidden: int = typer.Option(..., "--hidden", help="hidden size d"),
-    heads: int = typer.Option(..., "--heads", help="attention heads (divide --hidden)"),
-    seq: int = typer.Option(..., "--seq", help="sequence length (tokens)"),
-    batch: int = typer.Option(..., "--batch", help="global batch (sequences per step)"),
-    tokens: float = typer.Option(..., "--tokens", help="training tokens in total"),
+    model: str = _MODEL,
+    layers: int = _LAYERS,
+    hidden: int = _HIDDEN,
+    heads: int = _HEADS,
+    seq: int = _SEQ,
+    batch: int = _BATCH,
+    tokens: float = _TOKENS,
     deadline: str = typer.Option(..., "--deadline", help="wall-time budget: seconds or 90m / 12h / 2d"),
     max_gpus: int = typer.Option(8, "--max-gpus", help="largest GPU count to consider (1, 2, 4, … and this)"),
     strategies: str = typer.Option("ddp,fsdp,tp", "--strategies", help="comma-separated strategies "
                                    "(ddp, fsdp, tp, pp) tried at every GPU count > 1"),
-    device: str = typer.Option("rtx2080ti", "--device", help="GPU name (e.g. rtx2080ti, a100, h100)"),
-    dtype: str = typer.Option("fp32", "--dtype", help="fp32 | bf16 | fp16"),
-    ff: int = typer.Option(None, "--ff", help="feed-forward width (default 4·hidden)"),
-    vocab: int = typer.Option(None, "--vocab", help="vocabulary size (default by --model)"),
-    coefficients: Path = typer.Option(None, "--coefficients", help="a law saved by `joulebound fit "
-                                      "--save` (default: the built-in law)"),
-    as_json: bool = typer.Option(False, "--json", help="machine-readable output (keys in --help)"),
+    device: str = _DEVICE,
+    dtype: str = _DTYPE,
+    ff: int = _FF,
+    vocab: int = _VOCAB,
+    coefficients: Path = _COEFFICIENTS,
+    as_json: bool = _JSON,
 ) -> None:
     from rich.console import Console
     from rich.table import Table
