@@ -120,8 +120,6 @@ class TPSpeedup:
     law = "tp_saturating_exp"
 
     def fit(self, n: ArrayLike, s: ArrayLike) -> TPSpeedup:
-        from scipy.optimize import curve_fit
-
         n, s = _points(n, s)
         s_max = float(max(s.max(), 1.0))
         if len(np.unique(n)) >= 3:
@@ -132,8 +130,7 @@ class TPSpeedup:
                 return tp_speedup(n, s_inf, TP_K_PIN)
             names, pinned = ("s_inf",), {"k": TP_K_PIN}
             p0, lo, hi = [max(s_max * 1.2, 1.01)], [1.0], [1e3]
-        popt, pcov = curve_fit(f, n, s, p0=p0, bounds=(lo, hi), maxfev=20000)
-        self.fit_ = _result(self.law, names, popt, pcov, n, s, f, pinned)
+        self.fit_ = _curve_fit(self.law, f, names, p0, lo, hi, pinned, n, s)
         return self
 
     def predict(self, n: ArrayLike) -> np.ndarray:
@@ -146,8 +143,6 @@ class AmdahlSpeedup:
     law = "generalized_amdahl"
 
     def fit(self, n: ArrayLike, s: ArrayLike) -> AmdahlSpeedup:
-        from scipy.optimize import curve_fit
-
         n, s = _points(n, s)
         n_distinct = len(np.unique(n))
         if n_distinct >= 4:
@@ -161,8 +156,7 @@ class AmdahlSpeedup:
             def f(n, c):  # noqa: ANN001, ANN202
                 return amdahl_speedup(n, 1.0, c, 1.0)
             names, p0, lo, hi, pinned = ("c",), [0.01], [0], [10], {"p": 1.0, "gamma": 1.0}
-        popt, pcov = curve_fit(f, n, s, p0=p0, bounds=(lo, hi), maxfev=20000)
-        self.fit_ = _result(self.law, names, popt, pcov, n, s, f, pinned)
+        self.fit_ = _curve_fit(self.law, f, names, p0, lo, hi, pinned, n, s)
         return self
 
     def predict(self, n: ArrayLike) -> np.ndarray:
@@ -190,6 +184,15 @@ def _points(n: ArrayLike, s: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     if not np.any(n == 1):  # anchor S(1) = 1 by definition
         n, s = np.append(n, 1.0), np.append(s, 1.0)
     return n, s
+
+
+def _curve_fit(law, f, names, p0, lo, hi, pinned, n, s) -> SpeedupFit:  # noqa: ANN001
+    """Least-squares fit of ``f(n, *free)`` (free parameters ``names``, start ``p0``, bounds
+    ``lo``/``hi``) to the speedups ``s`` at GPU counts ``n``; ``pinned`` holds the fixed ones."""
+    from scipy.optimize import curve_fit
+
+    popt, pcov = curve_fit(f, n, s, p0=p0, bounds=(lo, hi), maxfev=20000)
+    return _result(law, names, popt, pcov, n, s, f, pinned)
 
 
 def _result(law, names, popt, pcov, n, s, f, pinned) -> SpeedupFit:  # noqa: ANN001
