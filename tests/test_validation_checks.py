@@ -28,8 +28,8 @@ def test_json_keys_and_all_four_checks(rows):
     keys = {"check", "gpu", "workload", "time_mape", "energy_mape", "time_max_err",
             "energy_max_err", "n_points", "provenance", "energy_quantity", "published", "note"}
     assert all(set(r) == keys for r in rows.values())
-    assert {k[0] for k in rows} == {"perseus-stage", "perseus-plans", "guerreiro",
-                                    "zeus-power-limit"}
+    assert {k[0] for k in rows} == {"perseus-stage", "perseus-stage-kernel", "perseus-plans",
+                                    "guerreiro", "zeus-power-limit"}
 
 
 def test_plans_held_out_error(rows):
@@ -69,3 +69,11 @@ def test_split_power_states_pairs():
     st = [1000, 1000, 1100, 1100] * 3 + [1410, 1410]     # rank 3 of pp4: F,B alternate
     fwd, bwd = perseus_plans.split_power_states(st, 3, 4, 3)
     assert np.all(fwd == 1000) and np.all(bwd == 1100)
+
+
+def test_kernel_model_row_on_stage_profiles(rows):
+    r = rows[("perseus-stage-kernel", "A100-SXM4-80GB", "characterize() on analytic stage traces")]
+    assert r["n_points"] == 1120
+    assert r["time_mape"] < 1.5 and r["energy_mape"] < 4.0
+    a40 = rows[("perseus-stage-kernel", "A40", "characterize() on analytic stage traces")]
+    assert a40["n_points"] == 1824 and a40["time_mape"] is not None

@@ -10,7 +10,8 @@ from ._common import console, print_json
 
 JSON_HELP = (
     "Print JSON instead of the table: a list of objects with keys check "
-    "(perseus-stage|perseus-plans|guerreiro|zeus-power-limit), gpu, workload, time_mape, "
+    "(perseus-stage|perseus-stage-kernel|perseus-plans|guerreiro|zeus-power-limit), gpu, "
+    "workload, time_mape, "
     "energy_mape (%; power MAPE where energy_quantity is power/avg_power), time_max_err, "
     "energy_max_err (%), n_points, provenance, energy_quantity (energy|power|avg_power), "
     "published ({value, source} or null), note.")

@@ -30,6 +30,8 @@ def run_all(data: Path, progress: Callable[[str], None] | None = None) -> Valida
     sxm = perseus_stage.fit_gpu(perseus_stage.load_stage_profiles(data, "a100_sxm"))
     a40 = perseus_stage.fit_gpu(perseus_stage.load_stage_profiles(data, "a40"))
     extras["stage_models"] = {"a100_sxm": sxm, "a40": a40}
+    say("(a') kernel model on Perseus stage profiles")
+    out += perseus_stage.run_kernel_model(data)
     say("(b) Perseus measured plans")
     res, prm = perseus_plans.run(data, sxm.vf_)
     out += res
