@@ -125,3 +125,21 @@ def test_three_measured_clocks_calibrate_the_rest(tmp_path):
     assert err_t.mean() < 0.01 and err_e.mean() < 0.01
     base = characterize(tr, spec, params=prm)
     assert np.abs(base.time_s / truth.time_s - 1).mean() > 0.1
+
+
+def test_fit_kernel_without_counts_matches_measurements():
+    from joulebound.dvfs.model import default_params
+    from joulebound.dvfs.model.calibrate import fit_kernel
+    from joulebound.dvfs.model.kernel import KernelWork, kernel_time_energy
+
+    spec = ga102_spec()
+    prm = default_params(spec)
+    f = np.array([900.0, 1500.0, 2100.0])
+    m = np.array([9501.0, 5001.0, 9501.0])
+    truth = kernel_time_energy(KernelWork(np.array([2e-4]), np.array([1e-4]), np.array([0.9])),
+                               f, m, 2100, 9501, prm)
+    tc, tm, act = fit_kernel(0.0, 0.0, f, m, truth["time_s"], truth["energy_j"], 2100, 9501, prm)
+    out = kernel_time_energy(KernelWork(np.array([tc]), np.array([tm]), np.array([act])),
+                             f, m, 2100, 9501, prm)
+    np.testing.assert_allclose(out["time_s"], truth["time_s"], rtol=0.02)
+    np.testing.assert_allclose(out["energy_j"], truth["energy_j"], rtol=0.02)

@@ -228,11 +228,13 @@ def fit_kernel(tc0: float, tm0: float, f_mhz: np.ndarray, m_mhz: np.ndarray, t_m
 
     f = np.asarray(f_mhz, float)
     m = np.asarray(m_mhz, float)
-    total = max(tc0 + tm0, 1e-12)
-    tc0 = max(tc0, 1e-3 * total)
-    tm0 = max(tm0, 1e-3 * total)
     t_meas = np.asarray(t_meas, float)
     e_meas = np.asarray(e_meas, float)
+    if tc0 + tm0 <= 0:  # no FLOP/byte counts (e.g. an imported kernel): start from an even split
+        tc0 = tm0 = 0.5 * float(np.median(t_meas))
+    total = tc0 + tm0
+    tc0 = max(tc0, 1e-3 * total)
+    tm0 = max(tm0, 1e-3 * total)
     # start from the scale that matches the measured times on average
     t_mod = kernel_time_energy(KernelWork(np.array([tc0]), np.array([tm0])), f, m, f_max, m_max,
                                params)["time_s"]
@@ -245,7 +247,8 @@ def fit_kernel(tc0: float, tm0: float, f_mhz: np.ndarray, m_mhz: np.ndarray, t_m
         return np.r_[out["time_s"] / t_meas - 1, out["energy_j"] / np.maximum(e_meas, 1e-15) - 1,
                      prior * (x[0] - x[1]), prior * x[2]]
 
-    sol = least_squares(resid, [s0, s0, 0.0], bounds=([-12, -12, -5], [12, 12, 3]))
+    s0 = float(np.clip(s0, -19.0, 19.0))
+    sol = least_squares(resid, [s0, s0, 0.0], bounds=([-20, -20, -5], [20, 20, 3]))
     a, b, g = np.exp(sol.x)
     return float(tc0 * a), float(tm0 * b), float(g)
 
