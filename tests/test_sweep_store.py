@@ -109,3 +109,26 @@ def test_a_file_that_is_not_sqlite_is_named_not_a_traceback(tmp_path, capsys):
         assert main(argv) == 2
         assert "not an SQLite database" in capsys.readouterr().err
     assert junk.read_text() == "not a database\n" * 100  # left untouched
+
+
+def test_results_table_fits_narrow_terminals_and_shows_errors_verbatim():
+    from rich.console import Console
+
+    from joulebound.cli.sweep import _table_rows
+
+    ok = {"config_id": "bert-L12-d768-h12-ff3072-S128-B32-fp32-fsdp-w8-0123abcd", "status": "ok",
+          "error": None, "time_s": 1.5, "tokens": 40960, "padded_tokens": 40960,
+          "throughput_tok_s": 27306.7, "speedup": 6.1, "energy_j": None, "energy_provenance": None,
+          "peak_mem_bytes": 3 * 2**30}
+    bad = {**ok, "config_id": "bert-L1-tp-w2-x", "status": "failed",
+           "error": "RuntimeError: tensor [bold] mismatch\ntraceback ..."}
+    for width in (80, 140):
+        con = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+        con.print(_table_rows([ok, bad], width))
+        text = con.export_text()
+        assert max(len(line) for line in text.splitlines()) <= width
+        flat = "".join(text.split())
+        assert "bert-L12-d768" in flat and "0123abcd" in flat  # the id folds but is never cut
+        assert "3072" in flat and "—" in text  # peak MiB; no sensor -> em dash, never 0
+        assert "tensor [bold] mismatch" in " ".join(text.split())  # error text is not markup
+        assert ("real/pad" in text) == (width >= 120)

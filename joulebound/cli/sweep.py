@@ -20,26 +20,32 @@ STATUS_HELP = """What a sweep store holds: per sweep the planned, finished (ok),
 --json prints {"db", "sweeps"}; sweeps is a list of {"sweep", "planned", "ok", "failed", "pending", "by_strategy"}, by_strategy maps "strategy@world" to {"ok", "failed"} counts."""
 
 
-def _table_rows(rows: list[dict[str, Any]]) -> Any:
+def _table_rows(rows: list[dict[str, Any]], width: int = 80) -> Any:
+    """The results table; below 120 columns the token counts (in --json and the store) are left
+    out so that the config id keeps room."""
+    from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
+    wide = width >= 120
     t = Table(title="sweep results (time, throughput, speedup, memory: measured; energy: see "
-              "provenance)", title_justify="left")
-    for col, j in [("config", "left"), ("status", "left"), ("time (s)", "right"),
-                   ("tokens real/padded", "right"), ("tok/s", "right"), ("speedup", "right"),
-                   ("energy (J)", "right"), ("peak mem", "right")]:
-        t.add_column(col, justify=j, overflow="fold")  # type: ignore[arg-type]
+              "provenance; — = no sensor)", title_justify="left", box=box.SIMPLE_HEAD,
+              pad_edge=False)
+    t.add_column("config", overflow="fold")
+    cols = ["status", "time s", "tokens\nreal/pad", "tok/s", "speedup", "energy J", "peak\nMiB"]
+    for col in cols if wide else [c for c in cols if not c.startswith("tokens")]:
+        t.add_column(col, justify="left" if col == "status" else "right")
     for r in rows:
         if r["status"] != "ok":
             err = (r["error"] or "").splitlines()[0][:70]
-            t.add_row(r["config_id"], f"[red]failed[/]: {err}", "", "", "", "", "", "")
+            t.add_row(r["config_id"], f"[red]failed[/]: {escape(err)}")
             continue
-        energy = "— (no sensor)" if r["energy_j"] is None else \
-            f"{r['energy_j']:.1f} {r['energy_provenance']}"
-        t.add_row(r["config_id"], "ok", f"{r['time_s']:.3f}", f"{r['tokens']}/{r['padded_tokens']}",
-                  f"{r['throughput_tok_s']:.0f}",
-                  "—" if r["speedup"] is None else f"{r['speedup']:.2f}×", energy,
-                  f"{r['peak_mem_bytes'] / 2**20:.0f} MiB")
+        energy = "—" if r["energy_j"] is None else f"{r['energy_j']:.1f} {r['energy_provenance']}"
+        cells = [r["config_id"], "ok", f"{r['time_s']:.3f}", f"{r['tokens']}/{r['padded_tokens']}",
+                 f"{r['throughput_tok_s']:.0f}",
+                 "—" if r["speedup"] is None else f"{r['speedup']:.2f}×", energy,
+                 f"{r['peak_mem_bytes'] / 2**20:.0f}"]
+        t.add_row(*(cells if wide else cells[:3] + cells[4:]))
     return t
 
 
@@ -126,7 +132,7 @@ def sweep_command(
             r.pop("env_json", None)
         print_json(dict(summary, skipped_invalid=skipped, results=rows))
         return
-    console.print(_table_rows(rows))
+    console.print(_table_rows(rows, console.width))
     console.print(f"sweep [bold]{sweep}[/] in {db}: {summary['ran']} ran ({summary['ok']} ok, "
                   f"{summary['failed']} failed), {summary['skipped']} already done; "
                   f"{summary['launches']} launch(es), {summary['wall_s']:.1f} s wall")
