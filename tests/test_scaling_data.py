@@ -154,3 +154,14 @@ def test_fit_cli_prints_the_evaluation_table_on_each_open_dataset(shared_data, c
     assert main(["fit", "--data", str(shared_data / sub), "--laws", "prerun"]) == 0
     text = capsys.readouterr().out
     assert "evaluation" in text and "cvR²" in text and "[published]" in text
+
+
+def test_sweep_store_missing_a_required_column_is_named(tmp_path, capsys):
+    db = tmp_path / "runs.db"
+    _sweep_db(db, energy=True)
+    with sqlite3.connect(db) as con:
+        con.execute("ALTER TABLE sweep_results DROP COLUMN world_size")
+    with pytest.raises(SchemaError, match="world_size"):
+        datasets.load(db)
+    assert main(["fit", "--data", str(db)]) == 2
+    assert "world_size" in capsys.readouterr().err

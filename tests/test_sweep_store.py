@@ -132,3 +132,20 @@ def test_results_table_fits_narrow_terminals_and_shows_errors_verbatim():
         assert "3072" in flat and "—" in text  # peak MiB; no sensor -> em dash, never 0
         assert "tensor [bold] mismatch" in " ".join(text.split())  # error text is not markup
         assert ("real/pad" in text) == (width >= 120)
+
+
+def test_a_sweep_table_missing_columns_is_named(tmp_path, capsys):
+    from joulebound.cli import main
+    from joulebound.errors import SchemaError
+
+    db = tmp_path / "old.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE sweep_results (config_id TEXT, sweep TEXT, status TEXT, time_s REAL)")
+    con.execute("INSERT INTO sweep_results VALUES ('a', 's', 'ok', 1.0)")
+    con.commit()
+    con.close()
+    with pytest.raises(SchemaError, match=r"sweep_results\.arch.*missing: arch, layers"):
+        load_results(db)
+    assert main(["fit", "--data", str(db)]) == 2  # issue 7: a dataset missing columns
+    err = capsys.readouterr().err
+    assert "old.db" in err and "sweep_results.arch" in err and "energy_j" in err

@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import JouleboundError
+from ..errors import JouleboundError, SchemaError
 from .grid import SweepConfig
 
 COLUMNS: tuple[str, ...] = (
@@ -272,7 +272,8 @@ def load_results(path: str | Path, sweep: str | None = None, ok_only: bool = Fal
         ok_only: drop failed configurations.
 
     Raises:
-        JouleboundError: the file does not exist or holds no ``sweep_results`` table.
+        JouleboundError: the file does not exist, is not SQLite or holds no ``sweep_results``
+            table; :class:`~joulebound.errors.SchemaError` when the table lacks a column.
     """
     import pandas as pd
 
@@ -283,6 +284,12 @@ def load_results(path: str | Path, sweep: str | None = None, ok_only: bool = Fal
         raise JouleboundError(f"{path}: no 'sweep_results' table; is this a joulebound sweep database?")
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
+        have = {r[1] for r in con.execute("PRAGMA table_info(sweep_results)")}
+        missing = [c for c in COLUMNS if c not in have]
+        if missing:
+            raise SchemaError(path, f"sweep_results.{missing[0]}",
+                              f"required column is missing (missing: {', '.join(missing)}); the "
+                              "table must have the columns of joulebound.sweep.store.COLUMNS")
         q, args = "SELECT * FROM sweep_results", []
         conds = []
         if sweep is not None:
