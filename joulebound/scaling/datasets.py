@@ -274,18 +274,9 @@ SWEEP_NEED = ("config_id", "arch", "layers", "hidden", "heads", "seq", "batch", 
 
 
 def _read_sweep_table(path: Path) -> pd.DataFrame:
-    try:
-        from ..sweep.store import load_results  # written by the sweep helper
+    from ..sweep.store import load_results
 
-        return load_results(path)
-    except ImportError:
-        import sqlite3
-
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
-            tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
-            if "sweep_results" not in tables:
-                raise SchemaError(path, "sweep_results", "table is missing (is this a sweep runs.db?)") from None
-            return pd.read_sql_query("select * from sweep_results", con)
+    return load_results(path)
 
 
 def load_sweep(path: str | Path, device: str | None = None) -> pd.DataFrame:
