@@ -96,7 +96,7 @@ def test_proxies_formulas():
 
 
 def test_scaling_hardware_is_the_device_catalog():
-    from joulebound.devices.catalog import list_devices
+    from joulebound.devices.catalog import get_device, list_devices
     from joulebound.scaling import comm, hardware
 
     for spec in list_devices():
@@ -108,6 +108,8 @@ def test_scaling_hardware_is_the_device_catalog():
                                                        spec.power_limit_default_w, spec.memory_bytes)
         assert spec.name in hardware.LINKS and hw.link in comm.LINKS  # every GPU has an interconnect
     assert hardware.get_hw("a100-sxm4").link == "nvlink3" and hardware.get_hw("2080ti").link == "pcie3"
+    for alias in ("a100", "3080ti", "h200", "NVIDIA A40", "Tesla T4"):  # one meaning per name
+        assert hardware.get_hw(alias).name == get_device(alias).name, alias
     # GPUs only in the open data (Zeus NSDI'23) are not catalog entries but still priced
     assert {"v100-pcie", "rtx6000", "p100-pcie"} <= set(hardware.device_names())
     assert hardware.get_hw("V100-PCIe").tdp_w == 250

@@ -61,10 +61,9 @@ OPEN_DATA_GPUS: dict[str, HW] = {h.name: h for h in [
     HW("rtx6000", {"fp32": 16.3 * T, "fp16": 65.2 * T}, 672e9, 260, "pcie3", mem_bytes=24 * G),
     HW("p100-pcie", {"fp32": 9.3 * T, "fp16": 18.7 * T}, 732e9, 250, "pcie3", mem_bytes=16 * G),
 ]}
-_ALIAS = {"2080ti": "rtx2080ti", "3080ti": "rtx3080ti", "3080": "rtx3080", "3090": "rtx3090",
-          "a5000": "rtxa5000", "a100": "a100-pcie-80gb", "a100-pcie": "a100-pcie-80gb",
-          "a100-sxm": "a100-sxm4-80gb", "a100-sxm4": "a100-sxm4-80gb", "v100": "v100-sxm2",
-          "h100": "h100-sxm", "h200": "h200-sxm", "grid": "rtx2080ti"}
+#: names that only the open data uses (Mayaki ECAI's "grid" machine is an RTX 2080 Ti); every
+#: other name and alias (``a100``, ``3080ti``, product names) is the device catalog's.
+_ALIAS = {"grid": "rtx2080ti"}
 
 
 def device_names() -> list[str]:
@@ -75,7 +74,8 @@ def device_names() -> list[str]:
 
 
 def get_hw(name: str) -> HW:
-    """Hardware figures for ``name`` (case-insensitive, aliases like ``a100``, ``2080ti``).
+    """Hardware figures for ``name`` (case-insensitive; the catalog's aliases like ``a100``,
+    ``2080ti`` and product names).
 
     Peak, bandwidth, TDP and memory come from the device catalog; GPUs only in the open data from
     :data:`OPEN_DATA_GPUS`."""
