@@ -149,3 +149,19 @@ def test_a_sweep_table_missing_columns_is_named(tmp_path, capsys):
     assert main(["fit", "--data", str(db)]) == 2  # issue 7: a dataset missing columns
     err = capsys.readouterr().err
     assert "old.db" in err and "sweep_results.arch" in err and "energy_j" in err
+
+
+def test_folder_given_for_a_file_is_a_user_error(tmp_path, capsys):
+    from joulebound.cli import main
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    for argv, needle in ((["sweep", "status", "--db", str(folder)], "is a folder"),
+                         (["sweep", "--db", str(folder), "--strategies", "single", "--gpus", "1"],
+                          "is a folder"),
+                         (["sweep", "--grid", str(folder), "--dry-run"], "is not a file")):
+        assert main(argv) == 2, argv
+        assert needle in capsys.readouterr().err, argv
+    with pytest.raises(JouleboundError, match="is a folder"):
+        load_results(folder)
+    assert list(folder.iterdir()) == []  # nothing written into it

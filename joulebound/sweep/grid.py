@@ -331,10 +331,15 @@ def load_grid(path: str | Path) -> Grid:
     path = Path(path)
     if not path.exists():
         raise JouleboundError(f"grid file {path} does not exist (or use a preset: {', '.join(PRESETS)})")
+    if not path.is_file():
+        raise JouleboundError(f"grid file {path} is not a file; pass a TOML grid file or a preset "
+                              f"({', '.join(PRESETS)})")
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise SchemaError(path, "<toml>", f"not valid TOML: {exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SchemaError(path, "<toml>", f"cannot be read: {exc}") from None
     data = data.get("grid", data)
     known = set(_LIST_KEYS) | set(_SCALAR_KEYS)
     kwargs: dict[str, Any] = {"name": path.stem}

@@ -85,10 +85,15 @@ def _table_names(path: Path) -> set[str]:
     Raises:
         JouleboundError: the file is not an SQLite database.
     """
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    if Path(path).is_dir():
+        raise JouleboundError(f"{path} is a folder; pass the SQLite file written by `joulebound sweep --db`")
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise JouleboundError(f"{path}: cannot be opened ({exc})") from None
     try:
         return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    except sqlite3.DatabaseError as exc:
+    except sqlite3.DatabaseError as exc:  # includes OperationalError (unreadable file)
         raise JouleboundError(f"{path}: not an SQLite database ({exc}); pass a store written by "
                               "`joulebound sweep --db`") from None
     finally:
@@ -116,7 +121,13 @@ class SweepStore:
             return
         if self.path.parent and not self.path.parent.exists():
             raise JouleboundError(f"--db {self.path}: folder {self.path.parent} does not exist")
-        con = _connect(self.path)
+        if self.path.is_dir():
+            raise JouleboundError(f"--db {self.path} is a folder; pass a file name such as "
+                                  f"{self.path / 'runs.db'}")
+        try:
+            con = _connect(self.path)
+        except sqlite3.Error as exc:
+            raise JouleboundError(f"--db {self.path}: cannot be opened ({exc})") from None
         try:
             con.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
