@@ -117,3 +117,8 @@ def test_list_shows_skipped_user_entries_verbatim(capsys, user_home):
     assert rc == 0 and "a40" in out
     text = "".join(out.split())  # rich folds long paths mid-word: compare without white space
     assert "skippeduserentry" in text and "half.toml" in text and "clock_ranges(memoryMHz" in text
+
+
+def test_import_a_folder_is_a_user_error(capsys, tmp_path):
+    rc, _, err = run(capsys, "devices", "import", str(tmp_path))
+    assert rc == 2 and "not a file" in err and "nvidia-smi -q -x" in err

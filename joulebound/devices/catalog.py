@@ -528,7 +528,13 @@ def import_device(path: str | Path, name: str | None = None, like: str | None = 
     p = Path(path)
     if not p.exists():
         raise JouleboundError(f"{p}: file not found")
-    head = p.read_text(encoding="utf-8", errors="replace")[:4096].lstrip()
+    if not p.is_file():
+        raise JouleboundError(f"{p}: not a file; pass a TOML entry or the output of "
+                              "`nvidia-smi -q -x > gpu.xml`")
+    try:
+        head = p.read_text(encoding="utf-8", errors="replace")[:4096].lstrip()
+    except OSError as exc:
+        raise JouleboundError(f"{p}: cannot be read ({exc.strerror})") from None
     if p.suffix.lower() == ".xml" or head.startswith("<"):
         from .nvsmi import parse_nvsmi
 
