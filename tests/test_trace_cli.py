@@ -130,3 +130,12 @@ def test_help_paragraphs_are_reflowed_and_list_json_keys() -> None:
     assert all("\n" not in p for p in paragraphs)  # the terminal, not the source, wraps lines
     assert any(p.startswith("--json prints one object with keys") and "roofline_time_s" in p
                for p in paragraphs)
+
+
+def test_output_to_a_folder_or_unwritable_path_is_a_user_error(capsys, tmp_path) -> None:
+    rc, _, err = run(capsys, "trace", "gpt2-small", "-o", str(tmp_path))
+    assert rc == 2 and "is a folder" in err and "gpt2-small.json" in err
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    rc, _, err = run(capsys, "trace", "gpt2-small", "-o", str(blocker / "t.json"))
+    assert rc == 2 and "cannot write the trace" in err

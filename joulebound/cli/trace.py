@@ -253,7 +253,13 @@ def trace_command(
         raise JouleboundError(f"--top must be >= 0, got {top}")
     tops = top_kernels(tr, dev, top) if top else []
     if output is not None:
-        tr.save(output)
+        if output.is_dir():
+            raise JouleboundError(f"-o {output} is a folder; pass a file name such as "
+                                  f"{output / (tr.name + '.json')}")
+        try:
+            tr.save(output)
+        except OSError as exc:
+            raise JouleboundError(f"-o {output}: cannot write the trace ({exc.strerror})") from None
     if as_json:
         doc = summary_json(summary, tr)
         if top:
