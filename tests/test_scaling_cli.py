@@ -126,3 +126,10 @@ def test_predict_text_labels_every_figure(capsys):
     assert main(["predict", *BERT, "--tokens", "1e8"]) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("energy", "time", "η̂"))]
     assert len(lines) == 3 and all("[modeled]" in ln for ln in lines), lines
+
+
+def test_folders_for_coefficients_and_save_are_user_errors(capsys, tmp_path):
+    assert main(["predict", *BERT, "--tokens", "1e8", "--coefficients", str(tmp_path)]) == 2
+    assert "is not a file" in capsys.readouterr().err
+    assert main(["fit", "--data", str(tmp_path), "--save", str(tmp_path)]) == 2
+    assert "--save" in capsys.readouterr().err and list(tmp_path.iterdir()) == []

@@ -195,6 +195,8 @@ def fit(
     law_list = tuple(x.strip() for x in laws.split(",") if x.strip())
     for x in law_list:
         make_law(x)
+    if save is not None and save.is_dir():
+        raise JouleboundError(f"--save {save} is a folder; pass a file name such as {save / 'law.json'}")
     df = datasets.load(data, device=device)
     recs = []
     for _, g in df.groupby("dataset", sort=False):
@@ -215,7 +217,10 @@ def fit(
             raise JouleboundError("--save needs rows with measured energy; this data has none")
         rec = law_record(de.reset_index(drop=True), f"{data} ({len(de)} rows with measured energy)",
                          k=min(folds, int(de["family"].nunique())))
-        save.write_text(json.dumps(rec, indent=1) + "\n")
+        try:
+            save.write_text(json.dumps(rec, indent=1) + "\n")
+        except OSError as exc:
+            raise JouleboundError(f"--save {save}: cannot write ({exc.strerror})") from None
     if as_json:
         print_json({"datasets": recs, "published": PUBLISHED, "saved": str(save) if save else None})
         return

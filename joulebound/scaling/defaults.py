@@ -38,9 +38,14 @@ def load_default(path: str | Path | None = None) -> tuple[PreRunLaw, dict]:
         raise JouleboundError(f"coefficients file not found: {p}" + ("" if path else
                               "; reinstall joulebound or run python -m joulebound.scaling.defaults "
                               "--data ../shared/data"))
+    if not p.is_file():
+        raise JouleboundError(f"coefficients {p} is not a file; pass the JSON written by "
+                              "`joulebound fit --save FILE`")
     try:
         d = json.loads(p.read_text())
         return PreRunLaw.from_json(d["law"]), d
+    except OSError as exc:
+        raise JouleboundError(f"{p}: cannot be read ({exc.strerror})") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise JouleboundError(f"{p}: not a joulebound coefficients file ({exc})") from None
 
