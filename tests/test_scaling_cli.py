@@ -133,3 +133,15 @@ def test_folders_for_coefficients_and_save_are_user_errors(capsys, tmp_path):
     assert "is not a file" in capsys.readouterr().err
     assert main(["fit", "--data", str(tmp_path), "--save", str(tmp_path)]) == 2
     assert "--save" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("cmd, needle", [
+    (["predict", "--tokens", "nan"], "--tokens must be a finite number > 0"),
+    (["predict", "--tokens", "inf"], "--tokens must be a finite number > 0"),
+    (["advise", "--tokens", "1e8", "--deadline", "nan"], "--deadline must be > 0"),
+    (["advise", "--tokens", "1e8", "--deadline", "1h", "--strategies", "single"], "always included"),
+    (["advise", "--tokens", "1e8", "--deadline", "1h", "--strategies", ","], "got none"),
+])
+def test_non_numbers_and_empty_choices_are_refused(capsys, cmd, needle):
+    assert main([cmd[0], *BERT, *cmd[1:]]) == 2
+    assert needle in capsys.readouterr().err

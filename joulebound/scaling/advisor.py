@@ -63,9 +63,13 @@ def advise(tokens: float, deadline_s: float, max_gpus: int = 8,
            strategies: tuple[str, ...] = ("ddp", "fsdp", "tp"), coefficients: str | None = None,
            **config) -> tuple[Candidate, list[Candidate]]:  # noqa: ANN003
     """(best, all candidates sorted by energy). ``config`` as for ``predict_job`` minus gpus/strategy."""
-    if deadline_s <= 0:
+    if not deadline_s > 0:  # also NaN
         raise JouleboundError(f"--deadline must be > 0 seconds (got {deadline_s})")
     strategies = tuple(normalize_strategy(s) for s in strategies)
+    if not strategies or "single" in strategies:
+        raise JouleboundError("--strategies lists the multi-GPU strategies to compare (ddp, fsdp, tp, "
+                              f"pp), got {','.join(strategies) or 'none'}; the 1-GPU run is always "
+                              "included")
     params = float(config_frame(**config)["params"].iloc[0])
     mem = get_hw(config.get("device", "rtx2080ti")).mem_bytes
     cands: list[Candidate] = []

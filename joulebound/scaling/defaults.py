@@ -158,8 +158,8 @@ def predict_job(tokens: float, law: PreRunLaw | None = None, q90_log: float | No
         q90_log = rec.get("q90_log") if q90_log is None else q90_log
         if coefficients:
             label = f"prerun ({coefficients}: {rec.get('provenance', {}).get('data', '?')})"
-    if not tokens or tokens <= 0:
-        raise JouleboundError(f"--tokens must be > 0 (got {tokens})")
+    if not np.isfinite(tokens) or tokens <= 0:
+        raise JouleboundError(f"--tokens must be a finite number > 0 (got {tokens})")
     df = config_frame(**config)
     d = prepare(df, need_energy=False)
     e_step = float(law.predict(df)[0])
