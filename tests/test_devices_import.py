@@ -284,3 +284,8 @@ def test_xml_without_product_name_needs_name(tmp_path):
         import_device(p, like="a40")
     spec, _ = import_device(p, name="clocks-only", like="a40")
     assert spec.core_clocks_mhz() == [1500] and spec.power_limit_max_w == 300.0
+
+
+def test_bad_infinite_peak_names_the_file(tmp_path):
+    _bad(tmp_path, lambda d: d["peak_flops"].update(fp32=float("inf")), "peak_flops.fp32",
+         "finite number > 0")

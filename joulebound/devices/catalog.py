@@ -215,8 +215,8 @@ def spec_from_dict(doc: Any, path: str | Path) -> tuple[DeviceSpec, list[str]]:
         if k not in DTYPES:
             raise SchemaError(p, f"peak_flops.{k}", f"unknown dtype; use {', '.join(DTYPES)}")
         peaks[k] = float(peaks_obj.get(k, (int, float), nonneg=True))
-        if peaks[k] <= 0:
-            raise SchemaError(p, f"peak_flops.{k}", "must be > 0 FLOP/s")
+        if not math.isfinite(peaks[k]) or peaks[k] <= 0:
+            raise SchemaError(p, f"peak_flops.{k}", f"must be a finite number > 0 FLOP/s, got {peaks[k]}")
     if "fp32" not in peaks:
         raise SchemaError(p, "peak_flops.fp32", "missing (dense FP32 FLOP/s at max_core_mhz)")
 
@@ -288,7 +288,9 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, int):
         return str(v)
     if isinstance(v, float):
-        return repr(v) if math.isfinite(v) else "nan"
+        if math.isfinite(v):
+            return repr(v)
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")  # TOML spellings
     if isinstance(v, str):
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     if isinstance(v, list | tuple):
