@@ -45,6 +45,9 @@ def test_missing_column_is_named(tmp_path):
         datasets.load_mayaki(f)
     with pytest.raises(JouleboundError, match="data path not found"):
         datasets.load(tmp_path / "nope")
+    (tmp_path / "trace.json").write_text("{}")
+    with pytest.raises(JouleboundError, match="trace.json: not a supported data file"):
+        datasets.load(tmp_path / "trace.json")
 
 
 def _sweep_db(path, energy: bool):

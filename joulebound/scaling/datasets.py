@@ -361,6 +361,9 @@ def load(path: str | Path, device: str | None = None) -> pd.DataFrame:
             return load_sweep(p, device)
         if p.name.startswith("summary_power_"):
             return load_zeus(p)
+        if p.suffix.lower() != ".csv":
+            raise JouleboundError(f"{p}: not a supported data file (a sweep store .db/.sqlite, a "
+                                  "Mayaki ECAI CSV, a Zeus summary_power_*.csv) nor a data folder")
         return load_mayaki(p)
     name = p.name
     if name == "mayaki_ecai2025" or (p / MAYAKI_FILE).exists():
