@@ -36,7 +36,7 @@ from ...errors import JouleboundError
 from ..characterization import Characterization
 
 
-@dataclass
+@dataclass(slots=True)
 class SwitchRecord:
     """One switch as an actuator saw it. ``t_s``: seconds since the actuator was created."""
 
@@ -52,7 +52,8 @@ class Actuator:
 
     def __init__(self) -> None:
         self.current: ClockConfig = AUTO
-        self.switches: list[SwitchRecord] = []
+        # bounded: a long run can switch millions of times
+        self.switches: deque[SwitchRecord] = deque(maxlen=100_000)
         self._t0 = time.monotonic()
         self._closed = False
         self.n_ops = 0
@@ -122,6 +123,7 @@ class SimulatedActuator(Actuator):
             (the first op that starts after the latency has elapsed). Switches are serial: one
             issued while another is in flight starts when that one completes.
         iteration_start: plan position that starts an iteration (for per-iteration totals).
+        timeline_capacity: ops kept in :attr:`timeline` (modeled end time, label, config column).
 
     Ops with label -1 (not in the plan: an evaluation step, a new shape) have no modeled cost;
     they are counted in ``totals.unknown_ops`` and add no time or energy.
@@ -130,7 +132,7 @@ class SimulatedActuator(Actuator):
     name = "simulated"
 
     def __init__(self, char: Characterization, switch_latency_s: float = 0.0,
-                 iteration_start: int = 0) -> None:
+                 iteration_start: int = 0, timeline_capacity: int = 100_000) -> None:
         super().__init__()
         self.char = char
         self.latency = float(switch_latency_s)
@@ -147,7 +149,8 @@ class SimulatedActuator(Actuator):
         self.totals = SimTotals()
         self._iter_mark = (0.0, 0.0)
         self._iter_open = False
-        self.timeline: list[tuple[float, int, int]] = []   # (device time, label, column)
+        # (modeled end time s, label, column in effect) of the most recent ops
+        self.timeline: deque[tuple[float, int, int]] = deque(maxlen=timeline_capacity)
 
     def _apply(self, config: ClockConfig) -> None:
         col = self._col.get(config)

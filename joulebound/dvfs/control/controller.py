@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +124,7 @@ class Controller:
         interner: key interner shared with the hook (one is made if omitted).
         aligner: optional :class:`EventAligner` (GPU); switches then wait for device progress.
         log: path or open text file for the JSON-lines switch log.
+        log_capacity: switches kept in memory (:attr:`log`); the file keeps all.
     """
 
     def __init__(self, plan: Plan, actuator: Actuator, *,
@@ -131,7 +133,8 @@ class Controller:
                  min_confidence: float = 0.75, horizon: int = 8,
                  interner: KeyInterner | None = None, aligner: Any = None,
                  log: str | Path | TextIO | None = None,
-                 predictor: NextKernelPredictor | None = None) -> None:
+                 predictor: NextKernelPredictor | None = None,
+                 log_capacity: int = 100_000) -> None:
         self.plan = plan
         self.actuator = actuator
         self.min_confidence = float(min_confidence)
@@ -154,7 +157,9 @@ class Controller:
         self.predictor.prime(self.keys)
         self._n_ops = self._n_planned = self._n_safe = self._n_switches = 0
         self.commanded: ClockConfig = canon.get(actuator.current, actuator.current)
-        self.log: list[dict[str, Any]] = []
+        # bounded in memory (long runs); the file log (``log=``) keeps everything
+        self._log: deque[tuple[float, int, int, ClockConfig, str, int]] = deque(
+            maxlen=log_capacity)
         self._own_fh = False
         self._fh: TextIO | None
         if log is None:
@@ -229,12 +234,21 @@ class Controller:
             self.aligner.submit(target)
         else:
             self.actuator.set_clocks(target)
-        rec = {"t_s": round(time.monotonic() - self._t0, 6), "op": self._n_ops - 1,
-               "label": int(label), "config": target.label, "reason": reason,
-               "key": str(self.interner.key(key)) if key != UNKNOWN else None}
-        self.log.append(rec)
+        entry = (time.monotonic() - self._t0, self._n_ops - 1, label, target, reason, key)
+        self._log.append(entry)
         if self._fh is not None:
-            self._fh.write(json.dumps(rec) + "\n")
+            self._fh.write(json.dumps(self._record(entry)) + "\n")
+
+    def _record(self, entry: tuple[float, int, int, ClockConfig, str, int]) -> dict[str, Any]:
+        t, op, label, cfg, reason, key = entry
+        return {"t_s": round(t, 6), "op": op, "label": int(label), "config": cfg.label,
+                "reason": reason,
+                "key": str(self.interner.key(key)) if key != UNKNOWN else None}
+
+    @property
+    def log(self) -> list[dict[str, Any]]:
+        """The most recent switches (up to ``log_capacity``) as switch-log records."""
+        return [self._record(e) for e in self._log]
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
