@@ -21,8 +21,9 @@ energy and time change against auto and the number of clock switches per iterati
 modeled. With --switch-latency L it adds the switch-aware plan (phases lasting at least L, every
 switch landing on time) and replays every plan through the simulator at L with look-ahead
 requests: a kernel-level plan that ignored switching then shows its real cost. For GPT-3-XL on
-the RTX 3080 Ti a separate column shows Spaan et al.'s published figures (arXiv 2601.08539) —
-a cited reference, not our output.
+the RTX 3080 Ti a separate table shows Spaan et al.'s published figures (arXiv 2601.08539) —
+a cited reference, not our output. Then the savings per kernel category of the plan saved
+with -o. The tables fit an 80-column terminal.
 
 --json prints an object with keys: target, device, objective, slowdown, switch_latency_s,
 baseline {config, time_s, energy_j, provenance}, rows [{label, granularity, objective, slowdown,
@@ -137,67 +138,127 @@ def study_json(study, target, objective, slowdown, lat, label) -> dict:
     }
 
 
-def _published_cell(study, granularity: str) -> str:
-    cells = [f"{p['energy_delta'] * 100:+.2f} % @ {p['time_delta'] * 100:+.1f} % ({p['what'].split(' (')[0]})"
-             for p in study.published if p["granularity"] == granularity]
-    return "\n".join(cells) if cells else ""
+def pct(x: float) -> str:
+    """Signed percentage with two decimals; |x| < 0.005 % prints as +0.00 %."""
+    from ._common import fmt_pct
+
+    return fmt_pct(0.0 if abs(x) < 5e-5 else x)
 
 
-def render(study, label: str, lat: float | None, title: str | None = None) -> None:
-    """Print the plans table, the published column and per-category savings."""
+def provenance_of(rows) -> str:
+    """One provenance word for a set of study rows (``modeled`` unless rows differ)."""
+    return " / ".join(sorted({r.plan.provenance for r in rows})) or "modeled"
+
+
+def baseline_line(study) -> str:
+    """``baseline auto: 274.25 ms, 93.39 J per iteration`` (modeled or measured)."""
+    return (f"baseline {study.baseline_config}: {study.baseline_time_s * 1e3:.2f} ms, "
+            f"{study.baseline_energy_j:.2f} J per iteration ({study.char.provenance()})")
+
+
+def published_table(study, title: str | None = None):
+    """Spaan et al.'s figures as their own small table, labeled published and cited (or None).
+
+    Never mixed into joulebound's rows: the paper measured kernels alone on a real GPU, with no
+    clock-switch cost, so its numbers are a reference, not a prediction of ours.
+    """
     from rich.table import Table
 
-    from ..dvfs.solve.study import PUBLISHED_CITATION, category_savings
-    from ._common import console, fmt_pct
+    from ..dvfs.solve.study import PUBLISHED_CITATION
 
-    t = Table(title=title or f"{study.trace.name} on {study.char.device}: clock plans vs auto "
-              f"(baseline {study.baseline_config}: {study.baseline_time_s * 1e3:.2f} ms, "
-              f"{study.baseline_energy_j:.2f} J per iteration, modeled)", title_justify="left")
-    t.add_column("plan")
+    if not study.published:
+        return None
+    t = Table(title=title or "Published reference, not joulebound output", title_justify="left",
+              title_style="bold red", caption=f"GPT-3-XL on a real RTX 3080 Ti; savings are sums "
+              f"of kernels measured alone, with no clock-switch cost. Source: {PUBLISHED_CITATION}.",
+              caption_justify="left")
+    t.add_column("granularity")
     t.add_column("energy Δ", justify="right")
     t.add_column("time Δ", justify="right")
-    t.add_column("switches", justify="right")
-    show_replay = any(r.replay_latency_s > 0 for r in study.rows)
-    if show_replay:
-        t.add_column("replay L", justify="right")
-        t.add_column("replayed E Δ", justify="right")
-        t.add_column("replayed t Δ", justify="right")
-        t.add_column("late", justify="right")
-    t.add_column("provenance")
-    if study.published:
-        t.add_column("published (Spaan et al.)", style="red")
-    shown: set[str] = set()
+    t.add_column("what")
+    t.add_column("provenance", style="red")
+    for p in study.published:
+        t.add_row(p["granularity"], pct(p["energy_delta"]), f"{p['time_delta'] * 100:+.1f} %",
+                  p["what"].split(" (")[0], p["provenance"])
+    return t
 
-    def pct(x: float) -> str:
-        return fmt_pct(0.0 if abs(x) < 5e-5 else x)
 
-    for r in study.rows:
-        cells = [r.label, pct(r.plan.energy_delta), pct(r.plan.time_delta),
-                 str(r.plan.n_switches)]
-        if show_replay:
-            rep = r.replay
-            cells += [f"{r.replay_latency_s * 1e3:g} ms", pct(rep.energy_j / study.baseline_energy_j - 1),
-                      pct(rep.time_s / study.baseline_time_s - 1), str(rep.late_kernels)]
-        cells.append(r.plan.provenance)
-        if study.published:
-            first = r.granularity not in shown and r.granularity != "phase" and "blind" not in r.label
-            shown.add(r.granularity)
-            cells.append(_published_cell(study, r.granularity) if first else "")
-        t.add_row(*cells)
-    console.print(t)
-    if study.published:
-        console.print(f"[red]published[/]: {PUBLISHED_CITATION} — a cited reference column, "
-                      "kernels measured alone, no switch cost; not joulebound output.")
-    cats = category_savings(study.trace, study.char, study.row(label).plan)
-    c = Table(title=f"Savings by kernel category, plan '{label}' (modeled)", title_justify="left")
+def category_table(study, label: str, title: str | None = None):
+    """Energy saved per kernel category for one plan of the study (provenance in the title)."""
+    from rich.table import Table
+
+    from ..dvfs.solve.study import category_savings
+
+    r = study.row(label)
+    cats = category_savings(study.trace, study.char, r.plan)
+    c = Table(title=title or f"Savings by kernel category, plan '{label}' ({r.plan.provenance})",
+              title_justify="left")
     for col in ("category", "kernels", "baseline J", "saved J", "energy Δ", "time Δ", "share"):
         c.add_column(col, justify="left" if col == "category" else "right")
     for row in cats:
         c.add_row(row["category"], str(row["kernels"]), f"{row['baseline_energy_j']:.3f}",
                   f"{row['saved_j']:.3f}", pct(row["energy_delta"]), pct(row["time_delta"]),
                   f"{row['share_of_saving'] * 100:.1f} %")
-    console.print(c)
+    return c
+
+
+def plans_table(study, lat: float | None, title: str | None = None):
+    """One row per plan: energy Δ, time Δ, switches; with a latency, the replay at that L.
+
+    Fits an 80-column terminal: labels are the study's short row names, the provenance is in
+    the title, the published figures go in :func:`published_table`.
+    """
+    from rich.table import Table
+
+    t = Table(title=title or f"Clock plans vs auto ({provenance_of(study.rows)})",
+              title_justify="left")
+    t.add_column("plan", no_wrap=True)
+    t.add_column("energy Δ", justify="right")
+    t.add_column("time Δ", justify="right")
+    t.add_column("switches", justify="right")
+    show_replay = any(r.replay_latency_s > 0 for r in study.rows)
+    if show_replay:
+        t.add_column("at L\nenergy Δ", justify="right")
+        t.add_column("at L\ntime Δ", justify="right")
+        t.add_column("late\nkernels", justify="right")
+    for r in study.rows:
+        cells = [r.label, pct(r.plan.energy_delta), pct(r.plan.time_delta),
+                 str(r.plan.n_switches)]
+        if show_replay:
+            rep = r.replay
+            cells += [pct(rep.energy_j / study.baseline_energy_j - 1),
+                      pct(rep.time_s / study.baseline_time_s - 1), str(rep.late_kernels)]
+        t.add_row(*cells)
+    if show_replay:
+        lats = sorted({r.replay_latency_s for r in study.rows})
+        t.caption = (f"'at L': each plan replayed in the simulator at switch latency L = "
+                     f"{' / '.join(f'{x * 1e3:g} ms' for x in lats)} with look-ahead requests; "
+                     "late kernels ran at other clocks than planned."
+                     + (" phase: the switch-aware plan (every switch charged L)."
+                        if any(r.granularity == "phase" for r in study.rows) else ""))
+        t.caption_justify = "left"
+    return t
+
+
+def render(study, label: str, lat: float | None, title: str | None = None) -> None:
+    """Print a header line, the plans table, the published reference table and per-category
+    savings (each table labeled with its provenance)."""
+    from ._common import console
+
+    console.print(f"[bold]{study.trace.name}[/] on [bold]{study.char.device}[/]: "
+                  f"{study.char.n_kernels} kernels × {study.char.n_configs} clock configurations; "
+                  f"{baseline_line(study)}. Δ = change vs this baseline.", highlight=False)
+    console.print()
+    console.print(plans_table(study, lat, title))
+    pub = published_table(study)
+    if pub is not None:
+        console.print()
+        console.print(pub)
+    console.print()
+    console.print(category_table(study, label))
 
 
 def register(app: typer.Typer) -> None:
-    app.command("plan", help=HELP)(plan_command)
+    from ._common import reflow
+
+    app.command("plan", help=reflow(HELP))(plan_command)
