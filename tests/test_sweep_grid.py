@@ -123,3 +123,20 @@ def test_unknown_energy_backend_fails_before_anything_runs(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "--energy 'nvlm'" in err and "nvml" in err and "simulated" in err
     assert not db.exists()  # no store created, no configuration recorded as failed
+
+
+def test_dry_run_json_lists_launches_with_documented_keys(tmp_path, capsys):
+    import json
+
+    db = tmp_path / "runs.db"
+    assert main(["sweep", "--grid", "tiny", "--dry-run", "--json", "--db", str(db)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"sweep", "planned", "skipped_invalid", "launches"}
+    assert out["planned"] == sum(len(x["configs"]) for x in out["launches"]) == 8
+    assert [x["world_size"] for x in out["launches"]] == [2] and not db.exists()
+    import typer
+
+    from joulebound.cli import app
+
+    helptext = typer.main.get_command(app).commands["sweep"].help  # type: ignore[attr-defined]
+    assert all(f'"{k}"' in helptext for k in out)
