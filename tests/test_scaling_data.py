@@ -83,6 +83,12 @@ def test_sweep_store_time_only_fits_speedup_laws(tmp_path, capsys):
     laws = {s["strategy"]: s for s in rec["speedup"]}
     assert laws["tp"]["law"] == "tp_saturating_exp" and laws["ddp"]["law"] == "generalized_amdahl"
     assert laws["ddp"]["rmse"] < 0.1
+    import typer
+
+    from joulebound.cli import app
+
+    helptext = typer.main.get_command(app).commands["fit"].help  # type: ignore[attr-defined]
+    assert not [k for s in rec["speedup"] for k in s if k not in helptext]  # documented keys
 
 
 def test_sweep_store_with_energy_fits_energy_laws(tmp_path, capsys):
@@ -151,6 +157,14 @@ def test_fit_cli_prints_the_evaluation_table_on_each_open_dataset(shared_data, c
     for r in ev.values():  # held-out figures exist and are numbers, not placeholders
         assert r["cv_k"] >= 2 and np.isfinite(r["cv_r2_log"]) and 0 < r["cv_mape"] < 10
     assert {c["term"] for c in rec["coefficients"]} >= {"const", "log F"}
+    import typer
+
+    from joulebound.cli import app
+
+    helptext = typer.main.get_command(app).commands["fit"].help  # type: ignore[attr-defined]
+    keys = set(out) | set(rec) | set(out["published"]) | {k for r in rec["evaluation"] for k in r}
+    keys |= {k for c in rec["coefficients"] for k in c} | {k for s in rec["speedup"] for k in s}
+    assert not [k for k in keys if k not in helptext]  # every --json key is documented
     if sub != "zeus_nsdi23":
         return
     # the text form prints the same table (on the smallest dataset, to keep the suite fast)

@@ -23,9 +23,11 @@ FSDP/DDP generalized Amdahl). Data with no energy (no sensor) gets only the spee
 coef, se, ci95_lo, ci95_hi, p}, cov_type, adj_r2, evaluation[] {law, post_run, n, families,
 adj_r2_in_sample, cv_k, cv_r2_log, cv_rmse_log, cv_mape, cv_conformal_coverage,
 cv_conformal_median_width_factor, shift_r2_log, shift_rmse_log, shift_mape, shift_n_fit,
-shift_n_pred, note}, speedup[] {family, strategy, law, params, stderr, pinned, n_points, rmse},
-notes[]}, published {adj_r2_with_eta, adj_r2_without_eta, alpha_C, alpha_eta, citation,
-provenance="published"}, saved (the --save path or null). Our figures are modeled (errors
+shift_n_pred, cv_note / shift_note (why a held-out figure is missing), note (why the law could
+not be fitted)}, speedup[] {family, strategy, law, params, stderr, pinned, n_points, rmse,
+max_gpus_seen; or note when the fit failed}, notes[]}, published {adj_r2_with_eta,
+adj_r2_without_eta, alpha_C, alpha_eta, citation, setting, provenance="published"}, saved (the
+--save path or null). Our figures are modeled (errors
 against measured energy)."""
 
 CONFIG_KEYS = """--json keys: energy_j, energy_lo_j, energy_hi_j (90 % split-conformal interval), time_s,
