@@ -47,6 +47,13 @@ eta_par, meets_deadline, state_bytes_per_gpu, fits_memory}, candidates[] (same k
 first), provenance ("modeled"). Units: J, s, bytes."""
 
 
+def _table_console():  # noqa: ANN202
+    """The terminal's console, or a 132-column one when output is piped (tables stay unwrapped)."""
+    from rich.console import Console
+
+    return console if console.is_terminal else Console(width=max(console.width, 132))
+
+
 def _speedup_rows(df) -> list[dict]:  # noqa: ANN001
     """Fit a speedup law per (family, strategy) from per-step times over GPU counts."""
     import numpy as np
@@ -122,10 +129,9 @@ def _fit_one(df, law_name: str, laws: tuple[str, ...], k: int) -> dict:  # noqa:
 
 
 def _print_fit(rec: dict, published: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    out = console if console.is_terminal else Console(width=max(console.width, 132))
+    out = _table_console()
 
     console.rule(f"[bold]{rec['dataset']}[/] — {rec['rows']} rows ({rec.get('source')})")
     for why, n in rec["dropped"].items():
@@ -320,12 +326,11 @@ def advise(
     coefficients: Path = _COEFFICIENTS,
     as_json: bool = _JSON,
 ) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from ..scaling import advisor
 
-    out = console if console.is_terminal else Console(width=max(console.width, 132))
+    out = _table_console()
     best, cands = advisor.advise(tokens, _parse_duration(deadline), max_gpus,
                                  tuple(s.strip() for s in strategies.split(",") if s.strip()),
                                  coefficients=coefficients, **_config(model, layers, hidden, heads, seq, batch, device, dtype, ff, vocab))
