@@ -76,6 +76,20 @@ def key_str(key: Hashable) -> str:
     return f"{name}[{','.join(fmt(s) for s in shapes)}]{dtype}"
 
 
+_NO_KERNEL = frozenset({"aten._unsafe_view", "aten.empty", "aten.empty_like",
+                        "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
+                        "aten.lift_fresh", "aten.detach", "aten.alias"})
+
+
+def launches_no_kernel(func: Any) -> bool:
+    """True for ops that launch no device kernel: views/aliases (``view``, ``t``, ``expand``,
+    ``detach``, ``slice``...), allocation-only ops (``empty*``) and non-ATen markers
+    (``profiler._record_function_*``). They are metadata work, not GPU time or energy."""
+    name = str(func).rsplit(".", 1)[0]         # "aten.view.default" -> "aten.view"
+    return (bool(getattr(func, "is_view", False)) or name in _NO_KERNEL
+            or not name.startswith("aten."))
+
+
 def _dispatch_mode_base() -> type:
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -91,6 +105,8 @@ class OpStream:
         interner: key interner (shared with the controller); keys are interned by their text
             form (:func:`key_str`), so ids match a plan's ``kernel_names``.
         record: keep the key ids in :attr:`keys` (to build a trace/plan from a recorded loop).
+        kernels_only: ignore ops that launch no kernel (:func:`launches_no_kernel`: views,
+            aliases, allocation-only ops, profiler markers); they carry no GPU time or energy.
 
     Usage::
 
@@ -100,13 +116,17 @@ class OpStream:
     """
 
     def __init__(self, on_op: Callable[[int], None] | None = None,
-                 interner: KeyInterner | None = None, record: bool = False) -> None:
+                 interner: KeyInterner | None = None, record: bool = False,
+                 kernels_only: bool = True) -> None:
         self.on_op = on_op
         self.interner = interner if interner is not None else KeyInterner()
         self.record = record
+        self.kernels_only = kernels_only
         self.keys: list[int] = []
         self.n_ops = 0
+        self.n_skipped = 0
         self._cache: dict[OpKey, int] = {}
+        self._skip: dict[Any, bool] = {}
         self._mode: Any = None
 
     def name(self, key_id: int) -> str:
@@ -115,6 +135,13 @@ class OpStream:
     def _on_dispatch(self, func: Any, args: Sequence[Any]) -> None:
         import torch
 
+        if self.kernels_only:
+            skip = self._skip.get(func)
+            if skip is None:
+                skip = self._skip[func] = launches_no_kernel(func)
+            if skip:
+                self.n_skipped += 1
+                return
         t = torch.Tensor
         key = (func, _shapes(args, t), _dtype(args, t))
         kid = self._cache.get(key)
