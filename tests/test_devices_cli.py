@@ -122,3 +122,11 @@ def test_list_shows_skipped_user_entries_verbatim(capsys, user_home):
 def test_import_a_folder_is_a_user_error(capsys, tmp_path):
     rc, _, err = run(capsys, "devices", "import", str(tmp_path))
     assert rc == 2 and "not a file" in err and "nvidia-smi -q -x" in err
+
+
+def test_remove_touches_only_files_of_the_user_catalog(capsys, tmp_path, user_home):
+    outside = tmp_path / "keep.toml"
+    outside.write_text("x = 1\n")
+    user_home.mkdir(parents=True)
+    rc, _, err = run(capsys, "devices", "remove", "../../keep")
+    assert rc == 2 and "no user entry" in err and outside.exists()

@@ -282,7 +282,7 @@ def remove_command(
     from ._common import console
 
     path = user_catalog_dir() / f"{name.lower()}.toml"
-    if not path.exists():
+    if path.resolve().parent != user_catalog_dir().resolve() or not path.exists():
         raise JouleboundError(f"no user entry {name!r} in {user_catalog_dir()} (built-in entries "
                               "cannot be removed).")
     path.unlink()
