@@ -88,6 +88,14 @@ def test_demo_writes_report_and_labels_every_figure(tmp_path, capsys):
     assert "modeled" in html and "published" in html and "2601.08539" in html
     for png in ("pareto.png", "clocks.png", "categories.png", "latency.png"):
         assert (rep / png).stat().st_size > 1000
+    # every figure has a caption that states its provenance; no "-0.00 %" noise
+    import re
+
+    figs = re.findall(r"<figure><img src='([^']+)'.*?<figcaption>(.*?)</figcaption>", html, re.S)
+    assert sorted(f for f, _ in figs) == ["categories.png", "clocks.png", "latency.png",
+                                          "pareto.png"]
+    assert all("modeled" in cap.lower() for _, cap in figs)
+    assert "-0.00 %" not in html
 
 
 def _run_text(monkeypatch, argv, width=80):
@@ -149,6 +157,7 @@ def test_demo_table_reads_at_80_columns(tmp_path, monkeypatch):
     end = text[text.index("What this means"):]
     assert "(modeled)" in end and rows1["kernel"][0].lstrip("-") in end.replace("\n", " ")
     assert "report:" in end and (tmp_path / "rep" / "index.html").exists()
+    assert "-0.00 %" not in text
 
 
 def test_plan_table_reads_at_80_columns(monkeypatch):

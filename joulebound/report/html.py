@@ -15,11 +15,47 @@ from . import plots
 CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;
 padding:3px 8px;text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}
-.pub{color:#b00}.mod{color:#236}img{max-width:100%}small{color:#666}"""
+.pub{color:#b00}.mod{color:#236}img{max-width:100%}small{color:#666}
+figure{margin:0 0 2em 0}figcaption{max-width:850px}"""
 
 
 def _pct(x: float | None) -> str:
-    return "–" if x is None else f"{x * 100:+.2f} %"
+    """Signed percentage; |x| < 0.005 % prints as +0.00 % (never -0.00 %)."""
+    if x is None:
+        return "–"
+    return f"{(0.0 if abs(x) < 5e-5 else x) * 100:+.2f} %"
+
+
+#: what each figure shows, printed under it (provenance included)
+CAPTIONS = {
+    "pareto": "Energy against time per iteration, both relative to the auto governor. Lines: the "
+              "least energy reachable at each allowed slowdown ε for one clock pair per "
+              "iteration, per pass, per layer or per kernel (switching free). Black markers: the "
+              "plans in the table. Modeled by joulebound.",
+    "pareto_blind": " Purple ×: the kernel plan replayed with a real switch latency L, which "
+                    "moves it to the right (slower); modeled.",
+    "pareto_published": " Red stars: Spaan et al.'s published figures (a real RTX 3080 Ti, "
+                        "kernels measured alone, no switch cost).",
+    "clocks": "The core (blue, left axis) and memory (orange, right axis) clock each plan sets "
+              "for every kernel, against time into the iteration; gray: kernels left to the auto "
+              "governor. With a large switch latency the plan keeps long phases. Modeled.",
+    "categories": "Energy saved per iteration by kernel category (J), labeled with the "
+                  "category's own energy change. Modeled.",
+    "latency": "Left: energy, right: time per iteration against the clock-switch latency L. "
+               "Solid: the switch-aware plan (every switch charged, time stays within ε). "
+               "Dotted: the kernel plan that ignored L, replayed at L: its switches land late "
+               "and the iteration runs slower. Modeled; 6 ms (H200) and 150 ms (Turing) are "
+               "published switch latencies.",
+}
+
+GLOSSARY = ("<p><small><b>Row labels.</b> <code>iteration / pass / layer / kernel @ε</code>: one "
+            "clock pair per iteration, per pass (forward / backward / optimizer), per layer and "
+            "pass, or per kernel, with an allowed slowdown ε vs auto, clock switches assumed free. "
+            "<code>phase L=…</code>: the switch-aware plan for switch latency L (every switch "
+            "charged, phases at least L long). <code>kernel L-blind @L=…</code>: the switch-free "
+            "kernel plan replayed at latency L. <i>Replayed</i>: run through joulebound's "
+            "simulator at L with look-ahead switch requests; <i>late kernels</i> ran at other "
+            "clocks than planned.</small></p>")
 
 
 def write_report(study: Study, out_dir: str | Path, *, title: str | None = None,
@@ -39,15 +75,15 @@ def write_report(study: Study, out_dir: str | Path, *, title: str | None = None,
     category_row = category_row or (kernel_like[-1] if kernel_like else labels[-1])
     figs = []
     if study.frontiers:
-        figs.append(("Time–energy Pareto frontier", plots.pareto_plot(study, out / "pareto.png")))
+        figs.append(("Time–energy trade-off (Pareto frontier)", plots.pareto_plot(study, out / "pareto.png")))
     if clock_rows:
         figs.append(("Clock pair per kernel along the iteration",
                      plots.clocks_plot(study, clock_rows, out / "clocks.png")))
-    figs.append((f"Savings by category ({category_row})",
+    figs.append((f"Savings by kernel category ({category_row})",
                  plots.category_plot(study, category_row, out / "categories.png")))
     lat = plots.latency_plot(study, out / "latency.png")
     if lat is not None:
-        figs.append(("Switch latency", lat))
+        figs.append(("What clock-switch latency costs", lat))
 
     e = html.escape
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
@@ -55,14 +91,18 @@ def write_report(study: Study, out_dir: str | Path, *, title: str | None = None,
              f"<p>Baseline: every kernel at <b>{e(study.baseline_config)}</b>: "
              f"{study.baseline_time_s * 1e3:.2f} ms and {study.baseline_energy_j:.2f} J per "
              f"iteration (<span class=mod>modeled</span>, {study.char.n_kernels} kernels × "
-             f"{study.char.n_configs} clock configurations). Deltas are against this baseline.</p>",
-             "<h2>Plans</h2><table><tr><th>plan</th><th>energy Δ</th><th>time Δ</th>"
+             f"{study.char.n_configs} clock configurations). Deltas are against this baseline. "
+             "All numbers are <span class=mod>modeled</span> by joulebound's GPU time/power "
+             "model, except the table and markers labeled <span class=pub>published</span>.</p>",
+             "<h2>Plans (modeled)</h2>", GLOSSARY,
+             "<table><tr><th>plan</th><th>what it is</th><th>energy Δ</th><th>time Δ</th>"
              "<th>switches</th><th>replayed at L</th><th>replay energy Δ</th>"
              "<th>replay time Δ</th><th>late kernels</th><th>provenance</th></tr>"]
     for r in study.rows:
         rep = r.replay
         parts.append(
-            f"<tr><td>{e(r.label)}</td><td>{_pct(r.plan.energy_delta)}</td>"
+            f"<tr><td>{e(r.label)}</td><td style='text-align:left'>{e(plots.describe(r))}</td>"
+            f"<td>{_pct(r.plan.energy_delta)}</td>"
             f"<td>{_pct(r.plan.time_delta)}</td><td>{r.plan.n_switches}</td>"
             f"<td>{r.replay_latency_s * 1e3:g} ms</td>"
             f"<td>{_pct(rep.energy_j / study.baseline_energy_j - 1)}</td>"
@@ -90,7 +130,14 @@ def write_report(study: Study, out_dir: str | Path, *, title: str | None = None,
                      f"<td>{c['share_of_saving'] * 100:.1f} %</td></tr>")
     parts.append("</table>")
     for name, path in figs:
-        parts.append(f"<h2>{e(name)}</h2><img src='{e(path.name)}' alt='{e(name)}'>")
+        cap = CAPTIONS.get(path.stem, "")
+        if path.stem == "pareto":
+            if any(r.plan_latency_s == 0 and r.replay_latency_s > 0 for r in study.rows):
+                cap += CAPTIONS["pareto_blind"]
+            if study.published:
+                cap += CAPTIONS["pareto_published"]
+        parts.append(f"<h2>{e(name)}</h2><figure><img src='{e(path.name)}' alt='{e(name)}'>"
+                     f"<figcaption><small>{e(cap)}</small></figcaption></figure>")
     parts.append("<p><small>Generated by joulebound. Modeled = joulebound's GPU time/power model "
                  "and planners; see docs/planner.md for the method and its limits.</small></p>"
                  "</body></html>")

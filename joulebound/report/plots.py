@@ -1,7 +1,8 @@
 """matplotlib figures of a planning study (Agg backend, PNG files).
 
-Every figure states its provenance in the title or legend: joulebound's numbers are "modeled",
-paper figures "published" (with the citation in the report).
+Every figure states its provenance in its title and legend: joulebound's numbers are "modeled",
+paper figures "published" (with the citation in the report). Axes carry units (% vs the auto
+baseline, ms, MHz, J per iteration).
 """
 
 from __future__ import annotations
@@ -10,7 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..dvfs.solve.study import Study, category_savings
+from ..dvfs.solve.study import Study, StudyRow, category_savings
+
+#: published clock-switch latencies marked on the latency plot (see joulebound.dvfs.switching)
+_PUBLISHED_L_MS = {"H200": 6.0, "Turing": 150.0}
+_GRAN_COLOR = {"iteration": "tab:blue", "pass": "tab:orange", "layer": "tab:brown",
+               "kernel": "tab:green"}
+_PHASE_SHORT = {"forward": "forward", "backward": "backward", "optimizer": "opt."}
 
 
 def _plt():
@@ -22,87 +29,174 @@ def _plt():
     return plt
 
 
+def _pct(x: float) -> float:
+    """Fraction → percent, with -0.00 shown as 0."""
+    v = x * 100.0
+    return 0.0 if abs(v) < 5e-3 else v
+
+
+def describe(r: StudyRow) -> str:
+    """A reader's name for a study row, e.g. ``switch-aware plan for L = 6 ms, ε = 0 %``."""
+    eps = f"ε = {r.slowdown:.0%}"
+    if r.granularity == "phase":
+        return f"switch-aware plan for L = {r.plan_latency_s * 1e3:g} ms, {eps}"
+    if r.replay_latency_s > 0 and r.plan_latency_s == 0:
+        return (f"{r.granularity}-level plan ignoring L, replayed at L = "
+                f"{r.replay_latency_s * 1e3:g} ms, {eps}")
+    return f"{r.granularity}-level plan, {eps}"
+
+
 def pareto_plot(study: Study, path: Path) -> Path:
-    """Energy Δ vs time Δ: frontiers per granularity, the study's plans, published points."""
+    """Energy Δ vs time Δ (% vs auto, per iteration): the Pareto frontier per granularity, the
+    study's plans, the latency-blind kernel plan replayed at each L, and published points."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4.6))
+    fig, ax = plt.subplots(figsize=(10, 5.2))
     for g, fr in study.frontiers.items():
         pt = fr.path_time_s / fr.baseline_time_s - 1
         pe = fr.path_energy_j / fr.baseline_energy_j - 1
         keep = pt <= 0.1
-        ax.plot(pt[keep] * 100, pe[keep] * 100, "-", lw=1.2, label=f"{g} frontier (modeled)")
+        ax.plot(pt[keep] * 100, pe[keep] * 100, "-", lw=1.4, color=_GRAN_COLOR.get(g),
+                label=f"{g}-level frontier (modeled)")
     markers = {"iteration": "s", "pass": "^", "layer": "D", "kernel": "o", "phase": "P"}
+    seen: set[str] = set()
     for r in study.rows:
-        if r.replay_latency_s and r.plan_latency_s == 0 and r.replay_latency_s > 0:
-            continue
-        ax.plot(r.plan.time_delta * 100, r.plan.energy_delta * 100, markers.get(r.granularity, "x"),
-                ms=6, mfc="none", color="k")
-    for p in study.published:
-        ax.plot(p["time_delta"] * 100, p["energy_delta"] * 100, "*", ms=12, color="tab:red")
-        ax.annotate(f"published: {p['granularity']} ({p['what'].split(' (')[0]})",
+        blind = r.replay_latency_s > 0 and r.plan_latency_s == 0
+        if blind:
+            x, y = _pct(r.replay.time_s / study.baseline_time_s - 1), _pct(
+                r.replay.energy_j / study.baseline_energy_j - 1)
+            key, style, lab = "blind", dict(marker="x", color="tab:purple", ms=7), (
+                "kernel plan ignoring L, replayed at L (modeled)")
+        else:
+            x, y = _pct(r.plan.time_delta), _pct(r.plan.energy_delta)
+            key = r.granularity
+            style = dict(marker=markers.get(r.granularity, "x"), color="k", mfc="none", ms=7)
+            lab = ("switch-aware plans, L > 0 (modeled)" if key == "phase"
+                   else f"{key}-level plans at the study's ε (modeled)")
+        if key == "phase" and r.plan_latency_s == 0:
+            continue  # identical to the kernel-level plan at the same ε
+        ax.plot(x, y, ls="none", label=None if key in seen else lab, **style)
+        seen.add(key)
+        if blind and r.slowdown == min(x.slowdown for x in study.rows):
+            ax.annotate(f"L={r.replay_latency_s * 1e3:g} ms", (x, y), fontsize=6.5,
+                        xytext=(4, -9), textcoords="offset points", color="tab:purple")
+    for i, p in enumerate(study.published):
+        ax.plot(p["time_delta"] * 100, p["energy_delta"] * 100, "*", ms=13, color="tab:red",
+                label="Spaan et al. (published)" if i == 0 else None)
+        ax.annotate(f"{p['granularity']}, {p['what'].split(' (')[0]}",
                     (p["time_delta"] * 100, p["energy_delta"] * 100), fontsize=7,
-                    xytext=(4, 4), textcoords="offset points", color="tab:red")
-    ax.axhline(0, color="0.8", lw=0.8)
-    ax.axvline(0, color="0.8", lw=0.8)
-    ax.set_xlabel("time vs auto (%)")
-    ax.set_ylabel("energy vs auto (%)")
-    ax.set_title(f"Time–energy Pareto frontier, {study.trace.name} on {study.char.device} "
-                 "(modeled; ★ published)", fontsize=9)
-    ax.legend(fontsize=7, loc="upper right")
+                    xytext=(6, 3), textcoords="offset points", color="tab:red")
+    ax.axhline(0, color="0.75", lw=0.8)
+    ax.axvline(0, color="0.75", lw=0.8)
+    ax.set_xlabel(f"iteration time vs auto (%)   [auto = {study.baseline_time_s * 1e3:.1f} ms]")
+    ax.set_ylabel(f"iteration energy vs auto (%)   [auto = {study.baseline_energy_j:.1f} J]")
+    ax.set_title(f"Time–energy trade-off per iteration, {study.trace.name} on "
+                 f"{study.char.device}\nlines and markers modeled by joulebound"
+                 + ("; ★ published (Spaan et al.)" if study.published else ""), fontsize=9)
+    ax.grid(alpha=0.25)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """[start, stop) index ranges where ``mask`` is True."""
+    d = np.diff(np.concatenate([[0], mask.astype(int), [0]]))
+    return list(zip(np.flatnonzero(d == 1), np.flatnonzero(d == -1), strict=True))
+
+
 def clocks_plot(study: Study, labels: list[str], path: Path) -> Path:
-    """Core and memory clock (MHz) per kernel along the iteration, for the named rows."""
+    """Core and memory clock (MHz) of every kernel against time into the iteration (ms), one
+    panel per named row; kernels left to the auto governor are shaded gray."""
     plt = _plt()
+    from matplotlib.patches import Patch
+
     rows = [study.row(lab) for lab in labels]
-    fig, axes = plt.subplots(len(rows), 1, figsize=(9, 1.9 * len(rows) + 0.6), sharex=True,
+    fig, axes = plt.subplots(len(rows), 1, figsize=(9.5, 2.1 * len(rows) + 1.0), sharex=True,
                              squeeze=False)
-    for ax, r in zip(axes[:, 0], rows, strict=True):
+    series = []
+    for r in rows:
         cfgs = [r.plan.configs[int(c)] for c in r.plan.choice]
         core = np.array([np.nan if c.core_mhz is None else c.core_mhz for c in cfgs], float)
         mem = np.array([np.nan if c.mem_mhz is None else c.mem_mhz for c in cfgs], float)
-        x = np.arange(len(cfgs))
-        ax.step(x, core, where="post", lw=0.8, color="tab:blue", label="core MHz")
+        tl = r.replay.timeline
+        series.append((core, mem, tl.start_s * 1e3, tl.end_s * 1e3))
+
+    def lims(vals):
+        v = np.concatenate([s[~np.isnan(s)] for s in vals]) if vals else np.array([])
+        if not v.size:
+            return None
+        pad = max(50.0, 0.08 * (v.max() - v.min()))
+        return v.min() - pad, v.max() + pad
+
+    core_lim = lims([s[0] for s in series])
+    mem_lim = lims([s[1] for s in series])
+    phases = np.array(study.trace.phases())
+    bounds = np.flatnonzero(phases[1:] != phases[:-1]) + 1
+    for i, (ax, r, (core, mem, t0, t1)) in enumerate(zip(axes[:, 0], rows, series, strict=True)):
+        ax.hlines(core, t0, t1, color="tab:blue", lw=2.2).set_capstyle("projecting")
         ax2 = ax.twinx()
-        ax2.step(x, mem, where="post", lw=0.8, color="tab:orange", label="memory MHz")
-        ax.set_ylabel("core MHz", color="tab:blue", fontsize=8)
-        ax2.set_ylabel("mem MHz", color="tab:orange", fontsize=8)
-        auto = np.isnan(core)
-        if auto.any():
-            ax.plot(x[auto], np.full(auto.sum(), np.nanmax(core) if np.isfinite(core).any() else 0),
-                    "|", color="0.5", ms=3)
-        ax.set_title(f"{r.label}: {r.plan.n_switches} switches, energy {r.plan.energy_delta:+.2%}, "
-                     f"time {r.plan.time_delta:+.2%} (modeled; gray = auto)", fontsize=8)
-        phases = np.array(study.trace.phases())
-        for b in np.flatnonzero(phases[1:] != phases[:-1]) + 1:
-            ax.axvline(b, color="0.7", lw=0.6, ls="--")
-    axes[-1, 0].set_xlabel("kernel index along the iteration (dashed: forward | backward | optimizer)")
-    fig.tight_layout()
+        ax2.hlines(mem, t0, t1, color="tab:orange", lw=1.4).set_capstyle("projecting")
+        for a, b in _runs(np.isnan(core) | np.isnan(mem)):
+            ax.axvspan(t0[a], t1[b - 1], color="0.85", lw=0, zorder=0)
+        if core_lim:
+            ax.set_ylim(*core_lim)
+        if mem_lim:
+            ax2.set_ylim(*mem_lim)
+        ax.set_ylabel("core (MHz)", color="tab:blue", fontsize=8)
+        ax2.set_ylabel("memory (MHz)", color="tab:orange", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax2.tick_params(labelsize=7)
+        n = r.plan.n_switches
+        ax.set_title(f"{r.label}: {describe(r)} — {n} switch{'es' if n != 1 else ''}, energy "
+                     f"{_pct(r.plan.energy_delta):+.2f} %, time {_pct(r.plan.time_delta):+.2f} % "
+                     "(modeled)", fontsize=8, loc="left", pad=13 if i == 0 else 6)
+        for b in bounds:
+            ax.axvline(t0[b], color="0.45", lw=0.7, ls="--")
+        if i == 0:
+            starts = np.concatenate([[0], bounds])
+            for s, e in zip(starts, np.concatenate([bounds, [len(phases)]]), strict=True):
+                ax.text((t0[s] + t1[e - 1]) / 2, 1.0, _PHASE_SHORT.get(phases[s], phases[s]),
+                        transform=ax.get_xaxis_transform(), ha="center", va="bottom",
+                        fontsize=7, color="0.3")
+    handles = [plt.Line2D([], [], color="tab:blue", lw=2.2, label="core clock"),
+               plt.Line2D([], [], color="tab:orange", lw=1.4, label="memory clock"),
+               plt.Line2D([], [], color="0.45", lw=0.7, ls="--", label="pass boundary")]
+    if any(np.isnan(c).any() or np.isnan(m).any() for c, m, _, _ in series):
+        handles.append(Patch(color="0.85", label="auto governor (no lock)"))
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=7, frameon=False)
+    axes[-1, 0].set_xlabel("time into the iteration (ms; each plan replayed at its own "
+                           "switch latency)", fontsize=8)
+    fig.suptitle(f"Clock pair per kernel along one iteration, {study.trace.name} on "
+                 f"{study.char.device} (modeled)", fontsize=9)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
 def category_plot(study: Study, label: str, path: Path) -> Path:
-    """Energy saved per kernel category (J per iteration) for one plan."""
+    """Energy saved per kernel category (J per iteration) for one plan, bars labeled with the
+    category's own energy change (%)."""
     plt = _plt()
     r = study.row(label)
     cats = category_savings(study.trace, study.char, r.plan)
-    fig, ax = plt.subplots(figsize=(7, 3.4))
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
     names = [c["category"] for c in cats]
     saved = [c["saved_j"] for c in cats]
     bars = ax.bar(names, saved, color="tab:green")
     for b, c in zip(bars, cats, strict=True):
-        ax.annotate(f"{c['energy_delta']:+.1%}", (b.get_x() + b.get_width() / 2, b.get_height()),
-                    ha="center", va="bottom", fontsize=7)
+        ax.annotate(f"{_pct(c['energy_delta']):+.1f} %", (b.get_x() + b.get_width() / 2,
+                    b.get_height()), ha="center", va="bottom", fontsize=7)
     ax.set_ylabel("energy saved per iteration (J)")
-    ax.set_title(f"Savings by kernel category, {label} plan (modeled; label: Δ of the category)",
-                 fontsize=9)
+    ax.set_xlabel("kernel category (bar label: the category's energy change vs auto)", fontsize=8)
+    total = sum(saved)
+    ax.set_title(f"Savings by kernel category, {label} ({describe(r)}): {total:.2f} J of "
+                 f"{study.baseline_energy_j:.2f} J per iteration (modeled)", fontsize=8.5)
     ax.tick_params(axis="x", labelsize=8, rotation=20)
+    ax.margins(y=0.12)
+    ax.grid(axis="y", alpha=0.25)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -110,28 +204,59 @@ def category_plot(study: Study, label: str, path: Path) -> Path:
 
 
 def latency_plot(study: Study, path: Path) -> Path | None:
-    """Energy Δ of switch-aware plans and time Δ of latency-blind replays against the latency."""
+    """Energy Δ (left) and time Δ (right) against the switch latency L: the switch-aware plan
+    and the latency-blind kernel plan replayed at L, per allowed slowdown ε."""
     phase = [r for r in study.rows if r.granularity == "phase"]
     if not phase:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    for eps in sorted({r.slowdown for r in phase}):
-        rows = [r for r in phase if r.slowdown == eps]
-        x = np.maximum(np.array([r.plan_latency_s for r in rows]) * 1e3, 1e-2)
-        ax.semilogx(x, [r.replay.energy_j / study.baseline_energy_j * 100 - 100 for r in rows],
-                    "o-", label=f"switch-aware, ε={eps:.0%}: energy Δ (time ≤ ε)")
-        blind = [r for r in study.rows if "blind" in r.label and r.slowdown == eps]
-        if blind:
+    fig, (ax_e, ax_t) = plt.subplots(1, 2, figsize=(9.5, 4.2), sharex=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    lats = sorted({r.plan_latency_s * 1e3 for r in phase})
+    for i, eps in enumerate(sorted({r.slowdown for r in phase})):
+        col = colors[i % len(colors)]
+        rows = sorted((r for r in phase if r.slowdown == eps), key=lambda r: r.plan_latency_s)
+        x = np.array([r.plan_latency_s for r in rows]) * 1e3
+        e = [_pct(r.replay.energy_j / study.baseline_energy_j - 1) for r in rows]
+        t = [_pct(r.replay.time_s / study.baseline_time_s - 1) for r in rows]
+        ax_e.plot(x, e, "o-", color=col, label=f"switch-aware plan, ε = {eps:.0%}")
+        ax_t.plot(x, t, "o-", color=col)
+        blind = [r for r in study.rows if r.plan_latency_s == 0 and r.granularity == "kernel"
+                 and r.slowdown == eps]
+        blind = sorted({r.replay_latency_s: r for r in blind}.values(),
+                       key=lambda r: r.replay_latency_s)
+        if len(blind) > 1:
             bx = np.array([r.replay_latency_s for r in blind]) * 1e3
-            ax.semilogx(bx, [r.replay.time_s / study.baseline_time_s * 100 - 100 for r in blind],
-                        "x:", label=f"latency-blind kernel plan, ε={eps:.0%}: replayed time Δ")
-    ax.axhline(0, color="0.8", lw=0.8)
-    ax.set_xlabel("clock-switch latency L (ms; 0 drawn at 0.01)")
-    ax.set_ylabel("% vs auto")
-    ax.set_title("What switch latency costs (modeled)", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+            ax_e.plot(bx, [_pct(r.replay.energy_j / study.baseline_energy_j - 1) for r in blind],
+                      "x:", color=col, label=f"kernel plan ignoring L, ε = {eps:.0%}")
+            ax_t.plot(bx, [_pct(r.replay.time_s / study.baseline_time_s - 1) for r in blind],
+                      "x:", color=col)
+    named = {ms: name for name, ms in _PUBLISHED_L_MS.items()}
+    for ax in (ax_e, ax_t):
+        ax.set_xscale("symlog", linthresh=1.0, linscale=0.6)
+        ax.set_xticks(lats)
+        ax.set_xticklabels([f"{v:g}\n{named[v]}" if v in named else f"{v:g}" for v in lats],
+                           fontsize=8)
+        ax.axhline(0, color="0.75", lw=0.8)
+        ax.grid(alpha=0.25)
+        ax.set_xlabel("clock-switch latency L (ms); red: published latency of that GPU",
+                      fontsize=8)
+        for ms in named:
+            if lats and min(lats) <= ms <= max(lats):
+                ax.axvline(ms, color="tab:red", lw=0.7, ls="--", alpha=0.6)
+        for lab in ax.get_xticklabels():
+            if "\n" in lab.get_text():
+                lab.set_color("tab:red")
+    ax_e.set_ylabel("energy vs auto (%)")
+    ax_t.set_ylabel("time vs auto (%)")
+    ax_e.set_title("energy per iteration", fontsize=9)
+    ax_t.set_title("time per iteration", fontsize=9)
+    handles, names = ax_e.get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=min(4, len(names)), fontsize=7,
+               frameon=False)
+    fig.suptitle(f"What clock-switch latency costs, {study.trace.name} on {study.char.device} "
+                 "(modeled; plans replayed in the simulator at L)", fontsize=9)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
