@@ -330,11 +330,11 @@ def run() -> str:
             f"op **{h['ctl'] * 100:+.2f} %** ({h['switches']} switches). Unhooked steps alone "
             f"vary by {h['spread'] * 100:.0f} % (median vs best). From the per-op cost: "
             f"**{est * 100:.2f} %** of step time. Target <= 3 %.",
-            "- The machine is shared with other jobs, so end-to-end differences of a few % "
-            "are within noise; the per-op figure is the reliable one. A Python dispatch mode "
-            f"costs a fixed ~{hook_us:.0f} us per op here regardless of op size, so for tiny ops "
-            "(a few us, like the d=32 test model) the hook more than doubles step time; the "
-            "target is about ops >= 1 ms, as the GPU kernels of large models are."]
+            "- End-to-end figures carry the shared machine's noise (see the spread). The per-op "
+            "estimate uses the trivial-op cost, a lower bound (inside autograd an op costs about "
+            "twice as much). A Python dispatch mode costs a fixed few us per op regardless of op "
+            "size, so for tiny ops (a few us, like the d=32 test model) the hook more than doubles "
+            "step time; the target is about ops >= 1 ms, as the GPU kernels of large models are."]
     return "\n".join(out)
 
 
