@@ -34,11 +34,16 @@ def read_json(path: str | Path) -> Any:
 def write_json(path: str | Path, obj: Any) -> Path:
     """Write ``obj`` as indented JSON (gzip when the name ends in ``.gz``); returns the path."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(obj, indent=1, default=_default) + "\n"  # serialise first: no half file
     opener = gzip.open if p.suffix == ".gz" else open
-    with opener(p, "wt", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=1, default=_default)
-        fh.write("\n")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with opener(p, "wt", encoding="utf-8") as fh:
+            fh.write(text)
+    except IsADirectoryError as exc:
+        raise JouleboundError(f"{p}: is a folder; give a file name to write to") from exc
+    except OSError as exc:
+        raise JouleboundError(f"{p}: cannot write ({exc.strerror or exc}); choose another path") from exc
     return p
 
 

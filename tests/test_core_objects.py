@@ -222,3 +222,36 @@ def test_characterization_wrong_version_names_field(tmp_path) -> None:
     with pytest.raises(SchemaError) as err:
         Characterization.load(path)
     assert err.value.field == "version" and "c.npz" in str(err.value)
+
+
+def test_writing_to_a_folder_is_a_user_error(tmp_path):
+    from joulebound.errors import JouleboundError
+    from joulebound.jsonio import write_json
+
+    with pytest.raises(JouleboundError, match="is a folder"):
+        write_json(tmp_path, {"a": 1})
+
+
+def test_error_text_with_brackets_is_printed_verbatim(capsys, tmp_path):
+    from joulebound.cli import main
+
+    bad = tmp_path / "t.json"
+    bad.write_text('{"schema": "joulebound.trace", "version": 1, "kernels": [{"name": 1}]}')
+    assert main(["trace", str(bad)]) == 2
+    assert "kernels[0]" in capsys.readouterr().err
+
+
+def test_runs_on_a_foreign_sqlite_file_does_not_add_tables(capsys, tmp_path):
+    import sqlite3
+
+    from joulebound.cli import main
+
+    db = tmp_path / "other.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE sweep_results (x INTEGER)")
+    con.commit()
+    con.close()
+    assert main(["runs", str(db)]) == 2
+    assert "not a joulebound measurement store" in capsys.readouterr().err
+    tables = {r[0] for r in sqlite3.connect(db).execute("SELECT name FROM sqlite_master")}
+    assert tables == {"sweep_results"}

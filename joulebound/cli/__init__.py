@@ -17,6 +17,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ..errors import JouleboundError
 
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         app(args=argv, standalone_mode=True)
     except JouleboundError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 2
     except SystemExit as exc:
         if exc.code is None:

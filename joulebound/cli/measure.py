@@ -115,7 +115,7 @@ def runs_command(
     if not Path(db).exists():
         raise JouleboundError(f"store {db} does not exist (create one with "
                               f"joulebound measure --db {db} -- CMD)")
-    st = Store(db)
+    st = Store(db, readonly=True)
     if export is not None:
         paths = st.export(export, fmt)
         console.print("wrote " + ", ".join(str(p) for p in paths))

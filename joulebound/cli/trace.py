@@ -256,10 +256,7 @@ def trace_command(
         if output.is_dir():
             raise JouleboundError(f"-o {output} is a folder; pass a file name such as "
                                   f"{output / (tr.name + '.json')}")
-        try:
-            tr.save(output)
-        except OSError as exc:
-            raise JouleboundError(f"-o {output}: cannot write the trace ({exc.strerror})") from None
+        tr.save(output)  # write errors become JouleboundError in jsonio.write_json
     if as_json:
         doc = summary_json(summary, tr)
         if top:

@@ -53,16 +53,28 @@ class Store:
     Thread-safe (one connection guarded by a lock); each write is its own transaction.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, readonly: bool = False) -> None:
+        """Open (or, unless ``readonly``, create) the store; ``readonly`` never adds tables."""
         self.path = Path(path)
         if self.path.parent and not self.path.parent.exists():
             raise JouleboundError(f"store {self.path}: folder {self.path.parent} does not exist")
         try:
-            self._con = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False,
-                                        isolation_level=None)
-            self._con.execute("PRAGMA journal_mode=WAL")
-            self._con.execute("PRAGMA synchronous=NORMAL")
-            self._con.executescript(SCHEMA)
+            if readonly:
+                self._con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30.0,
+                                            check_same_thread=False, isolation_level=None)
+                tables = {r[0] for r in self._con.execute(
+                    "SELECT name FROM sqlite_master WHERE type='table'")}
+                if not {"runs", "windows", "samples"} <= tables:
+                    raise JouleboundError(
+                        f"store {self.path}: not a joulebound measurement store (no runs/windows/"
+                        "samples tables); it is written by joulebound measure --db, "
+                        "EnergyMeter(store=...) or the Hugging Face callback")
+            else:
+                self._con = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False,
+                                            isolation_level=None)
+                self._con.execute("PRAGMA journal_mode=WAL")
+                self._con.execute("PRAGMA synchronous=NORMAL")
+                self._con.executescript(SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise JouleboundError(f"store {self.path}: not a usable SQLite database ({exc})") from exc
         self._lock = threading.Lock()

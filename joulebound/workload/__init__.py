@@ -52,7 +52,10 @@ def load_trace(spec: str | Path | Trace, batch: int | None = None, seq: int | No
 
     doc = read_json(path)
     if isinstance(doc, dict) and doc.get("schema") == "joulebound.trace":
-        return Trace.load(path)
+        from ..jsonio import check_header
+        from .trace import SCHEMA, VERSION
+
+        return Trace.from_json(check_header(doc, path, SCHEMA, VERSION), path)
     from .kineto import is_chrome_trace, load_chrome_trace
 
     if is_chrome_trace(doc):
