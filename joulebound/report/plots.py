@@ -144,6 +144,11 @@ def clocks_plot(study: Study, labels: list[str], path: Path) -> Path:
             ax.set_ylim(*core_lim)
         if mem_lim:
             ax2.set_ylim(*mem_lim)
+        if np.isnan(core).all() and np.isnan(mem).all():
+            ax.text(0.5, 0.5, "every kernel left to the auto governor (no clock lock)",
+                    transform=ax.transAxes, ha="center", va="center", fontsize=8, color="0.3")
+            ax.set_yticks([])
+            ax2.set_yticks([])
         ax.set_ylabel("core (MHz)", color="tab:blue", fontsize=8)
         ax2.set_ylabel("memory (MHz)", color="tab:orange", fontsize=8)
         ax.tick_params(labelsize=7)
