@@ -153,7 +153,7 @@ class Controller:
         cfgs = [canon.setdefault(c, c) for c in plan.configs]
         self._cmd_cfg = [cfgs[int(c)] for c in self.commands]
         self.keys = [self.interner.intern(n) for n in plan.kernel_names]
-        self.predictor = predictor or NextKernelPredictor()
+        self.predictor = predictor if predictor is not None else NextKernelPredictor()
         self.predictor.prime(self.keys)
         self._n_ops = self._n_planned = self._n_safe = self._n_switches = 0
         self.commanded: ClockConfig = canon.get(actuator.current, actuator.current)
