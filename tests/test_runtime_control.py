@@ -92,8 +92,12 @@ def test_periodic_schedule_fires_in_order_at_offsets():
     offs = [t for t, _ in sched.fired]
     assert offs[1] >= 0.035 and offs == sorted(offs)
     plan = _plan(["a", "b", "c"], np.array([1, 2, 2]))
+    # B from 0.5 s: issued at the step start (lands at 0.2); A for the next step's first kernel:
+    # issued when the last kernel starts (1.5 s), lands at 1.7 s, before the step ends (2.5 s)
     s2 = PeriodicSchedule.from_plan(plan, [0.5, 1.0, 1.0], 0.2, got.append)
-    assert [(round(t, 6), c) for t, c in s2.switches] == [(0.0, A), (0.3, B)]
+    assert [(round(t, 6), c) for t, c in s2.switches] == [(0.0, B), (1.5, A)]
+    s3 = PeriodicSchedule.from_plan(plan, [0.5, 1.0, 1.0], 0.0, got.append)
+    assert [(round(t, 6), c) for t, c in s3.switches] == [(0.0, A), (0.5, B)]
 
 
 def test_event_aligner_waits_for_device_progress():

@@ -177,8 +177,8 @@ class PeriodicSchedule:
     """Fire a plan's clock switches at fixed time offsets within each step.
 
     For steps that run as one CUDA-graph replay or compiled region. The offsets come from the
-    characterized kernel times under the plan; each switch is issued ``switch_latency_s`` before
-    its phase starts (clamped to the step start).
+    characterized kernel times under the plan (:meth:`from_plan`); the step is assumed to start
+    on the device when :meth:`step_begin` is called (launch the replay right after it).
 
     Args:
         switches: ``[(offset_s, config), ...]`` from the start of the step, or use
@@ -198,14 +198,21 @@ class PeriodicSchedule:
     @classmethod
     def from_plan(cls, plan: Any, kernel_time_s: Sequence[float], switch_latency_s: float,
                   apply: Callable[[ClockConfig], None]) -> PeriodicSchedule:
-        """Offsets of each phase start minus the switch latency (s from step start).
+        """Offsets (s from step start) where the eager controller's lookahead commands change.
 
+        Same rule as :func:`~joulebound.dvfs.control.controller.lookahead_commands`: each switch
+        is issued ``switch_latency_s`` before its phase (the first phase's switch near the end of
+        the previous step), and phases shorter than the latency are skipped.
         ``kernel_time_s[k]``: modeled time of kernel ``k`` at its planned config (s)."""
         import numpy as np
 
-        t = np.concatenate([[0.0], np.cumsum(np.asarray(kernel_time_s, float))])
-        out = [(float(t[ph.start]) - switch_latency_s, ph.config) for ph in plan.phases()]
-        return cls(out, apply)
+        from .controller import lookahead_commands
+
+        t = np.asarray(kernel_time_s, float)
+        starts = np.concatenate([[0.0], np.cumsum(t)])[:-1]
+        cmd = lookahead_commands(plan.choice, t, switch_latency_s)
+        changes = np.flatnonzero(cmd != np.roll(cmd, 1))
+        return cls([(float(starts[j]), plan.configs[int(cmd[j])]) for j in changes], apply)
 
     def step_begin(self) -> None:
         """Call when a step (graph replay) is launched; fires this step's switches on time."""
