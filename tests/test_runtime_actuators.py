@@ -220,3 +220,9 @@ def test_helper_pre_ampere_locks_core_only(tmp_path):
         assert nv.core_lock[0] is None
     finally:
         h.close()
+
+
+def test_nvml_actuator_unknown_gpu_index():
+    with pytest.raises(JouleboundError, match="GPU index 5 not found"):
+        NvmlActuator(gpu=5, nvml=FakeNvml(), check_privileges=False,
+                     install_signal_handlers=False)

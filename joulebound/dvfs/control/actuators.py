@@ -278,7 +278,11 @@ class NvmlActuator(Actuator):
             raise JouleboundError(PERMISSION_HELP)
         self.nvml = load_nvml(nvml)
         self.gpu = gpu
-        self.handle = self.nvml.nvmlDeviceGetHandleByIndex(gpu)
+        try:
+            self.handle = self.nvml.nvmlDeviceGetHandleByIndex(gpu)
+        except Exception as exc:  # noqa: BLE001 - NVMLError subclasses
+            raise JouleboundError(f"GPU index {gpu} not found by NVML ({exc}); use --gpu with "
+                                  "an index from `nvidia-smi -L`") from exc
         self.lock_memory = lock_memory
         self.notes: list[str] = []
         self._core_locked = False
