@@ -156,13 +156,17 @@ def test_helper_rate_limits(helper):
 
 
 CLIENT = """
-import sys, time
+import os, sys, time
 from joulebound.clocks import ClockConfig
 from joulebound.dvfs.control.helper import HelperActuator
 a = HelperActuator(sys.argv[1], gpu=0)
 a.set_clocks(ClockConfig(1410, 1593))
 a.set_clocks(ClockConfig(1005, 1215))
-print("locked", flush=True)
+child = os.fork()            # like a DataLoader worker: outlives the SIGKILLed client a while
+if child == 0:
+    time.sleep(60)
+    os._exit(0)
+print("locked", child, flush=True)
 time.sleep(60)
 """
 
@@ -171,8 +175,11 @@ def test_helper_restores_defaults_when_client_is_sigkilled(helper):
     h, nv = helper
     proc = subprocess.Popen([sys.executable, "-c", CLIENT, str(h.path)],
                             stdout=subprocess.PIPE, text=True)
+    child = None
     try:
-        assert proc.stdout.readline().strip() == "locked"
+        word, child = proc.stdout.readline().split()
+        child = int(child)
+        assert word == "locked"
         assert nv.core_lock[0] == (1005, 1005) and nv.mem_lock[0] == (1215, 1215)
         proc.send_signal(signal.SIGKILL)        # mid-plan, no chance to clean up
         proc.wait(timeout=10)
@@ -184,6 +191,11 @@ def test_helper_restores_defaults_when_client_is_sigkilled(helper):
     finally:
         if proc.poll() is None:
             proc.kill()
+        if child:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def test_nvml_actuator_resets_on_sigint_and_keeps_keyboardinterrupt():

@@ -218,3 +218,32 @@ def test_periodic_schedule_drives_controller_command():
     assert [r["config"] for r in ctl.log] == [A.label, B.label, A.label, B.label]
     ctl.close()
     assert act.current == AUTO
+
+
+def test_forked_child_does_not_drive_the_parent_controller():
+    torch = pytest.importorskip("torch")
+    import os
+
+    from joulebound.dvfs.control.hooks import OpStream
+
+    x = torch.ones(3)
+    with OpStream(record=True) as ops:
+        torch.neg(x)
+    names = [ops.name(k) for k in ops.keys]
+    act = DryRunActuator()
+    ctl = Controller(_plan(names, np.array([1])), act)
+    act.set_clocks(A)
+    with ctl.hook():
+        torch.neg(x)
+        n = ctl.stats.ops
+        pid = os.fork()
+        if pid == 0:             # like a DataLoader worker: inherits the dispatch mode
+            torch.neg(x)         # not seen by the (copied) controller
+            ok = ctl.stats.ops == n and act.set_clocks(B) is False
+            act.close()          # must not reset the parent's clocks
+            os._exit(0 if ok and act.current == A else 1)
+        _, status = os.waitpid(pid, 0)
+        torch.neg(x)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert ctl.stats.ops == n + 1
+    ctl.close()

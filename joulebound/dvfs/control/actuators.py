@@ -57,10 +57,17 @@ class Actuator:
         self._t0 = time.monotonic()
         self._closed = False
         self.n_ops = 0
+        self._pid = os.getpid()
+
+    @property
+    def in_owner_process(self) -> bool:
+        """False in a forked child (e.g. a DataLoader worker), which must not touch the clocks."""
+        return os.getpid() == self._pid
 
     def set_clocks(self, config: ClockConfig) -> bool:
-        """Switch to ``config``; returns False (and does nothing) when it is already current."""
-        if config == self.current:
+        """Switch to ``config``; returns False (and does nothing) when it is already current,
+        or when called from a forked child process."""
+        if config == self.current or not self.in_owner_process:
             return False
         self._apply(config)
         self.current = config
@@ -79,7 +86,7 @@ class Actuator:
         self.set_clocks(AUTO)
 
     def close(self) -> None:
-        if not self._closed:
+        if not self._closed and self.in_owner_process:
             self._closed = True
             self.reset()
 
@@ -297,7 +304,7 @@ class NvmlActuator(Actuator):
     def _on_signal(self, signum: int, frame: Any) -> None:
         """Reset the clocks, then behave as the previous handler would have."""
         prev = self._prev_handlers.get(signum, signal.SIG_DFL)
-        self.close()            # resets the clocks and puts the previous handlers back
+        self.close()            # resets the clocks (owner process only), restores handlers
         if callable(prev):      # e.g. Python's default SIGINT handler -> KeyboardInterrupt
             prev(signum, frame)
         elif prev != signal.SIG_IGN:
@@ -340,7 +347,9 @@ class NvmlActuator(Actuator):
                                   "(pre-Ampere); only core clocks are applied")
 
     def reset(self) -> None:
-        """Unlock both clocks (always issues the reset calls)."""
+        """Unlock both clocks (always issues the reset calls; never from a forked child)."""
+        if not self.in_owner_process:
+            return
         with self._lock:
             for fn in ("nvmlDeviceResetGpuLockedClocks", "nvmlDeviceResetMemoryLockedClocks"):
                 try:
@@ -353,7 +362,7 @@ class NvmlActuator(Actuator):
         self.current = AUTO
 
     def close(self) -> None:
-        if self._closed:
+        if self._closed or not self.in_owner_process:
             return
         self._closed = True
         self.reset()

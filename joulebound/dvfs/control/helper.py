@@ -36,6 +36,7 @@ import socketserver
 import stat
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -324,6 +325,18 @@ class HelperActuator(Actuator):
                                   f"start it first. {PERMISSION_HELP}") from exc
         self._rf = self.sock.makefile("r", encoding="utf-8")
         self.hello = self._request({"op": "hello"})
+        # forked children (DataLoader workers) must not keep the connection open: the helper
+        # resets the clocks when the connection closes, i.e. when this process dies
+        ref = weakref.ref(self)
+
+        def close_in_child() -> None:
+            obj = ref()
+            if obj is not None:
+                obj._rf.close()
+                obj.sock.close()
+                obj._closed = True
+
+        os.register_at_fork(after_in_child=close_in_child)
 
     def _request(self, req: dict[str, Any]) -> dict[str, Any]:
         self.sock.sendall((json.dumps(req) + "\n").encode())

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -90,6 +91,19 @@ def launches_no_kernel(func: Any) -> bool:
             or not name.startswith("aten."))
 
 
+# The current process id, refreshed in forked children. A forked child (e.g. a DataLoader worker)
+# inherits the dispatch mode of the thread that forked; its ops must not drive the parent's
+# controller or actuator, so OpStream compares its creator's pid with this one.
+_PID = [os.getpid()]
+
+
+def _after_fork_in_child() -> None:
+    _PID[0] = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _dispatch_mode_base() -> type:
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -128,6 +142,7 @@ class OpStream:
         self._cache: dict[OpKey, int] = {}
         self._skip: dict[Any, bool] = {}
         self._mode: Any = None
+        self._pid = _PID[0]
 
     def name(self, key_id: int) -> str:
         return str(self.interner.key(key_id))
@@ -160,9 +175,11 @@ class OpStream:
 
         class _Mode(base):  # type: ignore[misc, valid-type]
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-                stream._on_dispatch(func, args)
+                if stream._pid == _PID[0]:
+                    stream._on_dispatch(func, args)
                 return func(*args, **(kwargs or {}))
 
+        self._pid = _PID[0]
         self._mode = _Mode()
         self._mode.__enter__()
         return self
