@@ -139,3 +139,27 @@ def test_order_k_markov_uses_longer_context():
         accs[k] = accuracy(stream, skip=80, predictor=pred)
         assert pred.stats.by_source["markov"][0] == len(stream) - 80
     assert accs[3] == 1.0 and accs[1] <= 0.9    # order 1 misses one of the two forks
+
+
+def test_real_cpu_training_loop_with_gradient_accumulation():
+    torch = pytest.importorskip("torch")
+    from torch.nn import functional as F
+
+    from joulebound.dvfs.control.demo_gpt import TinyGPTConfig, build
+    from joulebound.dvfs.control.hooks import OpStream
+
+    cfg = TinyGPTConfig(layers=2, hidden=32, seq=16, batch=2)
+    model, opt = build(cfg)
+    starts = []
+    with OpStream(record=True) as ops:
+        for _ in range(10):
+            starts.append(len(ops.keys))
+            for _ in range(2):                        # two micro-batches per optimizer step
+                idx = torch.randint(cfg.vocab, (cfg.batch, cfg.seq + 1))
+                logits = model(idx[:, :-1])
+                F.cross_entropy(logits.reshape(-1, cfg.vocab), idx[:, 1:].reshape(-1)).backward()
+            opt.step()
+            opt.zero_grad()
+    pred = NextKernelPredictor()
+    assert accuracy(ops.keys, skip=starts[3], predictor=pred) >= 0.999
+    assert pred.period == starts[-1] - starts[-2]   # the period is the optimizer step
