@@ -24,21 +24,43 @@ def test_reads_real_files_and_holds_out(shared_data):
 def test_a100_sxm_targets(rows):
     r = rows[("A100-SXM4-80GB", "all stages")]
     assert r.n_points == 1120
-    assert r.time_mape <= 1.0
+    assert r.time_mape <= 1.0              # the issue's targets
     assert r.energy_mape <= 2.0
 
 
 def test_a40_beats_naive_and_bounds(rows):
-    # The issue's target is <= 1 % / <= 2 % (reached: ~1.6 % / 2.05 %). The A40 files contain
-    # clock ranges whose time jumps by 5-9 % between neighbouring clocks (e.g. bloom forward
-    # 1050 -> 1065 MHz); even a 4-parameter fit on all 60 clocks per series leaves 1.1 % time MAPE,
-    # so the model is held to what it reaches (documented in docs/validation.md) and to beating
-    # the naive reference clearly.
+    # The issue's target is <= 1 % / <= 2 %; honestly held out (cap sharpness chosen on the other
+    # model's file) the model reaches ~1.63 % / 2.08 % — the energy target is missed by < 0.1 pp.
+    # The A40 files contain clock ranges whose time jumps by 5-9 % between neighbouring clocks
+    # (e.g. bloom forward 1050 -> 1065 MHz); even a 4-parameter fit on all 60 clocks per series
+    # leaves 1.1 % time MAPE, and that pattern is not shared between the two models' files
+    # (docs/validation.md), so the model is held to what it reaches and to beating the naive
+    # reference clearly.
     r = rows[("A40", "all stages")]
     base = rows[("A40", "baseline t=a+b/f, P=c+d*f^3")]
+    floor = rows[("A40", "reference: 4-param fit on ALL clocks")]
     assert r.n_points == 1824
-    assert r.time_mape <= 1.8 and r.energy_mape <= 2.5
-    assert r.time_mape < 0.75 * base.time_mape and r.energy_mape < 0.6 * base.energy_mape
+    assert r.time_mape <= 1.7 and r.energy_mape <= 2.15
+    assert r.time_mape < 0.7 * base.time_mape and r.energy_mape < 0.4 * base.energy_mape
+    assert floor.time_mape > 1.0           # the in-sample smooth-fit floor is above the target
+
+
+def test_sharpness_choice_never_sees_the_predicted_models_heldout_clocks(shared_data):
+    """Leave-one-model-out: corrupting GPT-3's held-out clocks must not change GPT-3's predictions
+    (nor the sharpness used for them), only BLOOM's (whose n is chosen on GPT-3's file)."""
+    sd = perseus_stage.load_stage_profiles(shared_data, "a40")
+    t0, e0, n0 = perseus_stage.predict_leave_one_model_out(sd)
+    rng = np.random.default_rng(0)
+    gpt_ho = ~sd.calib & (np.array([s[0] for s in sd.series])[sd.sid] == "gpt3-175b")
+    bad = perseus_stage.StageData(sd.gpu, sd.series, sd.sid, sd.freq, sd.time.copy(),
+                                  sd.energy.copy(), sd.calib)
+    bad.time[gpt_ho] *= 1 + 0.2 * rng.standard_normal(gpt_ho.sum())
+    bad.energy[gpt_ho] *= 1 + 0.2 * rng.standard_normal(gpt_ho.sum())
+    t1, e1, n1 = perseus_stage.predict_leave_one_model_out(bad)
+    k = np.array([sd.series[i][0] for i in sd.sid[~sd.calib]]) == "gpt3-175b"
+    assert n1["gpt3-175b"] == n0["gpt3-175b"]
+    np.testing.assert_array_equal(t1[k], t0[k])
+    np.testing.assert_array_equal(e1[k], e0[k])
 
 
 def test_power_cap_flattens_a40_prediction(shared_data):

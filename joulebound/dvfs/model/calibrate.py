@@ -37,11 +37,13 @@ from .vf import VFCurve
 
 
 def _softmin(f: np.ndarray, f_cap: np.ndarray, n: float) -> np.ndarray:
+    """``(f**-n + f_cap**-n)**(-1/n)`` evaluated as ``f · exp(-log(1 + (f/f_cap)**n) / n)`` so that
+    large ``n`` neither underflows (``1740**-100`` is below the float range) nor overflows."""
     f = np.asarray(f, float)
     fc = np.asarray(f_cap, float)
-    with np.errstate(divide="ignore", over="ignore"):
-        inv = np.where(np.isfinite(fc), fc ** -n, 0.0)
-        return (f ** -n + inv) ** (-1.0 / n)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        log_r = np.where(np.isfinite(fc), np.log(f) - np.log(fc), -np.inf)
+        return f * np.exp(-np.logaddexp(0.0, n * log_r) / n)
 
 
 @dataclass
@@ -63,8 +65,10 @@ class StageModel:
     Parameters:
         max_mhz: the GPU's top core clock (MHz); V(max_mhz) = 1.
         board_limit_w: the enforced board power limit (W).
-        sharpness: exponent ``n`` of the soft time cap (fixed modeling constant; docs/validation.md
-            shows the sensitivity).
+        sharpness: exponent ``n`` of the soft time and power cap. Three clocks per stage cannot
+            identify it; ``joulebound.validation.perseus_stage`` chooses it on another workload's
+            measurements of the same GPU (leave-one-model-out; docs/validation.md shows the
+            sensitivity). Default 20 (no such data).
         cap_frac: a stage whose highest-clock power is at least ``cap_frac × board_limit_w`` is
             treated as power-capped there.
         vf: a fixed V–f curve; ``None`` fits it (``fit_vf=True``).
