@@ -21,10 +21,12 @@ What it measures (GPU 0 unless ``--gpu``), results under ``--out`` (default ``$O
    what the meter reported (flags) instead of zero.
 5. ``bert_step``: one BERT-base (MLM, batch 8, seq 512, bf16 autocast, AdamW) training step
    profiled with torch.profiler and turned into a joulebound Trace (saved), with the analytic
-   trace's FLOPs beside it; energy per step measured over 20 steps.
+   trace's FLOPs beside it; energy per step measured over 20 steps (10 with ``--quick``).
 
-Run: ``python benchmarks/gpu_check.py --out "$OUT"`` (about 1-2 minutes). Every section is
-guarded: a failure is recorded in the JSON and the next section runs.
+Run: ``python benchmarks/gpu_check.py --out "$OUT"`` (about 1-2 minutes); ``--quick`` shortens
+every timed section (idle 2 s, load 4 s, 1 s update-period polls, 20 short windows, 10 metered BERT
+steps) so that it and ``benchmarks/gpu_sweep.py --budget-s 150`` fit together in about 5 minutes.
+Every section is guarded: a failure is recorded in the JSON and the next section runs.
 """
 
 from __future__ import annotations
@@ -285,7 +287,7 @@ def short_windows(nv: Any, h: Any, n: int = 40, dur: float = 0.02) -> dict[str, 
 
 
 # -- 5. BERT-base step --------------------------------------------------------------------------
-def bert_step(out: Path) -> dict[str, Any]:
+def bert_step(out: Path, steps: int = 20) -> dict[str, Any]:
     import torch
     from transformers import BertConfig, BertForMaskedLM
 
@@ -311,18 +313,18 @@ def bert_step(out: Path) -> dict[str, Any]:
     meter = EnergyMeter("nvml", gpus=[0], interval_s=0.05)
     for i in range(3):
         step(i)
-    meter.begin_window("20 steps")
-    for i in range(20):
+    meter.begin_window("steps")
+    for i in range(steps):
         step(i)
-    res = meter.end_window("20 steps")
+    res = meter.end_window("steps")
     meter.close()
     d: dict[str, Any] = {
         "kernels": len(tr), "kind": tr.meta.get("kind"),
         "kernel_time_s": float(sum(k.duration_s or 0 for k in tr.kernels)),
         "flops_from_shapes": tr.total_flops, "bytes_from_shapes": tr.total_bytes,
         "categories": dict(tr.count_by("category")), "phases": dict(tr.count_by("phase")),
-        "step_time_s_measured": res.duration_s / 20,
-        "step_energy_j_measured": None if res.energy_j is None else res.energy_j / 20,
+        "metered_steps": steps, "step_time_s_measured": res.duration_s / steps,
+        "step_energy_j_measured": None if res.energy_j is None else res.energy_j / steps,
         "energy_flags": res.flags}
     try:
         from joulebound.workload.analytic import build_trace
@@ -340,11 +342,17 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.environ.get("OUT", "gpu_check_out"))
     p.add_argument("--gpu", type=int, default=0, help="NVML index of the GPU to check")
-    p.add_argument("--idle-s", type=float, default=5.0)
-    p.add_argument("--load-s", type=float, default=10.0)
+    p.add_argument("--idle-s", type=float, default=None, help="idle window (s; 5, --quick 2)")
+    p.add_argument("--load-s", type=float, default=None, help="GEMM window (s; 10, --quick 4)")
+    p.add_argument("--quick", action="store_true",
+                   help="shorter sections (about half the time), for a device budget shared with "
+                        "gpu_sweep.py")
     p.add_argument("--skip", action="append", default=[],
                    help="section(s) to skip: info, periods, idle, load, short, bert")
     a = p.parse_args()
+    idle_s = a.idle_s if a.idle_s is not None else (2.0 if a.quick else 5.0)
+    load_s = a.load_s if a.load_s is not None else (4.0 if a.quick else 10.0)
+    poll_s = 1.0 if a.quick else 2.0
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     nv = _install_readonly_nvml()
@@ -353,7 +361,8 @@ def main() -> int:
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", str(a.gpu))
     results: dict[str, Any] = {"date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                               "host": platform.node(), "python": platform.python_version()}
+                               "host": platform.node(), "python": platform.python_version(),
+                               "quick": a.quick}
 
     def section(name: str, fn: Any, *args: Any) -> None:
         if name in a.skip:
@@ -369,21 +378,21 @@ def main() -> int:
         (out / "gpu_check.json").write_text(json.dumps(results, indent=1, default=str))
 
     section("info", info, nv, h, out)
-    section("periods_idle", update_periods, nv, h, 2.0)
-    section("idle", counter_vs_power, nv, h, a.idle_s, lambda s: time.sleep(s) or {}, out, "idle")
-    section("load", counter_vs_power, nv, h, a.load_s, gemm_work, out, "load")
+    section("periods_idle", update_periods, nv, h, poll_s)
+    section("idle", counter_vs_power, nv, h, idle_s, lambda s: time.sleep(s) or {}, out, "idle")
+    section("load", counter_vs_power, nv, h, load_s, gemm_work, out, "load")
 
     def periods_load() -> dict[str, Any]:
-        th = threading.Thread(target=gemm_work, args=(3.0,), daemon=True)
+        th = threading.Thread(target=gemm_work, args=(poll_s + 1.0,), daemon=True)
         th.start()
         time.sleep(0.5)
-        r = update_periods(nv, h, 2.0)
+        r = update_periods(nv, h, poll_s)
         th.join()
         return r
 
     section("periods_load", periods_load)
-    section("short", short_windows, nv, h)
-    section("bert", bert_step, out)
+    section("short", short_windows, nv, h, 20 if a.quick else 40)
+    section("bert", bert_step, out, 10 if a.quick else 20)
     nv.nvmlShutdown()
     print(json.dumps({k: v for k, v in results.items() if k != "info"}, indent=1, default=str))
     return 0
