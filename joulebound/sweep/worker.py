@@ -16,7 +16,8 @@ configuration in flight from the ``--current`` marker file) and the rest is rela
 
 Measurement of one configuration:
 
-- ``time_s``: rank 0's ``time.perf_counter`` between barriers around the measured steps (s);
+- ``time_s``: duration of rank 0's EnergyMeter window around the measured steps (s), opened and
+  closed after a barrier — the same interval as the energy, so ``energy_j / time_s`` is its power;
 - ``energy_j``: every rank meters its own GPU; :func:`joulebound.energy.distributed.aggregate`
   sums each physical GPU once (``None`` without a sensor, as on a CPU-only machine);
 - ``tokens`` / ``padded_tokens``: the global batch's real / all token positions over the measured
@@ -191,11 +192,9 @@ def run_config(cfg: SweepConfig, rank: int, device: Any, meter: Any) -> dict[str
         train_step(model, opt, batches[k], cfg, device)
     sync()
     meter.begin_window(cfg.config_id)
-    t0 = time.perf_counter()
     _inject_fault(cfg, rank, "measure")
     losses = [train_step(model, opt, batches[k], cfg, device) for k in range(cfg.warmup, n_steps)]
     sync()
-    t1 = time.perf_counter()
     window = meter.end_window(cfg.config_id)
     loss_t = torch.stack(losses)
     if cfg.splits_data:  # each rank's loss is its shard's mean; equal shards -> global mean
@@ -209,7 +208,7 @@ def run_config(cfg: SweepConfig, rank: int, device: Any, meter: Any) -> dict[str
         peak, kind = int(torch.cuda.max_memory_allocated(device)), "cuda_max_memory_allocated"
     else:
         peak, kind = _rss_bytes(), "cpu_rss_after_measured_steps"
-    out = {"time_s": t1 - t0, "tokens": real, "padded_tokens": padded, "peak_mem_bytes": peak,
+    out = {"time_s": window.duration_s, "tokens": real, "padded_tokens": padded, "peak_mem_bytes": peak,
            "peak_mem_kind": kind, "losses": [float(x) for x in loss_t.cpu()], "window": window}
     del model, opt, batches, losses
     return out
@@ -317,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
                 row_env.update(peak_mem_kind=job["peak_mem_kind"], losses=job["losses"],
                                energy_flags=job["energy_flags"], energy_backend=job["energy_backend"],
                                cpu_energy_j=job["cpu_energy_j"], gpus_metered=job["gpus_metered"],
-                               time_kind="rank-0 wall time between barriers around measured steps")
+                               time_kind="rank-0 EnergyMeter window between barriers around measured steps")
                 store.record(args.sweep, cfg, status="ok", time_s=job["time_s"],
                              energy_j=job["energy_j"], energy_provenance=job["energy_provenance"],
                              tokens=job["tokens"], padded_tokens=job["padded_tokens"],
