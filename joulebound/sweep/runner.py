@@ -197,11 +197,9 @@ def run_sweep(configs: list[SweepConfig], db: str | Path, sweep: str, *,
                         break
                     tail = _tail(log_f)
                     current = cur_f.read_text().strip() if cur_f.exists() else None
-                    crashed = [c for c in left if c.config_id == current]
-                    if rc == 0 and not crashed:
-                        crashed = left  # ended without recording them: should not happen
-                    if not crashed:  # died before starting any configuration (start-up error)
-                        crashed = left
+                    # the configuration in flight; with none (a start-up error, or a launch that
+                    # ended without recording its rest) every remaining one is failed
+                    crashed = [c for c in left if c.config_id == current] or left
                     why = (f"worker launch (world size {world}) exited with status {rc} while running "
                            f"this configuration; log tail:\n{tail}")
                     for c in crashed:
