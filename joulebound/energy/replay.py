@@ -84,7 +84,7 @@ class ReplayBackend(Backend):
         if path.suffix in (".db", ".sqlite", ".sqlite3"):
             from .store import Store
 
-            st = Store(path)
+            st = Store(path, readonly=True)  # replaying never writes to the log
             if run_id is None:
                 rows = st.query("SELECT run_id FROM samples GROUP BY run_id "
                                 "ORDER BY MAX(t_s) DESC LIMIT 1")
