@@ -67,7 +67,7 @@ def plan_command(
 
     lat = None if switch_latency is None else parse_duration(switch_latency)
     study, label = _run(target, device, slowdown, objective, grans, lat, characterization, tie,
-                        quiet=as_json)
+                        quiet=as_json, frontier=report is not None)
     main = study.row(label)
     if output is not None:
         main.plan.meta["label"] = label
@@ -91,7 +91,12 @@ def plan_command(
         console.print(f"report written to {index}")
 
 
-def _run(target, device, slowdown, objective, grans, lat, characterization, tie, quiet):
+def _run(target, device, slowdown, objective, grans, lat, characterization, tie, quiet,
+         frontier=True):
+    """Load the trace, characterize (or load and align), run the study; the Pareto frontiers
+    (seconds of solver work) only when ``frontier`` (the HTML report plots them)."""
+    from contextlib import nullcontext
+
     from ..dvfs.characterization import Characterization
     from ..dvfs.model import characterize
     from ..dvfs.solve import align
@@ -104,21 +109,13 @@ def _run(target, device, slowdown, objective, grans, lat, characterization, tie,
         char = align(Characterization.load(characterization), trace)
     else:
         char = characterize(trace, device)
-    with console.status("planning ...", spinner="dots") if not quiet else _null():
+    with console.status("planning ...", spinner="dots") if not quiet else nullcontext():
         study = run_study(trace, char, granularities=grans, slowdowns=[slowdown],
                           objective=objective, latencies=[lat] if lat is not None else None,
-                          replay_latency_s=lat or 0.0, frontier=True, tie=tie)
+                          replay_latency_s=lat or 0.0, frontier=frontier, tie=tie)
     label = next((r.label for r in study.rows if r.granularity == "phase"), None) or study.rows[
         [r.granularity for r in study.rows].index(grans[-1])].label
     return study, label
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def study_json(study, target, objective, slowdown, lat, label) -> dict:
