@@ -81,10 +81,6 @@ def _dummies(values: pd.Series, levels: list[str], prefix: str) -> tuple[np.ndar
     return (np.column_stack(cols) if cols else np.empty((len(values), 0))), names
 
 
-def _r2(y: np.ndarray, p: np.ndarray) -> float:
-    return float(1 - np.sum((y - p) ** 2) / np.sum((y - np.mean(y)) ** 2))
-
-
 # --------------------------------------------------------------------------------------------
 # hardware-efficiency model (pre-run)
 
@@ -260,7 +256,9 @@ class EnergyLaw:
 
     def score(self, df: pd.DataFrame) -> float:
         """R² of log E."""
-        return _r2(np.log(df["energy_j"].to_numpy(float)), self.predict_log(df))
+        from .evaluate import r2
+
+        return r2(np.log(df["energy_j"].to_numpy(float)), self.predict_log(df))
 
     def coef_table(self) -> pd.DataFrame:
         ci = np.asarray(self.res_.conf_int(0.05))
@@ -425,10 +423,10 @@ class AdditiveRoofline(EnergyLaw):
             self.coefs_[str(dev)] = c / sc
         self.terms_ = ["eps_C (J/FLOP)", "eps_M (J/element)", "E0 (J)"]
         self.n_ = len(d)
-        p = len(self.coefs_) * 3
+        from .evaluate import adjusted_r2, r2
+
         y = np.log(d["energy_j"].to_numpy(float))
-        r2 = _r2(y, self.predict_log(d))
-        self.rsquared_adj_ = 1 - (1 - r2) * (self.n_ - 1) / max(self.n_ - p - 1, 1)
+        self.rsquared_adj_ = adjusted_r2(r2(y, self.predict_log(d)), self.n_, len(self.coefs_) * 3)
         return self
 
     def predict_log(self, df: pd.DataFrame) -> np.ndarray:
