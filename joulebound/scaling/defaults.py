@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import JouleboundError, did_you_mean
+from .hardware import HW
 from .laws import PreRunLaw, prepare
 from .speedup import check_gpus, normalize_strategy
 
@@ -113,9 +114,10 @@ class Prediction:
 def config_frame(*, model: str = "bert", layers: int, hidden: int, heads: int, seq: int, batch: int,
                  gpus: int = 1, strategy: str = "single", device: str = "rtx2080ti",
                  dtype: str = "fp32", ff: int | None = None, vocab: int | None = None,
-                 params: float | None = None) -> pd.DataFrame:
+                 params: float | None = None, hw: HW | None = None) -> pd.DataFrame:
     """One-row common-schema frame for a configuration (``params`` defaults to the standard count
-    from the shape and vocabulary: L·(4d² + 2d·ff) + (vocab + seq)·d)."""
+    from the shape and vocabulary: L·(4d² + 2d·ff) + (vocab + seq)·d). ``hw`` gives the hardware
+    figures of a device outside the catalog (e.g. a TPU); by default ``get_hw(device)``."""
     from .hardware import get_hw
     from .proxies import total_params
 
@@ -137,7 +139,7 @@ def config_frame(*, model: str = "bert", layers: int, hidden: int, heads: int, s
         raise JouleboundError(f"unknown --model {model!r}." + did_you_mean(arch, list(MODEL_DEFAULTS)))
     vocab = vocab if vocab is not None else MODEL_DEFAULTS[arch]["vocab"]
     ff = ff if ff is not None else 4 * hidden
-    hw = get_hw(device)
+    hw = hw or get_hw(device)
     return pd.DataFrame([{
         "dataset": "query", "family": "query", "arch": arch, "layers": layers, "hidden": hidden,
         "heads": heads, "ff": ff,

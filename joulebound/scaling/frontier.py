@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .defaults import config_frame, load_default
-from .hardware import HW
+from .hardware import HW, get_hw
 from .laws import prepare
 
 PATTERSON = "Patterson et al. 2021, arXiv 2104.10350, Table 4"
@@ -54,27 +54,16 @@ TPU_V3 = HW("tpu-v3", {"bf16": 123e12, "fp32": 123e12 / 8}, 900e9, 310.0, "ici",
 
 def check(name: str) -> dict:
     """Our two predictions for one case beside the published figure (MWh)."""
-    import unittest.mock as _m
-
     case = CASES[name]
-    law, rec = load_default()
+    law, _ = load_default()
     cfg = dict(case["config"])
-    from . import hardware
-
-    real_get = hardware.get_hw
-
-    def _get(n: str):  # noqa: ANN202 - the TPU is only known here
-        return TPU_V3 if n == "tpu-v3" else real_get(n)
-
-    with _m.patch.object(hardware, "get_hw", _get), _m.patch("joulebound.scaling.defaults.get_hw", _get,
-                                                             create=True):
-        df = config_frame(**cfg)
-        d = prepare(df, need_energy=False)
-        e_step = float(law.predict(df)[0])
-        eta_hw = float(law.eff_.eta(d)[0])
+    hw = TPU_V3 if cfg["device"] == "tpu-v3" else get_hw(cfg["device"])  # the TPU is only known here
+    df = config_frame(**cfg, hw=hw)  # the frame carries peak, bandwidth and power: no lookups after
+    d = prepare(df, need_energy=False)
+    e_step = float(law.predict(df)[0])
+    eta_hw = float(law.eff_.eta(d)[0])
     steps = case["tokens"] / (cfg["batch"] * cfg["seq"])
     flops = float(d["F_train"].iloc[0]) * steps
-    hw = TPU_V3 if cfg["device"] == "tpu-v3" else real_get(cfg["device"])
     gpu_s = flops / (hw.peak_for(cfg["dtype"]) * eta_hw)
     physics_mwh = gpu_s * hw.tdp_w / 3.6e9
     law_mwh = e_step * steps / 3.6e9
