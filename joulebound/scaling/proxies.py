@@ -31,9 +31,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..errors import JouleboundError
+from ..workload.analytic import DTYPE_BYTES as _TRAINING_DTYPE_BYTES
 
-#: bytes per element of each training dtype.
-DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+#: bytes per element of each training dtype: the analytic traces' table, plus fp8.
+DTYPE_BYTES: dict[str, int] = {**_TRAINING_DTYPE_BYTES, "fp8": 1}
 
 
 def _f(x: ArrayLike) -> np.ndarray:
