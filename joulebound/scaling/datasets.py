@@ -269,21 +269,11 @@ def load_perseus(path: str | Path) -> pd.DataFrame:
 
 
 # -- the project's sweep store ------------------------------------------------------------------
-SWEEP_NEED = ("config_id", "arch", "layers", "hidden", "heads", "seq", "batch", "dtype", "strategy",
-              "world_size", "status", "time_s", "energy_j")
-
-
-def _read_sweep_table(path: Path) -> pd.DataFrame:
-    from ..sweep.store import load_results
-
-    return load_results(path)
-
-
 def load_sweep(path: str | Path, device: str | None = None) -> pd.DataFrame:
     """A sweep store (SQLite ``runs.db``, table ``sweep_results``) → common schema.
 
     ``world_size``→gpus; ``time_s`` is the measured steps' wall time and ``steps`` their number,
-    so ``time_s``/``energy_j`` here are **per step** (divided by ``steps`` when present);
+    so ``time_s``/``energy_j`` here are **per step** (divided by ``steps``);
     ``speedup`` is the sweep's work-normalized speedup. ``device`` is the ``device`` argument when
     given, else ``env_json["gpu"]`` (the CUDA product name, resolved by the device catalog), else
     ``cpu`` when ``env_json["device_type"] == "cpu"`` (CPU/gloo runs: no GPU peak, so only the
@@ -291,18 +281,16 @@ def load_sweep(path: str | Path, device: str | None = None) -> pd.DataFrame:
 
     Dropped: rows with status other than ``ok`` (failed runs) and rows with no time.
     """
+    from ..sweep.store import load_results
+
     p = Path(path)
     if not p.exists():
         raise JouleboundError(f"sweep store not found: {p}")
-    raw = _read_sweep_table(p)
-    for c in SWEEP_NEED:
-        if c not in raw:
-            raise SchemaError(p, c, "required column is missing from sweep_results")
+    raw = load_results(p)  # every column of sweep_results, or a SchemaError naming the missing one
     ok = (raw["status"] == "ok") & raw["time_s"].notna() & (pd.to_numeric(raw["time_s"], errors="coerce") > 0)
     dropped = {"status not ok or no time": int((~ok).sum())}
     raw = raw[ok].copy()
-    steps = pd.to_numeric(raw["steps"], errors="coerce") if "steps" in raw else pd.Series(1.0, index=raw.index)
-    steps = steps.fillna(1.0).clip(lower=1.0)
+    steps = pd.to_numeric(raw["steps"], errors="coerce").fillna(1.0).clip(lower=1.0)
     import json
 
     devs = []
@@ -324,12 +312,11 @@ def load_sweep(path: str | Path, device: str | None = None) -> pd.DataFrame:
                               "'device'); pass the device explicitly (joulebound fit --device NAME).")
     from .speedup import normalize_strategy
 
-    ff = raw["ff"] if "ff" in raw else 4 * raw["hidden"]
     df = pd.DataFrame({
         "dataset": "sweep", "config_id": raw["config_id"].astype(str),
         "arch": raw["arch"].astype(str), "layers": raw["layers"].astype(int),
         "hidden": raw["hidden"].astype(int), "heads": raw["heads"].astype(int),
-        "ff": pd.to_numeric(ff, errors="coerce").fillna(4 * raw["hidden"]).astype(int),
+        "ff": pd.to_numeric(raw["ff"], errors="coerce").fillna(4 * raw["hidden"]).astype(int),
         "seq": raw["seq"].astype(int), "batch": raw["batch"].astype(int),
         "dtype": raw["dtype"].fillna("fp32").astype(str), "device": devs,
         "strategy": [normalize_strategy(s) if int(w) > 1 or s not in (None, "") else "single"
@@ -337,8 +324,8 @@ def load_sweep(path: str | Path, device: str | None = None) -> pd.DataFrame:
         "gpus": raw["world_size"].astype(int), "unit": "step",
         "time_s": raw["time_s"].astype(float) / steps.to_numpy(),
         "energy_j": pd.to_numeric(raw["energy_j"], errors="coerce") / steps.to_numpy(),
-        "energy_provenance": raw.get("energy_provenance", pd.Series(np.nan, index=raw.index)),
-        "speedup": pd.to_numeric(raw.get("speedup", np.nan), errors="coerce"),
+        "energy_provenance": raw["energy_provenance"],
+        "speedup": pd.to_numeric(raw["speedup"], errors="coerce"),
     })
     df["family"] = (df["arch"] + "/L" + df["layers"].astype(str) + "_d" + df["hidden"].astype(str)
                     + "_S" + df["seq"].astype(str) + "_B" + df["batch"].astype(str))
