@@ -82,11 +82,6 @@ def _find(study, granularity: str, eps: float, plan_l: float, replay_l: float):
                  and r.plan_latency_s == plan_l and r.replay_latency_s == replay_l), None)
 
 
-def _deltas(study, sim) -> tuple[float, float]:
-    """(energy Δ, time Δ) of a simulator replay against the study's baseline."""
-    return sim.energy_j / study.baseline_energy_j - 1.0, sim.time_s / study.baseline_time_s - 1.0
-
-
 def _p(x: float) -> str:
     """Unsigned-style percentage for prose (``9.01 %``); never ``-0.00 %``."""
     return f"{(0.0 if abs(x) < 5e-5 else x) * 100:.2f} %"
@@ -173,9 +168,10 @@ def latency_table(study):
         for j, r in enumerate(sorted((r for r in phase if r.slowdown == eps),
                                      key=lambda r: r.plan_latency_s)):
             lat = r.plan_latency_s
-            e_aw, t_aw = _deltas(study, r.replay)
+            e_aw, t_aw = r.replay_energy_delta, r.replay_time_delta
             blind = _find(study, "kernel", eps, 0.0, lat)
-            b = ["–", "–"] if blind is None else [pct(x) for x in _deltas(study, blind.replay)]
+            b = ["–", "–"] if blind is None else [pct(blind.replay_energy_delta),
+                                                 pct(blind.replay_time_delta)]
             t.add_row(f"{eps:.0%}" if j == 0 else "", _ms(lat), pct(e_aw), pct(t_aw),
                       str(r.replay.switches), *b)
     return t
@@ -203,10 +199,10 @@ def takeaway(study) -> str | None:
     blind = _find(study, "kernel", eps, 0.0, mid)
     if aware is None or blind is None:
         return None
-    e_b, t_b = _deltas(study, blind.replay)
-    e_a, _ = _deltas(study, aware.replay)
+    e_b, t_b = blind.replay_energy_delta, blind.replay_time_delta
+    e_a = aware.replay_energy_delta
     rest = [(lat, _find(study, "phase", eps, lat, lat)) for lat in lats if lat > mid]
-    tail = ", ".join(f"{_p(-_deltas(study, r.replay)[0])} at {_ms(lat)}" for lat, r in rest if r)
+    tail = ", ".join(f"{_p(-r.replay_energy_delta)} at {_ms(lat)}" for lat, r in rest if r)
     src = PUBLISHED_LATENCY.get(mid)
     budget = "at no slowdown" if eps == 0 else f"within {eps:.0%} slowdown"
     late = (f"runs {_p(t_b - eps)} over its time budget" if t_b - eps > 5e-4

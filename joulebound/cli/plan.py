@@ -127,7 +127,7 @@ def study_json(study, target, objective, slowdown, lat, label) -> dict:
         "slowdown": slowdown, "switch_latency_s": lat,
         "baseline": {"config": study.baseline_config, "time_s": study.baseline_time_s,
                      "energy_j": study.baseline_energy_j, "provenance": study.char.provenance()},
-        "rows": [r.to_json(study.baseline_energy_j, study.baseline_time_s) for r in study.rows],
+        "rows": [r.to_json() for r in study.rows],
         "published": study.published,
         "plan": {"label": label,
                  "per_category": category_savings(study.trace, study.char, main.plan),
@@ -222,9 +222,8 @@ def plans_table(study, lat: float | None, title: str | None = None):
         cells = [r.label, pct(r.plan.energy_delta), pct(r.plan.time_delta),
                  str(r.plan.n_switches)]
         if show_replay:
-            rep = r.replay
-            cells += [pct(rep.energy_j / study.baseline_energy_j - 1),
-                      pct(rep.time_s / study.baseline_time_s - 1), str(rep.late_kernels)]
+            cells += [pct(r.replay_energy_delta), pct(r.replay_time_delta),
+                      str(r.replay.late_kernels)]
         t.add_row(*cells)
     if show_replay:
         lats = sorted({r.replay_latency_s for r in study.rows})

@@ -105,8 +105,8 @@ def write_report(study: Study, out_dir: str | Path, *, title: str | None = None,
             f"<td>{_pct(r.plan.energy_delta)}</td>"
             f"<td>{_pct(r.plan.time_delta)}</td><td>{r.plan.n_switches}</td>"
             f"<td>{r.replay_latency_s * 1e3:g} ms</td>"
-            f"<td>{_pct(rep.energy_j / study.baseline_energy_j - 1)}</td>"
-            f"<td>{_pct(rep.time_s / study.baseline_time_s - 1)}</td><td>{rep.late_kernels}</td>"
+            f"<td>{_pct(r.replay_energy_delta)}</td>"
+            f"<td>{_pct(r.replay_time_delta)}</td><td>{rep.late_kernels}</td>"
             f"<td class=mod>{e(r.plan.provenance)}</td></tr>")
     parts.append("</table>")
     if study.published:

@@ -62,8 +62,7 @@ def pareto_plot(study: Study, path: Path) -> Path:
     for r in study.rows:
         blind = r.replay_latency_s > 0 and r.plan_latency_s == 0
         if blind:
-            x, y = _pct(r.replay.time_s / study.baseline_time_s - 1), _pct(
-                r.replay.energy_j / study.baseline_energy_j - 1)
+            x, y = _pct(r.replay_time_delta), _pct(r.replay_energy_delta)
             key, style, lab = "blind", dict(marker="x", color="tab:purple", ms=7), (
                 "kernel plan ignoring L, replayed at L (modeled)")
         else:
@@ -222,8 +221,8 @@ def latency_plot(study: Study, path: Path) -> Path | None:
         col = colors[i % len(colors)]
         rows = sorted((r for r in phase if r.slowdown == eps), key=lambda r: r.plan_latency_s)
         x = np.array([r.plan_latency_s for r in rows]) * 1e3
-        e = [_pct(r.replay.energy_j / study.baseline_energy_j - 1) for r in rows]
-        t = [_pct(r.replay.time_s / study.baseline_time_s - 1) for r in rows]
+        e = [_pct(r.replay_energy_delta) for r in rows]
+        t = [_pct(r.replay_time_delta) for r in rows]
         ax_e.plot(x, e, "o-", color=col, label=f"switch-aware plan, ε = {eps:.0%}")
         ax_t.plot(x, t, "o-", color=col)
         blind = [r for r in study.rows if r.plan_latency_s == 0 and r.granularity == "kernel"
@@ -232,9 +231,9 @@ def latency_plot(study: Study, path: Path) -> Path | None:
                        key=lambda r: r.replay_latency_s)
         if len(blind) > 1:
             bx = np.array([r.replay_latency_s for r in blind]) * 1e3
-            ax_e.plot(bx, [_pct(r.replay.energy_j / study.baseline_energy_j - 1) for r in blind],
+            ax_e.plot(bx, [_pct(r.replay_energy_delta) for r in blind],
                       "x:", color=col, label=f"kernel plan ignoring L, ε = {eps:.0%}")
-            ax_t.plot(bx, [_pct(r.replay.time_s / study.baseline_time_s - 1) for r in blind],
+            ax_t.plot(bx, [_pct(r.replay_time_delta) for r in blind],
                       "x:", color=col)
     named = {ms: name for name, ms in _PUBLISHED_L_MS.items()}
     for ax in (ax_e, ax_t):

@@ -63,7 +63,17 @@ class StudyRow:
     replay: SimResult
     replay_latency_s: float
 
-    def to_json(self, baseline_e: float, baseline_t: float) -> dict:
+    @property
+    def replay_energy_delta(self) -> float:
+        """Relative energy of the replay against the baseline the plan's deltas use."""
+        return self.replay.energy_j / self.plan.baseline_energy_j - 1.0
+
+    @property
+    def replay_time_delta(self) -> float:
+        """Relative time of the replay against the baseline the plan's deltas use."""
+        return self.replay.time_s / self.plan.baseline_time_s - 1.0
+
+    def to_json(self) -> dict:
         p = self.plan
         return {
             "label": self.label, "granularity": self.granularity, "objective": p.objective,
@@ -74,8 +84,8 @@ class StudyRow:
             "solver": p.meta.get("solver") or p.meta.get("dp") or p.meta.get("method"),
             "gap_bound": p.meta.get("gap_bound"),
             "replay": {"switch_latency_s": self.replay_latency_s,
-                       "energy_delta": self.replay.energy_j / baseline_e - 1.0,
-                       "time_delta": self.replay.time_s / baseline_t - 1.0,
+                       "energy_delta": self.replay_energy_delta,
+                       "time_delta": self.replay_time_delta,
                        "switches": self.replay.switches, "late_kernels": self.replay.late_kernels,
                        "provenance": self.replay.provenance},
         }
