@@ -42,6 +42,7 @@ def demo_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     import time
+    from contextlib import nullcontext
 
     from ..dvfs.model import characterize
     from ..dvfs.solve.study import run_study
@@ -53,10 +54,8 @@ def demo_command(
     t0 = time.perf_counter()
     trace = build_trace(model)
     char = characterize(trace, device)
-    status = console.status("planning ...", spinner="dots") if not as_json else None
-    if status is not None:
-        status.start()
-    try:
+    spinner = console.status("planning ...", spinner="dots") if not as_json else nullcontext()
+    with spinner as status:
         study = run_study(trace, char, granularities=["iteration", "pass", "kernel"],
                           slowdowns=[0.0, 0.01], latencies=list(LATENCIES_S),
                           latency_slowdown=[0.0, 0.01], replay_latency_s=0.0, frontier=True,
@@ -67,9 +66,6 @@ def demo_command(
         labels = [r.label for r in shown if r is not None]
         index = write_report(study, report, title=f"joulebound demo: {model} on {device}",
                              clock_rows=labels, category_row=labels[0] if labels else None)
-    finally:
-        if status is not None:
-            status.stop()
     if as_json:
         print_json(study_json(study, model, "waste", 0.0, 6e-3, "phase L=6ms @+0%"))
         return
