@@ -6,7 +6,9 @@ Run on a machine with one NVIDIA GPU (H200 in the plan)::
 
 It is **read-only** on the GPU: it reads NVML (energy counter, power, names, driver) through
 :class:`joulebound.energy.meter.EnergyMeter` with ``backend="nvml"`` and never changes a clock,
-power limit, persistence mode or any other GPU setting.
+power limit, persistence mode or any other GPU setting. As in ``benchmarks/gpu_check.py``, NVML is
+reached only through its :class:`~benchmarks.gpu_check.ReadOnlyNVML` proxy, installed as
+``pynvml``, which refuses every set/reset/clear function.
 
 What it does, per BERT shape (``BertForSequenceClassification`` from a config, random init, random
 token ids, AdamW — the sweep workload of :mod:`joulebound.sweep.workload`):
@@ -73,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--energy", default="nvml", help="EnergyMeter backend (nvml; none for CPU runs)")
     ap.add_argument("--grid", default="gpu", choices=("gpu", "tiny"))
     args = ap.parse_args(argv)
+    if args.device == "cuda":  # every NVML call (meter, driver version) through the read-only proxy
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from benchmarks.gpu_check import _install_readonly_nvml
+
+        _install_readonly_nvml()
 
     import torch
 
