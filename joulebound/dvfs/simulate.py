@@ -92,7 +92,11 @@ class SimResult:
                 "provenance": self.provenance}
 
 
-def _plan_columns(char: Characterization, plan: Plan) -> np.ndarray:
+def plan_columns(char: Characterization, plan: Plan) -> np.ndarray:
+    """Column of ``char`` each plan kernel runs at, (K,) int.
+
+    Raises :class:`JouleboundError` when the plan's kernels are not ``char``'s rows (naming the
+    first disagreement) or the plan uses clock configs ``char`` lacks (naming them)."""
     if list(plan.kernel_names) != list(char.kernel_names):
         if len(plan.kernel_names) != char.n_kernels:
             raise JouleboundError(f"the plan has {len(plan.kernel_names)} kernels, the "
@@ -102,17 +106,16 @@ def _plan_columns(char: Characterization, plan: Plan) -> np.ndarray:
         raise JouleboundError(f"plan and characterization disagree at kernel {bad[0]} "
                               f"({plan.kernel_names[bad[0]]!r} vs {char.kernel_names[bad[0]]!r}) "
                               f"and {len(bad) - 1} more")
-    lookup: dict = {}
-    for i, c in enumerate(plan.configs):
+    table = np.full(len(plan.configs), -1, np.int64)
+    missing: set[str] = set()
+    for i in np.unique(plan.choice):
         try:
-            lookup[i] = char.config_index(c)
+            table[i] = char.config_index(plan.configs[i])
         except KeyError:
-            lookup[i] = None
-    missing = sorted({plan.configs[i].label for i in np.unique(plan.choice) if lookup[i] is None})
+            missing.add(plan.configs[i].label)
     if missing:
         raise JouleboundError(f"the plan uses clock configs the characterization lacks: "
-                              f"{', '.join(missing)}")
-    table = np.array([-1 if lookup[i] is None else lookup[i] for i in range(len(plan.configs))])
+                              f"{', '.join(sorted(missing))}")
     return table[plan.choice]
 
 
@@ -137,7 +140,7 @@ def simulate(char: Characterization, plan: Plan | None = None, switch_latency_s:
     if plan is None:
         planned = np.full(k_n, baseline_column(char), np.int64)
     else:
-        planned = _plan_columns(char, plan)
+        planned = plan_columns(char, plan)
     times, energies = char.time_s, char.energy_j
     rows = np.arange(k_n)
     pdur = times[rows, planned]

@@ -144,12 +144,13 @@ def make_actuator(name: str, *, char: Any = None, switch_latency_s: float = 0.0,
 
 
 def plan_kernel_times(plan: Plan, char: Any) -> np.ndarray:
-    """Modeled time of each plan kernel at its planned config (s), from ``char``."""
-    if list(char.kernel_names) != list(plan.kernel_names):
-        raise JouleboundError("the characterization's kernels are not the plan's (names differ); "
-                              "characterize the trace the plan was made from")
-    cols = [char.config_index(c) for c in plan.configs]
-    return char.time_s[np.arange(len(plan.choice)), [cols[c] for c in plan.choice]]
+    """Modeled time of each plan kernel at its planned config (s), from ``char``.
+
+    Raises :class:`JouleboundError` when ``char`` is not over the plan's kernels or lacks a
+    config the plan uses (:func:`~joulebound.dvfs.simulate.plan_columns`)."""
+    from ..simulate import plan_columns
+
+    return char.time_s[np.arange(len(plan.choice)), plan_columns(char, plan)]
 
 
 def model_characterization(plan: Plan) -> Any:
