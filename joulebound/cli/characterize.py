@@ -89,10 +89,8 @@ def characterize_cmd(
     for label, j in rows:
         if j is None:
             continue
-        cellprov = "measured" if char.measured[:, j].all() else (
-            "measured+modeled" if char.measured[:, j].any() else "modeled")
         t.add_row(f"{label}: {char.configs[j].label}", f"{it_t[j]:.4f}", f"{it_e[j]:.2f}",
-                  f"{it_e[j] / it_t[j]:.1f}", cellprov)
+                  f"{it_e[j] / it_t[j]:.1f}", char.provenance(j))
     console.print(t)
     console.print(f"{char.n_kernels} kernels x {char.n_configs} configs; parameters: "
                   f"{char.meta.get('params_calibration', 'measured')}"

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..clocks import ClockConfig
 from ..errors import JouleboundError, SchemaError
+from ..jsonio import check_header
 
 SCHEMA = "joulebound.characterization"
 VERSION = 1
@@ -80,11 +81,13 @@ class Characterization:
         except ValueError:
             return None
 
-    def provenance(self) -> str:
-        """``"measured"``, ``"modeled"`` or ``"measured+modeled"`` for the whole table."""
-        if self.measured.all():
+    def provenance(self, column: int | None = None) -> str:
+        """``"measured"``, ``"modeled"`` or ``"measured+modeled"`` for the whole table, or for
+        one configuration's ``column``."""
+        cells = self.measured if column is None else self.measured[:, column]
+        if cells.all():
             return "measured"
-        return "measured+modeled" if self.measured.any() else "modeled"
+        return "measured+modeled" if cells.any() else "modeled"
 
     # -- files --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
@@ -112,11 +115,7 @@ class Characterization:
             header = json.loads(str(z["header"]))
         except Exception as exc:  # noqa: BLE001 - any failure means "not our file"
             raise SchemaError(p, "<file>", f"not a joulebound characterization (.npz): {exc}") from exc
-        if header.get("schema") != SCHEMA:
-            raise SchemaError(p, "schema", f"expected {SCHEMA!r}, got {header.get('schema')!r}")
-        if header.get("version") != VERSION:
-            raise SchemaError(p, "version", f"version {header.get('version')} not supported "
-                                            f"(this joulebound reads {VERSION})")
+        header = check_header(header, p, SCHEMA, VERSION)
         try:
             return cls(
                 kernel_names=[str(n) for n in header["kernel_names"]],
