@@ -29,23 +29,26 @@ from ..predict import KeyInterner
 OpKey = tuple[str, tuple, str]
 
 
-def _shapes(args: Sequence[Any], tensor_type: type) -> tuple:
+def _shapes_dtype(args: Sequence[Any], tensor_type: type) -> tuple[tuple, Any]:
+    """One pass over an op's arguments: the tensor arguments' shapes (a list of tensors gives a
+    tuple of shapes) and the first tensor's ``torch.dtype`` (``None`` without tensors)."""
     out = []
+    dtype = None
     for a in args:
         if isinstance(a, tensor_type):
             out.append(tuple(a.shape))
+            if dtype is None:
+                dtype = a.dtype
         elif isinstance(a, list | tuple) and a and isinstance(a[0], tensor_type):
             out.append(tuple(tuple(t.shape) for t in a if isinstance(t, tensor_type)))
-    return tuple(out)
+            if dtype is None:
+                dtype = a[0].dtype
+    return tuple(out), dtype
 
 
-def _dtype(args: Sequence[Any], tensor_type: type) -> str:
-    for a in args:
-        if isinstance(a, tensor_type):
-            return str(a.dtype).removeprefix("torch.")
-        if isinstance(a, list | tuple) and a and isinstance(a[0], tensor_type):
-            return str(a[0].dtype).removeprefix("torch.")
-    return "-"
+def _dtype_name(dtype: Any) -> str:
+    """``torch.float32`` -> ``"float32"``; ``None`` -> ``"-"``."""
+    return "-" if dtype is None else str(dtype).removeprefix("torch.")
 
 
 def op_key(func: Any, args: Sequence[Any]) -> OpKey:
@@ -57,7 +60,8 @@ def op_key(func: Any, args: Sequence[Any]) -> OpKey:
     """
     import torch
 
-    return (str(func), _shapes(args, torch.Tensor), _dtype(args, torch.Tensor))
+    shapes, dtype = _shapes_dtype(args, torch.Tensor)
+    return (str(func), shapes, _dtype_name(dtype))
 
 
 def key_str(key: Hashable) -> str:
@@ -143,13 +147,12 @@ class OpStream:
         self._skip: dict[Any, bool] = {}
         self._mode: Any = None
         self._pid = _PID[0]
+        self._tensor: type | None = None     # torch.Tensor, set on entering the mode
 
     def name(self, key_id: int) -> str:
         return str(self.interner.key(key_id))
 
     def _on_dispatch(self, func: Any, args: Sequence[Any]) -> None:
-        import torch
-
         if self.kernels_only:
             skip = self._skip.get(func)
             if skip is None:
@@ -157,11 +160,11 @@ class OpStream:
             if skip:
                 self.n_skipped += 1
                 return
-        t = torch.Tensor
-        key = (func, _shapes(args, t), _dtype(args, t))
+        shapes, dtype = _shapes_dtype(args, self._tensor)  # type: ignore[arg-type]
+        key = (func, shapes, dtype)
         kid = self._cache.get(key)
         if kid is None:
-            kid = self.interner.intern(key_str((str(func), key[1], key[2])))
+            kid = self.interner.intern(key_str((str(func), shapes, _dtype_name(dtype))))
             self._cache[key] = kid
         self.n_ops += 1
         if self.record:
@@ -170,8 +173,11 @@ class OpStream:
             self.on_op(kid)
 
     def __enter__(self) -> OpStream:
+        import torch
+
         base = _dispatch_mode_base()
         stream = self
+        self._tensor = torch.Tensor
 
         class _Mode(base):  # type: ignore[misc, valid-type]
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
