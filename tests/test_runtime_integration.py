@@ -10,7 +10,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from joulebound.clocks import AUTO, ClockConfig  # noqa: E402
-from joulebound.dvfs.characterization import Characterization  # noqa: E402
 from joulebound.dvfs.control import (  # noqa: E402
     Controller,
     SimulatedActuator,
@@ -20,24 +19,16 @@ from joulebound.dvfs.control import (  # noqa: E402
 from joulebound.dvfs.control.actuators import replay_plan  # noqa: E402
 from joulebound.dvfs.control.demo_gpt import TinyGPTConfig, make_step  # noqa: E402
 from joulebound.dvfs.control.hooks import OpStream  # noqa: E402
+from joulebound.dvfs.control.session import plan_kernel_times  # noqa: E402
+from joulebound.dvfs.model import characterize  # noqa: E402
 from joulebound.dvfs.plan import Plan  # noqa: E402
+from joulebound.dvfs.simulate import simulate  # noqa: E402
 
 CFG = TinyGPTConfig(layers=2, hidden=32, seq=16, batch=2)
 
 
 def _characterize(trace, configs):
-    """The GPU model's characterization when present, else a small roofline stand-in."""
-    try:
-        from joulebound.dvfs.model import characterize
-    except ImportError:  # the model helper's module is absent: roofline stand-in
-        f = trace.flops()[:, None]
-        b = trace.bytes()[:, None]
-        core = np.array([c.core_mhz or 1400 for c in configs], float)[None, :]
-        mem = np.array([c.mem_mhz or 9500 for c in configs], float)[None, :]
-        t = np.maximum(f / (core * 1e7), b / (mem * 1e5)) + 2e-6
-        p = 60 + 200 * (core / 1400) ** 2.5 + 40 * (mem / 9500)
-        return Characterization(trace.names(), list(configs), t, t * p,
-                                np.zeros(t.shape, bool), device="test")
+    """The GPU model's characterization of the recorded ops (RTX 3080 Ti)."""
     return characterize(trace, "rtx3080ti", configs=configs, include_auto=True)
 
 
@@ -109,8 +100,7 @@ def test_gpt_loop_follows_plan_safe_on_eval_and_energy_matches(setup, tmp_path, 
     latency = latency_frac * iter_t
     plan = _per_kernel_plan(char, latency)
     assert plan.n_switches >= 3
-    cols = [char.config_index(c) for c in plan.configs]
-    ktime = char.time_s[np.arange(len(names)), [cols[c] for c in plan.choice]]
+    ktime = plan_kernel_times(plan, char)
     act = SimulatedActuator(char, switch_latency_s=latency)
     log = tmp_path / "switch.jsonl"
     ctl = Controller(plan, act, kernel_time_s=ktime, log=log)
@@ -176,10 +166,6 @@ def test_gpt_loop_follows_plan_safe_on_eval_and_energy_matches(setup, tmp_path, 
         assert per_iter[4][0] == pytest.approx(plan.predicted_time_s, rel=1e-9)
     else:   # switches late by the latency cost a little against the latency-free plan
         assert abs(e_ref / plan.predicted_energy_j - 1) < 0.2
-    try:
-        from joulebound.dvfs.simulate import simulate
-    except ImportError:
-        return
     sim = simulate(char, plan, switch_latency_s=latency, lookahead=True)
     assert per_iter[4][1] == pytest.approx(sim.energy_j, rel=0.01)
     assert per_iter[4][0] == pytest.approx(sim.time_s, rel=0.01)

@@ -201,8 +201,9 @@ def replay_plan(char: Characterization, plan: Any, commands: np.ndarray, iterati
     """Offline replay: run ``iterations`` of the plan through a :class:`SimulatedActuator`.
 
     ``commands[j]`` is the config index (into ``plan.configs``) commanded when op ``j`` is
-    dispatched (see :meth:`Controller.commands`). The reference the runtime is checked against
-    when the planner's ``joulebound.dvfs.simulate`` is not available."""
+    dispatched (see :attr:`Controller.commands`). The steady-state (cyclic) reference a run
+    under the controller is checked against; :func:`joulebound.dvfs.simulate.simulate` replays
+    one iteration from the plan itself (look-ahead issued from the schedule, not per op)."""
     act = SimulatedActuator(char, switch_latency_s)
     cfgs = plan.configs
     for _ in range(iterations):
