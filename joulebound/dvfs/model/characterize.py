@@ -21,10 +21,8 @@ def resolve_device(device: str | DeviceSpec) -> DeviceSpec:
     """A :class:`DeviceSpec` from a catalog name (case-insensitive, aliases) or a spec."""
     if isinstance(device, DeviceSpec):
         return device
-    try:
-        from ...devices.catalog import get_device
-    except ImportError as exc:  # pragma: no cover - the catalog ships with joulebound
-        raise JouleboundError(f"device catalog unavailable ({exc}); pass a DeviceSpec") from exc
+    from ...devices.catalog import get_device
+
     return get_device(device)
 
 
