@@ -26,10 +26,10 @@ def run_all(data: Path, progress: Callable[[str], None] | None = None) -> Valida
     out: list[CheckResult] = []
     extras: dict[str, Any] = {}
     say("(a) Perseus stage profiles")
-    out += perseus_stage.run(data)
-    sxm = perseus_stage.fit_gpu(perseus_stage.load_stage_profiles(data, "a100_sxm"))
-    a40 = perseus_stage.fit_gpu(perseus_stage.load_stage_profiles(data, "a40"))
-    extras["stage_models"] = {"a100_sxm": sxm, "a40": a40}
+    shipped = perseus_stage.shipped_fits(data)     # fitted once: notes, plots, shipped params
+    out += perseus_stage.run(data, shipped=shipped)
+    extras["stage_models"] = shipped
+    sxm = shipped["a100_sxm"]
     say("(a') kernel model on Perseus stage profiles")
     out += perseus_stage.run_kernel_model(data)
     say("(b) Perseus measured plans")
