@@ -133,13 +133,24 @@ def from_measured(path: str | Path, device: DeviceSpec | None = None,
                                 device=device.name if device else "", time_spread_s=arr[..., 2],
                                 energy_spread_j=arr[..., 3],
                                 meta={"source": str(p), "provenance": "measured"})
+    return _overlay(table, p, base)
+
+
+def _check_kernels(table: dict, path: Path, names: list[str]) -> None:
+    """Every measured kernel must be a trace kernel (error names the unknown ones)."""
+    unknown = sorted({k for k, _ in table} - set(names))
+    if unknown:
+        raise SchemaError(path, "kernel", f"kernel(s) not in the trace: {', '.join(unknown[:5])}; "
+                                          f"trace kernels include {', '.join(sorted(set(names))[:8])}")
+
+
+def _overlay(table: dict, p: Path, base: Characterization) -> Characterization:
+    """``base`` with the measured cells of ``table`` (parsed by :func:`read_table`) in place of
+    the modeled ones, for every invocation of each measured kernel."""
+    _check_kernels(table, p, base.kernel_names)
     names = np.array(base.kernel_names)
     col = {c: j for j, c in enumerate(base.configs)}
     t, e, meas = base.time_s.copy(), base.energy_j.copy(), base.measured.copy()
-    unknown_k = sorted({k for k, _ in table} - set(base.kernel_names))
-    if unknown_k:
-        raise SchemaError(p, "kernel", f"kernel(s) not in the trace: {', '.join(unknown_k[:5])}; "
-                                       f"trace kernels include {', '.join(sorted(set(base.kernel_names))[:8])}")
     for (k, c), (tm, em, _, _, _) in table.items():
         if c not in col:
             raise SchemaError(p, "core/mem", f"clock {c.label} (kernel {k}) is not among the "
@@ -167,12 +178,8 @@ def characterize_with_measurements(trace, device, path: str | Path,  # type: ign
     spec = resolve_device(device)
     prm = params if params is not None else params_for(spec)
     table = read_table(path, spec)
-    unknown = sorted({k for k, _ in table} - set(trace.names()))
-    if unknown:
-        raise SchemaError(Path(path), "kernel",
-                          f"kernel(s) not in the trace: {', '.join(unknown[:5])}; trace kernels "
-                          f"include {', '.join(sorted(set(trace.names()))[:8])}")
+    _check_kernels(table, Path(path), trace.names())     # before fitting
     work, fitted = fit_trace_work(trace, spec, prm, table)
     base = characterize(trace, spec, params=prm, work=work)
     base.meta["calibrated_kernels"] = fitted
-    return from_measured(path, spec, base=base)
+    return _overlay(table, Path(path), base)
