@@ -93,6 +93,7 @@ def _write_params(run) -> None:  # type: ignore[no-untyped-def]
     res = {(r.check, r.gpu, r.workload): r for r in run.results}
     gm = run.extras["guerreiro_model"]
     written = []
+    fitted = {}
     spec_sxm, spec_a40 = get_device("a100-sxm4-80gb"), get_device("a40")
     for key, spec, label in (("a100_sxm", spec_sxm, "A100-SXM4-80GB"), ("a40", spec_a40, "A40")):
         r = res[("perseus-stage", label, "all stages")]
@@ -102,16 +103,15 @@ def _write_params(run) -> None:  # type: ignore[no-untyped-def]
              "n_points": r.n_points},
             f"Perseus stage profiles ({key}), 3 clocks per stage, joulebound validate")
         written.append(shipping.write(p))
-        if key == "a100_sxm":
-            sxm = p
-        else:
-            a40 = p
+        fitted[key] = p
     r = res[("perseus-plans", "A100-PCIe-80GB", "all 4 workloads")]
-    pcie = shipping.for_a100_pcie(get_device("a100-pcie-80gb"), sxm, run.extras["plan_params"].f_cap,
+    pcie = shipping.for_a100_pcie(get_device("a100-pcie-80gb"), fitted["a100_sxm"],
+                                  run.extras["plan_params"].f_cap,
                                   {"check": "perseus-plans", "time_mape": r.time_mape,
                                    "energy_mape": r.energy_mape, "n_points": r.n_points})
     written.append(shipping.write(pcie))
-    written.append(shipping.write(shipping.transfer(get_device("rtx3080ti"), a40, spec_a40)))
+    written.append(shipping.write(shipping.transfer(get_device("rtx3080ti"), fitted["a40"],
+                                                    spec_a40)))
     for w in written:
         console.print(f"wrote {w}")
 
