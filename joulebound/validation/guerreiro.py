@@ -116,12 +116,6 @@ class TitanXPowerModel:
     def predict(self, t: PowerTable) -> np.ndarray:
         return self._design(t, self.knee_, self.vmin_, self.mem_low_v_) @ self.coef_
 
-    def memory_share(self, t: PowerTable) -> float:
-        """Mean fraction of predicted power that belongs to the memory domain."""
-        X = self._design(t, self.knee_, self.vmin_, self.mem_low_v_)
-        mem = X[:, [2, 4, 12]] @ self.coef_[[2, 4, 12]]
-        return float(np.mean(mem / (X @ self.coef_)))
-
 
 class FreeVoltageModel(TitanXPowerModel):
     """Ablation: the same power equation with a free relative voltage per core clock and per
