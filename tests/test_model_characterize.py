@@ -95,3 +95,11 @@ def test_measured_duration_is_kept_at_auto():
 def test_unsupported_config_is_named():
     with pytest.raises(JouleboundError, match="1234/9501"):
         characterize(small_trace(), ga102_spec(), configs=[ClockConfig(1234, 9501)])
+
+
+def test_saving_to_a_folder_or_under_a_file_is_a_user_error(char, tmp_path):
+    with pytest.raises(JouleboundError, match="is a folder"):
+        char.save(tmp_path)
+    (tmp_path / "f").write_text("")
+    with pytest.raises(JouleboundError, match="cannot write"):
+        char.save(tmp_path / "f" / "c.npz")

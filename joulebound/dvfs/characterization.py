@@ -92,7 +92,6 @@ class Characterization:
     # -- files --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
         header = {"schema": SCHEMA, "version": VERSION, "device": self.device,
                   "kernel_names": self.kernel_names,
                   "configs": [c.to_json() for c in self.configs], "meta": self.meta}
@@ -101,8 +100,15 @@ class Characterization:
             arrays["time_spread_s"] = self.time_spread_s
         if self.energy_spread_j is not None:
             arrays["energy_spread_j"] = self.energy_spread_j
-        with open(p, "wb") as fh:
-            np.savez_compressed(fh, header=np.array(json.dumps(header)), **arrays)
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            with open(p, "wb") as fh:
+                np.savez_compressed(fh, header=np.array(json.dumps(header)), **arrays)
+        except IsADirectoryError as exc:     # same user errors as jsonio.write_json
+            raise JouleboundError(f"{p}: is a folder; give a file name to write to") from exc
+        except OSError as exc:
+            raise JouleboundError(f"{p}: cannot write ({exc.strerror or exc}); choose another "
+                                  "path") from exc
         return p
 
     @classmethod
