@@ -258,6 +258,16 @@ def _is_not_supported(nvml: Any, exc: BaseException | None) -> bool:
                                 or "not supported" in str(exc).lower())
 
 
+def reset_locks(nvml: Any, handle: Any) -> None:
+    """Best effort: unlock the core and memory clocks of ``handle`` (never raises; the memory
+    reset is unsupported before Ampere)."""
+    for fn in ("nvmlDeviceResetGpuLockedClocks", "nvmlDeviceResetMemoryLockedClocks"):
+        try:
+            getattr(nvml, fn)(handle)
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+
+
 def _is_no_permission(nvml: Any, exc: Exception) -> bool:
     cls = getattr(nvml, "NVMLError_NoPermission", None)
     return (cls is not None and isinstance(exc, cls)) or "permission" in str(exc).lower()
@@ -352,11 +362,7 @@ class NvmlActuator(Actuator):
         if not self.in_owner_process:
             return
         with self._lock:
-            for fn in ("nvmlDeviceResetGpuLockedClocks", "nvmlDeviceResetMemoryLockedClocks"):
-                try:
-                    getattr(self.nvml, fn)(self.handle)
-                except Exception:  # noqa: BLE001 - best effort; memory reset may be unsupported
-                    pass
+            reset_locks(self.nvml, self.handle)
             self._core_locked = self._mem_locked = False
         if self.current != AUTO:
             self.switches.append(SwitchRecord(time.monotonic() - self._t0, AUTO, self.n_ops))

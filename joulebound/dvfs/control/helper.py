@@ -42,7 +42,14 @@ from typing import Any
 
 from ...clocks import AUTO, ClockConfig
 from ...errors import JouleboundError
-from .actuators import PERMISSION_HELP, Actuator, _has_cap_sys_admin, _is_not_supported, load_nvml
+from .actuators import (
+    PERMISSION_HELP,
+    Actuator,
+    _has_cap_sys_admin,
+    _is_not_supported,
+    load_nvml,
+    reset_locks,
+)
 
 
 class _Bucket:
@@ -163,11 +170,7 @@ class ClockHelper:
             h = nv.nvmlDeviceGetHandleByIndex(gpu)
         except Exception:  # noqa: BLE001
             return
-        for fn in ("nvmlDeviceResetGpuLockedClocks", "nvmlDeviceResetMemoryLockedClocks"):
-            try:
-                getattr(nv, fn)(h)
-            except Exception:  # noqa: BLE001
-                pass
+        reset_locks(nv, h)
         self.resets += 1
 
     def reset_all(self) -> None:
