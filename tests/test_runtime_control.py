@@ -137,6 +137,14 @@ def test_key_text_and_trace_from_ops():
     assert tr.names()[0] == k
 
 
+def test_trace_from_ops_keeps_the_keys_dtype():
+    """A bf16 op is modeled at the bf16 (tensor-core) rate with 2-byte elements, not as fp32."""
+    tr = trace_from_ops(["aten.mm.default[8x64,64x192]bfloat16",
+                         "aten.mm.default[8x64,64x192]float32", "aten.ones.default[]-"])
+    assert [k.dtype for k in tr] == ["bf16", "fp32", "fp32"]
+    assert tr[0].flops == tr[1].flops and tr[0].bytes * 2 == tr[1].bytes
+
+
 def test_opstream_sees_forward_backward_and_optimizer_ops():
     torch = pytest.importorskip("torch")
     from joulebound.dvfs.control.hooks import OpStream

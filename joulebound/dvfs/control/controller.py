@@ -281,17 +281,20 @@ def trace_from_ops(names: Sequence[str], name: str = "recorded") -> Any:
     """A :class:`~joulebound.workload.trace.Trace` with one kernel per recorded op key.
 
     FLOPs and bytes are estimated from the key's shapes (matmul-like ops: 2·M·N·K FLOP; others:
-    one FLOP per output element; bytes: inputs + output of 4-byte floats) so a device model can
-    characterize them; the names are the keys, so a plan over this trace drives the controller.
+    one FLOP per output element; bytes: inputs + output at the key's element size) so a device
+    model can characterize them; the kernel's math dtype is the key's (``bfloat16`` -> ``bf16``,
+    so tensor-core peaks apply); the names are the keys, so a plan over this trace drives the
+    controller.
     """
     from ...workload.trace import Kernel, Trace
 
     kernels = []
     for n in names:
         op, shapes = _parse_key(n)
-        flops, nbytes, cat = _estimate(op, shapes)
+        dtype, size = _TORCH_DTYPES.get(n.rsplit("]", 1)[-1], ("fp32", 4))
+        flops, nbytes, cat = _estimate(op, shapes, size)
         kernels.append(Kernel(name=n, category=cat, phase="other", layer=None, flops=flops,
-                              bytes=nbytes, dtype="fp32"))
+                              bytes=nbytes, dtype=dtype))
     return Trace(kernels=kernels, name=name, meta={"source": "joulebound.dvfs.control.hooks"})
 
 
@@ -309,9 +312,16 @@ def _parse_key(name: str) -> tuple[str, list[list[int]]]:
     return op, shapes
 
 
-def _estimate(op: str, shapes: list[list[int]]) -> tuple[float, float, str]:
+#: torch dtype name (as in an op key) -> (math dtype of the device model, bytes per element)
+_TORCH_DTYPES: dict[str, tuple[str, int]] = {
+    "float32": ("fp32", 4), "float64": ("fp32", 8), "float16": ("fp16", 2),
+    "bfloat16": ("bf16", 2), "float8_e4m3fn": ("fp8", 1), "float8_e5m2": ("fp8", 1),
+}
+
+
+def _estimate(op: str, shapes: list[list[int]], size: int = 4) -> tuple[float, float, str]:
     numel = [float(np.prod(s)) if s else 1.0 for s in shapes]
-    nbytes = 4.0 * (sum(numel) + (max(numel) if numel else 0.0))
+    nbytes = float(size) * (sum(numel) + (max(numel) if numel else 0.0))
     base = op.split(".")[1] if "." in op else op
     if base in ("mm", "addmm", "bmm", "matmul", "linear") and len(shapes) >= 2:
         a, b = shapes[-2], shapes[-1]
