@@ -147,3 +147,20 @@ def test_min_block_end_and_durations() -> None:
     assert parse_duration("1.5s") == 1.5
     with pytest.raises(JouleboundError, match="cannot parse duration"):
         parse_duration("fast")
+
+
+
+def test_switch_aware_and_switch_free_plans_agree_on_provenance() -> None:
+    """A plan is 'measured' when its chosen cells and the baseline were measured, whichever solver."""
+    char = synth_char(n_kernels=30, seed=3)
+    char.measured[:] = True
+    free, aware = solve(char, slowdown=0.02), plan_switch_aware(char, slowdown=0.02)
+    assert free.provenance == aware.provenance == "measured"
+    used = set(free.choice.tolist()) | set(aware.choice.tolist()) | {char.auto_index}
+    unused = next(c for c in range(char.n_configs) if c not in used)
+    char.measured[:, unused] = False      # a column neither plan uses is modeled
+    assert solve(char, slowdown=0.02).provenance == "measured"
+    assert plan_switch_aware(char, slowdown=0.02).provenance == "measured"
+    char.measured[0, :] = False           # a chosen cell is modeled
+    assert solve(char, slowdown=0.02).provenance == "modeled"
+    assert plan_switch_aware(char, slowdown=0.02).provenance == "modeled"

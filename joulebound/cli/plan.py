@@ -58,7 +58,7 @@ def plan_command(
     from ..errors import JouleboundError
 
     if objective not in ("waste", "relaxed", "edp", "ed2p"):
-        raise JouleboundError(f"unknown --objective {objective!r}; one of waste, edp, ed2p")
+        raise JouleboundError(f"unknown --objective {objective!r}; one of waste, relaxed, edp, ed2p")
     grans = ["iteration", "pass", "layer", "kernel"] if granularity == "all" else [granularity]
     if any(g not in ("iteration", "pass", "layer", "kernel") for g in grans):
         raise JouleboundError(f"unknown --granularity {granularity!r}; one of kernel, layer, pass, "

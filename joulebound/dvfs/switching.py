@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import JouleboundError
 from .characterization import Characterization
 from .plan import Plan
-from .solve.objectives import REL_TOL, _columns
+from .solve.objectives import REL_TOL, _columns, plan_provenance
 from .solve.problem import baseline_column, baseline_totals
 
 #: published clock-switch latencies (s) usable as presets (DESIGN.md; Spaan et al. and others)
@@ -338,7 +338,7 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
     best = min(candidates, key=lambda c: _totals(t, e, c, switch_energy_j, switch_time_s)[1])
     tt, ee, n_sw = _totals(t, e, best, switch_energy_j, switch_time_s)
     choice = cols[best]
-    prov = "modeled" if not char.measured.all() else "measured"
+    prov = plan_provenance(char, choice)
     return Plan(device=char.device, kernel_names=list(char.kernel_names),
                 configs=list(char.configs), choice=choice, granularity="phase",
                 objective="relaxed" if slowdown else "waste", slowdown=slowdown,

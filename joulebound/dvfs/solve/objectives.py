@@ -50,14 +50,21 @@ def _infeasible(what: str, need: float, have: float, base: float, granularity: s
         f"(pass {flag} {max(smallest, 0.0) + 1e-6:.6f} or more).")
 
 
+def plan_provenance(char: Characterization, kernel_choice: np.ndarray) -> str:
+    """``"measured"`` when every chosen cell and the whole baseline column were measured, else
+    ``"modeled"`` (a plan's totals and deltas are only as measured as all the cells they add)."""
+    rows = np.arange(char.n_kernels)
+    used = char.measured[rows, kernel_choice]
+    return "measured" if used.all() and char.measured[:, baseline_column(char)].all() else "modeled"
+
+
 def _plan(char: Characterization, kernel_choice: np.ndarray, *, granularity: str,
           objective: str, slowdown: float, meta: dict) -> Plan:
     rows = np.arange(char.n_kernels)
     t = float(char.time_s[rows, kernel_choice].sum())
     e = float(char.energy_j[rows, kernel_choice].sum())
     tb, eb = baseline_totals(char)
-    used = char.measured[rows, kernel_choice]
-    prov = "measured" if used.all() and char.measured[:, baseline_column(char)].all() else "modeled"
+    prov = plan_provenance(char, kernel_choice)
     return Plan(device=char.device, kernel_names=list(char.kernel_names), configs=list(char.configs),
                 choice=kernel_choice, granularity=granularity, objective=objective,
                 slowdown=float(slowdown), predicted_time_s=t, predicted_energy_j=e,
