@@ -289,3 +289,68 @@ def test_xml_without_product_name_needs_name(tmp_path):
 def test_bad_infinite_peak_names_the_file(tmp_path):
     _bad(tmp_path, lambda d: d["peak_flops"].update(fp32=float("inf")), "peak_flops.fp32",
          "finite number > 0")
+
+
+# -- the cached catalog -------------------------------------------------------------------------
+
+def _count_builds(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    real = catalog._build_catalog
+
+    def counting(files):
+        calls.append(len(files))
+        return real(files)
+
+    monkeypatch.setattr(catalog, "_build_catalog", counting)
+    catalog.clear_cache()
+    return calls
+
+
+def test_catalog_is_built_once_and_sees_an_import(tmp_path, monkeypatch):
+    calls = _count_builds(monkeypatch)
+    for _ in range(3):
+        get_device("a100")
+    assert len(calls) == 1  # cached: lookups do not reparse the catalog
+    with pytest.raises(JouleboundError, match="unknown GPU"):
+        get_device("cached-3080ti")
+    spec = get_device("rtx3080ti")
+    spec.name = "cached-3080ti"
+    import_device(_write(tmp_path, spec_to_toml(spec, ["cachedalias"])))
+    assert get_device("cached-3080ti") == spec  # the import invalidated the cache
+    assert get_device("CachedAlias").name == "cached-3080ti"
+    assert len(calls) == 2
+
+
+def test_catalog_cache_follows_user_files_and_home(tmp_path, monkeypatch, user_home):
+    calls = _count_builds(monkeypatch)
+    spec = get_device("a40")
+    spec.name = "home-a-gpu"
+    user_home.mkdir(parents=True)
+    entry = user_home / "home-a-gpu.toml"
+    entry.write_text(spec_to_toml(spec))  # written by hand, not through import_device
+    assert get_device("home-a-gpu").name == "home-a-gpu"
+    # another $JOULEBOUND_HOME: its (empty) catalog, not the cached one
+    monkeypatch.setenv("JOULEBOUND_HOME", str(tmp_path / "other"))
+    with pytest.raises(JouleboundError, match="unknown GPU"):
+        get_device("home-a-gpu")
+    monkeypatch.setenv("JOULEBOUND_HOME", str(tmp_path / "home"))
+    assert get_device("home-a-gpu").idle_power_w == spec.idle_power_w
+    # an edited file is reread (size and mtime change) ...
+    spec.idle_power_w = 12.5
+    entry.write_text(spec_to_toml(spec, ["edited"]))
+    assert get_device("edited").idle_power_w == 12.5
+    # ... and a removed one (`joulebound devices remove`) disappears
+    entry.unlink()
+    with pytest.raises(JouleboundError, match="unknown GPU"):
+        get_device("home-a-gpu")
+    assert calls == [0, 1, 0, 1, 1, 0]  # one rebuild per change, none for repeated lookups
+
+
+def test_cached_catalog_hands_out_copies():
+    a = get_device("a100")
+    a.supported_clocks.clear()
+    a.peak_flops["fp32"] = 1.0
+    list_devices()[0].sources.clear()
+    b = get_device("a100")
+    assert b.supported_clocks and b.peak_flops["fp32"] > 1.0
+    assert list_devices()[0].sources

@@ -386,24 +386,69 @@ def _builtins() -> _Catalog:
 
 
 _registered: dict[str, tuple[DeviceSpec, list[str]]] = {}
+_registered_version = 0  # bumped by register/unregister: part of the cache key
+
+# The merged catalog, kept until its key changes: (resolved user dir, (file name, mtime_ns, size)
+# of each of its *.toml, registration version). Computing the key costs one directory scan; a
+# rebuild parses every user file. `import`, `remove`, an edit of a user file, another
+# $JOULEBOUND_HOME and register/unregister all change the key.
+_cache: tuple[tuple[Any, ...], _Catalog] | None = None
+
+
+def clear_cache() -> None:
+    """Forget the merged catalog; the next lookup rereads the user folder."""
+    global _cache
+    _cache = None
+
+
+def _user_files(udir: Path) -> list[tuple[Path, int, int]]:
+    """The user folder's ``*.toml`` files with their mtime (ns) and size, sorted by path."""
+    out = []
+    try:
+        paths = sorted(udir.glob("*.toml")) if udir.is_dir() else []
+    except OSError:
+        paths = []
+    for path in paths:
+        try:
+            st = path.stat()
+        except OSError:  # vanished between glob and stat, or unreadable: load_entry reports it
+            out.append((path, -1, -1))
+            continue
+        out.append((path, st.st_mtime_ns, st.st_size))
+    return out
 
 
 def _catalog() -> _Catalog:
+    """The merged catalog (cached; rebuilt when the user folder or registrations change)."""
+    global _cache
+    udir = user_catalog_dir()
+    try:
+        where = udir.resolve()
+    except OSError:
+        where = udir
+    files = _user_files(udir)
+    key = (str(where), tuple((p.name, m, n) for p, m, n in files), _registered_version)
+    if _cache is not None and _cache[0] == key:
+        return _cache[1]
+    cat = _build_catalog([p for p, _, _ in files])
+    _cache = (key, cat)
+    return cat
+
+
+def _build_catalog(user_files: list[Path]) -> _Catalog:
     base = _builtins()
     cat = _Catalog()
     # user entries and registered specs first: they win alias clashes
     for spec, aliases in _registered.values():
         cat.add(spec, aliases, "registered in this process")
-    udir = user_catalog_dir()
-    if udir.is_dir():
-        for path in sorted(udir.glob("*.toml")):
-            try:
-                spec, aliases = load_entry(path)
-            except JouleboundError as exc:  # one bad user file must not break every lookup
-                cat.broken.append(str(exc))
-                continue
-            if spec.name not in cat.specs:
-                cat.add(spec, aliases, f"user ({path})")
+    for path in user_files:
+        try:
+            spec, aliases = load_entry(path)
+        except JouleboundError as exc:  # one bad user file must not break every lookup
+            cat.broken.append(str(exc))
+            continue
+        if spec.name not in cat.specs:
+            cat.add(spec, aliases, f"user ({path})")
     for name, spec in base.specs.items():
         if name not in cat.specs:
             cat.add(spec, base.aliases[name], base.origin[name])
@@ -429,17 +474,21 @@ def list_devices() -> list[DeviceSpec]:
 def device_aliases(name: str) -> list[str]:
     """Aliases of the entry ``name`` (as written in its file)."""
     cat = _catalog()
-    return list(cat.aliases.get(resolve_name(name), []))
+    return list(cat.aliases.get(_resolve(cat, name), []))
 
 
 def device_origin(name: str) -> str:
     """Where the entry came from: ``built-in (file)``, ``user (path)`` or ``registered``."""
-    return _catalog().origin[resolve_name(name)]
+    cat = _catalog()
+    return cat.origin[_resolve(cat, name)]
 
 
 def resolve_name(name: str) -> str:
     """The catalog key for ``name`` (an entry name, alias or product name)."""
-    cat = _catalog()
+    return _resolve(_catalog(), name)
+
+
+def _resolve(cat: _Catalog, name: str) -> str:
     key = normalize(name)
     if key in cat.keys:
         return cat.keys[key]
@@ -470,7 +519,8 @@ def get_device(name: str | DeviceSpec) -> DeviceSpec:
         return name
     if not isinstance(name, str):
         raise JouleboundError(f"device must be a name or a DeviceSpec, got {type(name).__name__}")
-    return copy.deepcopy(_catalog().specs[resolve_name(name)])
+    cat = _catalog()
+    return copy.deepcopy(cat.specs[_resolve(cat, name)])
 
 
 def register_device(spec: DeviceSpec, aliases: list[str] | tuple[str, ...] = ()) -> DeviceSpec:
@@ -478,14 +528,18 @@ def register_device(spec: DeviceSpec, aliases: list[str] | tuple[str, ...] = ())
 
     Use :func:`save_user_device` to store it in the user catalog instead.
     """
+    global _registered_version
     _check_spec(spec, "<registered spec>")
     _registered[spec.name] = (copy.deepcopy(spec), list(aliases))
+    _registered_version += 1
     return spec
 
 
 def unregister_device(name: str) -> None:
     """Forget a :func:`register_device` entry (no error when absent)."""
-    _registered.pop(name, None)
+    global _registered_version
+    if _registered.pop(name, None) is not None:
+        _registered_version += 1
 
 
 def _check_spec(spec: DeviceSpec, where: str) -> None:
@@ -507,6 +561,7 @@ def save_user_device(spec: DeviceSpec, aliases: list[str] | tuple[str, ...] = ()
                               "another name with --name.")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
+    clear_cache()  # an overwrite within the mtime granularity would keep the key unchanged
     return path
 
 
