@@ -12,6 +12,7 @@ with status 2.
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 import sys
 
@@ -33,6 +34,28 @@ app = typer.Typer(
 err_console = Console(stderr=True)
 
 
+#: ``--help`` panels, in pipeline order; a command not listed goes under "Other".
+PANELS: dict[str, tuple[str, ...]] = {
+    "Start here": ("demo",),
+    "Workloads and GPUs": ("devices", "trace", "profile"),
+    "Kernel-level DVFS (predict, plan, check)": ("characterize", "plan", "validate"),
+    "Apply clocks while training": ("run", "reset-clocks", "clock-helper"),
+    "Measure energy": ("measure", "runs", "sweep"),
+    "Energy scaling model (before a run)": ("predict", "advise", "fit"),
+}
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of a help text's first paragraph, on one line (for the command list)."""
+    first = " ".join(text.strip().split("\n\n")[0].split())
+    depth = 0
+    for i, ch in enumerate(first):
+        depth += (ch == "(") - (ch == ")")
+        if ch == "." and depth == 0 and first[i + 1:i + 2] in (" ", ""):
+            return first[: i + 1]
+    return first.rstrip(":") + ("." if first and not first.endswith(".") else "")
+
+
 def _register_all() -> None:
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
@@ -41,6 +64,19 @@ def _register_all() -> None:
         register = getattr(module, "register", None)
         if register is not None:
             register(app)
+    panel_of = {name: panel for panel, names in PANELS.items() for name in names}
+    order = {name: i for i, name in enumerate(panel_of)}
+    for group in (app.registered_commands, app.registered_groups):
+        for cmd in group:
+            name = cmd.name or (cmd.callback.__name__.replace("_", "-") if cmd.callback else "")
+            cmd.rich_help_panel = cmd.rich_help_panel or panel_of.get(name, "Other")
+            sub = getattr(cmd, "typer_instance", None)
+            target = sub.info if sub is not None and not isinstance(cmd.help, str) else cmd
+            text = target.help if isinstance(target.help, str) else None
+            text = text or (inspect.getdoc(cmd.callback) if cmd.callback else "") or ""
+            if not isinstance(target.short_help, str):
+                target.short_help = _first_sentence(text)
+        group.sort(key=lambda c: order.get(c.name or "", len(order)))
 
 
 _register_all()

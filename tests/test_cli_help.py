@@ -1,0 +1,22 @@
+"""The top-level ``joulebound --help``: every command in a named panel, one-sentence summaries."""
+
+from __future__ import annotations
+
+from joulebound.cli import PANELS, _first_sentence, app
+
+
+def test_every_command_sits_in_a_named_panel_with_a_one_line_summary() -> None:
+    infos = list(app.registered_commands) + list(app.registered_groups)
+    names = {i.name for i in infos}
+    listed = {n for group in PANELS.values() for n in group}
+    assert names == listed, f"commands without a panel: {names - listed}; stale: {listed - names}"
+    for info in infos:
+        target = info.typer_instance.info if getattr(info, "typer_instance", None) else info
+        summary = target.short_help if isinstance(target.short_help, str) else info.short_help
+        assert summary and "\n" not in summary and summary.endswith("."), info.name
+
+
+def test_first_sentence_keeps_parentheses_whole() -> None:
+    text = "Write a Trace (kernels with durations; FLOPs from shapes. Modeled). More.\n\nNext."
+    assert _first_sentence(text) == "Write a Trace (kernels with durations; FLOPs from shapes. Modeled)."
+    assert _first_sentence("Check four sets (all held-out):") == "Check four sets (all held-out)."
