@@ -337,6 +337,9 @@ def test_sensor_period_comes_from_the_catalog(fake, monkeypatch):
     assert nvml.catalog_sensor_period(get_device("h100-sxm").product_name) == pytest.approx(
         get_device("h100-sxm").sensor_period_s)
     assert nvml.catalog_sensor_period("NVIDIA GeForce GTX 1080") is None
+    # the catalog's name resolution: case, punctuation and vendor words do not matter
+    assert nvml.catalog_sensor_period("nvidia h100-80GB-hbm3") == pytest.approx(
+        get_device("h100-sxm").sensor_period_s)
     monkeypatch.setattr(nvml, "catalog_sensor_period", lambda name: 0.5)
     g = FakeGPU("GPU-a", energy_mj=0)
     fake([g])

@@ -39,17 +39,18 @@ DEFAULT_SENSOR_PERIOD_S = 0.1
 
 
 def catalog_sensor_period(product_name: str) -> float | None:
-    """``sensor_period_s`` of the catalog device whose product name matches NVML's name (s)."""
-    try:
-        from ..devices.catalog import list_devices
+    """``sensor_period_s`` (s) of the catalog device NVML's product name resolves to.
 
-        want = product_name.strip().lower()
-        for spec in list_devices():
-            if spec.product_name.strip().lower() == want and spec.sensor_period_s:
-                return float(spec.sensor_period_s)
-    except Exception:  # the catalog is optional here
+    Uses the catalog's own name resolution (case, punctuation and vendor words ignored; product
+    names and aliases work); ``None`` for a GPU the catalog does not know or without a period.
+    """
+    try:
+        from ..devices.catalog import get_device
+
+        period = get_device(product_name.strip()).sensor_period_s
+    except Exception:  # unknown GPU, or the catalog is unavailable: it is optional here
         return None
-    return None
+    return float(period) if period else None
 
 
 def _load_pynvml() -> Any:
