@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from joulebound.dvfs.control.fakenvml import FakeGPU, FakeNvml
+
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_check.py"
 SOURCE = SCRIPT.read_text()
 
@@ -70,38 +72,15 @@ def test_readonly_proxy_refuses_setters():
             getattr(ro, name)
 
 
-class _FakeNV(types.ModuleType):
+def _fake_nv() -> FakeNvml:
     """A GPU drawing a constant 150 W; the counter follows wall time."""
-
-    NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NO_PERMISSION, NVML_DEVICE_MIG_ENABLE = 3, 4, 1
-
-    class NVMLError(Exception):
-        value = 0
-
-    def __init__(self) -> None:
-        super().__init__("pynvml")
-        self.t0 = time.perf_counter()
-
-    def nvmlInit(self): pass
-    def nvmlShutdown(self): pass
-    def nvmlDeviceGetCount(self): return 1
-    def nvmlDeviceGetHandleByIndex(self, i): return i
-    def nvmlDeviceGetUUID(self, h): return "GPU-fake"
-    def nvmlDeviceGetName(self, h): return "fake"
-    def nvmlDeviceGetMigMode(self, h): return [0, 0]
-    def nvmlDeviceGetPowerUsage(self, h): return 150_000
-    def nvmlDeviceGetSupportedMemoryClocks(self, h): return [3201, 405]
-
-    def nvmlDeviceGetSupportedGraphicsClocks(self, h, m):
-        return [1980, 1965, 345] if m == 3201 else [405]
-
-    def nvmlDeviceGetTotalEnergyConsumption(self, h):
-        return int((time.perf_counter() - self.t0) * 150_000)
+    gpu = FakeGPU("GPU-fake", energy_mj=0, power_mw=150_000, name="fake", clock=time.perf_counter)
+    return FakeNvml(gpus=[gpu], supported={3201: [1980, 1965, 345], 405: [405]})
 
 
 def test_counter_vs_power_section_runs_on_a_fake(tmp_path, monkeypatch):
     mod = load_script()
-    fake = _FakeNV()
+    fake = _fake_nv()
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     ro = mod._install_readonly_nvml()
@@ -117,7 +96,7 @@ def test_counter_vs_power_section_runs_on_a_fake(tmp_path, monkeypatch):
 
 def test_info_section_reads_clock_table_on_a_fake(tmp_path, monkeypatch):
     mod = load_script()
-    monkeypatch.setitem(sys.modules, "pynvml", _FakeNV())
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_nv())
     monkeypatch.setattr(mod, "_SMI_QUERY", [sys.executable, "-c", "print('<xml/>')"])
     ro = mod._install_readonly_nvml()
     d = mod.info(ro, 0, tmp_path)

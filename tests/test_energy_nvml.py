@@ -4,10 +4,10 @@ wraparound, power-integration fallback, permission errors, MIG, device selection
 from __future__ import annotations
 
 import sys
-import types
 
 import pytest
 
+from joulebound.dvfs.control.fakenvml import FakeGPU, FakeNvml
 from joulebound.energy.meter import EnergyMeter
 from joulebound.energy.nvml import NvmlBackend
 from joulebound.errors import JouleboundError
@@ -21,102 +21,6 @@ class Clock:
         return self.t
 
 
-class FakeGPU:
-    def __init__(self, uuid: str, energy_mj: int = 1_000_000, power_mw: int = 100_000,
-                 counter: str = "ok", power: str = "ok", mig: bool = False,
-                 mig_uuids: tuple[str, ...] = ()) -> None:
-        self.uuid, self.energy_mj, self.power_mw = uuid, energy_mj, power_mw
-        self.counter, self.power, self.mig, self.mig_uuids = counter, power, mig, mig_uuids
-
-
-class FakeMigHandle:
-    def __init__(self, uuid: str) -> None:
-        self.uuid = uuid
-
-
-def make_fake_pynvml(gpus: list[FakeGPU], init_error: int | None = None) -> types.ModuleType:
-    """A stand-in for ``pynvml`` with the real API names and error codes."""
-    nv = types.ModuleType("pynvml")
-    nv.NVML_ERROR_UNINITIALIZED = 1
-    nv.NVML_ERROR_NOT_SUPPORTED = 3
-    nv.NVML_ERROR_NO_PERMISSION = 4
-    nv.NVML_ERROR_LIBRARY_NOT_FOUND = 12
-    nv.NVML_DEVICE_MIG_ENABLE = 1
-    nv.NVML_DEVICE_MIG_DISABLE = 0
-    nv.calls = []
-
-    class NVMLError(Exception):
-        def __init__(self, value: int) -> None:
-            self.value = value
-            super().__init__({3: "Not Supported", 4: "Insufficient Permissions",
-                              12: "NVML Shared Library Not Found"}.get(value, str(value)))
-
-    nv.NVMLError = NVMLError
-
-    def rec(fn):
-        def wrapped(*a):
-            nv.calls.append(fn.__name__)
-            return fn(*a)
-        wrapped.__name__ = fn.__name__
-        setattr(nv, fn.__name__, wrapped)
-        return wrapped
-
-    @rec
-    def nvmlInit():
-        if init_error is not None:
-            raise NVMLError(init_error)
-
-    @rec
-    def nvmlShutdown():
-        pass
-
-    @rec
-    def nvmlDeviceGetCount():
-        return len(gpus)
-
-    @rec
-    def nvmlDeviceGetHandleByIndex(i):
-        return gpus[i]
-
-    @rec
-    def nvmlDeviceGetUUID(h):
-        return h.uuid
-
-    @rec
-    def nvmlDeviceGetName(h):
-        return "NVIDIA H200"
-
-    @rec
-    def nvmlDeviceGetTotalEnergyConsumption(h):
-        if h.counter == "unsupported":
-            raise NVMLError(3)
-        if h.counter == "noperm":
-            raise NVMLError(4)
-        if h.counter == "lost":
-            raise NVMLError(15)  # NVML_ERROR_GPU_IS_LOST
-        return h.energy_mj
-
-    @rec
-    def nvmlDeviceGetPowerUsage(h):
-        if h.power == "noperm":
-            raise NVMLError(4)
-        return h.power_mw
-
-    @rec
-    def nvmlDeviceGetMigMode(h):
-        return [1, 1] if h.mig else [0, 0]
-
-    @rec
-    def nvmlDeviceGetMaxMigDeviceCount(h):
-        return len(h.mig_uuids)
-
-    @rec
-    def nvmlDeviceGetMigDeviceHandleByIndex(h, k):
-        return FakeMigHandle(h.mig_uuids[k])
-
-    return nv
-
-
 @pytest.fixture
 def fake(monkeypatch):
     """Install a fake pynvml with the given GPUs; returns the module."""
@@ -125,8 +29,8 @@ def fake(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
 
-    def install(gpus: list[FakeGPU], **kw) -> types.ModuleType:
-        nv = make_fake_pynvml(gpus, **kw)
+    def install(gpus: list[FakeGPU], **kw) -> FakeNvml:
+        nv = FakeNvml(gpus=gpus, **kw)
         monkeypatch.setitem(sys.modules, "pynvml", nv)
         return nv
 

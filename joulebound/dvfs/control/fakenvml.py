@@ -1,110 +1,308 @@
-"""A fake NVML module (the subset the clock actuators use), for tests and rehearsals.
+"""A fake NVML module (``pynvml`` stand-in), for tests and rehearsals. Nothing here touches hardware.
 
-Behaves like ``pynvml`` for clock locking: supported clock tables, locked-clock state per GPU, a
-call log, and a switchable permission check. Nothing here touches hardware. Example::
+One fake for every NVML subset joulebound uses:
+
+* **clock locking** (the actuators and the clock helper): supported clock tables, locked-clock
+  state per GPU, and a switchable permission check;
+* **energy and power** (the energy meter): a total-energy counter (mJ) and a power reading (mW)
+  per GPU, each of which can be made unsupported, forbidden or lost;
+* **MIG**: MIG mode and MIG device handles with their UUIDs;
+* **errors**: ``NVMLError(code)`` with ``.value`` and the ``NVML_ERROR_*`` constants, returning the
+  matching subclass (``NVMLError_NoPermission`` ...) as ``pynvml`` does;
+* a log of every call by name (``calls``, ``count(name)``).
+
+Example::
 
     nv = FakeNvml(n_gpus=1, supported={1593: [1410, 1200, 1005]}, privileged=False)
     NvmlActuator(nvml=nv, check_privileges=False)   # set calls raise NVMLError_NoPermission
+
+    g = FakeGPU("GPU-aaaa", energy_mj=5_000_000)     # the test moves g.energy_mj / g.power_mw
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(gpus=[g]))
 """
 
 from __future__ import annotations
 
+import functools
 import threading
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_GPU_IS_LOST = 15
+
+#: pynvml's error strings (``nvmlErrorString``)
+_MESSAGES = {NVML_ERROR_UNINITIALIZED: "Uninitialized",
+             NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+             NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+             NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+             NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+             NVML_ERROR_GPU_IS_LOST: "GPU is lost"}
 
 
 class NVMLError(Exception):
-    """Base error (mirrors ``pynvml.NVMLError``)."""
+    """Mirrors ``pynvml.NVMLError``: ``NVMLError(code)`` is an instance of the code's subclass,
+    ``.value`` is the code and ``str()`` the NVML error string."""
+
+    _by_value: dict[int, type[NVMLError]] = {}
+    value: int
+
+    def __new__(cls, value: int | None = None, *args: Any) -> NVMLError:
+        if cls is NVMLError and value in NVMLError._by_value:
+            cls = NVMLError._by_value[value]
+        obj = Exception.__new__(cls)
+        obj.value = getattr(cls, "_code", value) if value is None else value
+        return obj
+
+    def __init__(self, value: int | None = None, *args: Any) -> None:
+        super().__init__(self.value)
+
+    def __str__(self) -> str:
+        return _MESSAGES.get(self.value, str(self.value))
+
+    def __init_subclass__(cls, code: int = 0, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls._code = code
+        NVMLError._by_value[code] = cls
 
 
-class NVMLError_NoPermission(NVMLError):  # noqa: N801 - pynvml's name
-    """Raised by set/reset calls when not privileged."""
+class NVMLError_Uninitialized(NVMLError, code=NVML_ERROR_UNINITIALIZED):  # noqa: N801
+    """NVML used before ``nvmlInit``."""
 
 
-class NVMLError_InvalidArgument(NVMLError):  # noqa: N801 - pynvml's name
-    """Raised for a clock the device does not support."""
+class NVMLError_InvalidArgument(NVMLError, code=NVML_ERROR_INVALID_ARGUMENT):  # noqa: N801
+    """Raised for a GPU index or a clock the device does not have."""
 
 
-class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's name
-    """Raised for a call the device does not support (memory locks before Ampere)."""
+class NVMLError_NotSupported(NVMLError, code=NVML_ERROR_NOT_SUPPORTED):  # noqa: N801
+    """Raised for a call the device does not support (memory locks before Ampere, no counter)."""
 
 
-class FakeNvml:
-    """Stand-in for the ``pynvml`` module.
+class NVMLError_NoPermission(NVMLError, code=NVML_ERROR_NO_PERMISSION):  # noqa: N801
+    """Raised by set/reset calls when not privileged, and by forbidden readings."""
+
+
+class NVMLError_LibraryNotFound(NVMLError, code=NVML_ERROR_LIBRARY_NOT_FOUND):  # noqa: N801
+    """Raised by ``nvmlInit`` when there is no driver."""
+
+
+class NVMLError_GPUIsLost(NVMLError, code=NVML_ERROR_GPU_IS_LOST):  # noqa: N801
+    """Raised by reads of a GPU that fell off the bus."""
+
+
+@dataclass
+class FakeGPU:
+    """One fake GPU's readings; tests change the fields between reads.
+
+    Attributes:
+        uuid: ``nvmlDeviceGetUUID``.
+        energy_mj: total-energy counter, mJ.
+        power_mw: power reading, mW.
+        counter: ``"ok"`` | ``"unsupported"`` | ``"noperm"`` | ``"lost"`` (energy counter).
+        power: ``"ok"`` | ``"noperm"`` (power reading).
+        mig: MIG mode enabled.
+        mig_uuids: UUIDs of the MIG devices.
+        name: ``nvmlDeviceGetName``.
+        clock: when given (e.g. ``time.perf_counter``, s), the counter also advances at
+            ``power_mw`` with this clock from the GPU's creation: a GPU drawing constant power.
+    """
+
+    uuid: str = "GPU-fake"
+    energy_mj: int = 1_000_000
+    power_mw: int = 100_000
+    counter: str = "ok"
+    power: str = "ok"
+    mig: bool = False
+    mig_uuids: tuple[str, ...] = ()
+    name: str = "NVIDIA H200"
+    clock: Callable[[], float] | None = None
+    _t0: float = field(default=0.0, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.clock is not None:
+            self._t0 = self.clock()
+
+    def counter_mj(self) -> int:
+        """The counter now, mJ."""
+        if self.clock is None:
+            return self.energy_mj
+        return self.energy_mj + int((self.clock() - self._t0) * self.power_mw)
+
+
+@dataclass(frozen=True)
+class FakeMigHandle:
+    """Handle of one MIG device."""
+
+    uuid: str
+
+
+def _api(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Log the call's name in ``self.calls``."""
+
+    @functools.wraps(fn)
+    def wrapped(self: FakeNvml, *args: Any) -> Any:
+        with self._mu:
+            self.calls.append(fn.__name__)
+        return fn(self, *args)
+
+    return wrapped
+
+
+class FakeNvml(types.ModuleType):
+    """Stand-in for the ``pynvml`` module (a module object, so it can sit in ``sys.modules``).
+
+    Handles are GPU indices (``int``) and :class:`FakeMigHandle`.
 
     Args:
-        n_gpus: number of devices.
+        n_gpus: number of devices (default GPUs ``GPU-fake-<i>``) when ``gpus`` is not given.
         supported: memory MHz -> supported core MHz list (same for every GPU).
         privileged: whether set/reset calls are allowed.
         memory_locks: whether memory-clock locking is supported (Ampere and newer).
+        gpus: the devices' readings (see :class:`FakeGPU`).
+        init_error: ``NVML_ERROR_*`` code ``nvmlInit`` raises (e.g. 12: no driver).
     """
 
     NVMLError = NVMLError
-    NVMLError_NoPermission = NVMLError_NoPermission
+    NVMLError_Uninitialized = NVMLError_Uninitialized
     NVMLError_InvalidArgument = NVMLError_InvalidArgument
     NVMLError_NotSupported = NVMLError_NotSupported
+    NVMLError_NoPermission = NVMLError_NoPermission
+    NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
+    NVMLError_GPUIsLost = NVMLError_GPUIsLost
+    NVML_ERROR_UNINITIALIZED = NVML_ERROR_UNINITIALIZED
+    NVML_ERROR_INVALID_ARGUMENT = NVML_ERROR_INVALID_ARGUMENT
+    NVML_ERROR_NOT_SUPPORTED = NVML_ERROR_NOT_SUPPORTED
+    NVML_ERROR_NO_PERMISSION = NVML_ERROR_NO_PERMISSION
+    NVML_ERROR_LIBRARY_NOT_FOUND = NVML_ERROR_LIBRARY_NOT_FOUND
+    NVML_ERROR_GPU_IS_LOST = NVML_ERROR_GPU_IS_LOST
+    NVML_DEVICE_MIG_DISABLE = 0
+    NVML_DEVICE_MIG_ENABLE = 1
 
     def __init__(self, n_gpus: int = 1, supported: dict[int, list[int]] | None = None,
-                 privileged: bool = True, memory_locks: bool = True) -> None:
-        self.n_gpus = n_gpus
+                 privileged: bool = True, memory_locks: bool = True,
+                 gpus: list[FakeGPU] | None = None, init_error: int | None = None) -> None:
+        super().__init__("pynvml")
+        self.gpus = list(gpus) if gpus is not None else [FakeGPU(f"GPU-fake-{i}")
+                                                         for i in range(n_gpus)]
+        self.n_gpus = len(self.gpus)
         self.supported = supported or {1593: [1410, 1305, 1200, 1095, 1005, 900, 810],
                                        1215: [1410, 1200, 1005, 810]}
         self.privileged = privileged
         self.memory_locks = memory_locks
-        self.calls: list[tuple[str, int, tuple[Any, ...]]] = []
-        self.core_lock: dict[int, tuple[int, int] | None] = {i: None for i in range(n_gpus)}
-        self.mem_lock: dict[int, tuple[int, int] | None] = {i: None for i in range(n_gpus)}
+        self.init_error = init_error
+        self.calls: list[str] = []
+        self.core_lock: dict[int, tuple[int, int] | None] = {i: None for i in range(self.n_gpus)}
+        self.mem_lock: dict[int, tuple[int, int] | None] = {i: None for i in range(self.n_gpus)}
         self._mu = threading.Lock()
         self.initialized = False
 
-    # -- lifecycle --------------------------------------------------------------------------
+    # -- lifecycle and devices --------------------------------------------------------------
+    @_api
     def nvmlInit(self) -> None:  # noqa: N802 - pynvml's name
+        if self.init_error is not None:
+            raise NVMLError(self.init_error)
         self.initialized = True
 
+    @_api
     def nvmlShutdown(self) -> None:  # noqa: N802
         self.initialized = False
 
+    @_api
     def nvmlDeviceGetCount(self) -> int:  # noqa: N802
         return self.n_gpus
 
+    @_api
     def nvmlDeviceGetHandleByIndex(self, i: int) -> int:  # noqa: N802
         if not 0 <= i < self.n_gpus:
-            raise NVMLError_InvalidArgument(f"no GPU {i}")
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return i
 
+    @_api
+    def nvmlDeviceGetUUID(self, h: int | FakeMigHandle) -> str:  # noqa: N802
+        return h.uuid if isinstance(h, FakeMigHandle) else self.gpus[h].uuid
+
+    @_api
+    def nvmlDeviceGetName(self, h: int) -> str:  # noqa: N802
+        return self.gpus[h].name
+
+    # -- energy and power -------------------------------------------------------------------
+    @_api
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:  # noqa: N802
+        """Energy since the driver loaded, mJ."""
+        g = self.gpus[h]
+        code = {"unsupported": NVML_ERROR_NOT_SUPPORTED, "noperm": NVML_ERROR_NO_PERMISSION,
+                "lost": NVML_ERROR_GPU_IS_LOST}.get(g.counter)
+        if code is not None:
+            raise NVMLError(code)
+        return g.counter_mj()
+
+    @_api
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:  # noqa: N802
+        """Power, mW."""
+        g = self.gpus[h]
+        if g.power == "noperm":
+            raise NVMLError(NVML_ERROR_NO_PERMISSION)
+        return g.power_mw
+
+    # -- MIG --------------------------------------------------------------------------------
+    @_api
+    def nvmlDeviceGetMigMode(self, h: int) -> list[int]:  # noqa: N802
+        """``[current, pending]``."""
+        return [1, 1] if self.gpus[h].mig else [0, 0]
+
+    @_api
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: int) -> int:  # noqa: N802
+        return len(self.gpus[h].mig_uuids)
+
+    @_api
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: int, k: int) -> FakeMigHandle:  # noqa: N802
+        return FakeMigHandle(self.gpus[h].mig_uuids[k])
+
+    # -- clock tables -----------------------------------------------------------------------
+    @_api
     def nvmlDeviceGetSupportedMemoryClocks(self, h: int) -> list[int]:  # noqa: N802
         return sorted(self.supported, reverse=True)
 
+    @_api
     def nvmlDeviceGetSupportedGraphicsClocks(self, h: int, mem: int) -> list[int]:  # noqa: N802
         if mem not in self.supported:
-            raise NVMLError_InvalidArgument(f"memory clock {mem} not supported")
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return list(self.supported[mem])
 
     # -- clock control ----------------------------------------------------------------------
-    def _priv(self, name: str, h: int, args: tuple[Any, ...]) -> None:
-        with self._mu:
-            self.calls.append((name, h, args))
+    def _check_priv(self) -> None:
         if not self.privileged:
-            raise NVMLError_NoPermission("Insufficient Permissions")
+            raise NVMLError(NVML_ERROR_NO_PERMISSION)
 
+    def _check_memory_locks(self) -> None:
+        if not self.memory_locks:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+    @_api
     def nvmlDeviceSetGpuLockedClocks(self, h: int, lo: int, hi: int) -> None:  # noqa: N802
-        self._priv("nvmlDeviceSetGpuLockedClocks", h, (lo, hi))
+        self._check_priv()
         self.core_lock[h] = (lo, hi)
 
+    @_api
     def nvmlDeviceResetGpuLockedClocks(self, h: int) -> None:  # noqa: N802
-        self._priv("nvmlDeviceResetGpuLockedClocks", h, ())
+        self._check_priv()
         self.core_lock[h] = None
 
+    @_api
     def nvmlDeviceSetMemoryLockedClocks(self, h: int, lo: int, hi: int) -> None:  # noqa: N802
-        self._priv("nvmlDeviceSetMemoryLockedClocks", h, (lo, hi))
-        if not self.memory_locks:
-            raise NVMLError_NotSupported("Not Supported")
+        self._check_priv()
+        self._check_memory_locks()
         self.mem_lock[h] = (lo, hi)
 
+    @_api
     def nvmlDeviceResetMemoryLockedClocks(self, h: int) -> None:  # noqa: N802
-        self._priv("nvmlDeviceResetMemoryLockedClocks", h, ())
-        if not self.memory_locks:
-            raise NVMLError_NotSupported("Not Supported")
+        self._check_priv()
+        self._check_memory_locks()
         self.mem_lock[h] = None
 
     # -- test helpers -----------------------------------------------------------------------
@@ -114,4 +312,5 @@ class FakeNvml:
         return all(self.core_lock[g] is None and self.mem_lock[g] is None for g in gpus)
 
     def count(self, name: str) -> int:
-        return sum(1 for c in self.calls if c[0] == name)
+        """How many times ``name`` was called (refused calls included)."""
+        return sum(1 for c in self.calls if c == name)
