@@ -84,3 +84,25 @@ def test_stage_model_recovers_synthetic_parameters():
     tp, ep = m.predict(f)
     assert np.max(np.abs(tp / t - 1)) < 1e-6
     assert np.max(np.abs(ep / (p * t) - 1)) < 0.01
+
+
+def test_stage_profiles_are_read_once_and_handed_out_as_copies(shared_data, tmp_path):
+    perseus_stage._read_stage_profiles.cache_clear()
+    a = perseus_stage.load_stage_profiles(shared_data, "a40")
+    a.time[:] = 0.0
+    a.series.clear()
+    b = perseus_stage.load_stage_profiles(shared_data, "a40")
+    info = perseus_stage._read_stage_profiles.cache_info()
+    assert (info.misses, info.hits) == (1, 1)            # parsed once per (folder, GPU)
+    assert len(b.series) == 32 and np.all(b.time > 0)    # the caller's edits did not leak
+    # an edited file (other size/mtime) is reread, not served from the cache
+    src = tmp_path / "perseus" / "stage_profile"
+    src.mkdir(parents=True)
+    for m in perseus_stage.MODELS:
+        name = f"{m}+a40_bf16.csv"
+        (src / name).write_text((shared_data / "perseus" / "stage_profile" / name).read_text())
+    c = perseus_stage.load_stage_profiles(tmp_path, "a40")
+    np.testing.assert_array_equal(c.time, b.time)
+    f = src / f"{perseus_stage.MODELS[0]}+a40_bf16.csv"
+    f.write_text("\n".join(f.read_text().splitlines()[:-1]) + "\n")   # drop one row
+    assert len(perseus_stage.load_stage_profiles(tmp_path, "a40").time) == len(b.time) - 1

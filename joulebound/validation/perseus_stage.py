@@ -20,6 +20,7 @@ the ``n`` that is best over both files — a deployment choice, not a reported e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -46,14 +47,31 @@ class StageData:
 
 
 def load_stage_profiles(data: Path, gpu: str) -> StageData:
-    """Read both models' stage profiles of ``gpu`` (``"a100_sxm"`` or ``"a40"``)."""
-    import pandas as pd
+    """Read both models' stage profiles of ``gpu`` (``"a100_sxm"`` or ``"a40"``).
 
-    frames = []
+    The files are parsed once per (folder, GPU) and process — the key includes each file's
+    path, mtime and size, so an edited file is reread — and every call returns fresh copies of
+    the arrays, safe to modify."""
+    files = []
     for model in MODELS:
         path = Path(data) / "perseus" / "stage_profile" / f"{model}+{gpu}_bf16.csv"
         if not path.exists():
             raise FileNotFoundError(f"{path}: Perseus stage profile not found")
+        st = path.stat()
+        files.append((str(path), st.st_mtime_ns, st.st_size))
+    sd = _read_stage_profiles(gpu, tuple(files))
+    return StageData(sd.gpu, list(sd.series), sd.sid.copy(), sd.freq.copy(), sd.time.copy(),
+                     sd.energy.copy(), sd.calib.copy())
+
+
+@lru_cache(maxsize=8)
+def _read_stage_profiles(gpu: str, files: tuple[tuple[str, int, int], ...]) -> StageData:
+    """Parse the files of :func:`load_stage_profiles` (cached; callers get copies)."""
+    import pandas as pd
+
+    frames = []
+    for model, (name, _, _) in zip(MODELS, files, strict=True):
+        path = Path(name)
         df = pd.read_csv(path)
         missing = {"stage", "instruction", "frequency", "time", "energy"} - set(df.columns)
         if missing:
