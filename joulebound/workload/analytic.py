@@ -6,7 +6,8 @@ formulas. Nothing here runs a model; a GPT-3-XL iteration (~940 kernels) builds 
 millisecond.
 
 Formulas (``T = B·S`` tokens, ``s`` = bytes per stored element of ``dtype``: 2 for bf16/fp16,
-4 for fp32/tf32; optimizer states are always fp32):
+4 for fp32/tf32; optimizer states are always fp32; the per-op constants, shared with the
+profiler-trace importer, are in :mod:`~joulebound.workload.opcost`):
 
 * GEMM ``C[M,N] = A[M,K]·B[K,N]`` (+ bias): ``2·M·N·K`` FLOP (+ ``M·N`` for the bias epilogue),
   bytes ``(M·K + K·N + M·N)·s`` (+ ``N·s`` bias). Batched GEMMs multiply both by the batch count.
@@ -50,6 +51,19 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from ..errors import JouleboundError, did_you_mean
+from .opcost import (
+    ADAMW_FLOP_PER_PARAM,
+    ELEMENTWISE_FLOP,
+    GELU_BACKWARD_FLOP,
+    GELU_FLOP,
+    LAYERNORM_BACKWARD_FLOP,
+    LAYERNORM_FLOP,
+    SOFTMAX_BACKWARD_FLOP,
+    SOFTMAX_BACKWARD_PASSES,
+    SOFTMAX_FLOP,
+    SOFTMAX_PASSES,
+    gemm_flops,
+)
 from .trace import Kernel, Trace
 
 ARCHS = ("gpt", "bert")
@@ -240,7 +254,7 @@ class _Builder:
     # primitives --------------------------------------------------------------------------------
     def gemm(self, name: str, m: int, n: int, k: int, bias: bool = False, batch: int = 1,
              category: str = "gemm") -> None:
-        flops = batch * (2 * m * n * k + (m * n if bias else 0))
+        flops = gemm_flops(m, n, k, batch, bias)
         nbytes = (batch * (m * k + k * n + m * n) + (n if bias else 0)) * self.s
         self.add(name, category, flops, nbytes, self.mm_dtype, shape=[batch, m, n, k], bias=bias)
 
@@ -249,11 +263,11 @@ class _Builder:
 
     def layernorm(self, name: str) -> None:
         t, d = self.cfg.tokens, self.cfg.hidden
-        self.add(name, "norm", 8 * t * d, (2 * t * d + 2 * d) * self.s + 2 * t * 4)
+        self.add(name, "norm", LAYERNORM_FLOP * t * d, (2 * t * d + 2 * d) * self.s + 2 * t * 4)
 
     def layernorm_backward(self, name: str) -> None:
         t, d = self.cfg.tokens, self.cfg.hidden
-        self.add(name, "norm", 13 * t * d, (3 * t * d + d) * self.s + 2 * t * 4 + 2 * d * 4)
+        self.add(name, "norm", LAYERNORM_BACKWARD_FLOP * t * d, (3 * t * d + d) * self.s + 2 * t * 4 + 2 * d * 4)
 
     def bias_grad(self, name: str, n: int) -> None:
         t = self.cfg.tokens
@@ -278,7 +292,8 @@ class _Builder:
         bh = c.batch * h
         self.elementwise("permute", 3 * t * d, 1, 1, 0)  # qkv [B,S,3,h,dh] -> q,k,v [B,h,S,dh]
         self.gemm("attn_scores_gemm", s, s, dh, batch=bh, category="attention")
-        self.add("softmax", "softmax", 5 * bh * s * s, 2 * bh * s * s * self.s)
+        self.add("softmax", "softmax", SOFTMAX_FLOP * bh * s * s,
+                 SOFTMAX_PASSES * bh * s * s * self.s)
         self.gemm("attn_value_gemm", s, dh, s, batch=bh, category="attention")
         self.elementwise("unpermute", t * d, 1, 1, 0)
 
@@ -289,7 +304,8 @@ class _Builder:
         self.elementwise("unpermute_backward", t * d, 1, 1, 0)
         self.gemm("attn_value_gemm_datt", s, s, dh, batch=bh, category="attention")  # dY·Vᵀ
         self.gemm("attn_value_gemm_dv", s, dh, s, batch=bh, category="attention")  # Pᵀ·dY
-        self.add("softmax_backward", "softmax", 4 * bh * s * s, 3 * bh * s * s * self.s)
+        self.add("softmax_backward", "softmax", SOFTMAX_BACKWARD_FLOP * bh * s * s,
+                 SOFTMAX_BACKWARD_PASSES * bh * s * s * self.s)
         self.gemm("attn_scores_gemm_dq", s, dh, s, batch=bh, category="attention")  # dP·K
         self.gemm("attn_scores_gemm_dk", s, dh, s, batch=bh, category="attention")  # dPᵀ·Q
         self.elementwise("permute_backward", 3 * t * d, 1, 1, 0)
@@ -297,17 +313,17 @@ class _Builder:
     def mlp(self) -> None:
         c = self.cfg
         self.linear("fc", c.hidden, c.ff)
-        self.elementwise("gelu", c.tokens * c.ff, 1, 1, 8)
+        self.elementwise("gelu", c.tokens * c.ff, 1, 1, GELU_FLOP)
         self.linear("fcproj", c.ff, c.hidden)
 
     def mlp_backward(self) -> None:
         c = self.cfg
         self.linear_backward("fcproj", c.ff, c.hidden)
-        self.elementwise("gelu_backward", c.tokens * c.ff, 2, 1, 16)
+        self.elementwise("gelu_backward", c.tokens * c.ff, 2, 1, GELU_BACKWARD_FLOP)
         self.linear_backward("fc", c.hidden, c.ff)
 
     def residual(self, name: str) -> None:
-        self.elementwise(name, self.cfg.tokens * self.cfg.hidden, 2, 1, 1)
+        self.elementwise(name, self.cfg.tokens * self.cfg.hidden, 2, 1, ELEMENTWISE_FLOP)
 
     def layer_forward(self) -> None:
         d = self.cfg.hidden
@@ -382,13 +398,13 @@ class _Builder:
             self.layernorm("lnf")
             self.gemm("logits_gemm", t, v, d)
             # llm.c fused_classifier: softmax + cross-entropy + dlogits in one pass (in place)
-            self.add("fused_classifier", "softmax", 5 * t * v, (2 * t * v) * self.s + 3 * t * 4)
+            self.add("fused_classifier", "softmax", SOFTMAX_FLOP * t * v, (2 * t * v) * self.s + 3 * t * 4)
         else:
             self.linear("mlm_transform", d, d)
-            self.elementwise("mlm_gelu", t * d, 1, 1, 8)
+            self.elementwise("mlm_gelu", t * d, 1, 1, GELU_FLOP)
             self.layernorm("mlm_ln")
             self.gemm("mlm_decoder_gemm", t, v, d, bias=True)
-            self.add("cross_entropy", "softmax", 5 * t * v, t * v * self.s + 3 * t * 4)
+            self.add("cross_entropy", "softmax", SOFTMAX_FLOP * t * v, t * v * self.s + 3 * t * 4)
 
     def head_backward(self) -> None:
         c = self.cfg
@@ -401,7 +417,7 @@ class _Builder:
             self.add("cross_entropy_backward", "softmax", 3 * t * v, 2 * t * v * self.s + 2 * t * 4)
             self.linear_backward("mlm_decoder", d, v)
             self.layernorm_backward("mlm_ln_backward")
-            self.elementwise("mlm_gelu_backward", t * d, 2, 1, 16)
+            self.elementwise("mlm_gelu_backward", t * d, 2, 1, GELU_BACKWARD_FLOP)
             self.linear_backward("mlm_transform", d, d)
 
     def optimizer(self) -> None:
@@ -413,9 +429,9 @@ class _Builder:
         self.add("grad_norm", "reduction", 2 * p_all, p_all * self.s + 4)
         for layer in range(c.layers):
             self.layer = layer
-            self.add("adamw", "optimizer", 12 * p_layer, per_param * p_layer, params=p_layer)
+            self.add("adamw", "optimizer", ADAMW_FLOP_PER_PARAM * p_layer, per_param * p_layer, params=p_layer)
         self.layer = None
-        self.add("adamw", "optimizer", 12 * p_rest, per_param * p_rest, params=p_rest)
+        self.add("adamw", "optimizer", ADAMW_FLOP_PER_PARAM * p_rest, per_param * p_rest, params=p_rest)
 
     def build(self) -> list[Kernel]:
         c = self.cfg

@@ -55,6 +55,19 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JouleboundError, SchemaError
+from .opcost import (
+    ADAMW_FLOP_PER_PARAM,
+    ELEMENTWISE_FLOP,
+    GELU_BACKWARD_FLOP,
+    GELU_FLOP,
+    LAYERNORM_BACKWARD_FLOP,
+    LAYERNORM_FLOP,
+    SOFTMAX_BACKWARD_FLOP,
+    SOFTMAX_BACKWARD_PASSES,
+    SOFTMAX_FLOP,
+    SOFTMAX_PASSES,
+    gemm_flops,
+)
 from .trace import Kernel, Trace
 
 #: (category, regex) in match order; case-insensitive search on the kernel or op name.
@@ -166,7 +179,8 @@ def _dtype(types: Any) -> tuple[str, int]:
     return ("fp32", 4)
 
 
-_EW_FLOPS = {"gelu": 8, "gelu_backward": 16, "tanh": 4, "silu": 4, "sigmoid": 4, "exp": 2,
+_EW_FLOPS = {"gelu": GELU_FLOP, "gelu_backward": GELU_BACKWARD_FLOP, "tanh": 4, "silu": 4,
+             "sigmoid": 4, "exp": 2,
              "addcmul_": 2, "addcdiv_": 2, "lerp_": 2, "sqrt": 1, "rsqrt": 1, "pow": 1,
              "dropout": 2, "native_dropout": 2, "fill_": 0, "zero_": 0, "copy_": 0,
              "_to_copy": 0, "clone": 0, "embedding": 0, "embedding_dense_backward": 1,
@@ -194,7 +208,7 @@ def op_cost(op: str, dims: Any, types: Any = None) -> tuple[float, float, str] |
             return None
         # tensor lists record no element type ("TensorList"): bytes assume fp32 states
         # reads param, grad, m, v; writes param, m, v (AdamW: 12 FLOP per parameter)
-        return 12.0 * p, 7.0 * p * s, "fp32"
+        return float(ADAMW_FLOP_PER_PARAM) * p, 7.0 * p * s, "fp32"
     if base.startswith("_foreach_"):
         lists = [_numel(d) for d in raw if isinstance(d, list) and d and isinstance(d[0], list)]
         if not lists:
@@ -215,7 +229,7 @@ def op_cost(op: str, dims: Any, types: Any = None) -> tuple[float, float, str] |
                 "efficient_attention" in base:
             q, k = sh[0], sh[1]
             b_h = math.prod(q[:-2]) if len(q) > 2 else 1
-            f = 4.0 * b_h * q[-2] * k[-2] * q[-1]
+            f = float(2 * gemm_flops(q[-2], k[-2], q[-1], batch=b_h))  # Q·Kᵀ and P·V
             nbytes = float(sum(_numel(d) for d in sh[:3]) * s + _numel(q) * s)
             if "backward" in base:
                 return 2.5 * f, 2 * nbytes, dtype
@@ -228,13 +242,14 @@ def op_cost(op: str, dims: Any, types: Any = None) -> tuple[float, float, str] |
     tensors = [d for d in sh if d]
     if base.endswith("_backward") or base.endswith("_backward_data"):
         if "softmax" in base:
-            return 4.0 * n, 3.0 * n * s, dtype
+            return (float(SOFTMAX_BACKWARD_FLOP) * n, float(SOFTMAX_BACKWARD_PASSES) * n * s,
+                    dtype)
         if "layer_norm" in base:
-            return 13.0 * n, 3.0 * n * s, dtype
+            return float(LAYERNORM_BACKWARD_FLOP) * n, 3.0 * n * s, dtype
     if "softmax" in base:
-        return 5.0 * n, 2.0 * n * s, dtype
+        return float(SOFTMAX_FLOP) * n, float(SOFTMAX_PASSES) * n * s, dtype
     if "layer_norm" in base or "rms_norm" in base:
-        return 8.0 * n, 2.0 * n * s, dtype
+        return float(LAYERNORM_FLOP) * n, 2.0 * n * s, dtype
     if base in ("sum", "mean", "norm", "linalg_vector_norm", "amax", "max", "min", "var", "std",
                 "nll_loss_forward", "nll_loss", "nll_loss_nd", "nll_loss_backward"):
         return float(n), float(n * s), dtype
@@ -245,7 +260,7 @@ def op_cost(op: str, dims: Any, types: Any = None) -> tuple[float, float, str] |
         return 0.0, float(rows * 8 + 2 * rows * width * s), dtype
     # elementwise: reads every tensor input, writes one output the size of the first
     inplace = base.endswith("_")
-    flop_per = _EW_FLOPS.get(base, 1)
+    flop_per = _EW_FLOPS.get(base, ELEMENTWISE_FLOP)
     reads = sum(_numel(d) for d in tensors)
     if base in ("fill_", "zero_"):
         reads = 0
@@ -271,7 +286,7 @@ def _gemm_cost(base: str, sh: list[list[int]], s: int) -> tuple[float, float]:
     batch = max(batch_a, batch_b)
     if base == "linear" and len(a) > 2:  # [..., K] input flattened to rows
         m, batch = math.prod(a[:-1]), 1
-    flops = 2.0 * batch * m * n * k + (batch * m * n if bias else 0)
+    flops = float(gemm_flops(m, n, k, batch, bool(bias)))
     nbytes = (batch_a * m * k + batch_b * k * n + batch * m * n + _numel(bias)) * s
     return flops, float(nbytes)
 
