@@ -252,3 +252,69 @@ def test_from_catalog_device_name():
     expect = spec.idle_power_w + 0.5 * (spec.power_limit_default_w - spec.idle_power_w)
     assert b.read_power_w(0, 1.0) == pytest.approx(expect)
     assert b.channels[0].name == spec.product_name
+
+
+def test_results_keep_the_most_recent_windows_and_the_store_keeps_all(tmp_path):
+    from joulebound.energy.distributed import aggregate
+
+    clock = Clock()
+    store = Store(tmp_path / "e.db")
+    m = EnergyMeter(SimulatedBackend(power=lambda t: 100.0, n_devices=1, t0=clock.t), gpus="all",
+                    interval_s=0, clock=clock, store=store, keep_results=3)
+    for i in range(5):
+        with m.window(f"step{i}"):
+            clock.t += 1.0
+    assert [r.name for r in m.results] == ["step2", "step3", "step4"]
+    assert m.results_dropped == 2
+    assert all(r.energy_j == pytest.approx(100.0) for r in m.results)
+    with pytest.warns(UserWarning, match="2 older ones are only in its store"):
+        assert [w.name for w in aggregate(m)] == ["step2", "step3", "step4"]
+    m.close()
+    assert len(store.windows(m.run_id)) == 5      # the store holds every window
+
+
+def test_results_default_keeps_ordinary_runs_whole():
+    m, clock = sim_meter()
+    assert m.keep_results == 10000
+    for i in range(50):
+        m.begin_window(f"w{i}")
+        clock.t += 0.5
+        m.end_window(f"w{i}")
+    assert len(m.results) == 50 and m.results_dropped == 0
+    unbounded = EnergyMeter("none", interval_s=0, clock=clock, keep_results=None)
+    for _ in range(3):
+        with unbounded.window("w"):
+            clock.t += 1.0
+    assert len(unbounded.results) == 3 and unbounded.results_dropped == 0
+    for bad in (-1, 1.5, True):
+        with pytest.raises(JouleboundError, match="keep_results"):
+            EnergyMeter("none", interval_s=0, keep_results=bad)
+
+
+def test_cuda_sync_is_looked_up_until_cuda_is_initialised_then_reused(monkeypatch):
+    import sys
+    import types
+
+    calls: list[int] = []
+    looked: list[int] = []
+    state = {"init": False}
+
+    def device_count() -> int:
+        looked.append(1)
+        return 2
+
+    cuda = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: state["init"],
+                                 device_count=device_count, synchronize=calls.append)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    clock = Clock()
+    m = EnergyMeter(SimulatedBackend(n_devices=2, t0=clock.t), gpus="all", interval_s=0,
+                    clock=clock)
+    with m.window("before-cuda"):
+        pass
+    assert calls == [] and looked == []      # CUDA not initialised: nothing to wait for
+    state["init"] = True
+    for _ in range(3):
+        with m.window("step"):
+            pass
+    assert calls == [0, 1] * 6               # every edge synchronises both GPUs ...
+    assert len(looked) == 1                  # ... with the function built once

@@ -16,6 +16,7 @@ counted in ``duplicates``.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,7 +133,8 @@ def aggregate(windows: EnergyMeter | Sequence[WindowResult] | None = None,
     """Gather every rank's windows and count each physical GPU once (collective: call on all ranks).
 
     Args:
-        windows: this rank's meter (its finished ``results``), a list of windows, or ``None`` for a
+        windows: this rank's meter (its finished ``results``: the last ``keep_results`` windows,
+            with a warning when older ones were dropped), a list of windows, or ``None`` for a
             rank that holds no meter.
         group: a ``torch.distributed`` process group (default: the world).
 
@@ -141,6 +143,10 @@ def aggregate(windows: EnergyMeter | Sequence[WindowResult] | None = None,
     """
     if isinstance(windows, EnergyMeter):
         local = list(windows.results)
+        if windows.results_dropped:
+            warnings.warn(f"aggregate(): the meter kept its last {len(local)} windows "
+                          f"(keep_results); {windows.results_dropped} older ones are only in its "
+                          "store", stacklevel=2)
     else:
         local = list(windows or [])
     payload = [w.to_dict() for w in local]

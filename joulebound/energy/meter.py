@@ -243,6 +243,11 @@ class EnergyMeter:
         clock: time source (s); default: epoch-aligned ``perf_counter``.
         run_id: the store's run id (default: a new UUID).
         rank: this process's rank (default: ``RANK`` env or 0).
+        keep_results: how many finished windows :attr:`results` keeps in memory (the most recent;
+            older ones are dropped and counted in :attr:`results_dropped`); ``None`` keeps every
+            window. The store, when given, still holds every window. Bounds memory on long runs
+            with a window per step; :func:`~joulebound.energy.distributed.aggregate` of the meter
+            covers the kept windows only (aggregate the store's windows for the whole run).
         backend_kwargs: passed to the backend constructor (e.g. ``power=`` for simulated).
     """
 
@@ -250,7 +255,12 @@ class EnergyMeter:
                  interval_s: float = 0.1, store: Store | str | os.PathLike | None = None,
                  sync: bool = True, clock: Callable[[], float] | None = None,
                  run_id: str | None = None, rank: int | None = None,
-                 command: str = "", **backend_kwargs: Any) -> None:
+                 command: str = "", keep_results: int | None = 10000,
+                 **backend_kwargs: Any) -> None:
+        if keep_results is not None and (isinstance(keep_results, bool) or
+                                         not isinstance(keep_results, int) or keep_results < 0):
+            raise JouleboundError(f"keep_results must be a whole number >= 0 or None (keep every "
+                                  f"window), got {keep_results!r}")
         self.clock = clock or _make_clock()
         self.backend = make_backend(backend, gpus=gpus, **backend_kwargs)
         self.rank = int(os.environ.get("RANK", "0")) if rank is None else int(rank)
@@ -261,7 +271,12 @@ class EnergyMeter:
         self._open: dict[str, _Open] = {}
         self._errors: set[int] = set()
         self._lock = threading.Lock()
+        #: finished windows, oldest first: the most recent ``keep_results`` of them
         self.results: list[WindowResult] = []
+        self.keep_results = keep_results
+        #: finished windows dropped from :attr:`results` by the ``keep_results`` bound
+        self.results_dropped = 0
+        self._cuda_sync_fn: Callable[[], None] | None = None
         self.run_id = run_id or uuidlib.uuid4().hex
         self.store = None
         if store is not None:
@@ -304,8 +319,11 @@ class EnergyMeter:
         if not self.sync_enabled:
             return
         self.backend.sync()
-        fn = _cuda_sync([self.backend.channels[i].index for i in self.channels
-                         if self.backend.channels[i].kind == "gpu"])
+        fn = self._cuda_sync_fn
+        if fn is None:  # look again until CUDA is initialised; from then on it stays so
+            fn = self._cuda_sync_fn = _cuda_sync(
+                [self.backend.channels[i].index for i in self.channels
+                 if self.backend.channels[i].kind == "gpu"])
         if fn is not None:
             fn()
 
@@ -447,6 +465,10 @@ class EnergyMeter:
         if cancel:
             return res
         self.results.append(res)
+        over = 0 if self.keep_results is None else len(self.results) - self.keep_results
+        if over > 0:
+            del self.results[:over]
+            self.results_dropped += over
         if self.store is not None:
             self.store.add_window(self.run_id, res)
         return res
