@@ -267,7 +267,8 @@ class _Builder:
 
     def layernorm_backward(self, name: str) -> None:
         t, d = self.cfg.tokens, self.cfg.hidden
-        self.add(name, "norm", LAYERNORM_BACKWARD_FLOP * t * d, (3 * t * d + d) * self.s + 2 * t * 4 + 2 * d * 4)
+        self.add(name, "norm", LAYERNORM_BACKWARD_FLOP * t * d,
+                 (3 * t * d + d) * self.s + 2 * t * 4 + 2 * d * 4)
 
     def bias_grad(self, name: str, n: int) -> None:
         t = self.cfg.tokens
@@ -398,7 +399,8 @@ class _Builder:
             self.layernorm("lnf")
             self.gemm("logits_gemm", t, v, d)
             # llm.c fused_classifier: softmax + cross-entropy + dlogits in one pass (in place)
-            self.add("fused_classifier", "softmax", SOFTMAX_FLOP * t * v, (2 * t * v) * self.s + 3 * t * 4)
+            self.add("fused_classifier", "softmax", SOFTMAX_FLOP * t * v,
+                     (2 * t * v) * self.s + 3 * t * 4)
         else:
             self.linear("mlm_transform", d, d)
             self.elementwise("mlm_gelu", t * d, 1, 1, GELU_FLOP)
@@ -429,9 +431,11 @@ class _Builder:
         self.add("grad_norm", "reduction", 2 * p_all, p_all * self.s + 4)
         for layer in range(c.layers):
             self.layer = layer
-            self.add("adamw", "optimizer", ADAMW_FLOP_PER_PARAM * p_layer, per_param * p_layer, params=p_layer)
+            self.add("adamw", "optimizer", ADAMW_FLOP_PER_PARAM * p_layer, per_param * p_layer,
+                     params=p_layer)
         self.layer = None
-        self.add("adamw", "optimizer", ADAMW_FLOP_PER_PARAM * p_rest, per_param * p_rest, params=p_rest)
+        self.add("adamw", "optimizer", ADAMW_FLOP_PER_PARAM * p_rest, per_param * p_rest,
+                 params=p_rest)
 
     def build(self) -> list[Kernel]:
         c = self.cfg
