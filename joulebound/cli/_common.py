@@ -8,6 +8,8 @@ from typing import Any
 
 from rich.console import Console
 
+from ..fmt import fmt_pct  # noqa: F401 - re-exported for CLI modules
+
 console = Console()
 
 
@@ -17,11 +19,6 @@ def print_json(obj: Any) -> None:
 
     json.dump(obj, sys.stdout, indent=1, default=_default)
     sys.stdout.write("\n")
-
-
-def fmt_pct(x: float, digits: int = 2) -> str:
-    """Signed percentage, e.g. ``-14.60 %``."""
-    return f"{x * 100:+.{digits}f} %"
 
 
 def reflow(text: str) -> str:

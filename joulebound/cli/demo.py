@@ -13,6 +13,8 @@ from typing import Annotated
 
 import typer
 
+from ..fmt import fmt_pct
+
 HELP = """Run the main joulebound demo: GPT-3-XL (1.3 B) training iteration on the RTX 3080 Ti
 model. Plans one clock pair per iteration, per pass (forward/backward/optimizer) and per kernel
 at 0 % and 1 % allowed slowdown; then the switch-aware plan at 0 % and 1 % slowdown for clock-switch latencies 0, 1,
@@ -78,11 +80,6 @@ def _find(study, granularity: str, eps: float, plan_l: float, replay_l: float):
                  and r.plan_latency_s == plan_l and r.replay_latency_s == replay_l), None)
 
 
-def _p(x: float) -> str:
-    """Unsigned-style percentage for prose (``9.01 %``); never ``-0.00 %``."""
-    return f"{(0.0 if abs(x) < 5e-5 else x) * 100:.2f} %"
-
-
 def _ms(s: float) -> str:
     return f"{s * 1e3:g} ms"
 
@@ -113,7 +110,7 @@ def switch_free_table(study):
     """Table 1: granularity rows × ε column groups (energy Δ, time Δ, switches), modeled."""
     from rich.table import Table
 
-    from .plan import pct, provenance_of
+    from .plan import provenance_of
 
     rows = [r for r in study.rows if r.granularity != "phase" and r.plan_latency_s == 0.0
             and r.replay_latency_s == 0.0]
@@ -135,7 +132,8 @@ def switch_free_table(study):
         for e in epss:
             r = next((r for r in rows if r.granularity == g and r.slowdown == e), None)
             cells += (["–"] * 3 if r is None else
-                      [pct(r.plan.energy_delta), pct(r.plan.time_delta), str(r.plan.n_switches)])
+                      [fmt_pct(r.plan.energy_delta), fmt_pct(r.plan.time_delta),
+                       str(r.plan.n_switches)])
         t.add_row(*cells)
     return t
 
@@ -145,7 +143,7 @@ def latency_table(study):
     latency-blind kernel plan replayed at the same L (modeled)."""
     from rich.table import Table
 
-    from .plan import pct, provenance_of
+    from .plan import provenance_of
 
     phase = [r for r in study.rows if r.granularity == "phase"]
     t = Table(title=f"2. Switch-aware plans vs clock-switch latency L ({provenance_of(phase)})",
@@ -166,9 +164,9 @@ def latency_table(study):
             lat = r.plan_latency_s
             e_aw, t_aw = r.replay_energy_delta, r.replay_time_delta
             blind = _find(study, "kernel", eps, 0.0, lat)
-            b = ["–", "–"] if blind is None else [pct(blind.replay_energy_delta),
-                                                 pct(blind.replay_time_delta)]
-            t.add_row(f"{eps:.0%}" if j == 0 else "", _ms(lat), pct(e_aw), pct(t_aw),
+            b = ["–", "–"] if blind is None else [fmt_pct(blind.replay_energy_delta),
+                                                 fmt_pct(blind.replay_time_delta)]
+            t.add_row(f"{eps:.0%}" if j == 0 else "", _ms(lat), fmt_pct(e_aw), fmt_pct(t_aw),
                       str(r.replay.switches), *b)
     return t
 
@@ -198,17 +196,20 @@ def takeaway(study) -> str | None:
     e_b, t_b = blind.replay_energy_delta, blind.replay_time_delta
     e_a = aware.replay_energy_delta
     rest = [(lat, _find(study, "phase", eps, lat, lat)) for lat in lats if lat > mid]
-    tail = ", ".join(f"{_p(-r.replay_energy_delta)} at {_ms(lat)}" for lat, r in rest if r)
+    tail = ", ".join(f"{fmt_pct(-r.replay_energy_delta, signed=False)} at {_ms(lat)}"
+                     for lat, r in rest if r)
     src = PUBLISHED_LATENCY.get(mid)
     budget = "at no slowdown" if eps == 0 else f"within {eps:.0%} slowdown"
-    late = (f"runs {_p(t_b - eps)} over its time budget" if t_b - eps > 5e-4
+    late = (f"runs {fmt_pct(t_b - eps, signed=False)} over its time budget" if t_b - eps > 5e-4
             else "still runs on time")
     n = aware.replay.switches
     return (f"[bold]What this means[/] (modeled): if clock switches were free, per-kernel clocks "
-            f"would save {_p(-k.plan.energy_delta)} energy {budget}. But a switch takes "
+            f"would save {fmt_pct(-k.plan.energy_delta, signed=False)} energy {budget}. "
+            f"But a switch takes "
             f"time: at L = {_ms(mid)}{f' ({src})' if src else ''} that plan {late} "
-            f"(energy {_p(-e_b)} saved); planning for L keeps the time budget and saves "
-            f"{_p(-e_a)} with {n} switch{'es' if n != 1 else ''} per iteration"
+            f"(energy {fmt_pct(-e_b, signed=False)} saved); "
+            f"planning for L keeps the time budget and saves "
+            f"{fmt_pct(-e_a, signed=False)} with {n} switch{'es' if n != 1 else ''} per iteration"
             f"{f' ({tail})' if tail else ''}. The longer the latency, the fewer switches pay off.")
 
 

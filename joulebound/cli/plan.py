@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from ..fmt import fmt_pct
+
 HELP = """Plan GPU clocks for one training iteration and compare with the auto governor.
 
 TARGET is a model preset (gpt3-xl, gpt2-small, bert-base, ...) or a trace file (joulebound
@@ -135,13 +137,6 @@ def study_json(study, target, objective, slowdown, lat, label) -> dict:
     }
 
 
-def pct(x: float) -> str:
-    """Signed percentage with two decimals; |x| < 0.005 % prints as +0.00 %."""
-    from ._common import fmt_pct
-
-    return fmt_pct(0.0 if abs(x) < 5e-5 else x)
-
-
 def provenance_of(rows) -> str:
     """One provenance word for a set of study rows (``modeled`` unless rows differ)."""
     return " / ".join(sorted({r.plan.provenance for r in rows})) or "modeled"
@@ -175,7 +170,7 @@ def published_table(study, title: str | None = None):
     t.add_column("what")
     t.add_column("provenance", style="red")
     for p in study.published:
-        t.add_row(p["granularity"], pct(p["energy_delta"]), f"{p['time_delta'] * 100:+.1f} %",
+        t.add_row(p["granularity"], fmt_pct(p["energy_delta"]), f"{p['time_delta'] * 100:+.1f} %",
                   p["what"].split(" (")[0], p["provenance"])
     return t
 
@@ -194,7 +189,7 @@ def category_table(study, label: str, title: str | None = None):
         c.add_column(col, justify="left" if col == "category" else "right")
     for row in cats:
         c.add_row(row["category"], str(row["kernels"]), f"{row['baseline_energy_j']:.3f}",
-                  f"{row['saved_j']:.3f}", pct(row["energy_delta"]), pct(row["time_delta"]),
+                  f"{row['saved_j']:.3f}", fmt_pct(row["energy_delta"]), fmt_pct(row["time_delta"]),
                   f"{row['share_of_saving'] * 100:.1f} %")
     return c
 
@@ -219,10 +214,10 @@ def plans_table(study, lat: float | None, title: str | None = None):
         t.add_column("at L\ntime Δ", justify="right")
         t.add_column("late\nkernels", justify="right")
     for r in study.rows:
-        cells = [r.label, pct(r.plan.energy_delta), pct(r.plan.time_delta),
+        cells = [r.label, fmt_pct(r.plan.energy_delta), fmt_pct(r.plan.time_delta),
                  str(r.plan.n_switches)]
         if show_replay:
-            cells += [pct(r.replay_energy_delta), pct(r.replay_time_delta),
+            cells += [fmt_pct(r.replay_energy_delta), fmt_pct(r.replay_time_delta),
                       str(r.replay.late_kernels)]
         t.add_row(*cells)
     if show_replay:

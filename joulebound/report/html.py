@@ -10,6 +10,7 @@ import html
 from pathlib import Path
 
 from ..dvfs.solve.study import PUBLISHED_CITATION, Study, category_savings
+from ..fmt import fmt_pct
 from . import plots
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
@@ -17,13 +18,6 @@ table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px soli
 padding:3px 8px;text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}
 .pub{color:#b00}.mod{color:#236}img{max-width:100%}small{color:#666}
 figure{margin:0 0 2em 0}figcaption{max-width:850px}"""
-
-
-def _pct(x: float | None) -> str:
-    """Signed percentage; |x| < 0.005 % prints as +0.00 % (never -0.00 %)."""
-    if x is None:
-        return "–"
-    return f"{(0.0 if abs(x) < 5e-5 else x) * 100:+.2f} %"
 
 
 #: what each figure shows, printed under it (provenance included)
@@ -102,11 +96,11 @@ def write_report(study: Study, out_dir: str | Path, *, title: str | None = None,
         rep = r.replay
         parts.append(
             f"<tr><td>{e(r.label)}</td><td style='text-align:left'>{e(plots.describe(r))}</td>"
-            f"<td>{_pct(r.plan.energy_delta)}</td>"
-            f"<td>{_pct(r.plan.time_delta)}</td><td>{r.plan.n_switches}</td>"
+            f"<td>{fmt_pct(r.plan.energy_delta)}</td>"
+            f"<td>{fmt_pct(r.plan.time_delta)}</td><td>{r.plan.n_switches}</td>"
             f"<td>{r.replay_latency_s * 1e3:g} ms</td>"
-            f"<td>{_pct(r.replay_energy_delta)}</td>"
-            f"<td>{_pct(r.replay_time_delta)}</td><td>{rep.late_kernels}</td>"
+            f"<td>{fmt_pct(r.replay_energy_delta)}</td>"
+            f"<td>{fmt_pct(r.replay_time_delta)}</td><td>{rep.late_kernels}</td>"
             f"<td class=mod>{e(r.plan.provenance)}</td></tr>")
     parts.append("</table>")
     if study.published:
@@ -114,8 +108,8 @@ def write_report(study: Study, out_dir: str | Path, *, title: str | None = None,
                      "<th>granularity</th><th>energy Δ</th><th>time Δ</th><th>what</th>"
                      "<th>provenance</th></tr>")
         for p in study.published:
-            parts.append(f"<tr><td>{e(p['granularity'])}</td><td>{_pct(p['energy_delta'])}</td>"
-                         f"<td>{_pct(p['time_delta'])}</td><td>{e(p['what'])}</td>"
+            parts.append(f"<tr><td>{e(p['granularity'])}</td><td>{fmt_pct(p['energy_delta'])}</td>"
+                         f"<td>{fmt_pct(p['time_delta'])}</td><td>{e(p['what'])}</td>"
                          f"<td class=pub>published</td></tr>")
         parts.append(f"</table><p><small>Source: {e(PUBLISHED_CITATION)}. Their savings are sums "
                      "of kernels measured alone with no clock-switch cost.</small></p>")
@@ -126,7 +120,7 @@ def write_report(study: Study, out_dir: str | Path, *, title: str | None = None,
     for c in cats:
         parts.append(f"<tr><td>{e(c['category'])}</td><td>{c['kernels']}</td>"
                      f"<td>{c['baseline_energy_j']:.3f}</td><td>{c['saved_j']:.3f}</td>"
-                     f"<td>{_pct(c['energy_delta'])}</td><td>{_pct(c['time_delta'])}</td>"
+                     f"<td>{fmt_pct(c['energy_delta'])}</td><td>{fmt_pct(c['time_delta'])}</td>"
                      f"<td>{c['share_of_saving'] * 100:.1f} %</td></tr>")
     parts.append("</table>")
     for name, path in figs:
