@@ -145,3 +145,13 @@ def test_sigint_from_kill_is_forwarded_once(tmp_path):
     out, err = p.communicate(timeout=30)
     assert p.returncode == 5, err
     assert got.read_text() == "1"
+
+
+def test_json_stdout_is_one_document_when_the_child_prints(tmp_path):
+    """With --json the child's own stdout goes to stderr, so stdout parses as JSON."""
+    p = cli("measure", "--json", "--backend", "none", "--", PY, "-c",
+            "print('hello from the child')")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert json.loads(out)["exit_code"] == 0
+    assert "hello from the child" in err

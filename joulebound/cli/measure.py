@@ -20,7 +20,7 @@ every second), which survives the child or joulebound being killed.
 --json prints: command, exit_code, signal, duration_s, duration_provenance, energy_j (null
 without a sensor), cpu_energy_j, avg_power_w, peak_power_w, provenance (null without a sensor),
 flags, devices [{uuid, index, energy_j, avg_power_w, peak_power_w, source, kind, n_samples}],
-notes, backend, run_id, db.
+notes, backend, run_id, db. With --json the command's own stdout goes to stderr.
 
 Example: joulebound measure --db runs.db -- python train.py --epochs 1"""
 
@@ -39,7 +39,9 @@ def measure_command(
     from ..energy.command import run_command
     from ._common import console, print_json
 
-    res = run_command(cmd, backend=backend, gpus=gpus, interval_s=interval, db=db)
+    # with --json the child's stdout goes to stderr, so that stdout is one JSON document
+    res = run_command(cmd, backend=backend, gpus=gpus, interval_s=interval, db=db,
+                      child_stdout=2 if as_json else None)
     if as_json:
         print_json(res.to_json())
     else:

@@ -69,15 +69,19 @@ def _in_foreground() -> bool:
 
 def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] | str | None = "all",
                 interval_s: float = 0.1, db: str | Path | None = None,
-                window: str = "command", **backend_kwargs: Any) -> CommandResult:
-    """Run ``cmd``, measuring it as one window; returns when the child exits."""
+                window: str = "command", child_stdout: int | None = None,
+                **backend_kwargs: Any) -> CommandResult:
+    """Run ``cmd``, measuring it as one window; returns when the child exits.
+
+    ``child_stdout``: file descriptor for the child's stdout (e.g. 2 to send it to stderr so
+    that joulebound's own stdout stays machine-readable); None inherits joulebound's stdout."""
     if not cmd:
         raise JouleboundError("no command given: joulebound measure -- CMD ARGS")
     meter = EnergyMeter(backend, gpus=gpus, interval_s=interval_s, store=db,
                         command=shlex.join(cmd), **backend_kwargs)
     meter.begin_window(window, sync=False)
     try:
-        proc = subprocess.Popen(list(cmd))
+        proc = subprocess.Popen(list(cmd), stdout=child_stdout)
     except OSError as exc:
         meter.end_window(window, sync=False, cancel=True)
         meter.close(status="failed", exit_code=127)
