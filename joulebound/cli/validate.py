@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -41,8 +42,6 @@ def validate(
     Prints one table (every MAPE is measured-vs-modeled on held-out points) and rewrites the
     generated block of docs/validation.md with plots under docs/img/.
     """
-    from rich.table import Table
-
     from ..datapath import find_data
     from ..validation.report import plot_all, run_all, write_markdown
 
@@ -65,25 +64,43 @@ def validate(
     if json_out:
         print_json([r.to_json() for r in run.results])
         return
-    t = Table(title="joulebound GPU model vs real measurements (held-out; measured vs modeled)")
-    for col in ("check", "gpu", "workload", "time MAPE %", "energy MAPE %", "max t %",
-                "max e %", "n", "provenance"):
-        t.add_column(col, justify="right" if "%" in col or col == "n" else "left")
-    def f(x: float | None) -> str:
-        return "–" if x is None else f"{x:.2f}"
-
-    for r in run.results:
-        q = {"energy": "", "power": " (P)", "avg_power": " (avgP)"}[r.energy_quantity]
-        prov = "meas. vs modeled" + (f"; published {r.published['value']}" if r.published else "")
-        t.add_row(r.check, r.gpu, r.workload, f(r.time_mape), f(r.energy_mape) + q,
-                  f(r.time_max_err), f(r.energy_max_err), str(r.n_points), prov)
-    console.print(t)
+    console.print(results_table(run.results))
     console.print("All errors are on held-out points. (P) = board power, (avgP) = average power "
                   "instead of energy. Published: " + "; ".join(
                       f"{r.published['value']} % = {r.published['source']}"
                       for r in run.results if r.published))
     if not no_doc:
         console.print(f"wrote {doc} and plots in {doc.parent / 'img'}")
+
+
+def results_table(results: list) -> Any:  # list[CheckResult] -> rich Table
+    """The validation table: one section per check (its name on the section's first row, never
+    truncated), every MAPE measured-vs-modeled (title), a paper's own (published) error in "paper %"."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title="joulebound GPU model vs real measurements (held-out; measured vs modeled)",
+              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+              collapse_padding=True)
+    t.add_column("check", no_wrap=True)
+    t.add_column("gpu", min_width=8)
+    t.add_column("workload", min_width=10)
+    for col in ("time\nMAPE %", "energy\nMAPE %", "max\nt %", "max\ne %", "n", "paper\n%"):
+        t.add_column(col, justify="right", no_wrap=True)
+
+    def f(x: float | None) -> str:
+        return "–" if x is None else f"{x:.2f}"
+
+    prev = None
+    for r in results:
+        if prev is not None and r.check != prev:
+            t.add_section()
+        q = {"energy": "", "power": " (P)", "avg_power": " (avgP)"}[r.energy_quantity]
+        t.add_row(r.check if r.check != prev else "", r.gpu, r.workload, f(r.time_mape),
+                  f(r.energy_mape) + q, f(r.time_max_err), f(r.energy_max_err),
+                  str(r.n_points), str(r.published["value"]) if r.published else "")
+        prev = r.check
+    return t
 
 
 def _write_params(run) -> None:  # type: ignore[no-untyped-def]
