@@ -134,6 +134,25 @@ def test_results_table_fits_narrow_terminals_and_shows_errors_verbatim():
         assert ("real/pad" in text) == (width >= 120)
 
 
+def test_results_table_keeps_tiny_config_ids_whole_at_100_columns():
+    from rich.console import Console
+
+    from joulebound.cli.sweep import _table_rows
+
+    cid = "bert-L2-d64-h2-ff256-S32-B4-fp32-single-w1-9a0c0ce1"  # a `--grid tiny` id, 50 chars
+    row = {"config_id": cid, "status": "ok", "error": None, "time_s": 0.015, "tokens": 128,
+           "padded_tokens": 128, "throughput_tok_s": 25865.0, "speedup": 1.0, "energy_j": 12.3,
+           "energy_provenance": "measured", "peak_mem_bytes": 396 * 2**20}
+    con = Console(width=100, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    con.print(_table_rows([row], 100))
+    text = con.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert cid in text  # on one line, not folded
+    assert "12.3" in text and "25865" in text
+    head = text.splitlines()[1:3]  # one provenance for all rows: in the energy header
+    assert "energy J" in head[0] and head[1].split()[-2:] == ["measured", "MiB"]
+
+
 def test_a_sweep_table_missing_columns_is_named(tmp_path, capsys):
     from joulebound.cli import main
     from joulebound.errors import SchemaError

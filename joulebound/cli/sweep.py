@@ -30,17 +30,25 @@ def _table_rows(rows: list[dict[str, Any]], width: int = 80) -> Any:
     wide = width >= 120
     t = Table(title="sweep results (time, throughput, speedup, memory: measured; energy: see "
               "provenance; — = no sensor)", title_justify="left", box=box.SIMPLE_HEAD,
-              pad_edge=False)
+              pad_edge=False, show_edge=False, collapse_padding=True)
     t.add_column("config", overflow="fold")
-    cols = ["status", "time s", "tokens\nreal/pad", "tok/s", "speedup", "energy J", "peak\nMiB"]
+    # one energy provenance for every row -> in the header, so the cells stay narrow
+    provs = {r["energy_provenance"] for r in rows
+             if r["status"] == "ok" and r["energy_j"] is not None}
+    one_prov = provs.pop() if len(provs) == 1 else None
+    cols = ["status", "time s", "tokens\nreal/pad", "tok/s", "speedup",
+            f"energy J\n{one_prov}" if one_prov else "energy J", "peak\nMiB"]
     for col in cols if wide else [c for c in cols if not c.startswith("tokens")]:
-        t.add_column(col, justify="left" if col == "status" else "right")
+        # numbers never wrap, so on a 100-column terminal the config id keeps its room
+        t.add_column(col, justify="left" if col == "status" else "right",
+                     no_wrap=col != "status")
     for r in rows:
         if r["status"] != "ok":
             err = (r["error"] or "").splitlines()[0][:70]
             t.add_row(r["config_id"], f"[red]failed[/]: {escape(err)}")
             continue
-        energy = "—" if r["energy_j"] is None else f"{r['energy_j']:.1f} {r['energy_provenance']}"
+        energy = ("—" if r["energy_j"] is None else f"{r['energy_j']:.1f}"
+                  + ("" if one_prov else f" {r['energy_provenance']}"))
         cells = [r["config_id"], "ok", f"{r['time_s']:.3f}", f"{r['tokens']}/{r['padded_tokens']}",
                  f"{r['throughput_tok_s']:.0f}",
                  "—" if r["speedup"] is None else f"{r['speedup']:.2f}×", energy,
