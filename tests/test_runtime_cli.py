@@ -66,6 +66,16 @@ def test_record_then_run_with_dry_run_and_simulated(tmp_path, monkeypatch, capsy
     assert sim["modeled_iteration_energy_j"] == pytest.approx(e_plan, rel=1e-6)
 
 
+def test_run_table_labels_the_prediction_accuracy(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "100")
+    (tmp_path / "train.py").write_text(SCRIPT)
+    args = ["python", "train.py", "--steps", "4", "--layers", "1", "--hidden", "32"]
+    assert main(["run", "--record", "ops.json", "--", *args]) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if "accuracy" in ln]
+    assert len(rows) == 1 and "%" in rows[0] and "measured" in rows[0]
+
+
 def test_run_errors_are_clear(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["run", "--plan", "nope.json", "--", "python", "x.py"]) == 2

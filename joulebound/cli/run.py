@@ -84,7 +84,9 @@ def run_command(
             t.add_row("ops at the safe clocks", f"{res.safe_ops:,}", "")
             t.add_row("clock switches", f"{res.switches:,}", "")
         if res.predictor_accuracy is not None:
-            t.add_row("next-op prediction accuracy", f"{res.predictor_accuracy * 100:.2f} %", "")
+            # hits / predictions over this run's op stream: observed, so measured
+            t.add_row("next-op prediction accuracy", f"{res.predictor_accuracy * 100:.2f} %",
+                      "measured")
         if res.modeled_energy_j is not None:
             t.add_row("GPU time (plan's kernels)", f"{res.modeled_time_s:.6f} s", "modeled")
             t.add_row("GPU energy (plan's kernels)", f"{res.modeled_energy_j:.4f} J", "modeled")
