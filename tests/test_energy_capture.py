@@ -93,3 +93,17 @@ def test_profile_cli_end_to_end(tmp_path):
     doc = json.loads(p.stdout)
     assert doc["kernels"] == len(Trace.load(out)) and doc["kind"] == "cpu"
     assert doc["categories"]["gemm"] == 5 and "finished" not in p.stdout
+
+
+def test_profile_cli_table_header_is_one_line(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="100")
+    p = subprocess.run([sys.executable, "-c",
+                        "import sys; from joulebound.cli import main; sys.exit(main(sys.argv[1:]))",
+                        "profile", "--steps", "1", "--warmup", "0", "-o", "t.json", "--",
+                        sys.executable, str(script), "5"],
+                       env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "Trace t.json (cpu kernels, 1 step(s))" in p.stdout.splitlines()
+    assert "(measured)" in p.stdout and "(modeled from shapes)" in p.stdout

@@ -79,8 +79,9 @@ def profile_command(
     else:
         from rich.table import Table
 
-        t = Table(title=f"Trace {out} ({doc['kind']} kernels, {steps} step(s))",
-                  title_justify="left")
+        # a line of its own: as the narrow table's title it wrapped mid-phrase
+        console.print(f"Trace {out} ({doc['kind']} kernels, {steps} step(s))", highlight=False)
+        t = Table()
         t.add_column("category")
         t.add_column("kernels", justify="right")
         for c, n in sorted(doc["categories"].items(), key=lambda x: -x[1]):
