@@ -45,6 +45,33 @@ def recorded(tmp_path_factory) -> Path:
     return path
 
 
+def test_several_iterations_without_profiler_steps_keep_every_forward(tmp_path) -> None:
+    """A plain ``with profile():`` around 3 iterations (no ProfilerStep#N markers): every
+    iteration's forward ops are ``forward``, not only the first one's."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    opt = torch.optim.AdamW(model.parameters(), foreach=False)
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    path = tmp_path / "three.json"
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(3):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # after backward: other
+            opt.step()
+    prof.export_chrome_trace(str(path))
+    tr = load_chrome_trace(path)
+    assert tr.meta["steps"] == 0
+    fwd_gemm = [k for k in tr if k.phase == "forward" and k.category == "gemm"]
+    assert len(fwd_gemm) == 3 * 2                    # 2 Linear layers x 3 iterations
+    assert not any(k.category == "gemm" for k in tr if k.phase == "other")
+    assert tr.count_by("phase").get("other", 0) > 0  # the clipping ops stay "other"
+
+
 def test_recorded_cpu_step_imports_with_phases_and_gemm_flops(recorded: Path) -> None:
     tr = load_trace(recorded)
     assert tr.meta["source"] == "kineto" and tr.meta["kind"] == "cpu"

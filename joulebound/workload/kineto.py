@@ -22,9 +22,11 @@ Phases
 ------
 An op under ``autograd::engine::evaluate_function: …`` (on any thread) is ``backward``; under an
 ``Optimizer.step#…`` or ``Optimizer.zero_grad#…`` annotation ``optimizer``. Inside a
-``ProfilerStep#N`` (or in the whole trace when there are no steps) ops that start before the
-step's first backward op are ``forward`` (model and loss); the rest, and everything in a trace
-without backward markers, is ``other``. GPU kernels take the phase of their launching op.
+``ProfilerStep#N`` ops that start before the step's first backward op are ``forward`` (model and
+loss). Without ``ProfilerStep`` markers (a plain ``with profile():`` around several iterations)
+the optimizer ops delimit iterations: ops after an optimizer op (or the trace start) whose next
+marked op is a backward op are ``forward``. The rest, and everything in a trace without backward markers,
+is ``other``. GPU kernels take the phase of their launching op.
 
 Categories
 ----------
@@ -49,7 +51,7 @@ from __future__ import annotations
 
 import math
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -367,11 +369,25 @@ def _phase_fn(ops: list[_Ev], steps: list[_Ev]) -> Any:
             i = step_index(ev.ts)
             first_bwd[i] = min(first_bwd.get(i, math.inf), ev.ts)
 
+    # without ProfilerStep markers (a plain ``with profile():`` around several iterations) the
+    # optimizer ops delimit the iterations: an op after an optimizer op (or the trace start) whose
+    # next marked op is a backward op is forward, as within a step
+    marks = sorted((ev.ts, ev.phase_marker) for ev in ops
+                   if ev.phase_marker in ("backward", "optimizer"))
+    mark_ts = [m[0] for m in marks]
+
+    def forward_between_markers(ts: float) -> bool:
+        i = bisect_left(mark_ts, ts)  # marks[i]: the next marked op, marks[i - 1]: the previous
+        return (i < len(marks) and marks[i][1] == "backward"
+                and (i == 0 or marks[i - 1][1] == "optimizer"))
+
     def phase(ev: _Ev | None) -> str:
         if ev is None:
             return "other"
         if ev.phase_marker in ("backward", "optimizer"):
             return str(ev.phase_marker)
+        if not steps_sorted:
+            return "forward" if forward_between_markers(ev.ts) else "other"
         i = step_index(ev.ts)
         if i in first_bwd and ev.ts < first_bwd[i]:
             return "forward"
