@@ -92,6 +92,16 @@ def test_measured_duration_is_kept_at_auto():
     assert ch.time_s[0, ch.config_index(ClockConfig(1050, 9501))] > 8e-3
 
 
+def test_cpu_op_durations_do_not_set_gpu_time():
+    """A trace profiled on the CPU (kind cpu) carries CPU op times: the GPU model ignores them."""
+    k = Kernel("g", "gemm", "forward", 0, flops=1e11, bytes=1e8, duration_s=5e-3)
+    spec = ga102_spec()
+    cpu = characterize(Trace([k], meta={"kind": "cpu"}), spec)
+    bare = characterize(Trace([Kernel("g", "gemm", "forward", 0, flops=1e11, bytes=1e8)]), spec)
+    assert np.array_equal(cpu.time_s, bare.time_s) and np.array_equal(cpu.energy_j, bare.energy_j)
+    assert cpu.time_s[0, cpu.auto_index] != pytest.approx(5e-3, rel=1e-2)
+
+
 def test_unsupported_config_is_named():
     with pytest.raises(JouleboundError, match="1234/9501"):
         characterize(small_trace(), ga102_spec(), configs=[ClockConfig(1234, 9501)])

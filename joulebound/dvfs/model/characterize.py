@@ -53,7 +53,9 @@ def trace_work(trace: Trace, spec: DeviceSpec, params: DeviceParams) -> KernelWo
     Tensor-core categories (gemm, attention) use the kernel dtype's dense peak, others the fp32
     rate; both times are scaled by the category's achieved efficiency. Kernels with a measured
     ``duration_s`` have both parts scaled so that the modeled time at the governor's clocks equals
-    the measured duration (the measurement is assumed taken under the default governor).
+    the measured duration (the measurement is assumed taken under the default governor). A trace of
+    CPU ops (``meta["kind"] == "cpu"``: profiled without CUDA) has CPU times, which say nothing
+    about GPU kernel time; they are not used.
     """
     ks = trace.kernels
     peak = np.array([spec.peak(k.dtype if k.category in TENSOR_CATEGORIES else "fp32")
@@ -63,7 +65,7 @@ def trace_work(trace: Trace, spec: DeviceSpec, params: DeviceParams) -> KernelWo
     tc = trace.flops() / (peak * eff)
     tm = trace.bytes() / (params.bw_eff * spec.mem_bandwidth_bps)
     dur = trace.durations()
-    known = np.isfinite(dur)
+    known = np.isfinite(dur) & (trace.meta.get("kind") != "cpu")
     if known.any():
         t, _, _ = kernel_time(KernelWork(tc[known], tm[known]), spec.max_core_mhz, spec.max_mem_mhz,
                               spec.max_core_mhz, spec.max_mem_mhz, params)
