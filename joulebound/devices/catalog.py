@@ -22,6 +22,7 @@ Entry schema (units: MHz, FLOP/s, bytes/s, bytes, W, s)::
     max_mem_mhz = 1593
     mem_bandwidth_bps = 2.039e12
     memory_bytes = 8.589934592e10
+    memory_type = "HBM2e"             # optional: GDDR5, GDDR6, GDDR6X, HBM2, HBM2e, HBM3, HBM3e
     sm_count = 108
     power_limit_default_w = 500.0
     power_limit_min_w = 100.0
@@ -238,6 +239,15 @@ def spec_from_dict(doc: Any, path: str | Path) -> tuple[DeviceSpec, list[str]]:
         raise SchemaError(p, "sources", "every source must be a string")
     sm = f.get("sm_count", int, 0, nonneg=True)
     boost = f.get("boost_core_mhz", int, None, nonneg=True)
+    mem_type = f.get("memory_type", str, "").strip()
+    if mem_type:
+        from ..dvfs.model.memory import TECHS
+
+        match = [k for k in TECHS if k.lower() == mem_type.lower()]
+        if not match:
+            raise SchemaError(p, "memory_type", f"unknown memory type {mem_type!r}; use one of "
+                              f"{', '.join(TECHS)}")
+        mem_type = match[0]
 
     spec = DeviceSpec(
         name=name,
@@ -261,6 +271,7 @@ def spec_from_dict(doc: Any, path: str | Path) -> tuple[DeviceSpec, list[str]]:
         vf_curve=vf,
         tables_constructed=f.get("tables_constructed", bool, has_ranges),
         boost_core_mhz=boost,
+        memory_type=mem_type,
         sources=dict(sources),
     )
     return spec, [a.strip() for a in aliases]
@@ -321,7 +332,8 @@ def spec_to_toml(spec: DeviceSpec, aliases: list[str] | tuple[str, ...] = (),
         "boost_core_mhz": spec.boost_core_mhz,
         "default_mem_mhz": spec.default_mem_mhz,
         "max_mem_mhz": spec.max_mem_mhz, "mem_bandwidth_bps": float(spec.mem_bandwidth_bps),
-        "memory_bytes": float(spec.memory_bytes), "sm_count": spec.sm_count,
+        "memory_bytes": float(spec.memory_bytes), "memory_type": spec.memory_type or None,
+        "sm_count": spec.sm_count,
         "power_limit_default_w": float(spec.power_limit_default_w),
         "power_limit_min_w": float(spec.power_limit_min_w),
         "power_limit_max_w": float(spec.power_limit_max_w),

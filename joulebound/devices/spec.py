@@ -36,6 +36,9 @@ class DeviceSpec:
         vf_curve: optional ``[(core_mhz, relative_voltage), ...]`` (1.0 at the default clock).
         tables_constructed: True when ``supported_clocks`` was built from datasheet ranges with a
             15 MHz step rather than read from a real ``nvidia-smi`` table.
+        memory_type: DRAM technology (``"GDDR6X"``, ``"HBM2e"``, ...; ``""`` = unknown): picks
+            the memory voltage curve and the memory clocks measured on that technology
+            (:mod:`joulebound.dvfs.model.memory`).
         boost_core_mhz: the rated (datasheet) boost clock, ``None`` where unknown. GeForce and
             workstation tables reach above it (e.g. 2100 vs 1710 MHz on the RTX 3080); their
             ``peak_flops`` are the datasheet figures scaled from this clock to ``max_core_mhz``.
@@ -64,6 +67,7 @@ class DeviceSpec:
     vf_curve: list[tuple[int, float]] | None = None
     tables_constructed: bool = False
     boost_core_mhz: int | None = None
+    memory_type: str = ""
     sources: dict[str, str] = field(default_factory=dict)
 
     # -- clock tables -------------------------------------------------------------------------
