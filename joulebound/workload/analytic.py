@@ -475,12 +475,15 @@ def _make_config(config_or_preset: ModelConfig | str, overrides: dict[str, Any])
 
 
 def build_trace(config_or_preset: ModelConfig | str, *, iterations: int = 1,
-                **overrides: Any) -> Trace:
+                optimizer: bool = True, **overrides: Any) -> Trace:
     """Kernel trace of one (or ``iterations``) training iteration(s).
 
     Args:
         config_or_preset: a :class:`ModelConfig` or a name in :data:`PRESETS`.
         iterations: number of iterations to concatenate (for large planning problems).
+        optimizer: include the optimizer phase (grad norm + AdamW); ``False`` gives the
+            forward + backward kernels only, the setting of per-kernel DVFS studies such as
+            Spaan et al. (arXiv 2601.08539).
         **overrides: :class:`ModelConfig` fields to change (``batch=4``, ``seq=2048``, ...);
             ``None`` values are ignored.
 
@@ -495,9 +498,11 @@ def build_trace(config_or_preset: ModelConfig | str, *, iterations: int = 1,
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise JouleboundError(f"iterations must be a positive integer, got {iterations!r}")
     one = _Builder(cfg).build()
+    if not optimizer:
+        one = [k for k in one if k.phase != "optimizer"]
     kernels = one if iterations == 1 else _repeat(one, iterations)
     meta = {"source": "analytic", **cfg.to_json(), "params": cfg.params(),
-            "tokens": cfg.tokens, "iterations": iterations}
+            "tokens": cfg.tokens, "iterations": iterations, "optimizer": optimizer}
     return Trace(kernels=kernels, name=cfg.name, meta=meta)
 
 

@@ -8,13 +8,21 @@
 * :mod:`.measured` — a Characterization from a user's measured CSV table.
 """
 
-from .characterize import characterize, resolve_clocks, resolve_device, trace_work
+from .characterize import (
+    ResolvedClocks,
+    characterize,
+    planning_configs,
+    resolve_clocks,
+    resolve_device,
+    trace_work,
+)
 from .kernel import KernelWork, kernel_power, kernel_time, kernel_time_energy
 from .params import DeviceParams, default_params, load_shipped, params_for, shipped_names
 from .vf import VFCurve
 
 __all__ = [
-    "DeviceParams", "KernelWork", "VFCurve", "characterize", "default_params", "kernel_power",
-    "kernel_time", "kernel_time_energy", "load_shipped", "params_for", "resolve_clocks",
+    "DeviceParams", "KernelWork", "ResolvedClocks", "VFCurve", "characterize", "default_params",
+    "kernel_power", "kernel_time", "kernel_time_energy", "load_shipped", "params_for", "planning_configs",
+    "resolve_clocks",
     "resolve_device", "shipped_names", "trace_work",
 ]

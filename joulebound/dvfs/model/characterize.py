@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -11,10 +12,11 @@ from ...devices.spec import DeviceSpec
 from ...errors import JouleboundError
 from ...workload.trace import Trace
 from ..characterization import Characterization
+from . import memory
 from .kernel import KernelWork, kernel_time, kernel_time_energy
 from .params import TENSOR_CATEGORIES, DeviceParams, params_for
 
-MODEL_VERSION = "joulebound-gpu-model/1"
+MODEL_VERSION = "joulebound-gpu-model/2"
 
 
 def resolve_device(device: str | DeviceSpec) -> DeviceSpec:
@@ -26,49 +28,110 @@ def resolve_device(device: str | DeviceSpec) -> DeviceSpec:
     return get_device(device)
 
 
-def resolve_clocks(spec: DeviceSpec, configs: Sequence[ClockConfig]) -> tuple[np.ndarray, np.ndarray]:
-    """Concrete (core, memory) MHz per config; "auto" in a domain means the governor's top clock.
+@dataclass(frozen=True)
+class ResolvedClocks:
+    """Concrete clocks of a list of configs (arrays over configs).
 
-    Raises :class:`JouleboundError` naming unsupported configs.
+    Attributes:
+        core_mhz: locked core clock, or the governor's ceiling where the core is auto (MHz).
+        mem_mhz: locked memory clock, or the top memory clock where the memory is auto (MHz).
+        core_auto, mem_auto: whether that domain is left to the GPU's governor.
     """
+
+    core_mhz: np.ndarray
+    mem_mhz: np.ndarray
+    core_auto: np.ndarray
+    mem_auto: np.ndarray
+
+
+def governor_core_mhz(spec: DeviceSpec, params: DeviceParams, mem_mhz: int) -> float:
+    """The core clock (MHz) the governor aims for at memory clock ``mem_mhz`` before the power
+    cap: the sustained boost ceiling ``params.auto_core_mhz`` (default: the top of the table),
+    never above the highest core clock the card pairs with that memory clock."""
+    top = float(max(spec.supported_clocks.get(mem_mhz, [spec.max_core_mhz])))
+    ceiling = params.auto_core_mhz if params.auto_core_mhz else top
+    return float(min(ceiling, top))
+
+
+def resolve_clocks(spec: DeviceSpec, configs: Sequence[ClockConfig],
+                   params: DeviceParams | None = None) -> ResolvedClocks:
+    """Concrete (core, memory) MHz per config; "auto" in a domain means that domain is left to
+    the governor: memory at its top clock, core at :func:`governor_core_mhz` (both then limited
+    by the power cap in the model).
+
+    Raises :class:`JouleboundError` naming unsupported configs (including pairs the card does
+    not honour, e.g. 405 MHz memory with a core clock above 420 MHz on GA102).
+    """
+    prm = params if params is not None else params_for(spec)
     bad = [c.label for c in configs if not spec.supports(c)]
     if bad:
         raise JouleboundError(
             f"{spec.name}: clock config(s) {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} "
             f"not supported; memory clocks are {spec.mem_clocks_mhz} MHz, see "
             f"`joulebound devices show {spec.name}` for the core clocks")
-    core = np.empty(len(configs))
-    mem = np.empty(len(configs))
+    n = len(configs)
+    core, mem = np.empty(n), np.empty(n)
+    ca, ma = np.zeros(n, bool), np.zeros(n, bool)
     for i, c in enumerate(configs):
         m = spec.max_mem_mhz if c.mem_mhz is None else c.mem_mhz
-        f = (max(spec.supported_clocks.get(m, [spec.max_core_mhz])) if c.core_mhz is None
-             else c.core_mhz)
-        core[i], mem[i] = f, m
-    return core, mem
+        core[i] = governor_core_mhz(spec, prm, m) if c.core_mhz is None else c.core_mhz
+        mem[i] = m
+        ca[i], ma[i] = c.core_mhz is None, c.mem_mhz is None
+    return ResolvedClocks(core, mem, ca, ma)
+
+
+ELEMENT_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
+
+
+def _per_category(table_fn, cats: np.ndarray) -> np.ndarray:
+    """``table_fn(category)`` for every entry of ``cats`` (looked up once per distinct one)."""
+    uniq, inv = np.unique(cats, return_inverse=True)
+    return np.array([table_fn(str(c)) for c in uniq], float)[inv.reshape(-1)]
+
+
+def dram_bytes(trace: Trace, params: DeviceParams) -> np.ndarray:
+    """DRAM traffic (bytes) per kernel: the trace's bytes (compulsory traffic: every operand read
+    once, every result written once) plus, for tensor-core GEMMs, the re-reads of operand panels
+    that tiling cannot avoid: ``element size × FLOPs / gemm_tile`` (a C[M,N] = A[M,K]·B[K,N]
+    GEMM with T×T output tiles re-reads A and B ``N/T`` and ``M/T`` times: ``2·M·N·K/T``
+    elements = FLOPs / T)."""
+    b = trace.bytes().astype(float)
+    if not params.gemm_tile or params.gemm_tile <= 0:
+        return b
+    ks = trace.kernels
+    tensor = np.fromiter((k.category in TENSOR_CATEGORIES for k in ks), bool, len(ks))
+    size = np.fromiter((ELEMENT_BYTES.get(k.dtype, 2) for k in ks), float, len(ks))
+    return b + np.where(tensor, size * trace.flops() / params.gemm_tile, 0.0)
 
 
 def trace_work(trace: Trace, spec: DeviceSpec, params: DeviceParams) -> KernelWork:
-    """Compute and memory time (s) of each kernel at the top clocks.
+    """Compute and memory time (s) of each kernel at the top clocks, and its memory-time share
+    that follows the core clock.
 
     Tensor-core categories (gemm, attention) use the kernel dtype's dense peak, others the fp32
-    rate; both times are scaled by the category's achieved efficiency. Kernels with a measured
+    rate; compute time is scaled by the category's achieved efficiency, memory time (DRAM bytes
+    of :func:`dram_bytes`) by the category's achieved bandwidth. Kernels with a measured
     ``duration_s`` have both parts scaled so that the modeled time at the governor's clocks equals
     the measured duration (the measurement is assumed taken under the default governor). A trace of
     CPU ops (``meta["kind"] == "cpu"``: profiled without CUDA) has CPU times, which say nothing
     about GPU kernel time; they are not used.
     """
     ks = trace.kernels
-    peak = np.array([spec.peak(k.dtype if k.category in TENSOR_CATEGORIES else "fp32")
-                     for k in ks], float)
-    eff = np.array([params.compute_eff.get(k.category, params.compute_eff.get("other", 0.4))
-                    for k in ks], float)
+    cats = np.array([k.category for k in ks])
+    math = np.array([k.dtype if k.category in TENSOR_CATEGORIES else "fp32" for k in ks])
+    peak = _per_category(spec.peak, math)
+    eff = _per_category(params.eff, cats)
+    bw = _per_category(params.bw, cats)
+    lam = _per_category(params.lam, cats)
     tc = trace.flops() / (peak * eff)
-    tm = trace.bytes() / (params.bw_eff * spec.mem_bandwidth_bps)
+    tm = dram_bytes(trace, params) / (bw * spec.mem_bandwidth_bps)
     dur = trace.durations()
     known = np.isfinite(dur) & (trace.meta.get("kind") != "cpu")
     if known.any():
-        t, _, _ = kernel_time(KernelWork(tc[known], tm[known]), spec.max_core_mhz, spec.max_mem_mhz,
-                              spec.max_core_mhz, spec.max_mem_mhz, params)
+        f_auto = governor_core_mhz(spec, params, spec.max_mem_mhz)
+        t, _, _ = kernel_time(KernelWork(tc[known], tm[known], lam=lam[known]), f_auto,
+                              spec.max_mem_mhz, spec.max_core_mhz, spec.max_mem_mhz, params,
+                              mem_auto=True)
         body = np.maximum(t - params.launch_overhead_s, 1e-12)
         target = np.maximum(dur[known] - params.launch_overhead_s, 0.0)
         scale = np.where((tc[known] + tm[known]) > 0, target / body, 0.0)
@@ -78,35 +141,63 @@ def trace_work(trace: Trace, spec: DeviceSpec, params: DeviceParams) -> KernelWo
         empty = known.copy()
         empty[known] = (tc[known] + tm[known]) == 0
         tm[empty] = np.maximum(dur[empty] - params.launch_overhead_s, 0.0)
-    return KernelWork(tc, tm)
+    return KernelWork(tc, tm, lam=lam)
+
+
+def planning_configs(spec: DeviceSpec, params: DeviceParams, include_auto: bool = True,
+                     allow_untested: bool = False) -> tuple[list[ClockConfig], list[int]]:
+    """Every supported (core, memory) pair, plus auto and the per-domain governed configs
+    (``auto/MEM`` for every memory clock and ``CORE/auto`` for every core clock of the top
+    memory clock, as NVML allows locking one domain), without memory clocks never measured on
+    the device's memory technology unless ``allow_untested``.
+
+    Returns ``(configs, excluded memory clocks in MHz)``.
+    """
+    tested = set(memory.tested_clocks(spec.mem_clocks_mhz, spec.max_mem_mhz,
+                                      params.tested_mem_fracs))
+    mems = [m for m in spec.mem_clocks_mhz if allow_untested or m in tested]
+    excluded = [m for m in spec.mem_clocks_mhz if m not in mems]
+    cfgs: list[ClockConfig] = [ClockConfig()] if include_auto else []
+    for m in mems:
+        cfgs.append(ClockConfig(None, m))
+    cfgs += [ClockConfig(c, None) for c in spec.core_clocks_mhz(spec.max_mem_mhz)]
+    for m in mems:
+        cfgs += [ClockConfig(c, m) for c in spec.core_clocks_mhz(m)]
+    return cfgs, excluded
 
 
 def characterize(trace: Trace, device: str | DeviceSpec,
                  configs: Sequence[ClockConfig] | None = None, include_auto: bool = True,
                  params: DeviceParams | None = None,
-                 work: KernelWork | None = None) -> Characterization:
+                 work: KernelWork | None = None,
+                 allow_untested: bool = False) -> Characterization:
     """Modeled time (s) and energy (J) of every kernel of ``trace`` at every clock config.
 
     Args:
         trace: the kernels of one iteration.
         device: catalog name (``"rtx3080ti"``) or a :class:`DeviceSpec`.
-        configs: clock configs (default: every supported (core, memory) pair).
+        configs: clock configs (default: :func:`planning_configs` — every supported pair and
+            the per-domain governed configs, without untested memory clocks).
         include_auto: put the governor baseline ``ClockConfig()`` ("auto") first when ``configs``
-            is None (or append it when missing from a given list).
+            is None (or prepend it when missing from a given list).
         params: model parameters (default: shipped calibration for the device, else datasheet
             defaults).
         work: per-kernel compute/memory times and activity (default: from the trace's FLOPs and
             bytes via :func:`trace_work`; :func:`~joulebound.dvfs.model.calibrate.fit_trace_work`
             fits them to measured cells).
+        allow_untested: with ``configs=None``, also include memory clocks never measured on the
+            device's memory technology.
 
     Returns:
         A :class:`Characterization` with every cell ``modeled`` (``measured`` all False); ``meta``
-        holds the model version, parameter provenance and the effective (power-capped) clocks.
+        holds the model version, parameter provenance, the memory clocks left out as untested
+        and the share of power-capped cells.
     """
     spec = resolve_device(device)
     prm = params if params is not None else params_for(spec)
+    excluded: list[int] = []
     if configs is None:
-        cfgs = spec.clock_pairs(include_auto=include_auto)
+        cfgs, excluded = planning_configs(spec, prm, include_auto, allow_untested)
     else:
         cfgs = list(configs)
         if include_auto and ClockConfig() not in cfgs:
@@ -115,26 +206,41 @@ def characterize(trace: Trace, device: str | DeviceSpec,
         raise JouleboundError("no clock configs to characterize")
     if len(trace) == 0:
         raise JouleboundError(f"trace {trace.name!r} has no kernels")
-    core, mem = resolve_clocks(spec, cfgs)
+    rc = resolve_clocks(spec, cfgs, prm)
     if work is None:
         work = trace_work(trace, spec, prm)
-    act = np.ones(len(trace)) if work.activity is None else np.asarray(work.activity, float)
-    # identical invocations share one row of the computation
-    keys = np.stack([work.tc_max, work.tm_max, act], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    uw = KernelWork(uniq[:, :1], uniq[:, 1:2], uniq[:, 2:])
-    out = kernel_time_energy(uw, core[None, :], mem[None, :], spec.max_core_mhz,
-                             spec.max_mem_mhz, prm)
+    out, inverse, n_unique = evaluate_work(work, rc, spec, prm)
     time_s = out["time_s"][inverse]
     energy_j = out["energy_j"][inverse]
     meta = {
         "trace": trace.name, "model": MODEL_VERSION, "params_calibration": prm.calibration,
         "params_sources": prm.sources, "power_limit_w": prm.power_limit_w,
-        "n_unique_kernels": int(uniq.shape[0]),
+        "n_unique_kernels": n_unique,
         "capped_cells_fraction": float(out["capped"].mean()),
+        "untested_mem_mhz_excluded": excluded,
     }
     return Characterization(
         kernel_names=trace.names(), configs=cfgs, time_s=time_s, energy_j=energy_j,
         measured=np.zeros(time_s.shape, bool), device=spec.name, meta=meta,
     )
+
+
+def evaluate_work(work: KernelWork, rc: ResolvedClocks, spec: DeviceSpec, params: DeviceParams
+                  ) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
+    """The model on the *distinct* kernels of ``work`` at the clocks ``rc``.
+
+    Returns ``(out, inverse, n_unique)``: :func:`kernel_time_energy` results over unique kernel
+    rows (shape ``(U, C)``), the row of each kernel (``out[...][inverse]`` is per kernel) and
+    ``U``."""
+    n = len(work.tc_max)
+    act = np.ones(n) if work.activity is None else np.asarray(work.activity, float)
+    lam = (np.full(n, params.lam("other")) if work.lam is None
+           else np.asarray(work.lam, float))
+    keys = np.stack([np.asarray(work.tc_max, float), np.asarray(work.tm_max, float), act, lam],
+                    axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    uw = KernelWork(uniq[:, :1], uniq[:, 1:2], uniq[:, 2:3], uniq[:, 3:4])
+    out = kernel_time_energy(uw, rc.core_mhz[None, :], rc.mem_mhz[None, :], spec.max_core_mhz,
+                             spec.max_mem_mhz, params, core_auto=rc.core_auto[None, :],
+                             mem_auto=rc.mem_auto[None, :])
+    return out, inverse.reshape(-1), int(uniq.shape[0])

@@ -172,7 +172,7 @@ def characterize_with_measurements(trace, device, path: str | Path,  # type: ign
     fit_trace_work`), every cell is then modeled from the fitted work, and measured cells replace
     the modeled ones (``measured = True``)."""
     from .calibrate import fit_trace_work
-    from .characterize import characterize, resolve_device
+    from .characterize import characterize, planning_configs, resolve_device
     from .params import params_for
 
     spec = resolve_device(device)
@@ -180,6 +180,9 @@ def characterize_with_measurements(trace, device, path: str | Path,  # type: ign
     table = read_table(path, spec)
     _check_kernels(table, Path(path), trace.names())     # before fitting
     work, fitted = fit_trace_work(trace, spec, prm, table)
-    base = characterize(trace, spec, params=prm, work=work)
+    # the planning configs plus every measured clock (measured there: tested by definition)
+    cfgs, _ = planning_configs(spec, prm)
+    cfgs += [c for c in dict.fromkeys(c for _, c in table) if c not in set(cfgs)]
+    base = characterize(trace, spec, params=prm, work=work, configs=cfgs)
     base.meta["calibrated_kernels"] = fitted
     return _overlay(table, Path(path), base)
