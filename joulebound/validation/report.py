@@ -1,4 +1,4 @@
-"""Run all four checks, write ``docs/validation.md`` with measured-vs-modeled plots."""
+"""Run all checks, write ``docs/validation.md`` with measured-vs-modeled plots."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from . import guerreiro, perseus_plans, perseus_stage, zeus
+from . import gpuptx, guerreiro, perseus_kernel, perseus_plans, perseus_stage, spaan, zeus
 from .result import CheckResult
 
 
@@ -20,28 +20,60 @@ class ValidationRun:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-def run_all(data: Path, progress: Callable[[str], None] | None = None) -> ValidationRun:
-    """Run checks (a)–(d) on the data folder; ``progress(label)`` is called before each."""
+#: check names in run order (``validate --only`` takes a comma list of these)
+CHECKS = ("perseus-stage", "perseus-kernel", "perseus-plans", "guerreiro", "zeus-power-limit",
+          "gpuptx", "spaan-table1")
+
+
+def run_all(data: Path, progress: Callable[[str], None] | None = None,
+            only: list[str] | None = None) -> ValidationRun:
+    """Run checks (a)–(f) on the data folder (``only``: a subset of :data:`CHECKS`);
+    ``progress(label)`` is called before each."""
     say = progress or (lambda _s: None)
+    want = set(CHECKS if not only else only)
+    unknown = want - set(CHECKS)
+    if unknown:
+        from ..errors import JouleboundError
+
+        raise JouleboundError(f"unknown check(s) {', '.join(sorted(unknown))}; known: "
+                              f"{', '.join(CHECKS)}")
     out: list[CheckResult] = []
     extras: dict[str, Any] = {}
-    say("(a) Perseus stage profiles")
-    shipped = perseus_stage.shipped_fits(data)     # fitted once: notes, plots, shipped params
-    out += perseus_stage.run(data, shipped=shipped)
-    extras["stage_models"] = shipped
-    sxm = shipped["a100_sxm"]
-    say("(a') kernel model on Perseus stage profiles")
-    out += perseus_stage.run_kernel_model(data)
-    say("(b) Perseus measured plans")
-    res, prm = perseus_plans.run(data, sxm.vf_)
-    out += res
-    extras["plan_params"] = prm
-    say("(c) Guerreiro GTX Titan X")
-    res, gm = guerreiro.run(data)
-    out += res
-    extras["guerreiro_model"] = gm
-    say("(d) Zeus power-limit traces")
-    out += zeus.run(data)
+    shipped = None
+    if want & {"perseus-stage", "perseus-plans"}:
+        say("(a) Perseus stage profiles")
+        shipped = perseus_stage.shipped_fits(data)     # fitted once: notes, plots, plans' V-f
+        extras["stage_models"] = shipped
+        if "perseus-stage" in want:
+            out += perseus_stage.run(data, shipped=shipped)
+    if "perseus-kernel" in want:
+        say("(a') kernel model fitted at kernel level on Perseus stage profiles")
+        res, kfits = perseus_kernel.run(data)
+        out += res
+        extras["kernel_fits"] = kfits
+    if "perseus-plans" in want:
+        say("(b) Perseus measured plans")
+        res, prm = perseus_plans.run(data, shipped["a100_sxm"].vf_)  # type: ignore[index]
+        out += res
+        extras["plan_params"] = prm
+    if "guerreiro" in want:
+        say("(c) Guerreiro GTX Titan X")
+        res, gm = guerreiro.run(data)
+        out += res
+        extras["guerreiro_model"] = gm
+    if "zeus-power-limit" in want:
+        say("(d) Zeus power-limit traces")
+        out += zeus.run(data)
+    if "gpuptx" in want:
+        say("(e) gpuPTXModel GTX Titan X: time and power over core x memory clocks")
+        res, titanx = gpuptx.run(data)
+        out += res
+        extras["titanx_params"] = titanx
+    if "spaan-table1" in want:
+        say("(f) RTX 3080 Ti on Spaan et al. Table 1 (published per-kernel figures)")
+        res, sp = spaan.run(data)
+        out += res
+        extras["spaan"] = sp
     return ValidationRun(out, extras)
 
 
@@ -72,7 +104,7 @@ def plot_all(run: ValidationRun, img_dir: Path) -> list[Path]:
     paths = []
     # (a) one A40 and one A100 series over clock: measured vs modeled, calibration clocks marked
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
-    for col, gpu in enumerate(("a100_sxm", "a40")):
+    for col, gpu in enumerate(("a100_sxm", "a40") if "stage_models" in run.extras else ()):
         sd_model = run.extras["stage_models"][gpu]
         from .perseus_stage import load_stage_profiles  # local: cheap
 
