@@ -19,3 +19,17 @@ def fmt_pct(x: float | None, digits: int = 2, *, signed: bool = True, missing: s
         return missing
     v = (0.0 if abs(x) < 0.5 * 10.0 ** -(digits + 2) else x) * 100
     return f"{v:+.{digits}f} %" if signed else f"{v:.{digits}f} %"
+
+
+def fmt_range(lo: float | None, hi: float | None, digits: int = 1) -> str:
+    """A 5–95 % range of fractions as ``"[-13.6, -9.9]"`` (percent, low first); ``"–"`` when
+    either end is missing."""
+    if lo is None or hi is None:
+        return "–"
+    a, b = sorted((lo, hi))
+
+    def one(x: float) -> str:
+        v = 0.0 if abs(x) < 0.5 * 10.0 ** -(digits + 2) else x * 100
+        return f"{v:+.{digits}f}"
+
+    return f"[{one(a)}, {one(b)}]"

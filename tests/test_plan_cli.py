@@ -63,16 +63,30 @@ def test_plan_errors_name_the_problem(tmp_path, capsys):
     assert "cannot parse duration" in capsys.readouterr().err
 
 
-def test_demo_writes_report_and_labels_every_figure(tmp_path, capsys):
-    rep = tmp_path / "rep"
-    doc = _run_json(capsys, ["demo", "--report", str(rep), "--json"])
-    labels = [r["label"] for r in doc["rows"]]
+@pytest.fixture(scope="module")
+def demo_json(tmp_path_factory):
+    """``joulebound demo --json`` run once for the module (it plans two settings)."""
+    import contextlib
+    import io
+
+    rep = tmp_path_factory.mktemp("demo") / "rep"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["demo", "--report", str(rep), "--json", "--draws", "8"]) == 0
+    return json.loads(buf.getvalue()), rep
+
+
+def test_demo_training_part_switch_aware_plans(demo_json):
+    doc, rep = demo_json
+    assert {"paper", "training", "per_kernel", "memory"} <= doc.keys()
+    tr = doc["training"]
+    labels = [r["label"] for r in tr["rows"]]
     for eps in ("+0%", "+1%"):
         for want in (f"iteration @{eps}", f"pass @{eps}", f"kernel @{eps}", f"phase L=0ms @{eps}",
                      f"phase L=1ms @{eps}", f"phase L=6ms @{eps}", f"phase L=20ms @{eps}",
                      f"phase L=150ms @{eps}"):
             assert want in labels
-    rows = {r["label"]: r for r in doc["rows"]}
+    rows = {r["label"]: r for r in tr["rows"]}
     for eps, cap in (("+0%", 0.0), ("+1%", 0.01)):
         # L = 0: the switch-aware plan is the kernel-level plan
         assert rows[f"phase L=0ms @{eps}"]["energy_delta"] == pytest.approx(
@@ -84,18 +98,43 @@ def test_demo_writes_report_and_labels_every_figure(tmp_path, capsys):
                    for v in (0, 1, 6, 20, 150))
     # the latency-blind kernel plan runs late when replayed at a real latency
     assert rows["kernel L-blind @L=6ms @+1%"]["replay"]["late_kernels"] > 0
+    # every modeled saving carries its range over parameter draws, around the central value
+    for r in tr["rows"]:
+        assert r["n_draws"] == 8 and r["energy_delta_lo"] <= r["energy_delta_hi"]
+    assert tr["model_heldout_error"]["check"] == "spaan-table1"
+    assert doc["memory"]["training"]["fits"] and not doc["memory"]["paper"]["fits"]
     html = (rep / "index.html").read_text()
-    assert "modeled" in html and "published" in html and "2601.08539" in html
+    assert "modeled" in html and "-0.00 %" not in html
     for png in ("pareto.png", "clocks.png", "categories.png", "latency.png"):
         assert (rep / png).stat().st_size > 1000
-    # every figure has a caption that states its provenance; no "-0.00 %" noise
     import re
 
     figs = re.findall(r"<figure><img src='([^']+)'.*?<figcaption>(.*?)</figcaption>", html, re.S)
     assert sorted(f for f, _ in figs) == ["categories.png", "clocks.png", "latency.png",
                                           "pareto.png"]
     assert all("modeled" in cap.lower() for _, cap in figs)
-    assert "-0.00 %" not in html
+
+
+def test_demo_paper_part_beside_published_figures(demo_json, shared_data):
+    doc, rep = demo_json
+    pa = doc["paper"]
+    rows = {r["label"]: r for r in pa["rows"]}
+    assert {"iteration @+0%", "pass @+0%", "kernel @+0%", "kernel @+1%"} <= rows.keys()
+    k = rows["kernel @+0%"]
+    assert k["time_delta"] <= 1e-9 and k["energy_delta"] < rows["pass @+0%"]["energy_delta"]
+    assert k["energy_delta_lo"] <= k["energy_delta"] + 0.02 and k["replan_energy_delta_lo"]
+    # no untested memory clock in any plan (810 / 405 MHz on GDDR6X)
+    assert pa["untested_mem_mhz_excluded"] == [810, 405]
+    assert all(c["mem_mhz"] not in (810, 405) for c in pa["plan"]["kernels"])
+    # the published figures as cited reference rows only
+    assert pa["published"] and all(p["provenance"] == "published" for p in pa["published"])
+    # per-kernel: the paper's Table 1 rows, published beside modeled
+    pk = doc["per_kernel"]
+    assert [r["row"] for r in pk] == list(range(19))
+    gelu = next(r for r in pk if r["kernel"] == "GELU")
+    assert gelu["paper_clock"] == "630/9501"
+    assert abs(gelu["model_time_delta_at_paper_clock"] - gelu["published_time_delta"]) < 0.01
+    assert (rep / "paper" / "index.html").exists()
 
 
 def _run_text(monkeypatch, argv, width=80):
@@ -122,41 +161,40 @@ def _section(text: str, start: str, end: str | None) -> str:
 
 
 def test_demo_table_reads_at_80_columns(tmp_path, monkeypatch):
-    text = _run_text(monkeypatch, ["demo", "--report", str(tmp_path / "rep")])
+    text = _run_text(monkeypatch, ["demo", "--report", str(tmp_path / "rep"), "--draws", "4"])
     lines = text.splitlines()
     assert max(map(len, lines)) <= 80
     assert "…" not in text  # no cell or header truncated by rich
-    # header: model, device, baseline per iteration, labeled modeled
     head = "\n".join(lines[:6])
-    assert "gpt3-xl" in head and "RTX 3080 Ti" in head and "ms and" in head and "modeled" in head
-    t1 = _section(text, "1. Switch-free plans", "2. Switch-aware")
-    t2 = _section(text, "2. Switch-aware", "3. Published")
-    t3 = _section(text, "3. Published", "4. Savings")
-    t4 = _section(text, "4. Savings", "What this means")
-    for t in (t1, t2, t4):
+    assert "gpt3-xl" in head and "RTX 3080 Ti" in head and "batch 40" in head
+    t1 = _section(text, "1. Switch-free plans, paper setting", "2. Published")
+    t2 = _section(text, "2. Published", "3b. Per kernel")
+    t3 = _section(text, "3. Switch-free plans, training step", "4. Switch-aware")
+    t4 = _section(text, "4. Switch-aware", "5. Savings")
+    t5 = _section(text, "5. Savings", "What this means")
+    for t in (t1, t3, t4, t5):
         assert "(modeled" in t.split("┏")[0]  # provenance in each of our tables' title
-    # table 1: one row per granularity with energy Δ, time Δ, switches at ε = 0 and 1 %
-    rows1 = {c[0]: c[1:] for c in map(_cells, t1.splitlines()) if c[0] in ("iteration", "pass",
-                                                                            "kernel")}
-    assert set(rows1) == {"iteration", "pass", "kernel"} and all(len(v) == 6 for v in rows1.values())
-    assert int(rows1["kernel"][2]) > 100 and rows1["iteration"][2] == "0"
-    assert float(rows1["kernel"][0].split()[0]) < float(rows1["pass"][0].split()[0]) <= 0
-    # table 2: five latencies per ε; switch-aware time within ε, L-blind replay late at L > 0
-    rows2 = [c for c in map(_cells, t2.splitlines()) if len(c) == 7 and c[1].endswith(" ms")]
-    assert [c[1] for c in rows2] == ["0 ms", "1 ms", "6 ms", "20 ms", "150 ms"] * 2
-    for c in rows2[:5]:
+    for t in (t1, t3):
+        rows = {c[0]: c for c in map(_cells, t.splitlines()) if len(c) == 6
+                and c[0] in ("iteration", "pass", "kernel")}
+        assert set(rows) == {"iteration", "pass", "kernel"}
+        assert rows["kernel"][3].startswith("[") and int(rows["kernel"][5]) > 100
+    flat = " ".join(text.split())
+    assert "range = 5-95 %" in flat and "held-out error" in flat
+    # table 4: five latencies per ε; switch-aware time within ε, L-blind replay late at L > 0
+    rows4 = [c for c in map(_cells, t4.splitlines()) if len(c) == 7 and c[1].endswith(" ms")]
+    assert [c[1] for c in rows4] == ["0 ms", "1 ms", "6 ms", "20 ms", "150 ms"] * 2
+    for c in rows4[:5]:
         assert float(c[3].split()[0]) <= 0.005  # aware time Δ at ε = 0
         if c[1] != "0 ms":
             assert float(c[6].split()[0]) > 1.0  # latency-blind kernel plan runs late
-    sw = [int(c[4]) for c in rows2[:5]]
+    sw = [int(c[4]) for c in rows4[:5]]
     assert sw == sorted(sw, reverse=True)
     # published figures only in their own cited table, never among our rows
-    assert "published" in t3 and "2601.08539" in t3.replace("\n", " ") and "-14.60 %" in t3
-    assert "-14.60 %" not in t1 + t2 + t4 and "published" not in t1 + t2
-    # the take-away quotes the tables' own numbers
+    assert "published" in t2 and "2601.08539" in t2.replace("\n", " ") and "-14.60 %" in t2
+    assert "-14.60 %" not in t1 + t3 + t4 + t5 and "published" not in t1 + t3 + t4
     end = text[text.index("What this means"):]
-    assert "(modeled)" in end and rows1["kernel"][0].lstrip("-") in end.replace("\n", " ")
-    assert "report:" in end and (tmp_path / "rep" / "index.html").exists()
+    assert "(modeled)" in end and "report:" in end and (tmp_path / "rep" / "index.html").exists()
     assert "-0.00 %" not in text
 
 
@@ -164,10 +202,15 @@ def test_plan_table_reads_at_80_columns(monkeypatch):
     text = _run_text(monkeypatch, ["plan", "gpt3-xl", "--device", "rtx3080ti", "--granularity",
                                    "all", "--switch-latency", "10ms"])
     assert max(map(len, text.splitlines())) <= 80 and "…" not in text
-    plans = _section(text, "Clock plans vs auto (modeled)", "Published reference")
+    plans = _section(text, "Clock plans vs auto (modeled)", "Parameter uncertainty")
     rows = {c[0]: c for c in map(_cells, plans.splitlines()) if len(c) == 7}
     assert {"iteration", "pass", "layer", "kernel"} <= rows.keys()
     assert int(rows["kernel"][6]) > 0  # the kernel plan's switches land late at L = 10 ms
     assert rows["phase L=10ms"][6] == "0"  # the switch-aware plan's do not
+    # the 5-95 % ranges over parameter draws, this plan and re-planned
+    ranges = _section(text, "Parameter uncertainty of the plans", "range = 5-95 %")
+    rr = {c[0]: c for c in map(_cells, ranges.splitlines()) if len(c) == 5}
+    assert rr["kernel"][2].startswith("[") and rr["kernel"][3].startswith("[")
+    assert rr["phase L=10ms"][3] == "–"      # switch-aware plans are not re-planned per draw
     assert "-14.60 %" not in plans and "-14.60 %" in _section(text, "Published reference",
                                                               "Savings by kernel category")

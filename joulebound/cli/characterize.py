@@ -9,10 +9,15 @@ import typer
 from ._common import console, print_json
 
 JSON_HELP = ("Print JSON: device, trace, n_kernels, n_configs, provenance (modeled | measured | "
-             "measured+modeled), measured_cells, params_calibration (fit | transfer | none), "
-             "power_limit_w, capped_cells_fraction, iteration (per config label: time_s, "
-             "energy_j, avg_power_w — whole-trace sums, modeled unless all cells measured), "
-             "best_energy_config, output (the .npz path or null).")
+             "measured+modeled), measured_cells, params_calibration (fit | published | transfer | "
+             "none), power_limit_w, capped_cells_fraction, untested_mem_mhz_excluded, iteration "
+             "(per config label: time_s, energy_j, avg_power_w — whole-trace sums, modeled unless "
+             "all cells measured), best_energy_config, best_energy_delta (vs auto, fraction), "
+             "best_energy_delta_lo / _hi (5-95 % over parameter draws, null without draws), "
+             "bytes_sensitivity ({0.5, 1, 2}: best_energy_delta with every kernel's DRAM bytes "
+             "scaled), model_heldout_error, output, csv (paths or null).")
+CSV_COLUMNS = ("kernel_index", "name", "category", "phase", "layer", "core_mhz", "mem_mhz",
+               "time_s", "energy_j", "provenance")
 
 
 def characterize_cmd(
@@ -25,6 +30,13 @@ def characterize_cmd(
                                   "power activity are fitted to its cells (3 clocks suffice), the "
                                   "other clocks are modeled from the fit, measured cells are kept."),
     output: Path = typer.Option(None, "-o", "--output", help="Write the Characterization (.npz)."),
+    csv_out: Path = typer.Option(None, "--csv", help="Write one CSV row per (kernel, clock "
+                                 "config): kernel_index, name, category, phase, layer, core_mhz "
+                                 "and mem_mhz (MHz or 'auto'), time_s, energy_j, provenance "
+                                 "(measured | modeled)."),
+    allow_untested_clocks: bool = typer.Option(
+        False, "--allow-untested-clocks", help="Also characterize memory clocks never measured "
+        "on this GPU's memory technology (e.g. 810/405 MHz on GDDR6X)."),
     batch: int = typer.Option(None, help="Override the preset's batch size."),
     seq: int = typer.Option(None, help="Override the preset's sequence length."),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -52,17 +64,25 @@ def characterize_cmd(
         if measured is not None:
             char = characterize_with_measurements(tr, spec, measured)
         else:
-            char = characterize(tr, spec)
+            char = characterize(tr, spec, allow_untested=allow_untested_clocks)
         name = tr.name
     else:
         char = from_measured(measured, spec)
         name = str(measured)
     if output is not None:
         char.save(output)
+    if csv_out is not None:
+        write_csv(char, tr if trace is not None else None, csv_out)
     it_t = char.time_s.sum(axis=0)
     it_e = char.energy_j.sum(axis=0)
     best = int(np.argmin(it_e))
     auto = char.auto_index
+    best_delta = float(it_e[best] / it_e[auto] - 1) if auto is not None else None
+    lo = hi = None
+    sens: dict[str, float] = {}
+    heldout = {}
+    if trace is not None and measured is None and auto is not None:
+        lo, hi, sens, heldout = _uncertainty(tr, spec, char, best)
     top = next((j for j, c in enumerate(char.configs)
                 if c.core_mhz == spec.max_core_mhz and c.mem_mhz == spec.max_mem_mhz), None)
     prov = char.provenance()
@@ -77,8 +97,13 @@ def characterize_cmd(
             "iteration": {c.label: {"time_s": float(it_t[j]), "energy_j": float(it_e[j]),
                                     "avg_power_w": float(it_e[j] / it_t[j])}
                           for j, c in enumerate(char.configs)},
+            "untested_mem_mhz_excluded": char.meta.get("untested_mem_mhz_excluded", []),
             "best_energy_config": char.configs[best].label,
-            "output": str(output) if output else None})
+            "best_energy_delta": best_delta, "best_energy_delta_lo": lo,
+            "best_energy_delta_hi": hi, "bytes_sensitivity": sens or None,
+            "model_heldout_error": heldout or None,
+            "output": str(output) if output else None,
+            "csv": str(csv_out) if csv_out else None})
         return
     from rich.table import Table
 
@@ -92,9 +117,84 @@ def characterize_cmd(
         t.add_row(f"{label}: {char.configs[j].label}", f"{it_t[j]:.4f}", f"{it_e[j]:.2f}",
                   f"{it_e[j] / it_t[j]:.1f}", char.provenance(j))
     console.print(t)
+    from ..fmt import fmt_pct, fmt_range
+
+    if best_delta is not None:
+        line = (f"least-energy pair {char.configs[best].label}: {fmt_pct(best_delta)} energy vs "
+                f"auto ({prov})")
+        if lo is not None:
+            line += f", 5-95 % over parameter draws {fmt_range(lo, hi)} %"
+        if sens:
+            line += ("; with every kernel's DRAM bytes x0.5 / x2: "
+                     f"{fmt_pct(sens['0.5'])} / {fmt_pct(sens['2'])}")
+        console.print(line, highlight=False)
+    if heldout.get("time_mape") is not None:
+        console.print(f"model held-out error on real data: {heldout['time_mape']:.1f} % time, "
+                      f"{heldout['energy_mape']:.1f} % energy MAPE ({heldout.get('check')})",
+                      highlight=False)
+    excl = char.meta.get("untested_mem_mhz_excluded") or []
+    if excl:
+        console.print(f"memory clocks {', '.join(map(str, excl))} MHz left out: never measured on "
+                      f"{spec.memory_type or 'this'} memory (--allow-untested-clocks to include)",
+                      highlight=False)
     console.print(f"{char.n_kernels} kernels x {char.n_configs} configs; parameters: "
                   f"{char.meta.get('params_calibration', 'measured')}"
-                  + (f"; wrote {output}" if output else ""))
+                  + (f"; wrote {output}" if output else "")
+                  + (f"; wrote {csv_out}" if csv_out else ""))
+
+
+def _uncertainty(tr, spec, char, best: int):  # noqa: ANN001, ANN202
+    """The least-energy config's saving over parameter draws (5-95 %) and with DRAM bytes x0.5
+    and x2; the parameters' held-out error."""
+    import numpy as np
+
+    from ..dvfs.model import characterize, params_for, trace_work
+    from ..dvfs.uncertainty import QUANTILES, draw_characterizations
+
+    prm = params_for(spec)
+    cfgs = [char.configs[char.auto_index], char.configs[best]]
+
+    def delta(c) -> float:  # noqa: ANN001
+        e = c.energy_j.sum(axis=0)
+        return float(e[1] / e[0] - 1)
+
+    lo = hi = None
+    chars = draw_characterizations(tr, spec, prm, cfgs)
+    if chars:
+        d = np.array([delta(c) for c in chars])
+        lo, hi = float(np.quantile(d, QUANTILES[0])), float(np.quantile(d, QUANTILES[1]))
+    sens = {}
+    for k in (0.5, 1, 2):
+        w = trace_work(tr, spec, prm)
+        w.tm_max = w.tm_max * k
+        sens[f"{k:g}"] = delta(characterize(tr, spec, configs=cfgs, include_auto=False,
+                                            params=prm, work=w))
+    return lo, hi, sens, prm.heldout
+
+
+def write_csv(char, trace, path: Path) -> None:  # noqa: ANN001
+    """One row per (kernel, config) of ``char`` (columns :data:`CSV_COLUMNS`)."""
+    import csv
+
+    from ..errors import JouleboundError
+
+    try:
+        fh = Path(path).open("w", newline="")
+    except OSError as exc:
+        raise JouleboundError(f"cannot write {path}: {exc.strerror}") from None
+    with fh:
+        w = csv.writer(fh)
+        w.writerow(CSV_COLUMNS)
+        ks = trace.kernels if trace is not None else None
+        for i, name in enumerate(char.kernel_names):
+            k = ks[i] if ks is not None else None
+            for j, c in enumerate(char.configs):
+                w.writerow([i, name, k.category if k else "", k.phase if k else "",
+                            "" if k is None or k.layer is None else k.layer,
+                            "auto" if c.core_mhz is None else c.core_mhz,
+                            "auto" if c.mem_mhz is None else c.mem_mhz,
+                            f"{char.time_s[i, j]:.6e}", f"{char.energy_j[i, j]:.6e}",
+                            "measured" if char.measured[i, j] else "modeled"])
 
 
 def register(app: typer.Typer) -> None:

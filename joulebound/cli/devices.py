@@ -186,6 +186,7 @@ def show_command(
         doc["ridge_point_flop_per_byte"] = spec.ridge_point
         doc["provenance"] = "published"
         doc["estimates"] = sorted(k for k in spec.sources if _is_estimate(spec, k))
+        doc["model_params"] = model_params_json(spec)
         print_json(doc)
         return
     t = Table(title=f"{spec.product_name} ({spec.name}) — {device_origin(spec.name)}",
@@ -222,6 +223,7 @@ def show_command(
          src.get("mem_bandwidth_bps", "-")),
         ("ridge point (bf16)", f"{spec.ridge_point:.0f} FLOP/B", "peak bf16 / bandwidth"),
         ("memory", f"{spec.memory_bytes / 2**30:.1f} GiB", src.get("memory_bytes", "-")),
+        ("memory type", spec.memory_type or "-", src.get("memory_type", "-")),
         ("SMs", _fmt(spec.sm_count or None), src.get("sm_count", "-")),
         ("power limit default", f"{spec.power_limit_default_w:g} W",
          src.get("power_limit_default_w", "-")),
@@ -239,7 +241,7 @@ def show_command(
              "boost_core_mhz", "default_mem_mhz", "max_mem_mhz", "peak_flops",
              "mem_bandwidth_bps", "memory_bytes", "sm_count", "power_limit_default_w",
              "power_limit_min_w", "power_limit_max_w", "idle_power_w", "switch_latency_s",
-             "sensor_period_s", "vf_curve", "product_name"}
+             "sensor_period_s", "vf_curve", "product_name", "memory_type"}
     rows += [(k, "", v) for k, v in src.items() if k not in known]
     for field, value, source in rows:
         style = "yellow" if "estimate" in source.lower() else None
@@ -247,6 +249,59 @@ def show_command(
     console.print(t)
     console.print("Values are published (datasheets, nvidia-smi tables) unless the source says "
                   "estimate (yellow).", style="dim")
+    console.print()
+    console.print(model_params_table(spec))
+
+
+def _param_value(prm, name: str) -> str:  # noqa: ANN001
+    """A short text of one model parameter's value (see joulebound.dvfs.model.params)."""
+    v = getattr(prm, name)
+    if name == "vf":
+        return f"knee {v.knee_mhz:.0f} MHz, floor {v.v_min:.2f}"
+    if name == "mem_v":
+        return ", ".join(f"{a:.2f}:{b:.2f}" for a, b in v)
+    if isinstance(v, dict):
+        keys = ("gemm", "attention", "elementwise", "softmax", "norm")
+        return ", ".join(f"{k} {v[k]:.2f}" for k in keys if k in v)
+    if v is None:
+        return "top of table"
+    return f"{v:.4g}"
+
+
+def model_params_json(spec: DeviceSpec) -> dict[str, Any]:
+    from ..dvfs.model.params import PARAMETERS, params_for
+
+    prm = params_for(spec)
+    defaulted = set(prm.defaulted())
+    return {"calibration": prm.calibration, "heldout": prm.heldout, "n_draws": len(prm.draws),
+            "defaulted": sorted(defaulted),
+            "params": {k: {"value": _param_value(prm, k), "unit": PARAMETERS[k],
+                           "source": "default" if k in defaulted else next(
+                               (v for s, v in prm.sources.items()
+                                if k in s.replace(",", " ").split()), "")}
+                       for k in PARAMETERS}}
+
+
+def model_params_table(spec: DeviceSpec):  # noqa: ANN201 - rich Table
+    """The GPU model's parameters for this device: value, source, and 'default' (yellow) for
+    those nobody fitted."""
+    from rich.table import Table
+
+    doc = model_params_json(spec)
+    h = doc["heldout"] or {}
+    err = (f"; held-out {h['time_mape']:.1f} % time / {h['energy_mape']:.1f} % energy "
+           f"({h.get('check')})" if h.get("time_mape") is not None else "")
+    t = Table(title=f"GPU model parameters ({doc['calibration']}, {doc['n_draws']} bootstrap "
+              f"draws{err})", title_justify="left")
+    t.add_column("parameter")
+    t.add_column("value", justify="right")
+    t.add_column("source", overflow="fold")
+    for k, d in doc["params"].items():
+        t.add_row(k, d["value"], d["source"], style="yellow" if d["source"] == "default" else None)
+    t.caption = (f"default (yellow) = not fitted on any data: {', '.join(doc['defaulted'])}"
+                 if doc["defaulted"] else "every parameter fitted")
+    t.caption_justify = "left"
+    return t
 
 
 def import_command(

@@ -7,15 +7,21 @@ from typing import Annotated
 
 import typer
 
-from ..fmt import fmt_pct
+from ..fmt import fmt_pct, fmt_range
 
 HELP = """Plan GPU clocks for one training iteration and compare with the auto governor.
 
 TARGET is a model preset (gpt3-xl, gpt2-small, bert-base, ...) or a trace file (joulebound
 trace JSON or a torch.profiler/Kineto export). Each kernel's time and energy at every supported
-(core, memory) clock pair come from joulebound's GPU model (modeled), or from a measured
-characterization given with --characterization (.npz; trace kernels it lacks are named in the
-error).
+(core, memory) clock pair — plus the per-domain governed configs (auto/MEM: memory locked, core
+left to the governor; CORE/auto: the reverse) — come from joulebound's GPU model (modeled), or
+from a measured characterization given with --characterization (.npz; trace kernels it lacks
+are named in the error). Memory clocks never measured on the GPU's memory technology (810 and
+405 MHz on GDDR6X) are left out unless --allow-untested-clocks.
+
+Every modeled energy change is printed with its 5-95 % range over refits of the device
+parameters on resampled calibration data (--draws) and the model's held-out error on real
+data.
 
 The table has one row per granularity (iteration: one clock pair for everything; pass: one per
 forward / backward / optimizer; layer: one per layer and pass; kernel: one per kernel) with
@@ -31,7 +37,10 @@ with -o. The tables fit an 80-column terminal.
 baseline {config, time_s, energy_j, provenance}, rows [{label, granularity, objective, slowdown,
 plan_switch_latency_s, energy_delta, time_delta, switches, predicted_energy_j, predicted_time_s,
 provenance, solver, gap_bound, replay {switch_latency_s, energy_delta, time_delta, switches,
-late_kernels, provenance}}], published [{granularity, energy_delta, time_delta, what,
+late_kernels, provenance}, energy_delta_lo, energy_delta_hi, time_delta_lo, time_delta_hi (the
+plan re-evaluated under each parameter draw, 5-95 %), replan_energy_delta_lo/hi (re-planned
+under each draw; switch-free plans), n_draws, quantiles, covers (null ranges: no draws)}],
+model_heldout_error {check, time_mape, energy_mape, ...}, untested_mem_mhz_excluded, published [{granularity, energy_delta, time_delta, what,
 provenance, source}], plan {label, per_category [{category, kernels, baseline_energy_j,
 plan_energy_j, saved_j, energy_delta, time_delta, share_of_saving, provenance}], kernels
 [{index, name, category, phase, layer, clock, core_mhz, mem_mhz}]} (the plan saved with -o:
@@ -52,6 +61,12 @@ def plan_command(
         "and replays plans at this latency).")] = None,
     characterization: Annotated[Path | None, typer.Option(
         help="Measured characterization (.npz) instead of the model.")] = None,
+    allow_untested_clocks: Annotated[bool, typer.Option(
+        "--allow-untested-clocks", help="Also plan memory clocks never measured on this GPU's "
+        "memory technology (e.g. 810/405 MHz on GDDR6X); nothing checks the model there.")] = False,
+    draws: Annotated[int, typer.Option(
+        help="Parameter draws for the 5-95 % intervals (0 = none; default: all shipped).",
+        min=0)] = 24,
     tie: Annotated[bool, typer.Option(help="One clock pair for identical kernel invocations.")] = False,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the plan JSON here.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write an HTML report into this folder.")] = None,
@@ -69,7 +84,8 @@ def plan_command(
 
     lat = None if switch_latency is None else parse_duration(switch_latency)
     study, label = _run(target, device, slowdown, objective, grans, lat, characterization, tie,
-                        quiet=as_json, frontier=report is not None)
+                        quiet=as_json, frontier=report is not None,
+                        allow_untested=allow_untested_clocks, n_draws=draws)
     main = study.row(label)
     if output is not None:
         main.plan.meta["label"] = label
@@ -94,27 +110,36 @@ def plan_command(
 
 
 def _run(target, device, slowdown, objective, grans, lat, characterization, tie, quiet,
-         frontier=True):
+         frontier=True, allow_untested=False, n_draws=24):
     """Load the trace, characterize (or load and align), run the study; the Pareto frontiers
-    (seconds of solver work) only when ``frontier`` (the HTML report plots them)."""
+    (seconds of solver work) only when ``frontier`` (the HTML report plots them); intervals
+    from ``n_draws`` parameter draws (modeled characterizations only)."""
     from contextlib import nullcontext
 
     from ..dvfs.characterization import Characterization
-    from ..dvfs.model import characterize
+    from ..dvfs.model import characterize, params_for, resolve_device
     from ..dvfs.solve import align
     from ..dvfs.solve.study import run_study
+    from ..dvfs.uncertainty import study_intervals
     from ..workload import load_trace
     from ._common import console
 
     trace = load_trace(target)
+    spec = resolve_device(device)
     if characterization is not None:
         char = align(Characterization.load(characterization), trace)
     else:
-        char = characterize(trace, device)
-    with console.status("planning ...", spinner="dots") if not quiet else nullcontext():
+        char = characterize(trace, spec, allow_untested=allow_untested)
+    with console.status("planning ...", spinner="dots") if not quiet else nullcontext() as st:
         study = run_study(trace, char, granularities=grans, slowdowns=[slowdown],
                           objective=objective, latencies=[lat] if lat is not None else None,
                           replay_latency_s=lat or 0.0, frontier=frontier, tie=tie)
+        if characterization is None and n_draws:
+            if st is not None:
+                st.update("intervals over parameter draws ...")
+            study.meta["intervals"] = study_intervals(study, trace, spec, params_for(spec),
+                                                      n_draws)
+        study.meta["heldout"] = params_for(spec).heldout if characterization is None else {}
     label = next((r.label for r in study.rows if r.granularity == "phase"), None) or study.rows[
         [r.granularity for r in study.rows].index(grans[-1])].label
     return study, label
@@ -129,12 +154,40 @@ def study_json(study, target, objective, slowdown, lat, label) -> dict:
         "slowdown": slowdown, "switch_latency_s": lat,
         "baseline": {"config": study.baseline_config, "time_s": study.baseline_time_s,
                      "energy_j": study.baseline_energy_j, "provenance": study.char.provenance()},
-        "rows": [r.to_json() for r in study.rows],
+        "rows": [dict(r.to_json(), **_interval_json(study, r.label)) for r in study.rows],
+        "model_heldout_error": study.meta.get("heldout") or None,
+        "untested_mem_mhz_excluded": study.char.meta.get("untested_mem_mhz_excluded", []),
         "published": study.published,
         "plan": {"label": label,
                  "per_category": category_savings(study.trace, study.char, main.plan),
                  "kernels": kernel_clocks(study.trace, main.plan)},
     }
+
+
+def _interval_json(study, label: str) -> dict:
+    """``energy_delta_lo/hi`` etc. of a row (None when the parameters carry no draws)."""
+    iv = study.meta.get("intervals", {}).get(label)
+    if iv is None:
+        return {"energy_delta_lo": None, "energy_delta_hi": None, "time_delta_lo": None,
+                "time_delta_hi": None, "replan_energy_delta_lo": None,
+                "replan_energy_delta_hi": None}
+    return iv.to_json()
+
+
+def interval_note(study) -> str:
+    """One line saying what the ranges cover and the model's held-out error."""
+    ivs = study.meta.get("intervals") or {}
+    h = study.meta.get("heldout") or {}
+    err = ""
+    if h.get("time_mape") is not None:
+        err = (f"; the model's held-out error on real data: {h['time_mape']:.1f} % time, "
+               f"{h['energy_mape']:.1f} % energy MAPE ({h.get('check', '')})")
+    if not ivs:
+        return ("No range: these device parameters carry no calibration draws (defaults)" + err
+                if study.char.meta.get("params_calibration") == "none" else err.lstrip("; "))
+    n = next(iter(ivs.values())).n_draws
+    return (f"range = 5-95 % of the plan's energy Δ over {n} refits of the device parameters "
+            f"on resampled calibration data (parameter uncertainty only)" + err)
 
 
 def provenance_of(rows) -> str:
@@ -231,6 +284,32 @@ def plans_table(study, lat: float | None, title: str | None = None):
     return t
 
 
+def ranges_table(study, title: str | None = None):  # noqa: ANN001, ANN201 - rich Table
+    """Each plan's energy Δ with its 5-95 % range over parameter draws: the plan re-evaluated
+    under each draw, and (switch-free plans) re-planned under each draw; ``None`` without
+    draws."""
+    from rich.table import Table
+
+    ivs = study.meta.get("intervals") or {}
+    if not ivs:
+        return None
+    t = Table(title=title or f"Parameter uncertainty of the plans ({provenance_of(study.rows)})",
+              title_justify="left")
+    for col in ("plan", "energy Δ", "energy Δ 5-95 %\nthis plan", "energy Δ 5-95 %\nre-planned",
+                "time Δ 5-95 %\nthis plan"):
+        t.add_column(col, justify="left" if col == "plan" else "right", no_wrap=True)
+    seen = set()
+    for r in study.rows:
+        iv = ivs.get(r.label)
+        if iv is None or "blind" in r.label or r.label in seen:
+            continue
+        seen.add(r.label)
+        t.add_row(r.label, fmt_pct(r.plan.energy_delta), fmt_range(iv.energy_lo, iv.energy_hi),
+                  fmt_range(iv.replan_energy_lo, iv.replan_energy_hi),
+                  fmt_range(iv.time_lo, iv.time_hi))
+    return t
+
+
 def render(study, label: str, lat: float | None, title: str | None = None) -> None:
     """Print a header line, the plans table, the published reference table and per-category
     savings (each table labeled with its provenance)."""
@@ -241,6 +320,13 @@ def render(study, label: str, lat: float | None, title: str | None = None) -> No
                   f"{baseline_line(study)}. Δ = change vs this baseline.", highlight=False)
     console.print()
     console.print(plans_table(study, lat, title))
+    rt = ranges_table(study)
+    if rt is not None:
+        console.print()
+        console.print(rt)
+    note = interval_note(study)
+    if note:
+        console.print(note, highlight=False)
     pub = published_table(study)
     if pub is not None:
         console.print()
