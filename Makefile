@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test bench lint clean
+.PHONY: venv demo test bench lint wheel clean
 
 venv: $(STAMP)
 
@@ -29,5 +29,14 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check joulebound tests benchmarks
 
+# a wheel in dist/ (what `pip install .` installs), checked to carry the package data
+wheel: $(STAMP)
+	rm -rf dist
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist .
+	$(BIN)/python -c "import glob, zipfile; w = glob.glob('dist/joulebound-*.whl'); \
+	names = zipfile.ZipFile(w[0]).namelist(); \
+	assert 'joulebound/devices/data/rtx3080ti.toml' in names, 'catalog TOMLs missing'; \
+	print(w[0], len(names), 'files')"
+
 clean:
-	rm -rf $(VENV) joulebound-report .pytest_cache
+	rm -rf $(VENV) joulebound-report .pytest_cache dist build

@@ -34,6 +34,20 @@ app = typer.Typer(
 err_console = Console(stderr=True)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"joulebound {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Predict, measure and cut the energy of transformer training on GPUs."""
+
+
 #: ``--help`` panels, in pipeline order; a command not listed goes under "Other".
 PANELS: dict[str, tuple[str, ...]] = {
     "Start here": ("demo",),
