@@ -42,22 +42,30 @@ Deltas are fractions (-0.05 = 5 % less)."""
 def plan_command(
     target: Annotated[str, typer.Argument(help="Model preset or trace file.")],
     device: Annotated[str, typer.Option("--device", "-d", help="GPU catalog name, e.g. rtx3080ti.")],
-    slowdown: Annotated[float, typer.Option(help="Allowed slowdown vs auto (0.01 = 1 %).")] = 0.0,
+    slowdown: Annotated[str, typer.Option(
+        help="Allowed slowdown vs auto: 1% or 0.01 (a bare number >= 1 is refused without "
+        "--force: 5 would be +500 %).")] = "0",
     objective: Annotated[str, typer.Option(
         help="waste (least energy within the time budget) or edp / ed2p (least energy·time^n; "
         "a nonzero --slowdown caps the slowdown).")] = "waste",
     granularity: Annotated[str, typer.Option(help="kernel, layer, pass, iteration or all.")] = "all",
     switch_latency: Annotated[str | None, typer.Option(
-        "--switch-latency", help="Clock-switch latency, e.g. 10ms (adds the switch-aware plan "
-        "and replays plans at this latency).")] = None,
+        "--switch-latency", help="Clock-switch latency with a unit, e.g. 10ms (a bare number is "
+        "seconds). Default: the device's catalog latency (published or a labeled estimate); 0 "
+        "plans as if switching were free.")] = None,
     characterization: Annotated[Path | None, typer.Option(
         help="Measured characterization (.npz) instead of the model.")] = None,
     tie: Annotated[bool, typer.Option(help="One clock pair for identical kernel invocations.")] = False,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the plan JSON here.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write an HTML report into this folder.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (keys in --help).")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Accept a --slowdown of 1 or more (+100 % or more).")] = False,
 ) -> None:
     from ..errors import JouleboundError
+    from ..units import parse_fraction
+
+    slowdown_f = parse_fraction(slowdown, "--slowdown", force=force)
 
     if objective not in ("waste", "relaxed", "edp", "ed2p"):
         raise JouleboundError(f"unknown --objective {objective!r}; one of waste, relaxed, edp, ed2p")
@@ -65,9 +73,12 @@ def plan_command(
     if any(g not in ("iteration", "pass", "layer", "kernel") for g in grans):
         raise JouleboundError(f"unknown --granularity {granularity!r}; one of kernel, layer, pass, "
                               "iteration, all")
-    from ..dvfs.switching import parse_duration
+    lat, lat_note = plan_latency(switch_latency, device)
+    if lat_note:
+        from ._common import err_console
 
-    lat = None if switch_latency is None else parse_duration(switch_latency)
+        err_console.print(f"[yellow]note:[/] {lat_note}", highlight=False)
+    slowdown = slowdown_f
     study, label = _run(target, device, slowdown, objective, grans, lat, characterization, tie,
                         quiet=as_json, frontier=report is not None)
     main = study.row(label)
@@ -91,6 +102,26 @@ def plan_command(
         console.print(f"plan ({label}) written to {output}")
     if index is not None:
         console.print(f"report written to {index}")
+
+
+def plan_latency(text: str | None, device: str) -> tuple[float | None, str | None]:
+    """The switch latency to plan with (s) and a note for the user (or ``None``).
+
+    ``text`` from ``--switch-latency``; without it the device's catalog latency (published or a
+    labeled estimate), or ``None`` (switching free) when the entry has none. ``0`` = free."""
+    from ..units import duration_warning, parse_duration
+
+    if text is not None:
+        return parse_duration(text), duration_warning(text, "--switch-latency")
+    from ..devices.latency import device_switch_latency
+
+    dl = device_switch_latency(device)
+    if dl is None:
+        return None, (f"{device} has no clock-switch latency in the catalog: planning as if "
+                      "switching were free; pass --switch-latency (e.g. 20ms)")
+    return dl.seconds, (f"planning for the {device} clock-switch latency {dl.describe()}; "
+                        "--switch-latency L overrides it, --switch-latency 0 plans as if "
+                        "switching were free")
 
 
 def _run(target, device, slowdown, objective, grans, lat, characterization, tie, quiet,
