@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import JouleboundError
 from .meter import EnergyMeter, WindowResult
+from .status import FAILED, from_returncode
 
 
 @dataclass
@@ -84,7 +85,7 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
         proc = subprocess.Popen(list(cmd), stdout=child_stdout)
     except OSError as exc:
         meter.end_window(window, sync=False, cancel=True)
-        meter.close(status="failed", exit_code=127)
+        meter.close(status=FAILED, exit_code=127)
         raise JouleboundError(f"cannot run {cmd[0]!r}: {exc.strerror or exc}") from exc
 
     def forward(signum: int, _frame: object) -> None:
@@ -112,7 +113,9 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
     res = meter.end_window(window, sync=False)
     sig = -rc if rc < 0 else None
     code = 128 + sig if sig is not None else rc
-    status = "ok" if rc == 0 else (f"killed by {signal.Signals(sig).name}" if sig else "failed")
+    status, _ = from_returncode(rc)
+    if sig is not None:
+        meter.backend.notes.append(f"the command was killed by {signal.Signals(sig).name}")
     notes = meter.notes
     meter.close(status=status, exit_code=code)
     return CommandResult(command=list(cmd), exit_code=code, signal=sig, window=res, notes=notes,

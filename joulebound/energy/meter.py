@@ -32,12 +32,15 @@ samples (trapezoid rule, with reads at both edges). Every result carries its pro
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import os
 import socket
 import threading
 import time
 import uuid as uuidlib
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -45,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import JouleboundError, did_you_mean
 from .base import Backend, NoneBackend
 from .sampler import Sample, Sampler
+from .status import FAILED, FINISHED, from_exception
 
 if TYPE_CHECKING:  # pragma: no cover
     from .store import Store
@@ -300,6 +304,10 @@ class EnergyMeter:
         if self.channels and interval_s > 0:
             self.sampler.start()
         self._closed = False
+        # close the run at interpreter exit if nobody does (a weak reference: the meter may
+        # still be garbage collected; close() unregisters this)
+        self._atexit = functools.partial(_close_at_exit, weakref.ref(self))
+        atexit.register(self._atexit)
 
     # -- info ---------------------------------------------------------------------------------
     @property
@@ -484,12 +492,14 @@ class EnergyMeter:
         return _Window(self, name)
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def close(self, status: str = "finished", exit_code: int | None = None) -> None:
-        """Stop the sampler, flush samples to the store, end the run (``status``, ``exit_code``),
-        release the sensor. Idempotent."""
+    def close(self, status: str = FINISHED, exit_code: int | None = None) -> None:
+        """Stop the sampler, flush samples to the store, end the run (``status``, one of
+        :data:`~joulebound.energy.status.STATUSES`; ``exit_code``), release the sensor.
+        Idempotent; also called at interpreter exit for a meter nobody closed."""
         if self._closed:
             return
         self._closed = True
+        atexit.unregister(self._atexit)
         self.sampler.stop()
         if self.store is not None:
             self.store.end_run(self.run_id, status=status, exit_code=exit_code, notes=self.notes)
@@ -498,12 +508,32 @@ class EnergyMeter:
     def __enter__(self) -> EnergyMeter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        status, code = from_exception(exc)
+        self.close(status=status, exit_code=code)
 
     def __del__(self) -> None:  # pragma: no cover - best effort
         with contextlib.suppress(Exception):
             self.sampler._stop.set()
+
+
+def _close_at_exit(ref: weakref.ReferenceType[EnergyMeter]) -> None:
+    """``atexit`` handler: close a meter left open, as ``failed`` after an uncaught exception."""
+    meter = ref()
+    if meter is None or meter._closed:
+        return
+    import sys
+
+    exc = getattr(sys, "last_value", None)
+    if exc is not None:
+        meter.backend.notes.append(f"closed at interpreter exit after an uncaught "
+                                   f"{type(exc).__name__}")
+        status, code = FAILED, 1
+    else:
+        meter.backend.notes.append("closed at interpreter exit (close() was not called)")
+        status, code = FINISHED, None
+    with contextlib.suppress(Exception):
+        meter.close(status=status, exit_code=code)
 
 
 class _Window(contextlib.ContextDecorator):
