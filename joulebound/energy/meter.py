@@ -53,7 +53,7 @@ from .status import FAILED, FINISHED, from_exception
 if TYPE_CHECKING:  # pragma: no cover
     from .store import Store
 
-BACKENDS = ("auto", "nvml", "rapl", "simulated", "replay", "none")
+BACKENDS = ("auto", "nvml", "rapl", "cpu-model", "simulated", "replay", "none")
 
 
 @dataclass
@@ -69,6 +69,8 @@ class DeviceEnergy:
         source: e.g. ``"nvml.energy_counter"``, ``"nvml.power_integration"``, ``"simulated"``.
         kind: ``"gpu"``, ``"cpu"`` or ``"dram"``.
         n_samples: power samples that fell in the window.
+        provenance: ``"measured"`` or ``"modeled"`` for this device ("" in stores written
+            before the field existed: then the window's).
     """
 
     uuid: str
@@ -79,6 +81,7 @@ class DeviceEnergy:
     source: str
     kind: str = "gpu"
     n_samples: int = 0
+    provenance: str = ""
 
 
 @dataclass
@@ -92,10 +95,13 @@ class WindowResult:
         energy_j: total GPU energy (J) over ``devices`` of kind ``"gpu"``; ``None`` when there is
             no GPU sensor (never 0 for "unknown").
         devices: per-device results.
-        provenance: ``"measured"`` (sensor), ``"modeled"`` (simulated backend) or what a replayed
-            log says. Without a sensor only the duration exists, which is measured.
+        provenance: of the GPU energy ``energy_j``: ``"measured"`` (sensor), ``"modeled"``
+            (simulated backend) or what a replayed log says. Without a sensor only the duration
+            exists, which is measured. The CPU/DRAM figure has its own
+            :attr:`cpu_provenance`.
         flags: see the module docstring.
-        cpu_energy_j: CPU + DRAM energy (J) from RAPL, ``None`` when not readable.
+        cpu_energy_j: CPU + DRAM energy (J): from RAPL (measured) or the TDP model
+            (modeled, see :mod:`~joulebound.energy.cpu_model`), ``None`` when neither.
         rank / host: where it was measured (for :func:`~joulebound.energy.distributed.aggregate`).
         backend: backend name.
     """
@@ -119,6 +125,14 @@ class WindowResult:
         if self.energy_j is None or self.duration_s <= 0:
             return None
         return self.energy_j / self.duration_s
+
+    @property
+    def cpu_provenance(self) -> str | None:
+        """Provenance of :attr:`cpu_energy_j` (``None`` without CPU/DRAM channels)."""
+        provs = {d.provenance or self.provenance for d in self.devices if d.kind != "gpu"}
+        if not provs:
+            return None
+        return provs.pop() if len(provs) == 1 else "modeled"
 
     @property
     def peak_power_w(self) -> float | None:
@@ -202,7 +216,11 @@ def make_backend(backend: str | Backend, gpus: Sequence[int] | str | None = None
         from .rapl import RaplBackend
 
         return RaplBackend(**kwargs)
-    # auto: NVML GPUs, plus RAPL CPU/DRAM when readable; time only when neither
+    if backend == "cpu-model":
+        from .cpu_model import CpuModelBackend
+
+        return CpuModelBackend(tdp_w=kwargs.get("cpu_tdp_w", kwargs.get("tdp_w")))
+    # auto: NVML GPUs, plus RAPL CPU/DRAM when readable, else modeled CPU/DRAM (labeled)
     notes: list[str] = []
     parts: list[Backend] = []
     try:
@@ -217,6 +235,12 @@ def make_backend(backend: str | Backend, gpus: Sequence[int] | str | None = None
         parts.append(RaplBackend())
     except JouleboundError as exc:
         notes.append(f"CPU: {exc}")
+        try:
+            from .cpu_model import CpuModelBackend
+
+            parts.append(CpuModelBackend(tdp_w=kwargs.get("cpu_tdp_w")))
+        except JouleboundError as exc2:
+            notes.append(f"CPU model: {exc2}")
     if len(parts) == 2:
         from .base import CompositeBackend
 
@@ -404,8 +428,8 @@ class EnergyMeter:
         t0 = st.start
         dur = max(t1 - t0, 0.0)
         flags: list[str] = []
-        if not self.channels:
-            flags.append("no_energy_sensor")
+        if not any(self.backend.channels[i].kind == "gpu" for i in self.channels):
+            flags.append("no_energy_sensor")   # no GPU sensor: energy_j is None
         if dur == 0.0:
             flags.append("zero_length")
         need_power = any(not self.backend.has_counter(i) for i in self.channels)
@@ -450,7 +474,8 @@ class EnergyMeter:
             devices.append(DeviceEnergy(
                 uuid=ch.uuid, index=ch.index, energy_j=energy,
                 avg_power_w=(energy / dur) if (energy is not None and dur > 0) else None,
-                peak_power_w=peak, source=source, kind=ch.kind, n_samples=stats.n.get(i, 0)))
+                peak_power_w=peak, source=source, kind=ch.kind, n_samples=stats.n.get(i, 0),
+                provenance=self.backend.channel_provenance(i)))
         if self._errors & set(self.channels) and "read_error" not in flags:
             flags.append("read_error")
             self._errors.clear()
