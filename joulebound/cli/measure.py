@@ -82,7 +82,10 @@ def render(res, console) -> None:  # type: ignore[no-untyped-def]
                   f"{w.duration_s:.3f} s (measured)", highlight=False)
     gpus = [d for d in w.devices if d.kind == "gpu"]
     ci = res.carbon
-    if not gpus:
+    if not w.devices:
+        console.print("[yellow]No energy sensor on this machine[/]: energy was not measured "
+                      "(reported as unknown, not 0); only the duration was recorded.")
+    elif not gpus:
         console.print("[yellow]No GPU energy sensor on this machine[/]: GPU energy was not "
                       "measured (reported as unknown, not 0).")
     if w.devices:
