@@ -145,7 +145,9 @@ def render(res, console) -> None:  # type: ignore[no-untyped-def]
 RUNS_HELP = """List the runs recorded in a measurement store (joulebound measure --db, EnergyMeter(store=),
 the Hugging Face callback) with their windows, or export the store's tables.
 
---export DIR writes runs, windows and samples as CSV (default) or Parquet (--format parquet).
+--export DIR writes runs, windows and samples as CSV (default) or Parquet (--format parquet), or
+every window's duration and energy as Prometheus gauges (--format prometheus: DIR/metrics.prom,
+for node_exporter's textfile collector; each series labeled with its provenance).
 --json prints a list of runs: {run_id, started_at, ended_at, status, command, exit_code, backend,
 provenance, rank, host, notes, windows: [{name, duration_s, energy_j, cpu_energy_j, provenance,
 flags}]}. Energy is null where no sensor was available."""
@@ -154,7 +156,7 @@ flags}]}. Energy is null where no sensor was available."""
 def runs_command(
     db: Annotated[str, typer.Argument(help="The SQLite store.")] = "runs.db",
     export: Annotated[str | None, typer.Option(help="Export the tables to this folder.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="csv | parquet")] = "csv",
+    fmt: Annotated[str, typer.Option("--format", help="csv | parquet | prometheus")] = "csv",
     last: Annotated[int, typer.Option(help="Show the last N runs.", min=1)] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
@@ -169,6 +171,15 @@ def runs_command(
         raise JouleboundError(f"store {db} does not exist (create one with "
                               f"joulebound measure --db {db} -- CMD)")
     st = Store(db, readonly=True)
+    if export is not None and fmt == "prometheus":
+        from ..energy.export import prometheus_text
+
+        out = Path(export)
+        out.mkdir(parents=True, exist_ok=True)
+        text = prometheus_text({r["run_id"]: st.windows(r["run_id"]) for r in st.runs()[-last:]})
+        (out / "metrics.prom").write_text(text)
+        console.print(f"wrote {out / 'metrics.prom'}")
+        return
     if export is not None:
         paths = st.export(export, fmt)
         console.print("wrote " + ", ".join(str(p) for p in paths))
