@@ -54,7 +54,7 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Workloads and GPUs": ("devices", "trace", "profile"),
     "Kernel-level DVFS (predict, plan, check)": ("characterize", "plan", "validate"),
     "Apply clocks while training": ("run", "reset-clocks", "clock-helper"),
-    "Measure energy": ("measure", "runs", "sweep"),
+    "Measure energy": ("measure", "runs", "report", "sweep"),
     "Energy scaling model (before a run)": ("predict", "advise", "fit"),
 }
 

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from ..fmt import fmt_pct
+from ..report.conclusion import find_row, fmt_ms, focus_slowdown, takeaway
 
 HELP = """Run the main joulebound demo: GPT-3-XL (1.3 B) training iteration on the RTX 3080 Ti
 model. Plans one clock pair per iteration, per pass (forward/backward/optimizer) and per kernel
@@ -32,11 +33,6 @@ except that published table.
 switch-aware plan at 6 ms and 0 % slowdown as "plan"."""
 
 LATENCIES_S = (0.0, 1e-3, 6e-3, 20e-3, 150e-3)
-#: where a demo latency comes from (published figures, see joulebound.dvfs.switching)
-PUBLISHED_LATENCY = {6e-3: "published for H200", 20e-3: "published NVML set-call upper end",
-                     150e-3: "published for Turing"}
-
-
 def demo_command(
     model: Annotated[str, typer.Option(help="Model preset.")] = "gpt3-xl",
     device: Annotated[str, typer.Option(help="Device catalog name.")] = "rtx3080ti",
@@ -63,25 +59,16 @@ def demo_command(
                           latency_slowdown=[0.0, 0.01], replay_latency_s=0.0, frontier=True,
                           progress=(lambda m: status.update(f"planning: {m}")) if status else None)
         eps = focus_slowdown(study)
-        shown = [_find(study, "kernel", eps, 0.0, 0.0)] + [
-            _find(study, "phase", eps, lat, lat) for lat in (6e-3, 150e-3)]
+        shown = [find_row(study, "kernel", eps, 0.0, 0.0)] + [
+            find_row(study, "phase", eps, lat, lat) for lat in (6e-3, 150e-3)]
         labels = [r.label for r in shown if r is not None]
         index = write_report(study, report, title=f"joulebound demo: {model} on {device}",
-                             clock_rows=labels, category_row=labels[0] if labels else None)
+                             clock_rows=labels, category_row=labels[0] if labels else None,
+                             conclusion=takeaway(study))
     if as_json:
         print_json(study_json(study, model, "waste", 0.0, 6e-3, "phase L=6ms @+0%"))
         return
     render_demo(study, device, index, time.perf_counter() - t0)
-
-
-def _find(study, granularity: str, eps: float, plan_l: float, replay_l: float):
-    """The study row with these attributes (None if the study has none)."""
-    return next((r for r in study.rows if r.granularity == granularity and r.slowdown == eps
-                 and r.plan_latency_s == plan_l and r.replay_latency_s == replay_l), None)
-
-
-def _ms(s: float) -> str:
-    return f"{s * 1e3:g} ms"
 
 
 def header_text(study, device: str) -> str:
@@ -163,54 +150,12 @@ def latency_table(study):
                                      key=lambda r: r.plan_latency_s)):
             lat = r.plan_latency_s
             e_aw, t_aw = r.replay_energy_delta, r.replay_time_delta
-            blind = _find(study, "kernel", eps, 0.0, lat)
+            blind = find_row(study, "kernel", eps, 0.0, lat)
             b = ["–", "–"] if blind is None else [fmt_pct(blind.replay_energy_delta),
                                                  fmt_pct(blind.replay_time_delta)]
-            t.add_row(f"{eps:.0%}" if j == 0 else "", _ms(lat), fmt_pct(e_aw), fmt_pct(t_aw),
+            t.add_row(f"{eps:.0%}" if j == 0 else "", fmt_ms(lat), fmt_pct(e_aw), fmt_pct(t_aw),
                       str(r.replay.switches), *b)
     return t
-
-
-def focus_slowdown(study) -> float:
-    """The ε the take-away and the category table describe: 0 when the kernel-level plan saves
-    energy there (the paper's strict setting), else the largest ε of the study."""
-    eps = sorted({r.slowdown for r in study.rows})
-    k0 = _find(study, "kernel", 0.0, 0.0, 0.0)
-    if k0 is not None and k0.plan.energy_delta < -5e-4:
-        return 0.0
-    return eps[-1] if eps else 0.0
-
-
-def takeaway(study) -> str | None:
-    """Two or three sentences on the switch-latency effect, built from the study's rows."""
-    eps = focus_slowdown(study)
-    k = _find(study, "kernel", eps, 0.0, 0.0)
-    lats = sorted({r.plan_latency_s for r in study.rows if r.granularity == "phase"} - {0.0})
-    if k is None or not lats:
-        return None
-    mid = 6e-3 if 6e-3 in lats else lats[len(lats) // 2]
-    aware = _find(study, "phase", eps, mid, mid)
-    blind = _find(study, "kernel", eps, 0.0, mid)
-    if aware is None or blind is None:
-        return None
-    e_b, t_b = blind.replay_energy_delta, blind.replay_time_delta
-    e_a = aware.replay_energy_delta
-    rest = [(lat, _find(study, "phase", eps, lat, lat)) for lat in lats if lat > mid]
-    tail = ", ".join(f"{fmt_pct(-r.replay_energy_delta, signed=False)} at {_ms(lat)}"
-                     for lat, r in rest if r)
-    src = PUBLISHED_LATENCY.get(mid)
-    budget = "at no slowdown" if eps == 0 else f"within {eps:.0%} slowdown"
-    late = (f"runs {fmt_pct(t_b - eps, signed=False)} over its time budget" if t_b - eps > 5e-4
-            else "still runs on time")
-    n = aware.replay.switches
-    return (f"[bold]What this means[/] (modeled): if clock switches were free, per-kernel clocks "
-            f"would save {fmt_pct(-k.plan.energy_delta, signed=False)} energy {budget}. "
-            f"But a switch takes "
-            f"time: at L = {_ms(mid)}{f' ({src})' if src else ''} that plan {late} "
-            f"(energy {fmt_pct(-e_b, signed=False)} saved); "
-            f"planning for L keeps the time budget and saves "
-            f"{fmt_pct(-e_a, signed=False)} with {n} switch{'es' if n != 1 else ''} per iteration"
-            f"{f' ({tail})' if tail else ''}. The longer the latency, the fewer switches pay off.")
 
 
 def render_demo(study, device: str, index, seconds: float) -> None:
@@ -229,7 +174,7 @@ def render_demo(study, device: str, index, seconds: float) -> None:
         console.print()
         console.print(pub)
     eps = focus_slowdown(study)
-    k = _find(study, "kernel", eps, 0.0, 0.0)
+    k = find_row(study, "kernel", eps, 0.0, 0.0)
     if k is not None:
         console.print()
         console.print(category_table(study, k.label, title="4. Savings by kernel category, "
@@ -237,7 +182,8 @@ def render_demo(study, device: str, index, seconds: float) -> None:
     line = takeaway(study)
     if line:
         console.print()
-        console.print(line, highlight=False)
+        console.print(line.replace("What this means", "[bold]What this means[/]", 1),
+                      highlight=False)
     console.print(f"report: {index}  ({seconds:.1f} s)", highlight=False)
 
 

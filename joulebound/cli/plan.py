@@ -73,7 +73,7 @@ def plan_command(
     if any(g not in ("iteration", "pass", "layer", "kernel") for g in grans):
         raise JouleboundError(f"unknown --granularity {granularity!r}; one of kernel, layer, pass, "
                               "iteration, all")
-    lat, lat_note = plan_latency(switch_latency, device)
+    lat, lat_note, lat_src = plan_latency(switch_latency, device)
     if lat_note:
         from ._common import err_console
 
@@ -85,11 +85,14 @@ def plan_command(
     if output is not None:
         main.plan.meta["label"] = label
         main.plan.save(output)
+    from ..report.conclusion import plan_conclusion
+
+    conclusion = plan_conclusion(study, label, lat, lat_src)
     index = None
     if report is not None:
         from ..report.html import write_report
 
-        index = write_report(study, report, category_row=label)
+        index = write_report(study, report, category_row=label, conclusion=conclusion)
     if as_json:
         from ..cli._common import print_json
 
@@ -98,13 +101,27 @@ def plan_command(
     render(study, label, lat)
     from ._common import console
 
+    console.print()
+    console.print(conclusion.replace("Conclusion", "[bold]Conclusion[/]", 1), highlight=False)
     if output is not None:
         console.print(f"plan ({label}) written to {output}")
     if index is not None:
         console.print(f"report written to {index}")
 
 
-def plan_latency(text: str | None, device: str) -> tuple[float | None, str | None]:
+def plan_latency(text: str | None, device: str) -> tuple[float | None, str | None, str]:
+    """The switch latency to plan with (s), a note for the user (or ``None``) and where the
+    latency comes from (a few words, for the conclusion)."""
+    lat, note = _plan_latency(text, device)
+    if text is not None:
+        return lat, note, "given with --switch-latency"
+    from ..devices.latency import device_switch_latency
+
+    dl = device_switch_latency(device)
+    return lat, note, (f"the catalog's {dl.provenance} for {dl.device}" if dl else "")
+
+
+def _plan_latency(text: str | None, device: str) -> tuple[float | None, str | None]:
     """The switch latency to plan with (s) and a note for the user (or ``None``).
 
     ``text`` from ``--switch-latency``; without it the device's catalog latency (published or a
