@@ -15,8 +15,8 @@ from . import plots
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;
-padding:3px 8px;text-align:right;white-space:nowrap}th{background:#f3f3f3}
-td:first-child{text-align:left}td.text{text-align:left;white-space:normal}
+padding:3px 6px;text-align:right;white-space:nowrap}th{background:#f3f3f3;white-space:normal}
+td:first-child{text-align:left}td.text{text-align:left;white-space:normal;min-width:14em}
 .pub{color:#b00}.mod{color:#236}img{max-width:100%}small{color:#666}
 figure{margin:0 0 2em 0}figcaption{max-width:850px}
 p.conclusion{font-size:15px;border-left:4px solid #236;padding:.4em .8em;background:#f4f7fb}"""
@@ -88,6 +88,7 @@ def write_report(study: Study, out_dir: str | Path, *, title: str | None = None,
         figs.append(("Figure: what clock-switch latency costs", lat))
 
     e = html.escape
+    provs = " / ".join(sorted({r.plan.provenance for r in study.rows})) or "modeled"
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
              f"<style>{CSS}</style></head><body><h1>{e(title)}</h1>",
              f"<p class=conclusion>{e(conclusion)}</p>" if conclusion else "",
@@ -97,10 +98,10 @@ def write_report(study: Study, out_dir: str | Path, *, title: str | None = None,
              f"{study.char.n_configs} clock configurations). Deltas are against this baseline. "
              "All numbers are <span class=mod>modeled</span> by joulebound's GPU time/power "
              "model, except the table and markers labeled <span class=pub>published</span>.</p>",
-             "<h2>Plans (modeled)</h2>", GLOSSARY,
+             f"<h2>Plans ({e(provs)})</h2>", GLOSSARY,
              "<table><tr><th>plan</th><th>what it is</th><th>energy Δ</th><th>time Δ</th>"
              "<th>switches</th><th>replayed at L</th><th>replay energy Δ</th>"
-             "<th>replay time Δ</th><th>late kernels</th><th>provenance</th></tr>"]
+             "<th>replay time Δ</th><th>late kernels</th></tr>"]
     for r in study.rows:
         rep = r.replay
         parts.append(
@@ -109,8 +110,7 @@ def write_report(study: Study, out_dir: str | Path, *, title: str | None = None,
             f"<td>{fmt_pct(r.plan.time_delta)}</td><td>{r.plan.n_switches}</td>"
             f"<td>{r.replay_latency_s * 1e3:g} ms</td>"
             f"<td>{fmt_pct(r.replay_energy_delta)}</td>"
-            f"<td>{fmt_pct(r.replay_time_delta)}</td><td>{rep.late_kernels}</td>"
-            f"<td class=mod>{e(r.plan.provenance)}</td></tr>")
+            f"<td>{fmt_pct(r.replay_time_delta)}</td><td>{rep.late_kernels}</td></tr>")
     parts.append("</table>")
     if study.published:
         parts.append("<h3 class=pub>Published reference (not our output)</h3><table><tr>"

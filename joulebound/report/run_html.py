@@ -167,7 +167,8 @@ def write_run_report(data: RunData, out_dir: str | Path, carbon: Any = None) -> 
          "<h2>Summary</h2><table><tr><th>quantity</th><th>value</th><th>provenance</th></tr>"]
 
     def row(q: str, v: str, prov: str = "") -> None:
-        p.append(f"<tr><td>{e(q)}</td><td>{e(v)}</td><td class=text>{e(prov)}</td></tr>")
+        cls = "" if any(ch.isdigit() for ch in v) and len(v) < 40 else " class=text"
+        p.append(f"<tr><td>{e(q)}</td><td{cls}>{e(v)}</td><td class=text>{e(prov)}</td></tr>")
 
     row("command", r.get("command") or "–")
     row("status / exit code", f"{r.get('status')} / {r.get('exit_code')}")
