@@ -20,9 +20,12 @@ error).
 The table has one row per granularity (iteration: one clock pair for everything; pass: one per
 forward / backward / optimizer; layer: one per layer and pass; kernel: one per kernel) with
 energy and time change against auto and the number of clock switches per iteration, all
-modeled. With --switch-latency L it adds the switch-aware plan (phases lasting at least L, every
-switch landing on time) and replays every plan through the simulator at L with look-ahead
-requests: a kernel-level plan that ignored switching then shows its real cost. For GPT-3-XL on
+modeled. It adds the switch-aware plan for the clock-switch latency L (phases lasting at least
+L, every switch landing on time) and replays every plan through the simulator at L with
+look-ahead requests: a kernel-level plan that ignored switching then shows its real cost. L is
+the device's catalog latency (published, or an estimate labeled as such) unless --switch-latency
+gives one (--switch-latency 0: switching taken as free). A closing "Conclusion" line (also the
+first paragraph of the --report page) sums up the saved plan. For GPT-3-XL on
 the RTX 3080 Ti a separate table shows Spaan et al.'s published figures (arXiv 2601.08539) —
 a cited reference, not our output. Then the savings per kernel category of the plan saved
 with -o. The tables fit an 80-column terminal.
