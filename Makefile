@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test bench lint clean
+.PHONY: venv demo test browser bench lint wheel clean
 
 venv: $(STAMP)
 
@@ -20,8 +20,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/joulebound demo
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
+
+# headless Chromium for the HTML report checks (Debian's package; installed when run as root)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium (apt-get) for the HTML report browser checks"; \
+	    { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || \
+	      echo "note: chromium could not be installed: the browser checks will be skipped"; \
+	  else echo "note: no chromium and not root: the browser checks of the HTML reports will be skipped"; fi; }
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all
@@ -29,5 +38,14 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check joulebound tests benchmarks
 
+# a wheel in dist/ (what `pip install .` installs), checked to carry the package data
+wheel: $(STAMP)
+	rm -rf dist
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist .
+	$(BIN)/python -c "import glob, zipfile; w = glob.glob('dist/joulebound-*.whl'); \
+	names = zipfile.ZipFile(w[0]).namelist(); \
+	assert 'joulebound/devices/data/rtx3080ti.toml' in names, 'catalog TOMLs missing'; \
+	print(w[0], len(names), 'files')"
+
 clean:
-	rm -rf $(VENV) joulebound-report .pytest_cache
+	rm -rf $(VENV) joulebound-report .pytest_cache dist build

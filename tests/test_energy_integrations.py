@@ -49,7 +49,7 @@ def test_trainer_callback_through_transformers_callback_handler(tmp_path):
     clock = Clock()
     db = tmp_path / "runs.db"
     m = sim(clock, store=db)
-    cb = EnergyCallback(meter=m, every=1, aggregate=True)
+    cb = EnergyCallback(meter=m, per_step=True, every=1, aggregate=True)
     assert isinstance(cb, transformers.TrainerCallback)
     handler = CallbackHandler([cb], None, None, None, None)
     args, state, control = object(), TrainerState(), TrainerControl()
@@ -63,8 +63,10 @@ def test_trainer_callback_through_transformers_callback_handler(tmp_path):
             handler.on_step_end(args, state, control)
         logs: dict = {}
         handler.on_log(args, state, control, logs)
-        assert logs["step_energy_j"] == pytest.approx(50.0)
-        assert logs["step_energy_provenance"] == "modeled"
+        # the energy over the logging interval (this epoch's 3 steps of 0.5 s at 100 W)
+        assert logs["energy/modeled/gpu_j"] == pytest.approx(150.0)
+        assert logs["energy/interval_s"] == pytest.approx(1.5)
+        assert all(isinstance(v, float) for v in logs.values())
         handler.on_epoch_end(args, state, control)
     handler.on_train_end(args, state, control)
     names = [w.name for w in Store(db).windows(m.run_id)]

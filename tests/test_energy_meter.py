@@ -318,3 +318,45 @@ def test_cuda_sync_is_looked_up_until_cuda_is_initialised_then_reused(monkeypatc
             pass
     assert calls == [0, 1] * 6               # every edge synchronises both GPUs ...
     assert len(looked) == 1                  # ... with the function built once
+
+
+# -- closing: atexit, with, one status vocabulary ------------------------------------------------
+
+def _status(db):
+    import sqlite3
+
+    return sqlite3.connect(db).execute("SELECT status, exit_code, notes_json FROM runs").fetchall()
+
+
+@pytest.mark.parametrize("body, status", [
+    ("pass", "finished"),
+    ("raise RuntimeError('boom')", "failed"),
+])
+def test_meter_left_open_is_closed_at_interpreter_exit(tmp_path, body, status):
+    import subprocess
+    import sys
+
+    db = tmp_path / "runs.db"
+    code = ("from joulebound.energy import EnergyMeter\n"
+            f"m = EnergyMeter('simulated', store={str(db)!r}, interval_s=0)\n"
+            "m.begin_window('w')\n"
+            f"{body}\n")
+    subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    (st, _code, notes), = _status(db)
+    assert st == status and "interpreter exit" in notes
+
+
+def test_with_block_closes_with_the_status_of_how_it_ended(tmp_path):
+    from joulebound.energy.status import STATUSES
+
+    db = tmp_path / "runs.db"
+    with EnergyMeter("simulated", store=db, interval_s=0) as m:
+        with m.window("a"):
+            pass
+    with pytest.raises(ValueError), EnergyMeter("simulated", store=db, interval_s=0):
+        raise ValueError("x")
+    with pytest.raises(KeyboardInterrupt), EnergyMeter("simulated", store=db, interval_s=0):
+        raise KeyboardInterrupt
+    rows = _status(db)
+    assert [(r[0], r[1]) for r in rows] == [("finished", None), ("failed", None), ("killed", 130)]
+    assert {r[0] for r in rows} <= set(STATUSES)

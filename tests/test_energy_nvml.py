@@ -135,8 +135,12 @@ def test_no_driver_auto_falls_back_to_time_only(fake):
     with pytest.raises(JouleboundError, match="no NVIDIA driver"):
         meter(Clock())
     m = EnergyMeter("auto", interval_s=0)
-    assert m.backend.name in ("none", "rapl")
+    assert m.backend.name in ("none", "rapl", "cpu-model")   # CPU: RAPL, else modeled
     assert any("NVML could not start" in n for n in m.notes)
+    assert not any(c.kind == "gpu" for c in m.backend.channels)
+    with m.window("w") as w:
+        pass
+    assert w.result.energy_j is None and "no_energy_sensor" in w.result.flags
 
 
 def test_mig_enabled_gpu_is_noted_and_flagged(fake, monkeypatch):

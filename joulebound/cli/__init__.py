@@ -34,13 +34,27 @@ app = typer.Typer(
 err_console = Console(stderr=True)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"joulebound {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Predict, measure and cut the energy of transformer training on GPUs."""
+
+
 #: ``--help`` panels, in pipeline order; a command not listed goes under "Other".
 PANELS: dict[str, tuple[str, ...]] = {
     "Start here": ("demo",),
     "Workloads and GPUs": ("devices", "trace", "profile"),
     "Kernel-level DVFS (predict, plan, check)": ("characterize", "plan", "validate"),
     "Apply clocks while training": ("run", "reset-clocks", "clock-helper"),
-    "Measure energy": ("measure", "runs", "sweep"),
+    "Measure energy": ("measure", "runs", "report", "sweep"),
     "Energy scaling model (before a run)": ("predict", "advise", "fit"),
 }
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from ..fmt import fmt_pct  # noqa: F401 - re-exported for CLI modules
 
 console = Console()
+err_console = Console(stderr=True)
 
 
 def print_json(obj: Any) -> None:

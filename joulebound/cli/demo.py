@@ -20,6 +20,9 @@ from typing import Annotated
 import typer
 
 from ..fmt import fmt_pct, fmt_range
+from ..report.conclusion import find_row as _find
+from ..report.conclusion import fmt_ms as _ms
+from ..report.conclusion import focus_slowdown, takeaway
 
 HELP = """Run the main joulebound demo on the RTX 3080 Ti model, in two parts.
 
@@ -48,9 +51,6 @@ provenance}] or null, "memory": {paper, training: bytes per part (modeled)}}; de
 fractions."""
 
 LATENCIES_S = (0.0, 1e-3, 6e-3, 20e-3, 150e-3)
-#: where a demo latency comes from (published figures, see joulebound.dvfs.switching)
-PUBLISHED_LATENCY = {6e-3: "published for H200", 20e-3: "published NVML set-call upper end",
-                     150e-3: "published for Turing"}
 PAPER_BATCH = 40
 TRAIN_MODEL, TRAIN_BATCH = "gpt2-small", 8
 
@@ -112,7 +112,8 @@ def demo_command(
         labels = [r.label for r in shown if r is not None]
         index = write_report(study_b, report, title=f"joulebound demo: {TRAIN_MODEL} training "
                              f"step on {device}", clock_rows=labels,
-                             category_row=labels[0] if labels else None)
+                             category_row=labels[0] if labels else None,
+                             conclusion=takeaway(study_b))
         write_report(study_a, report / "paper", title=f"joulebound demo: GPT-3-XL batch "
                      f"{PAPER_BATCH}, the paper's setting, on {device}",
                      category_row=_find(study_a, "kernel", 0.0, 0.0, 0.0).label)
@@ -180,16 +181,6 @@ def per_kernel_rows(study_a, spec, data: Path | None) -> list[dict] | None:  # n
             "provenance": "published (paper) / modeled (model_*)"})
     del np
     return out
-
-
-def _find(study, granularity: str, eps: float, plan_l: float, replay_l: float):
-    """The study row with these attributes (None if the study has none)."""
-    return next((r for r in study.rows if r.granularity == granularity and r.slowdown == eps
-                 and r.plan_latency_s == plan_l and r.replay_latency_s == replay_l), None)
-
-
-def _ms(s: float) -> str:
-    return f"{s * 1e3:g} ms"
 
 
 def header_text(study, spec, part: str, what: str) -> str:  # noqa: ANN001
@@ -302,48 +293,6 @@ def latency_table(study):
     return t
 
 
-def focus_slowdown(study) -> float:
-    """The ε the take-away and the category table describe: 0 when the kernel-level plan saves
-    energy there (the paper's strict setting), else the largest ε of the study."""
-    eps = sorted({r.slowdown for r in study.rows})
-    k0 = _find(study, "kernel", 0.0, 0.0, 0.0)
-    if k0 is not None and k0.plan.energy_delta < -5e-4:
-        return 0.0
-    return eps[-1] if eps else 0.0
-
-
-def takeaway(study) -> str | None:
-    """Two or three sentences on the switch-latency effect, built from the study's rows."""
-    eps = focus_slowdown(study)
-    k = _find(study, "kernel", eps, 0.0, 0.0)
-    lats = sorted({r.plan_latency_s for r in study.rows if r.granularity == "phase"} - {0.0})
-    if k is None or not lats:
-        return None
-    mid = 6e-3 if 6e-3 in lats else lats[len(lats) // 2]
-    aware = _find(study, "phase", eps, mid, mid)
-    blind = _find(study, "kernel", eps, 0.0, mid)
-    if aware is None or blind is None:
-        return None
-    e_b, t_b = blind.replay_energy_delta, blind.replay_time_delta
-    e_a = aware.replay_energy_delta
-    rest = [(lat, _find(study, "phase", eps, lat, lat)) for lat in lats if lat > mid]
-    tail = ", ".join(f"{fmt_pct(-r.replay_energy_delta, signed=False)} at {_ms(lat)}"
-                     for lat, r in rest if r)
-    src = PUBLISHED_LATENCY.get(mid)
-    budget = "at no slowdown" if eps == 0 else f"within {eps:.0%} slowdown"
-    late = (f"runs {fmt_pct(t_b - eps, signed=False)} over its time budget" if t_b - eps > 5e-4
-            else "still runs on time")
-    n = aware.replay.switches
-    return (f"[bold]What this means[/] (modeled): if clock switches were free, per-kernel clocks "
-            f"would save {fmt_pct(-k.plan.energy_delta, signed=False)} energy {budget}. "
-            f"But a switch takes "
-            f"time: at L = {_ms(mid)}{f' ({src})' if src else ''} that plan {late} "
-            f"(energy {fmt_pct(-e_b, signed=False)} saved); "
-            f"planning for L keeps the time budget and saves "
-            f"{fmt_pct(-e_a, signed=False)} with {n} switch{'es' if n != 1 else ''} per iteration"
-            f"{f' ({tail})' if tail else ''}. The longer the latency, the fewer switches pay off.")
-
-
 def render_demo(study_a, study_b, per_kernel, mem, spec, index, seconds: float  # noqa: ANN001
                 ) -> None:
     """Print the demo for an 80–100 column terminal: part A (the paper's setting, the published
@@ -389,7 +338,8 @@ def render_demo(study_a, study_b, per_kernel, mem, spec, index, seconds: float  
     line = takeaway(study_b)
     if line:
         console.print()
-        console.print(line, highlight=False)
+        console.print(line.replace("What this means", "[bold]What this means[/]", 1),
+                      highlight=False)
     console.print(f"report: {index}  ({seconds:.1f} s)", highlight=False)
 
 

@@ -10,17 +10,25 @@ HELP = """Run CMD, sample GPU power meanwhile, and print the energy per device a
 average and peak power, and the duration. The child's exit code is passed through; SIGTERM/SIGHUP
 (and SIGINT not typed at the terminal) are forwarded to it.
 
-Energy comes from the NVML energy counter (or integrated NVML power where a GPU has no counter),
-labeled measured; --backend simulated gives modeled figures. With no sensor (no NVIDIA driver,
-no readable RAPL) it says so and still records the duration (measured).
+GPU energy comes from the NVML energy counter (or integrated NVML power where a GPU has no
+counter), labeled measured, and only from a sensor; --backend simulated gives modeled figures.
+CPU package and DRAM energy come from RAPL when readable (measured), else from a model (TDP ×
+utilization, 0.375 W/GB of memory; labeled modeled, with an interval; --cpu-tdp W sets the TDP).
+Measured and modeled figures are never summed. Without a GPU sensor it says so; the duration is
+always recorded (measured).
+
+--carbon-intensity G_PER_KWH (or a region code: WORLD, EU, US, CN, IN, JP, DE, FR, GB, SE, NO,
+PL, CA, published 2023 grid averages) adds gCO2e beside each energy total.
 
 With --db the run, its window and its power samples go to a SQLite store (WAL; samples committed
 every second), which survives the child or joulebound being killed.
 
---json prints: command, exit_code, signal, duration_s, duration_provenance, energy_j (null
-without a sensor), cpu_energy_j, avg_power_w, peak_power_w, provenance (null without a sensor),
-flags, devices [{uuid, index, energy_j, avg_power_w, peak_power_w, source, kind, n_samples}],
-notes, backend, run_id, db. With --json the command's own stdout goes to stderr.
+--json prints: command, exit_code, signal, duration_s, duration_provenance, energy_j (GPU; null
+without a GPU sensor), cpu_energy_j, cpu_provenance, cpu_energy_interval_j ([low, high] when
+modeled), avg_power_w, peak_power_w, provenance (of energy_j; null without a GPU sensor), flags,
+carbon_intensity_g_per_kwh, carbon_source, gco2e, cpu_gco2e, devices [{uuid, index, energy_j,
+avg_power_w, peak_power_w, source, kind, n_samples, provenance}], notes, backend, run_id, db.
+With --json the command's own stdout goes to stderr.
 
 Example: joulebound measure --db runs.db -- python train.py --epochs 1"""
 
@@ -33,15 +41,25 @@ def measure_command(
     gpus: Annotated[str, typer.Option(
         help="CUDA-visible GPU indices to meter, e.g. 0,1 (default: all visible).")] = "all",
     backend: Annotated[str, typer.Option(
-        help="auto | nvml | rapl | simulated | none.")] = "auto",
+        help="auto | nvml | rapl | cpu-model | simulated | none.")] = "auto",
+    cpu_tdp: Annotated[float | None, typer.Option(
+        help="TDP (W) of the CPUs for the modeled CPU energy (default: looked up, else 85 W).",
+        min=0.001)] = None,
+    carbon_intensity: Annotated[str | None, typer.Option(
+        help="gCO2e per kWh, or a region code (e.g. FR, US, WORLD).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
+    from ..energy.carbon import carbon_intensity as parse_ci
     from ..energy.command import run_command
     from ._common import console, print_json
 
+    ci = parse_ci(carbon_intensity)   # a bad value fails before the command runs
+    kwargs = {"cpu_tdp_w": cpu_tdp} if cpu_tdp is not None and backend in ("auto",
+                                                                           "cpu-model") else {}
     # with --json the child's stdout goes to stderr, so that stdout is one JSON document
     res = run_command(cmd, backend=backend, gpus=gpus, interval_s=interval, db=db,
-                      child_stdout=2 if as_json else None)
+                      child_stdout=2 if as_json else None, **kwargs)
+    res.carbon = ci
     if as_json:
         print_json(res.to_json())
     else:
@@ -62,27 +80,60 @@ def render(res, console) -> None:  # type: ignore[no-untyped-def]
 
     console.print(f"[bold]{shlex.join(res.command)}[/] — {ended}, duration "
                   f"{w.duration_s:.3f} s (measured)", highlight=False)
+    gpus = [d for d in w.devices if d.kind == "gpu"]
+    ci = res.carbon
     if not w.devices:
         console.print("[yellow]No energy sensor on this machine[/]: energy was not measured "
                       "(reported as unknown, not 0); only the duration was recorded.")
-    else:
-        t = Table(title=f"Energy ({w.provenance}, backend {w.backend})", title_justify="left")
-        for col in ("device", "uuid", "energy (J)", "avg power (W)", "peak power (W)", "source"):
-            t.add_column(col, justify="right" if "(" in col else "left")
+    elif not gpus:
+        console.print("[yellow]No GPU energy sensor on this machine[/]: GPU energy was not "
+                      "measured (reported as unknown, not 0).")
+    if w.devices:
+        t = Table(title=f"Energy (backend {w.backend})", title_justify="left")
+        cols = ["device", "energy J", "avg W", "peak W", "provenance", "source"]
+        if ci is not None:
+            cols.insert(2, "gCO2e")
+        for col in cols:
+            t.add_column(col, justify="left" if col in ("device", "provenance", "source")
+                         else "right", no_wrap=col != "source")
 
         def f(x: float | None, d: int = 1) -> str:
             return "—" if x is None else f"{x:,.{d}f}"
 
+        def row(*cells: str, energy: float | None = None) -> None:
+            cells_ = list(cells)
+            if ci is not None:
+                cells_.insert(2, f(ci.grams(energy), 3))
+            t.add_row(*cells_)
+
         for d in w.devices:
-            t.add_row(f"{d.kind} {d.index}", d.uuid, f(d.energy_j), f(d.avg_power_w),
-                      f(d.peak_power_w), d.source)
-        t.add_row("[bold]GPU total[/]", "", f(w.energy_j), f(w.avg_power_w), f(w.peak_power_w),
-                  w.provenance)
+            row(f"{d.kind} {d.index}", f(d.energy_j), f(d.avg_power_w), f(d.peak_power_w),
+                d.provenance or w.provenance, d.source, energy=d.energy_j)
+        if gpus:
+            row("[bold]GPU total[/]", f(w.energy_j), f(w.avg_power_w), f(w.peak_power_w),
+                w.provenance, "", energy=w.energy_j)
         if w.cpu_energy_j is not None:
-            t.add_row("CPU+DRAM total", "", f(w.cpu_energy_j), "", "", w.provenance)
+            row("[bold]CPU+DRAM total[/]", f(w.cpu_energy_j), f(w.cpu_energy_j / w.duration_s)
+                if w.duration_s > 0 else "—", "", w.cpu_provenance or "", "",
+                energy=w.cpu_energy_j)
         console.print(t)
         if w.energy_j is not None:
-            console.print(f"= {w.energy_j / 3.6e6:.6f} kWh ({w.provenance})")
+            console.print(f"GPU: {w.energy_j / 3.6e6:.6f} kWh ({w.provenance})"
+                          + (f", {ci.grams(w.energy_j):.3f} gCO2e" if ci else ""),
+                          highlight=False)
+        if w.cpu_energy_j is not None:
+            iv = res.cpu_energy_interval_j
+            span = (f"; interval {iv[0]:,.1f}–{iv[1]:,.1f} J (without / with an idle floor of "
+                    "half the TDP; no held-out error: no RAPL counter to check it against)"
+                    if iv else "")
+            label = ("[yellow]modeled[/], not measured" if w.cpu_provenance == "modeled"
+                     else w.cpu_provenance)
+            console.print(f"CPU+DRAM: {w.cpu_energy_j:,.1f} J = {w.cpu_energy_j / 3.6e6:.6f} kWh "
+                          f"({label}{span})"
+                          + (f", {ci.grams(w.cpu_energy_j):.3f} gCO2e" if ci else ""),
+                          highlight=False)
+        if ci is not None:
+            console.print(f"[dim]carbon intensity {ci.describe()}[/]", highlight=False)
     if w.flags:
         console.print(f"flags: {', '.join(w.flags)}")
     for n in res.notes:
@@ -94,7 +145,9 @@ def render(res, console) -> None:  # type: ignore[no-untyped-def]
 RUNS_HELP = """List the runs recorded in a measurement store (joulebound measure --db, EnergyMeter(store=),
 the Hugging Face callback) with their windows, or export the store's tables.
 
---export DIR writes runs, windows and samples as CSV (default) or Parquet (--format parquet).
+--export DIR writes runs, windows and samples as CSV (default) or Parquet (--format parquet), or
+every window's duration and energy as Prometheus gauges (--format prometheus: DIR/metrics.prom,
+for node_exporter's textfile collector; each series labeled with its provenance).
 --json prints a list of runs: {run_id, started_at, ended_at, status, command, exit_code, backend,
 provenance, rank, host, notes, windows: [{name, duration_s, energy_j, cpu_energy_j, provenance,
 flags}]}. Energy is null where no sensor was available."""
@@ -103,7 +156,7 @@ flags}]}. Energy is null where no sensor was available."""
 def runs_command(
     db: Annotated[str, typer.Argument(help="The SQLite store.")] = "runs.db",
     export: Annotated[str | None, typer.Option(help="Export the tables to this folder.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="csv | parquet")] = "csv",
+    fmt: Annotated[str, typer.Option("--format", help="csv | parquet | prometheus")] = "csv",
     last: Annotated[int, typer.Option(help="Show the last N runs.", min=1)] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
@@ -118,6 +171,15 @@ def runs_command(
         raise JouleboundError(f"store {db} does not exist (create one with "
                               f"joulebound measure --db {db} -- CMD)")
     st = Store(db, readonly=True)
+    if export is not None and fmt == "prometheus":
+        from ..energy.export import prometheus_text
+
+        out = Path(export)
+        out.mkdir(parents=True, exist_ok=True)
+        text = prometheus_text({r["run_id"]: st.windows(r["run_id"]) for r in st.runs()[-last:]})
+        (out / "metrics.prom").write_text(text)
+        console.print(f"wrote {out / 'metrics.prom'}")
+        return
     if export is not None:
         paths = st.export(export, fmt)
         console.print("wrote " + ", ".join(str(p) for p in paths))

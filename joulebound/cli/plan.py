@@ -26,9 +26,12 @@ data.
 The table has one row per granularity (iteration: one clock pair for everything; pass: one per
 forward / backward / optimizer; layer: one per layer and pass; kernel: one per kernel) with
 energy and time change against auto and the number of clock switches per iteration, all
-modeled. With --switch-latency L it adds the switch-aware plan (phases lasting at least L, every
-switch landing on time) and replays every plan through the simulator at L with look-ahead
-requests: a kernel-level plan that ignored switching then shows its real cost. For GPT-3-XL on
+modeled. It adds the switch-aware plan for the clock-switch latency L (phases lasting at least
+L, every switch landing on time) and replays every plan through the simulator at L with
+look-ahead requests: a kernel-level plan that ignored switching then shows its real cost. L is
+the device's catalog latency (published, or an estimate labeled as such) unless --switch-latency
+gives one (--switch-latency 0: switching taken as free). A closing "Conclusion" line (also the
+first paragraph of the --report page) sums up the saved plan. For GPT-3-XL on
 the RTX 3080 Ti a separate table shows Spaan et al.'s published figures (arXiv 2601.08539) —
 a cited reference, not our output. Then the savings per kernel category of the plan saved
 with -o. The tables fit an 80-column terminal.
@@ -51,14 +54,17 @@ Deltas are fractions (-0.05 = 5 % less)."""
 def plan_command(
     target: Annotated[str, typer.Argument(help="Model preset or trace file.")],
     device: Annotated[str, typer.Option("--device", "-d", help="GPU catalog name, e.g. rtx3080ti.")],
-    slowdown: Annotated[float, typer.Option(help="Allowed slowdown vs auto (0.01 = 1 %).")] = 0.0,
+    slowdown: Annotated[str, typer.Option(
+        help="Allowed slowdown vs auto: 1% or 0.01 (a bare number >= 1 is refused without "
+        "--force: 5 would be +500 %).")] = "0",
     objective: Annotated[str, typer.Option(
         help="waste (least energy within the time budget) or edp / ed2p (least energy·time^n; "
         "a nonzero --slowdown caps the slowdown).")] = "waste",
     granularity: Annotated[str, typer.Option(help="kernel, layer, pass, iteration or all.")] = "all",
     switch_latency: Annotated[str | None, typer.Option(
-        "--switch-latency", help="Clock-switch latency, e.g. 10ms (adds the switch-aware plan "
-        "and replays plans at this latency).")] = None,
+        "--switch-latency", help="Clock-switch latency with a unit, e.g. 10ms (a bare number is "
+        "seconds). Default: the device's catalog latency (published or a labeled estimate); 0 "
+        "plans as if switching were free.")] = None,
     characterization: Annotated[Path | None, typer.Option(
         help="Measured characterization (.npz) instead of the model.")] = None,
     allow_untested_clocks: Annotated[bool, typer.Option(
@@ -71,8 +77,13 @@ def plan_command(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the plan JSON here.")] = None,
     report: Annotated[Path | None, typer.Option(help="Write an HTML report into this folder.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (keys in --help).")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Accept a --slowdown of 1 or more (+100 % or more).")] = False,
 ) -> None:
     from ..errors import JouleboundError
+    from ..units import parse_fraction
+
+    slowdown_f = parse_fraction(slowdown, "--slowdown", force=force)
 
     if objective not in ("waste", "relaxed", "edp", "ed2p"):
         raise JouleboundError(f"unknown --objective {objective!r}; one of waste, relaxed, edp, ed2p")
@@ -80,9 +91,12 @@ def plan_command(
     if any(g not in ("iteration", "pass", "layer", "kernel") for g in grans):
         raise JouleboundError(f"unknown --granularity {granularity!r}; one of kernel, layer, pass, "
                               "iteration, all")
-    from ..dvfs.switching import parse_duration
+    lat, lat_note, lat_src = plan_latency(switch_latency, device)
+    if lat_note:
+        from ._common import err_console
 
-    lat = None if switch_latency is None else parse_duration(switch_latency)
+        err_console.print(f"[yellow]note:[/] {lat_note}", highlight=False)
+    slowdown = slowdown_f
     study, label = _run(target, device, slowdown, objective, grans, lat, characterization, tie,
                         quiet=as_json, frontier=report is not None,
                         allow_untested=allow_untested_clocks, n_draws=draws)
@@ -90,11 +104,14 @@ def plan_command(
     if output is not None:
         main.plan.meta["label"] = label
         main.plan.save(output)
+    from ..report.conclusion import plan_conclusion
+
+    conclusion = plan_conclusion(study, label, lat, lat_src)
     index = None
     if report is not None:
         from ..report.html import write_report
 
-        index = write_report(study, report, category_row=label)
+        index = write_report(study, report, category_row=label, conclusion=conclusion)
     if as_json:
         from ..cli._common import print_json
 
@@ -103,10 +120,44 @@ def plan_command(
     render(study, label, lat)
     from ._common import console
 
+    console.print()
+    console.print(conclusion.replace("Conclusion", "[bold]Conclusion[/]", 1), highlight=False)
     if output is not None:
         console.print(f"plan ({label}) written to {output}")
     if index is not None:
         console.print(f"report written to {index}")
+
+
+def plan_latency(text: str | None, device: str) -> tuple[float | None, str | None, str]:
+    """The switch latency to plan with (s), a note for the user (or ``None``) and where the
+    latency comes from (a few words, for the conclusion)."""
+    lat, note = _plan_latency(text, device)
+    if text is not None:
+        return lat, note, "given with --switch-latency"
+    from ..devices.latency import device_switch_latency
+
+    dl = device_switch_latency(device)
+    return lat, note, (f"the catalog's {dl.provenance} for {dl.device}" if dl else "")
+
+
+def _plan_latency(text: str | None, device: str) -> tuple[float | None, str | None]:
+    """The switch latency to plan with (s) and a note for the user (or ``None``).
+
+    ``text`` from ``--switch-latency``; without it the device's catalog latency (published or a
+    labeled estimate), or ``None`` (switching free) when the entry has none. ``0`` = free."""
+    from ..units import duration_warning, parse_duration
+
+    if text is not None:
+        return parse_duration(text), duration_warning(text, "--switch-latency")
+    from ..devices.latency import device_switch_latency
+
+    dl = device_switch_latency(device)
+    if dl is None:
+        return None, (f"{device} has no clock-switch latency in the catalog: planning as if "
+                      "switching were free; pass --switch-latency (e.g. 20ms)")
+    return dl.seconds, (f"planning for the {device} clock-switch latency {dl.describe()}; "
+                        "--switch-latency L overrides it, --switch-latency 0 plans as if "
+                        "switching were free")
 
 
 def _run(target, device, slowdown, objective, grans, lat, characterization, tie, quiet,

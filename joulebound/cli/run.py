@@ -24,8 +24,16 @@ plan over that trace, then run with --plan.
 
 --json (the script's own stdout then goes to stderr) keys: command, exit_code, actuator, duration_s (measured), ops, planned_ops, safe_ops,
 switches, switch_log, predictor_accuracy, period_ops, modeled_time_s, modeled_energy_j,
-modeled_iteration_energy_j, unknown_ops (simulated only; modeled), recorded_trace, recorded_ops,
-notes, duration_provenance, modeled_provenance.
+modeled_iteration_energy_j, unknown_ops, baseline_time_s, baseline_energy_j (the same ops at
+the default clocks), modeled_energy_delta, modeled_time_delta (simulated only; modeled),
+plan_summary {baseline_time_s, baseline_energy_j, time_s, energy_j, energy_delta, time_delta,
+switches, phases, switch_latency_s, granularity, provenance} (the plan file's figures per
+iteration), recorded_trace, recorded_ops, recorded_steps, notes, duration_provenance,
+modeled_provenance.
+
+Recording needs at least 3 optimizer steps. With --actuator nvml/helper a plan whose phases are
+shorter than the switch latency (--switch-latency, else the GPU's catalog latency) is refused
+unless --force.
 Switch log (JSON lines): t_s, op, label (plan position, -1 unknown), config, reason
 (plan | unknown-op | low-confidence | unexpected-future | close), key.
 
@@ -41,8 +49,9 @@ def run_command(
     switch_log: Annotated[str | None, typer.Option(help="Write the switch log here (JSONL).")] = None,
     characterization: Annotated[str | None, typer.Option(
         help="Characterization .npz of the plan's kernels (simulated actuator, latency).")] = None,
-    switch_latency: Annotated[float | None, typer.Option(
-        help="Clock-switch latency in s (default: the plan's).", min=0.0)] = None,
+    switch_latency: Annotated[str | None, typer.Option(
+        help="Clock-switch latency with a unit, e.g. 20ms (a bare number is seconds; default: "
+        "the plan's).")] = None,
     min_confidence: Annotated[float, typer.Option(
         help="Predictor confidence needed to follow the plan.", min=0.0, max=1.0)] = 0.75,
     socket: Annotated[str | None, typer.Option(help="Clock helper socket (--actuator helper).")] = None,
@@ -50,20 +59,33 @@ def run_command(
     record: Annotated[str | None, typer.Option(
         help="Record one iteration's op keys as a trace JSON instead of applying a plan.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Apply a plan with phases shorter than the GPU's switch latency "
+        "(nvml/helper actuators).")] = False,
 ) -> None:
     from ..dvfs.characterization import Characterization
     from ..dvfs.control.session import ACTUATORS, run
     from ..dvfs.plan import Plan
     from ..errors import JouleboundError, did_you_mean
-    from ._common import console, print_json
+    from ._common import console, fmt_pct, print_json
 
     if actuator not in ACTUATORS:
         raise JouleboundError(f"unknown --actuator {actuator!r}.{did_you_mean(actuator, ACTUATORS)}")
+    from ..units import duration_warning, parse_duration
+
+    lat = None
+    if switch_latency is not None:
+        lat = parse_duration(switch_latency)
+        warn = duration_warning(switch_latency, "--switch-latency")
+        if warn:
+            from ._common import err_console
+
+            err_console.print(f"[yellow]warning:[/] {warn}", highlight=False)
     p = Plan.load(plan) if plan else None
     char = Characterization.load(characterization) if characterization else None
-    res = run(cmd, p, actuator, char=char, switch_log=switch_log, switch_latency_s=switch_latency,
+    res = run(cmd, p, actuator, char=char, switch_log=switch_log, switch_latency_s=lat,
               min_confidence=min_confidence, socket_path=socket, gpu=gpu, record_path=record,
-              quiet_stdout=as_json)
+              quiet_stdout=as_json, force=force)
     if as_json:
         print_json(res.to_json())
     else:
@@ -77,6 +99,8 @@ def run_command(
         t.add_row("duration", f"{res.duration_s:.3f} s", "measured")
         t.add_row("ops seen", f"{res.ops:,}", "")
         if res.recorded_trace:
+            if res.recorded_steps:
+                t.add_row("optimizer steps seen", f"{res.recorded_steps:,}", "")
             t.add_row("iteration length", f"{res.recorded_ops} ops", "")
             t.add_row("trace written", res.recorded_trace, "")
         else:
@@ -87,15 +111,41 @@ def run_command(
             # hits / predictions over this run's op stream: observed, so measured
             t.add_row("next-op prediction accuracy", f"{res.predictor_accuracy * 100:.2f} %",
                       "measured")
+        ps = res.plan_summary
+        if ps is not None:
+            t.add_row("plan: energy per iteration",
+                      f"{ps['energy_j']:.4f} J vs {ps['baseline_energy_j']:.4f} J", "modeled")
+            t.add_row("plan: energy / time change", f"{fmt_pct(ps['energy_delta'])} / "
+                      f"{fmt_pct(ps['time_delta'])}", "modeled")
+            t.add_row("plan: switches per iteration",
+                      f"{ps['switches']} (planned for L = {ps['switch_latency_s'] * 1e3:g} ms)", "")
         if res.modeled_energy_j is not None:
             t.add_row("GPU time (plan's kernels)", f"{res.modeled_time_s:.6f} s", "modeled")
             t.add_row("GPU energy (plan's kernels)", f"{res.modeled_energy_j:.4f} J", "modeled")
+            if res.baseline_energy_j is not None:
+                t.add_row("same ops at default clocks", f"{res.baseline_energy_j:.4f} J, "
+                          f"{res.baseline_time_s:.6f} s", "modeled")
+            if res.modeled_energy_delta is not None:
+                t.add_row("this run: energy / time change", f"{fmt_pct(res.modeled_energy_delta)}"
+                          f" / {fmt_pct(res.modeled_time_delta)}", "modeled")
             if res.modeled_iteration_energy_j is not None:
                 t.add_row("energy per iteration (median)",
                           f"{res.modeled_iteration_energy_j:.4f} J", "modeled")
         if res.switch_log:
             t.add_row("switch log", res.switch_log, "")
         console.print(t)
+        if res.modeled_energy_delta is not None:
+            saved = -res.modeled_energy_delta
+            console.print(f"Modeled saving on this run: {fmt_pct(saved, signed=False)} of the GPU "
+                          f"energy of the ops under the plan ({res.modeled_energy_j:.4f} J instead "
+                          f"of {res.baseline_energy_j:.4f} J at the default clocks), time "
+                          f"{fmt_pct(res.modeled_time_delta)} (modeled, simulated actuator).",
+                          highlight=False)
+        elif ps is not None and actuator == "dry-run":
+            console.print(f"The plan predicts {fmt_pct(ps['energy_delta'])} energy and "
+                          f"{fmt_pct(ps['time_delta'])} time per iteration against the default "
+                          "clocks (modeled); the dry-run changed no clock. --actuator simulated "
+                          "charges this run's ops.", highlight=False)
         for n in res.notes:
             console.print(f"note: {n}", highlight=False)
     raise SystemExit(res.exit_code)

@@ -183,7 +183,8 @@ def _print_fit(rec: dict, published: dict) -> None:
 
 
 def fit(
-    data: Path = typer.Option(..., "--data", help="shared data folder, a sub-dataset folder, or a sweep runs.db"),
+    data: Path = typer.Option(None, "--data", help="shared data folder, a sub-dataset folder, or a "
+                              "sweep runs.db (default: $JOULEBOUND_DATA or ../shared/data)"),
     law: str = typer.Option("prerun", "--law", help="energy law to fit and show coefficients for"),
     laws: str = typer.Option("roofline,powerlaw,paper-no-eta,paper,prerun,device-seconds,config-only,hgb",
                              "--laws", help="comma-separated laws in the evaluation table"),
@@ -205,6 +206,10 @@ def fit(
         make_law(x)
     if save is not None and save.is_dir():
         raise JouleboundError(f"--save {save} is a folder; pass a file name such as {save / 'law.json'}")
+    if data is None:
+        from ..datapath import find_data
+
+        data = find_data()
     df = datasets.load(data, device=device)
     recs = []
     for _, g in df.groupby("dataset", sort=False):

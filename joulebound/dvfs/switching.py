@@ -46,22 +46,11 @@ LATENCY_PRESETS: dict[str, float] = {
 
 
 def parse_duration(text: str | float) -> float:
-    """Seconds from ``"10ms"``, ``"150 ms"``, ``"1.5s"``, ``"200us"`` or a number (seconds)."""
-    if isinstance(text, int | float):
-        return float(text)
-    s = text.strip().lower().replace(" ", "")
-    num, scale = s, 1.0
-    for unit, factor in (("us", 1e-6), ("µs", 1e-6), ("ms", 1e-3), ("s", 1.0)):
-        if s.endswith(unit):
-            num, scale = s[: -len(unit)], factor
-            break
-    try:
-        value = float(num) * scale
-    except ValueError:
-        raise JouleboundError(f"cannot parse duration {text!r}: use e.g. '10ms', '0.15s', '200us'") from None
-    if value < 0:
-        raise JouleboundError(f"duration must be >= 0, got {text!r}")
-    return value
+    """Seconds from ``"10ms"``, ``"150 ms"``, ``"1.5s"``, ``"200us"`` or a number (seconds);
+    see :func:`joulebound.units.parse_duration`."""
+    from ..units import parse_duration as _parse
+
+    return _parse(text)
 
 
 def min_block_end(t: np.ndarray, dwell_s: float) -> np.ndarray:

@@ -84,6 +84,10 @@ class Backend:
         """Power of channel ``i`` in W, or ``None`` when the backend cannot read power."""
         return None
 
+    def channel_provenance(self, i: int) -> str:
+        """Provenance of channel ``i``'s figures (the backend's, unless it combines several)."""
+        return self.provenance
+
     def sync(self) -> None:
         """Wait for queued device work (e.g. ``torch.cuda.synchronize``) before a window edge."""
 
@@ -114,7 +118,9 @@ class CompositeBackend(Backend):
             raise ValueError("CompositeBackend needs at least one backend")
         self.parts = parts
         self.name = "+".join(p.name for p in parts)
-        provs = {p.provenance for p in parts}
+        # the window's provenance is the GPU energy's: that of the parts with GPU channels
+        gpu_parts = [p for p in parts if any(c.kind == "gpu" for c in p.channels)] or parts
+        provs = {p.provenance for p in gpu_parts}
         self.provenance = provs.pop() if len(provs) == 1 else "modeled"
         self._map: list[tuple[Backend, int]] = []
         self._seen = [0] * len(parts)
@@ -133,6 +139,10 @@ class CompositeBackend(Backend):
     def has_counter(self, i: int) -> bool:
         p, j = self._map[i]
         return p.has_counter(j)
+
+    def channel_provenance(self, i: int) -> str:
+        p, j = self._map[i]
+        return p.channel_provenance(j)
 
     def read_energy_j(self, i: int, t: float) -> float | None:
         p, j = self._map[i]

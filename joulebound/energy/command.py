@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import JouleboundError
 from .meter import EnergyMeter, WindowResult
+from .status import FAILED, from_returncode
 
 
 @dataclass
@@ -49,13 +50,38 @@ class CommandResult:
     run_id: str
     db: str | None
 
+    #: the modeled CPU's TDP (W) when CPU/DRAM energy is modeled, for its interval
+    cpu_tdp_w: float | None = None
+    carbon: Any = None   # a joulebound.energy.carbon.CarbonIntensity or None
+
+    @property
+    def cpu_energy_interval_j(self) -> tuple[float, float] | None:
+        """``(low, high)`` of a modeled CPU+DRAM energy (J); ``None`` when measured or absent."""
+        w = self.window
+        if self.cpu_tdp_w is None or w.cpu_energy_j is None or w.cpu_provenance != "modeled":
+            return None
+        from .cpu_model import cpu_energy_interval_j
+
+        cpu = sum(d.energy_j or 0.0 for d in w.devices if d.kind == "cpu")
+        lo, hi = cpu_energy_interval_j(cpu, w.duration_s, self.cpu_tdp_w)
+        rest = w.cpu_energy_j - cpu
+        return lo + rest, hi + rest
+
     def to_json(self) -> dict[str, Any]:
         w = self.window
+        gpu = [d for d in w.devices if d.kind == "gpu"]
+        ci = self.carbon
         return {"command": self.command, "exit_code": self.exit_code, "signal": self.signal,
                 "duration_s": w.duration_s, "duration_provenance": "measured",
                 "energy_j": w.energy_j, "cpu_energy_j": w.cpu_energy_j,
+                "cpu_provenance": w.cpu_provenance,
+                "cpu_energy_interval_j": self.cpu_energy_interval_j,
                 "avg_power_w": w.avg_power_w, "peak_power_w": w.peak_power_w,
-                "provenance": w.provenance if w.devices else None, "flags": w.flags,
+                "provenance": w.provenance if gpu else None, "flags": w.flags,
+                "carbon_intensity_g_per_kwh": ci.g_per_kwh if ci else None,
+                "carbon_source": ci.describe() if ci else None,
+                "gco2e": ci.grams(w.energy_j) if ci else None,
+                "cpu_gco2e": ci.grams(w.cpu_energy_j) if ci else None,
                 "devices": [d.__dict__ for d in w.devices], "notes": self.notes,
                 "backend": w.backend, "run_id": self.run_id, "db": self.db}
 
@@ -84,7 +110,7 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
         proc = subprocess.Popen(list(cmd), stdout=child_stdout)
     except OSError as exc:
         meter.end_window(window, sync=False, cancel=True)
-        meter.close(status="failed", exit_code=127)
+        meter.close(status=FAILED, exit_code=127)
         raise JouleboundError(f"cannot run {cmd[0]!r}: {exc.strerror or exc}") from exc
 
     def forward(signum: int, _frame: object) -> None:
@@ -110,10 +136,24 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
         for s, h in old.items():
             signal.signal(s, h)
     res = meter.end_window(window, sync=False)
+    tdp = _modeled_tdp(meter.backend)
     sig = -rc if rc < 0 else None
     code = 128 + sig if sig is not None else rc
-    status = "ok" if rc == 0 else (f"killed by {signal.Signals(sig).name}" if sig else "failed")
+    status, _ = from_returncode(rc)
+    if sig is not None:
+        meter.backend.notes.append(f"the command was killed by {signal.Signals(sig).name}")
     notes = meter.notes
     meter.close(status=status, exit_code=code)
     return CommandResult(command=list(cmd), exit_code=code, signal=sig, window=res, notes=notes,
-                         run_id=meter.run_id, db=str(db) if db is not None else None)
+                         run_id=meter.run_id, db=str(db) if db is not None else None,
+                         cpu_tdp_w=tdp)
+
+
+def _modeled_tdp(backend: Any) -> float | None:
+    """The TDP (W) of a modeled-CPU part of ``backend``, if it has one."""
+    from .cpu_model import CpuModelBackend
+
+    for p in [backend, *getattr(backend, "parts", [])]:
+        if isinstance(p, CpuModelBackend):
+            return p.info.tdp_w
+    return None

@@ -4,7 +4,11 @@ Hugging Face::
 
     from joulebound.energy.integrations import EnergyCallback
     trainer = Trainer(..., callbacks=[EnergyCallback(store="runs.db")])
-    trainer.train()      # windows "train", "epoch:<k>", "step:<n>" committed to runs.db
+    trainer.train()      # energy per logging interval in every log (TensorBoard, W&B, MLflow,
+                         # log_history); windows "train", "interval:<k>", "epoch:<k>" in runs.db
+    trainer.state.energy # the train-end summary
+
+Lightning: :mod:`joulebound.energy.lightning`; Accelerate: :mod:`joulebound.energy.accelerate`.
 
 Plain PyTorch::
 
@@ -20,10 +24,13 @@ Each rank of a DDP/FSDP job meters its own GPU (``LOCAL_RANK``); combine ranks w
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
+from .interval import IntervalEnergy
 from .meter import EnergyMeter, WindowResult
+from .status import FINISHED
 
 T = TypeVar("T")
 
@@ -53,26 +60,40 @@ def metered(iterable: Iterable[T], meter: EnergyMeter | None = None, prefix: str
 
 
 class _EnergyCallbackHooks:
-    """Hugging Face ``TrainerCallback`` writing energy windows per step and epoch.
+    """Hugging Face ``TrainerCallback``: energy per logging interval into the Trainer's logs.
 
     ``EnergyCallback`` is this class mixed with ``transformers.TrainerCallback`` (built on first
     access, so importing this module does not import transformers).
+
+    At every Trainer log (``logging_steps``) it adds the energy since the previous log to the
+    ``logs`` dict — J, Wh, average W, total so far, the provenance in each key
+    (``energy/measured/gpu_j``, ``energy/modeled/cpu_dram_j``; see
+    :mod:`joulebound.energy.interval`) — and to the entry just appended to
+    ``state.log_history``. The callback moves itself first in the Trainer's callback list, so
+    every reporting integration (TensorBoard, W&B, MLflow, ...) that runs after it sees the
+    figures. At the end of training the train totals go into the final log and a summary dict
+    into ``state.energy`` (and :attr:`summary`).
 
     Args:
         meter: an existing meter; default: a new ``EnergyMeter(backend, store=store)`` owned
             (and closed) by the callback.
         store: SQLite path or :class:`~joulebound.energy.store.Store` for a new meter.
         backend: backend for a new meter.
-        per_step: a window per optimizer step (``"step:<global_step>"``).
+        per_step: also a window per optimizer step (``"step:<global_step>"``) in the meter/store.
         every: only every ``every``-th step gets a window (per-step windows cost ~tens of µs).
         per_epoch: a window per epoch (``"epoch:<k>"``).
         aggregate: at train end, gather all ranks' windows (collective) into ``job_windows``.
-        log: add ``energy_j``/``energy_provenance`` of the last finished step to the Trainer logs.
+        log: add the interval figures to the Trainer logs.
+        carbon_intensity: gCO2e/kWh or a region code (e.g. ``"FR"``): adds ``..._gco2e`` keys.
+        prefix: the metric key prefix.
     """
 
     def __init__(self, meter: EnergyMeter | None = None, store: Any = None,
-                 backend: str = "auto", per_step: bool = True, every: int = 1,
-                 per_epoch: bool = True, aggregate: bool = False, log: bool = True) -> None:
+                 backend: str = "auto", per_step: bool = False, every: int = 1,
+                 per_epoch: bool = True, aggregate: bool = False, log: bool = True,
+                 carbon_intensity: str | float | None = None, prefix: str = "energy") -> None:
+        from .carbon import carbon_intensity as parse_ci
+
         self._own = meter is None
         self.meter = meter
         self._store = store
@@ -82,19 +103,49 @@ class _EnergyCallbackHooks:
         self.per_epoch = per_epoch
         self.aggregate = aggregate
         self.log = log
+        self.carbon = parse_ci(carbon_intensity)
+        self.prefix = prefix
         self._epoch = 0
         self._step_name: str | None = None
         self._epoch_name: str | None = None
         self.last_step: WindowResult | None = None
+        self.intervals: IntervalEnergy | None = None
         self.train: WindowResult | None = None
+        self.summary: dict[str, Any] = {}
         self.job_windows: list = []
 
+    # -- order ----------------------------------------------------------------------------------
+    def _move_first(self) -> None:
+        """Put this callback first in the Trainer's ``CallbackHandler`` (found in the calling
+        frames), so that reporting integrations see the figures it adds in ``on_log``."""
+        try:
+            from transformers.trainer_callback import CallbackHandler
+        except ImportError:  # pragma: no cover - only called by a Trainer
+            return
+        frame = sys._getframe(1)
+        for _ in range(6):
+            if frame is None:
+                return
+            handler = frame.f_locals.get("self")
+            if isinstance(handler, CallbackHandler):
+                cbs = handler.callbacks
+                if cbs and cbs[0] is not self and any(c is self for c in cbs):
+                    cbs.remove(self)
+                    cbs.insert(0, self)
+                return
+            frame = frame.f_back
+
     # -- hooks --------------------------------------------------------------------------------
+    def on_init_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self._move_first()
+
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self._move_first()   # also when added with trainer.add_callback after __init__
         if self.meter is None:
             self.meter = EnergyMeter(self._backend, store=self._store,
                                      command=f"transformers.Trainer (pid {os.getpid()})")
-        self.meter.begin_window("train")
+        self.intervals = IntervalEnergy(self.meter, prefix=self.prefix, carbon=self.carbon)
+        self.intervals.start()
 
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if self.per_epoch and self.meter is not None:
@@ -120,10 +171,18 @@ class _EnergyCallbackHooks:
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None,
                **kw: Any) -> None:
-        if self.log and logs is not None and self.last_step is not None:
-            logs["step_energy_j"] = self.last_step.energy_j
-            logs["step_energy_provenance"] = (self.last_step.provenance
-                                              if self.last_step.devices else "no sensor")
+        if not self.log or logs is None or self.intervals is None or not self.intervals.running:
+            return
+        if "train_runtime" in logs:   # the Trainer's final summary log: the train totals
+            metrics, self.summary = self.intervals.finish()
+            self.train = self.intervals.train
+        else:
+            metrics = self.intervals.report()
+        logs.update(metrics)
+        hist = getattr(state, "log_history", None)
+        if hist and isinstance(hist[-1], dict) and all(hist[-1].get(k) == v for k, v in
+                                                       logs.items() if k in hist[-1]):
+            hist[-1].update(metrics)   # the entry the Trainer appended just before on_log
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if self.meter is None:
@@ -132,14 +191,18 @@ class _EnergyCallbackHooks:
             if name is not None and name in self.meter.open_windows:
                 self.meter.end_window(name)
         self._step_name = self._epoch_name = None
-        if "train" in self.meter.open_windows:
-            self.train = self.meter.end_window("train")
+        if self.intervals is not None and self.intervals.running:
+            _metrics, self.summary = self.intervals.finish()
+            self.train = self.intervals.train
         if self.aggregate:
             from .distributed import aggregate
 
             self.job_windows = aggregate(self.meter)
+        if state is not None and self.summary:
+            state.energy = dict(self.summary)
         if self._own:
-            self.meter.close()
+            self.meter.close(status=FINISHED)
+            self.meter = None   # a second train() gets a new meter (and a new run)
 
 
 def __getattr__(name: str) -> Any:

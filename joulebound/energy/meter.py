@@ -32,12 +32,15 @@ samples (trapezoid rule, with reads at both edges). Every result carries its pro
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import os
 import socket
 import threading
 import time
 import uuid as uuidlib
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -45,11 +48,12 @@ from typing import TYPE_CHECKING, Any
 from ..errors import JouleboundError, did_you_mean
 from .base import Backend, NoneBackend
 from .sampler import Sample, Sampler
+from .status import FAILED, FINISHED, from_exception
 
 if TYPE_CHECKING:  # pragma: no cover
     from .store import Store
 
-BACKENDS = ("auto", "nvml", "rapl", "simulated", "replay", "none")
+BACKENDS = ("auto", "nvml", "rapl", "cpu-model", "simulated", "replay", "none")
 
 
 @dataclass
@@ -65,6 +69,8 @@ class DeviceEnergy:
         source: e.g. ``"nvml.energy_counter"``, ``"nvml.power_integration"``, ``"simulated"``.
         kind: ``"gpu"``, ``"cpu"`` or ``"dram"``.
         n_samples: power samples that fell in the window.
+        provenance: ``"measured"`` or ``"modeled"`` for this device ("" in stores written
+            before the field existed: then the window's).
     """
 
     uuid: str
@@ -75,6 +81,7 @@ class DeviceEnergy:
     source: str
     kind: str = "gpu"
     n_samples: int = 0
+    provenance: str = ""
 
 
 @dataclass
@@ -88,10 +95,13 @@ class WindowResult:
         energy_j: total GPU energy (J) over ``devices`` of kind ``"gpu"``; ``None`` when there is
             no GPU sensor (never 0 for "unknown").
         devices: per-device results.
-        provenance: ``"measured"`` (sensor), ``"modeled"`` (simulated backend) or what a replayed
-            log says. Without a sensor only the duration exists, which is measured.
+        provenance: of the GPU energy ``energy_j``: ``"measured"`` (sensor), ``"modeled"``
+            (simulated backend) or what a replayed log says. Without a sensor only the duration
+            exists, which is measured. The CPU/DRAM figure has its own
+            :attr:`cpu_provenance`.
         flags: see the module docstring.
-        cpu_energy_j: CPU + DRAM energy (J) from RAPL, ``None`` when not readable.
+        cpu_energy_j: CPU + DRAM energy (J): from RAPL (measured) or the TDP model
+            (modeled, see :mod:`~joulebound.energy.cpu_model`), ``None`` when neither.
         rank / host: where it was measured (for :func:`~joulebound.energy.distributed.aggregate`).
         backend: backend name.
     """
@@ -115,6 +125,14 @@ class WindowResult:
         if self.energy_j is None or self.duration_s <= 0:
             return None
         return self.energy_j / self.duration_s
+
+    @property
+    def cpu_provenance(self) -> str | None:
+        """Provenance of :attr:`cpu_energy_j` (``None`` without CPU/DRAM channels)."""
+        provs = {d.provenance or self.provenance for d in self.devices if d.kind != "gpu"}
+        if not provs:
+            return None
+        return provs.pop() if len(provs) == 1 else "modeled"
 
     @property
     def peak_power_w(self) -> float | None:
@@ -198,7 +216,11 @@ def make_backend(backend: str | Backend, gpus: Sequence[int] | str | None = None
         from .rapl import RaplBackend
 
         return RaplBackend(**kwargs)
-    # auto: NVML GPUs, plus RAPL CPU/DRAM when readable; time only when neither
+    if backend == "cpu-model":
+        from .cpu_model import CpuModelBackend
+
+        return CpuModelBackend(tdp_w=kwargs.get("cpu_tdp_w", kwargs.get("tdp_w")))
+    # auto: NVML GPUs, plus RAPL CPU/DRAM when readable, else modeled CPU/DRAM (labeled)
     notes: list[str] = []
     parts: list[Backend] = []
     try:
@@ -213,6 +235,12 @@ def make_backend(backend: str | Backend, gpus: Sequence[int] | str | None = None
         parts.append(RaplBackend())
     except JouleboundError as exc:
         notes.append(f"CPU: {exc}")
+        try:
+            from .cpu_model import CpuModelBackend
+
+            parts.append(CpuModelBackend(tdp_w=kwargs.get("cpu_tdp_w")))
+        except JouleboundError as exc2:
+            notes.append(f"CPU model: {exc2}")
     if len(parts) == 2:
         from .base import CompositeBackend
 
@@ -300,6 +328,10 @@ class EnergyMeter:
         if self.channels and interval_s > 0:
             self.sampler.start()
         self._closed = False
+        # close the run at interpreter exit if nobody does (a weak reference: the meter may
+        # still be garbage collected; close() unregisters this)
+        self._atexit = functools.partial(_close_at_exit, weakref.ref(self))
+        atexit.register(self._atexit)
 
     # -- info ---------------------------------------------------------------------------------
     @property
@@ -396,8 +428,8 @@ class EnergyMeter:
         t0 = st.start
         dur = max(t1 - t0, 0.0)
         flags: list[str] = []
-        if not self.channels:
-            flags.append("no_energy_sensor")
+        if not any(self.backend.channels[i].kind == "gpu" for i in self.channels):
+            flags.append("no_energy_sensor")   # no GPU sensor: energy_j is None
         if dur == 0.0:
             flags.append("zero_length")
         need_power = any(not self.backend.has_counter(i) for i in self.channels)
@@ -442,7 +474,8 @@ class EnergyMeter:
             devices.append(DeviceEnergy(
                 uuid=ch.uuid, index=ch.index, energy_j=energy,
                 avg_power_w=(energy / dur) if (energy is not None and dur > 0) else None,
-                peak_power_w=peak, source=source, kind=ch.kind, n_samples=stats.n.get(i, 0)))
+                peak_power_w=peak, source=source, kind=ch.kind, n_samples=stats.n.get(i, 0),
+                provenance=self.backend.channel_provenance(i)))
         if self._errors & set(self.channels) and "read_error" not in flags:
             flags.append("read_error")
             self._errors.clear()
@@ -484,12 +517,14 @@ class EnergyMeter:
         return _Window(self, name)
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def close(self, status: str = "finished", exit_code: int | None = None) -> None:
-        """Stop the sampler, flush samples to the store, end the run (``status``, ``exit_code``),
-        release the sensor. Idempotent."""
+    def close(self, status: str = FINISHED, exit_code: int | None = None) -> None:
+        """Stop the sampler, flush samples to the store, end the run (``status``, one of
+        :data:`~joulebound.energy.status.STATUSES`; ``exit_code``), release the sensor.
+        Idempotent; also called at interpreter exit for a meter nobody closed."""
         if self._closed:
             return
         self._closed = True
+        atexit.unregister(self._atexit)
         self.sampler.stop()
         if self.store is not None:
             self.store.end_run(self.run_id, status=status, exit_code=exit_code, notes=self.notes)
@@ -498,12 +533,32 @@ class EnergyMeter:
     def __enter__(self) -> EnergyMeter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        status, code = from_exception(exc)
+        self.close(status=status, exit_code=code)
 
     def __del__(self) -> None:  # pragma: no cover - best effort
         with contextlib.suppress(Exception):
             self.sampler._stop.set()
+
+
+def _close_at_exit(ref: weakref.ReferenceType[EnergyMeter]) -> None:
+    """``atexit`` handler: close a meter left open, as ``failed`` after an uncaught exception."""
+    meter = ref()
+    if meter is None or meter._closed:
+        return
+    import sys
+
+    exc = getattr(sys, "last_value", None)
+    if exc is not None:
+        meter.backend.notes.append(f"closed at interpreter exit after an uncaught "
+                                   f"{type(exc).__name__}")
+        status, code = FAILED, 1
+    else:
+        meter.backend.notes.append("closed at interpreter exit (close() was not called)")
+        status, code = FINISHED, None
+    with contextlib.suppress(Exception):
+        meter.close(status=status, exit_code=code)
 
 
 class _Window(contextlib.ContextDecorator):

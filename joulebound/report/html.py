@@ -15,9 +15,12 @@ from . import plots
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;
-padding:3px 8px;text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}
+padding:3px 6px;text-align:right;white-space:nowrap}th{background:#f3f3f3;white-space:normal}
+td:first-child{text-align:left}td.text{text-align:left;white-space:normal;min-width:14em}
 .pub{color:#b00}.mod{color:#236}img{max-width:100%}small{color:#666}
-figure{margin:0 0 2em 0}figcaption{max-width:850px}"""
+figure{margin:0 0 2em 0}figcaption{max-width:850px}
+p.conclusion{font-size:15px;border-left:4px solid #236;padding:.4em .8em;background:#f4f7fb}"""
+
 
 
 #: what each figure shows, printed under it (provenance included)
@@ -53,8 +56,12 @@ GLOSSARY = ("<p><small><b>Row labels.</b> <code>iteration / pass / layer / kerne
 
 
 def write_report(study: Study, out_dir: str | Path, *, title: str | None = None,
-                 clock_rows: list[str] | None = None, category_row: str | None = None) -> Path:
-    """Write ``out_dir/index.html`` and its figures; returns the path of ``index.html``."""
+                 clock_rows: list[str] | None = None, category_row: str | None = None,
+                 conclusion: str | None = None) -> Path:
+    """Write ``out_dir/index.html`` and its figures; returns the path of ``index.html``.
+
+    ``conclusion``: the paragraph the terminal printed (the page opens with it). Table cells
+    holding numbers never wrap; every section title is unique."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     title = title or f"joulebound plan: {study.trace.name} on {study.char.device}"
@@ -69,39 +76,41 @@ def write_report(study: Study, out_dir: str | Path, *, title: str | None = None,
     category_row = category_row or (kernel_like[-1] if kernel_like else labels[-1])
     figs = []
     if study.frontiers:
-        figs.append(("Time–energy trade-off (Pareto frontier)", plots.pareto_plot(study, out / "pareto.png")))
+        figs.append(("Figure: time–energy trade-off (Pareto frontier)",
+                     plots.pareto_plot(study, out / "pareto.png")))
     if clock_rows:
-        figs.append(("Clock pair per kernel along the iteration",
+        figs.append(("Figure: clock pair per kernel along the iteration",
                      plots.clocks_plot(study, clock_rows, out / "clocks.png")))
-    figs.append((f"Savings by kernel category ({category_row})",
+    figs.append((f"Figure: energy saved per kernel category ({category_row})",
                  plots.category_plot(study, category_row, out / "categories.png")))
     lat = plots.latency_plot(study, out / "latency.png")
     if lat is not None:
-        figs.append(("What clock-switch latency costs", lat))
+        figs.append(("Figure: what clock-switch latency costs", lat))
 
     e = html.escape
+    provs = " / ".join(sorted({r.plan.provenance for r in study.rows})) or "modeled"
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
              f"<style>{CSS}</style></head><body><h1>{e(title)}</h1>",
+             f"<p class=conclusion>{e(conclusion)}</p>" if conclusion else "",
              f"<p>Baseline: every kernel at <b>{e(study.baseline_config)}</b>: "
              f"{study.baseline_time_s * 1e3:.2f} ms and {study.baseline_energy_j:.2f} J per "
              f"iteration (<span class=mod>modeled</span>, {study.char.n_kernels} kernels × "
              f"{study.char.n_configs} clock configurations). Deltas are against this baseline. "
              "All numbers are <span class=mod>modeled</span> by joulebound's GPU time/power "
              "model, except the table and markers labeled <span class=pub>published</span>.</p>",
-             "<h2>Plans (modeled)</h2>", GLOSSARY,
+             f"<h2>Plans ({e(provs)})</h2>", GLOSSARY,
              "<table><tr><th>plan</th><th>what it is</th><th>energy Δ</th><th>time Δ</th>"
              "<th>switches</th><th>replayed at L</th><th>replay energy Δ</th>"
-             "<th>replay time Δ</th><th>late kernels</th><th>provenance</th></tr>"]
+             "<th>replay time Δ</th><th>late kernels</th></tr>"]
     for r in study.rows:
         rep = r.replay
         parts.append(
-            f"<tr><td>{e(r.label)}</td><td style='text-align:left'>{e(plots.describe(r))}</td>"
+            f"<tr><td>{e(r.label)}</td><td class=text>{e(plots.describe(r))}</td>"
             f"<td>{fmt_pct(r.plan.energy_delta)}</td>"
             f"<td>{fmt_pct(r.plan.time_delta)}</td><td>{r.plan.n_switches}</td>"
             f"<td>{r.replay_latency_s * 1e3:g} ms</td>"
             f"<td>{fmt_pct(r.replay_energy_delta)}</td>"
-            f"<td>{fmt_pct(r.replay_time_delta)}</td><td>{rep.late_kernels}</td>"
-            f"<td class=mod>{e(r.plan.provenance)}</td></tr>")
+            f"<td>{fmt_pct(r.replay_time_delta)}</td><td>{rep.late_kernels}</td></tr>")
     parts.append("</table>")
     if study.published:
         parts.append("<h3 class=pub>Published reference (not our output)</h3><table><tr>"
@@ -109,12 +118,13 @@ def write_report(study: Study, out_dir: str | Path, *, title: str | None = None,
                      "<th>provenance</th></tr>")
         for p in study.published:
             parts.append(f"<tr><td>{e(p['granularity'])}</td><td>{fmt_pct(p['energy_delta'])}</td>"
-                         f"<td>{fmt_pct(p['time_delta'])}</td><td>{e(p['what'])}</td>"
+                         f"<td>{fmt_pct(p['time_delta'])}</td><td class=text>{e(p['what'])}</td>"
                          f"<td class=pub>published</td></tr>")
         parts.append(f"</table><p><small>Source: {e(PUBLISHED_CITATION)}. Their savings are sums "
                      "of kernels measured alone with no clock-switch cost.</small></p>")
     cats = category_savings(study.trace, study.char, study.row(category_row).plan)
-    parts.append(f"<h2>Savings by kernel category ({e(category_row)}, modeled)</h2><table><tr>"
+    parts.append(f"<h2>Savings by kernel category ({e(category_row)}, modeled)</h2>"
+                 "<table><tr>"
                  "<th>category</th><th>kernels</th><th>baseline J</th><th>saved J</th>"
                  "<th>energy Δ</th><th>time Δ</th><th>share of saving</th></tr>")
     for c in cats:

@@ -186,9 +186,13 @@ def _main() -> None:  # pragma: no cover - maintenance entry point
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--data", default="../shared/data")
+    ap.add_argument("--data", default=None,
+                    help="shared data folder (default: $JOULEBOUND_DATA or ../shared/data)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    from ..datapath import find_data
+
+    a.data = find_data(a.data)
     rec = fit_default(a.data, a.out)
     print(json.dumps(rec["provenance"], indent=1))
 

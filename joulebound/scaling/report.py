@@ -190,9 +190,13 @@ def prerun_summary(law) -> str:  # noqa: ANN001
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default="../shared/data", type=Path)
+    ap.add_argument("--data", default=None, type=Path,
+                    help="shared data folder (default: $JOULEBOUND_DATA or ../shared/data)")
     ap.add_argument("--docs", default="docs", type=Path)
     a = ap.parse_args()
+    from ..datapath import find_data
+
+    a.data = find_data(a.data)
     from .laws import PaperLaw, PreRunLaw
 
     sections = {}

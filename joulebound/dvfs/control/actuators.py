@@ -108,10 +108,15 @@ class DryRunActuator(Actuator):
 
 @dataclass
 class SimTotals:
-    """Modeled totals of a simulated run (s, J)."""
+    """Modeled totals of a simulated run (s, J).
+
+    ``baseline_time_s`` / ``baseline_energy_j``: the same known ops at the safe (default, auto)
+    clocks, so ``energy_j / baseline_energy_j - 1`` is the plan's modeled saving on this run."""
 
     time_s: float = 0.0
     energy_j: float = 0.0
+    baseline_time_s: float = 0.0
+    baseline_energy_j: float = 0.0
     ops: int = 0
     unknown_ops: int = 0
     switches: int = 0
@@ -147,7 +152,8 @@ class SimulatedActuator(Actuator):
         if AUTO not in self._col:
             raise JouleboundError("SimulatedActuator: the characterization has no 'auto' column "
                                   "(the safe/default clocks); characterize with include_auto=True")
-        self._in_effect = self._col[AUTO]
+        self._auto = self._col[AUTO]
+        self._in_effect = self._auto
         self._pending: deque[tuple[int, float]] = deque()   # (column, time it takes effect)
         self._last_done = 0.0
         self._time = char.time_s
@@ -193,6 +199,8 @@ class SimulatedActuator(Actuator):
         c = self._in_effect
         tot.time_s += float(self._time[label, c])
         tot.energy_j += float(self._energy[label, c])
+        tot.baseline_time_s += float(self._time[label, self._auto])
+        tot.baseline_energy_j += float(self._energy[label, self._auto])
         self.timeline.append((tot.time_s, label, c))
 
 

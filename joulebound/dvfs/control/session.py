@@ -57,6 +57,12 @@ class RunResult:
     unknown_ops: int | None = None
     recorded_trace: str | None = None
     recorded_ops: int | None = None
+    recorded_steps: int | None = None
+    baseline_time_s: float | None = None
+    baseline_energy_j: float | None = None
+    modeled_energy_delta: float | None = None
+    modeled_time_delta: float | None = None
+    plan_summary: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -64,6 +70,44 @@ class RunResult:
         d["duration_provenance"] = "measured"
         d["modeled_provenance"] = "modeled" if self.modeled_energy_j is not None else None
         return d
+
+
+#: optimizer steps a recording needs: the first step differs (optimizer state is created), and
+#: the steady iteration must be seen twice after it to be told from a repeating layer
+MIN_RECORD_STEPS = 3
+#: actuators that change a real GPU's clocks (plans are checked against the switch latency)
+REAL_ACTUATORS = ("nvml", "helper")
+
+
+def plan_summary(plan: Plan) -> dict[str, Any]:
+    """The plan file's own modeled figures per iteration: baseline (auto) and plan time and
+    energy, their change, switches, phases, the latency it was planned for."""
+    return {"baseline_time_s": plan.baseline_time_s, "baseline_energy_j": plan.baseline_energy_j,
+            "time_s": plan.predicted_time_s, "energy_j": plan.predicted_energy_j,
+            "energy_delta": plan.energy_delta, "time_delta": plan.time_delta,
+            "switches": plan.n_switches, "phases": len(plan.phases()),
+            "switch_latency_s": plan.switch_latency_s, "granularity": plan.granularity,
+            "provenance": plan.provenance}
+
+
+def check_phase_lengths(plan: Plan, kernel_time_s: np.ndarray, latency_s: float,
+                        what: str) -> None:
+    """Refuse a plan with a phase shorter than the clock-switch latency (it cannot land).
+
+    Only plans that switch are checked (one phase never switches). Every phase counts, the
+    first too: from the second iteration on, it follows a switch back from the last one."""
+    phases = plan.phases()
+    if len(phases) < 2 or latency_s <= 0:
+        return
+    dur = np.array([float(kernel_time_s[p.start:p.stop].sum()) for p in phases])
+    short = int(np.count_nonzero(dur < latency_s))
+    if short:
+        raise JouleboundError(
+            f"the plan has {short} of {len(phases)} phases shorter than the {what} "
+            f"(shortest {dur.min() * 1e3:.3g} ms, modeled): its clock switches cannot take effect "
+            "in time on this GPU. Make a switch-aware plan (`joulebound plan TRACE -d DEVICE`, "
+            "which plans for the device's latency by default, or --switch-latency L), or pass "
+            "--force to apply it anyway")
 
 
 def split_command(cmd: Sequence[str]) -> tuple[str, str, list[str]]:
@@ -117,6 +161,18 @@ def _run_target(kind: str, target: str, argv: list[str], quiet_stdout: bool = Fa
     finally:
         sys.argv, sys.path[:] = old_argv, old_path
     return 0
+
+
+@contextmanager
+def _optimizer_steps(callback: Any) -> Iterator[None]:
+    """Call ``callback()`` after every ``torch.optim`` optimizer step inside the block."""
+    import torch.optim.optimizer as topt
+
+    handle = topt.register_optimizer_step_post_hook(lambda *_a, **_k: callback())
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def make_actuator(name: str, *, char: Any = None, switch_latency_s: float = 0.0,
@@ -186,9 +242,13 @@ _DTYPE_SUFFIXES = ("float32", "float16", "bfloat16", "float64", "int64", "int32"
 def build_controller(plan: Plan | str | Path, actuator: str = "dry-run", *, char: Any = None,
                      switch_log: str | None = None, switch_latency_s: float | None = None,
                      min_confidence: float = 0.75, socket_path: str | None = None, gpu: int = 0,
-                     notes: list[str] | None = None) -> Any:
+                     notes: list[str] | None = None, force: bool = False) -> Any:
     """A :class:`Controller` set up as ``joulebound run`` sets it up (actuator, kernel times,
-    CUDA-event alignment for real actuators when CUDA is available)."""
+    CUDA-event alignment for real actuators when CUDA is available).
+
+    With a real actuator (``nvml``, ``helper``) a plan whose phases are shorter than the switch
+    latency (``switch_latency_s``, else the device's catalog latency) is refused unless
+    ``force``."""
     from ..characterization import Characterization
     from .controller import Controller
 
@@ -199,11 +259,21 @@ def build_controller(plan: Plan | str | Path, actuator: str = "dry-run", *, char
     if isinstance(char, str | Path):
         char = Characterization.load(char)
     lat = plan.switch_latency_s if switch_latency_s is None else float(switch_latency_s)
-    if char is None and (actuator == "simulated" or lat > 0):
+    check_lat, what = _device_latency(plan, switch_latency_s) if actuator in REAL_ACTUATORS \
+        else (0.0, "")
+    if char is None and (actuator == "simulated" or lat > 0 or check_lat > 0):
         char = model_characterization(plan)
         notes.append(f"kernel times/energy modeled by joulebound's device model for "
                      f"{plan.device} from the op shapes (no --characterization given)")
     ktime = plan_kernel_times(plan, char) if char is not None else None
+    if check_lat > 0 and ktime is not None:
+        if force:
+            try:
+                check_phase_lengths(plan, ktime, check_lat, what)
+            except JouleboundError:
+                notes.append(f"--force: applying a plan with phases shorter than the {what}")
+        else:
+            check_phase_lengths(plan, ktime, check_lat, what)
     act = make_actuator(actuator, char=char, switch_latency_s=lat, socket_path=socket_path,
                         gpu=gpu)
     aligner = None
@@ -218,6 +288,22 @@ def build_controller(plan: Plan | str | Path, actuator: str = "dry-run", *, char
             notes.append("switches aligned with device progress (CUDA events)")
     return Controller(plan, act, kernel_time_s=ktime, switch_latency_s=lat,
                       min_confidence=min_confidence, log=switch_log, aligner=aligner)
+
+
+def _device_latency(plan: Plan, given_s: float | None) -> tuple[float, str]:
+    """The latency a real actuator's plan is checked against (s) and how to name it."""
+    if given_s is not None:
+        return float(given_s), f"switch latency {float(given_s) * 1e3:g} ms (--switch-latency)"
+    from ...devices.latency import device_switch_latency
+
+    try:
+        dl = device_switch_latency(plan.device)
+    except JouleboundError:
+        dl = None
+    if dl is None:
+        return plan.switch_latency_s, (f"switch latency {plan.switch_latency_s * 1e3:g} ms the "
+                                       "plan was made for")
+    return dl.seconds, f"{plan.device} clock-switch latency {dl.describe()}"
 
 
 @contextmanager
@@ -247,7 +333,8 @@ def controlled(plan: Plan | str | Path, actuator: str = "dry-run", **kwargs: Any
 def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
         char: Any = None, switch_log: str | None = None, switch_latency_s: float | None = None,
         min_confidence: float = 0.75, socket_path: str | None = None, gpu: int = 0,
-        record_path: str | None = None, quiet_stdout: bool = False) -> RunResult:
+        record_path: str | None = None, quiet_stdout: bool = False,
+        force: bool = False) -> RunResult:
     """Run ``cmd`` (a Python script) under the controller; see the module docstring."""
     from .controller import trace_from_ops
     from .hooks import OpStream
@@ -270,16 +357,36 @@ def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
             if pred.confidence >= 1.0 and pred.period:
                 locked_end[0], locked_end[1] = len(keys), pred.period
 
-        with OpStream(on_op=on_op, interner=interner):
+        step_marks: list[int] = []   # ops seen when each optimizer step returned
+        with _optimizer_steps(lambda: step_marks.append(len(keys))), \
+                OpStream(on_op=on_op, interner=interner):
             res.exit_code = _run_target(kind, target, argv, quiet_stdout)
         res.duration_s = time.monotonic() - t0
         res.actuator = "none (recording)"
         end, period = locked_end
         res.ops = len(keys)
+        res.recorded_steps = len(step_marks)
         res.predictor_accuracy = pred.stats.accuracy if keys else None
+        if step_marks and len(step_marks) < MIN_RECORD_STEPS:
+            raise JouleboundError(
+                f"the script made {len(step_marks)} optimizer step(s); recording needs at least "
+                f"{MIN_RECORD_STEPS} (the first step differs, and the iteration must repeat to be "
+                f"found): run it for {MIN_RECORD_STEPS} or more training steps while recording")
         if not period or end < period:
             raise JouleboundError("no repeating iteration was found in the op stream: run more "
-                                  "training steps (at least 3) while recording")
+                                  f"training steps (at least {MIN_RECORD_STEPS}) while recording")
+        if len(step_marks) >= 2:
+            steps = np.diff(step_marks)
+            whole = {int(steps[-k:].sum()) for k in range(1, min(len(steps), 4) + 1)}
+            if period not in whole:
+                raise JouleboundError(
+                    f"the repeating op pattern found ({period} ops) is not one training step "
+                    f"({int(steps[-1])} ops between the last two optimizer steps): the steps "
+                    "differ from each other (evaluation, changing shapes?). Record a run whose "
+                    "steps are alike, e.g. without evaluation")
+        elif not step_marks:
+            res.notes.append("no torch.optim optimizer step was seen: the recorded iteration is "
+                             "the repeating op pattern found, not checked against steps")
         names = [str(interner.key(k)) for k in keys[end - period:end]]
         trace = trace_from_ops(names, name=Path(target).stem)
         trace.meta.update({"command": list(cmd), "period_ops": period})
@@ -291,7 +398,8 @@ def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
 
     ctl = build_controller(plan, actuator, char=char, switch_log=switch_log,
                            switch_latency_s=switch_latency_s, min_confidence=min_confidence,
-                           socket_path=socket_path, gpu=gpu, notes=res.notes)
+                           socket_path=socket_path, gpu=gpu, notes=res.notes, force=force)
+    res.plan_summary = plan_summary(plan)
     act = ctl.actuator
     try:
         with ctl.hook():
@@ -307,6 +415,10 @@ def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
     if actuator == "simulated":
         tot = act.totals
         res.modeled_time_s, res.modeled_energy_j = tot.time_s, tot.energy_j
+        res.baseline_time_s, res.baseline_energy_j = tot.baseline_time_s, tot.baseline_energy_j
+        if tot.baseline_energy_j > 0 and tot.baseline_time_s > 0:
+            res.modeled_energy_delta = tot.energy_j / tot.baseline_energy_j - 1.0
+            res.modeled_time_delta = tot.time_s / tot.baseline_time_s - 1.0
         res.unknown_ops = tot.unknown_ops
         if len(tot.per_iteration) >= 2:
             res.modeled_iteration_energy_j = float(np.median([e for _, e in

@@ -1,0 +1,238 @@
+"""An HTML report of one *measured* run from a store (``joulebound report runs.db RUN``).
+
+Contents: a conclusion (the same paragraph ``joulebound report`` prints), a summary (status,
+duration, GPU and CPU+DRAM energy, each with its provenance; gCO2e with a carbon intensity),
+host vs GPU energy, the power timeline per device (from the stored samples), the energy per
+window and a table of windows with their flags, and the sensor notes. Measured and modeled
+figures are never summed: a share of the total is shown only when both parts share a provenance.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..energy.meter import WindowResult
+from ..energy.store import Store
+from ..errors import JouleboundError
+
+MAX_WINDOW_ROWS = 200
+
+
+@dataclass
+class RunData:
+    """What the report shows of one run (plain data, read from the store)."""
+
+    run: dict[str, Any]
+    windows: list[WindowResult]
+    samples: list[tuple[float, str, str, float | None]]   # (t_s, uuid, kind, power_w)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def main(self) -> WindowResult | None:
+        """The run's longest window (``command``/``train`` for measure and the callbacks)."""
+        return max(self.windows, key=lambda w: w.duration_s, default=None)
+
+
+def find_run(store: Store, run: str | None) -> dict[str, Any]:
+    """The run row for a run id, a unique prefix of one, or ``None`` / ``"last"`` (the newest)."""
+    runs = store.runs()
+    if not runs:
+        raise JouleboundError(f"store {store.path} holds no runs")
+    if run in (None, "", "last"):
+        return runs[-1]
+    hits = [r for r in runs if r["run_id"].startswith(str(run))]
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        recent = ", ".join(r["run_id"][:8] for r in runs[-5:])
+        raise JouleboundError(f"no run {run!r} in {store.path} (recent: {recent}; "
+                              f"`joulebound runs {store.path}` lists them)")
+    raise JouleboundError(f"run prefix {run!r} matches {len(hits)} runs; give more characters")
+
+
+def load_run(store: Store, run: str | None) -> RunData:
+    """Read one run's row, windows and power samples."""
+    row = find_run(store, run)
+    rid = row["run_id"]
+    samples = [(float(t), u, k, p) for t, u, k, p in store.query(
+        "SELECT t_s, uuid, kind, power_w FROM samples WHERE run_id=? ORDER BY t_s", (rid,))]
+    return RunData(run=row, windows=store.windows(rid), samples=samples,
+                   notes=json.loads(row.get("notes_json") or "[]"))
+
+
+def _f(x: float | None, d: int = 1) -> str:
+    return "–" if x is None else f"{x:,.{d}f}"
+
+
+def conclusion(data: RunData, carbon: Any = None) -> str:
+    """One paragraph: how the run ended, how long, GPU and CPU+DRAM energy with provenance."""
+    r, w = data.run, data.main
+    code = r.get("exit_code")
+    head = (f"Run {r['run_id'][:8]} ({r.get('command') or 'no command recorded'}) "
+            f"{r.get('status')}" + (f" with exit code {code}" if code is not None else ""))
+    if w is None:
+        return head + "; it recorded no window."
+    parts = [f"{head}; its longest window '{w.name}' lasted {w.duration_s:,.3f} s (measured)"]
+    gpu = any(d.kind == "gpu" for d in w.devices)
+    if w.energy_j is not None:
+        avg = f", {w.avg_power_w:,.1f} W average" if w.avg_power_w is not None else ""
+        parts.append(f"GPU energy {w.energy_j:,.1f} J = {w.energy_j / 3600:,.4f} Wh "
+                     f"({w.provenance}{avg})")
+    else:
+        parts.append("GPU energy unknown (no GPU sensor)" if not gpu else
+                     "GPU energy unavailable (read errors)")
+    if w.cpu_energy_j is not None:
+        parts.append(f"CPU+DRAM {w.cpu_energy_j:,.1f} J ({w.cpu_provenance})")
+    text = "; ".join(parts)
+    if carbon is not None:
+        g = [x for x in (carbon.grams(w.energy_j), carbon.grams(w.cpu_energy_j)) if x is not None]
+        if g:
+            text += f"; {sum(g):,.3f} gCO2e at {carbon.g_per_kwh:g} gCO2e/kWh"
+    return text + "."
+
+
+def _timeline_png(data: RunData, path: Path) -> Path | None:
+    series: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for t, uuid, kind, p in data.samples:
+        if p is not None:
+            series.setdefault((kind, uuid), []).append((t, p))
+    if not series:
+        return None
+    from .plots import _plt
+
+    plt = _plt()
+    t0 = min(pts[0][0] for pts in series.values())
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    for (kind, uuid), pts in sorted(series.items()):
+        ax.plot([t - t0 for t, _ in pts], [p for _, p in pts], label=f"{kind} {uuid}", lw=1.2)
+    ax.set_xlabel("time since the first sample (s)")
+    ax.set_ylabel("power (W)")
+    prov = data.run.get("provenance") or ""
+    ax.set_title(f"Power per device ({prov}; sampled)")
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _windows_png(data: RunData, path: Path) -> Path | None:
+    ws = [w for w in data.windows if w.energy_j is not None or w.cpu_energy_j is not None]
+    if not ws:
+        return None
+    ws = ws[:60]
+    from .plots import _plt
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    xs = range(len(ws))
+    gpu = [w.energy_j or 0.0 for w in ws]
+    cpu = [w.cpu_energy_j or 0.0 for w in ws]
+    ax.bar(xs, gpu, label=f"GPU ({ws[0].provenance})", color="tab:green")
+    ax.bar(xs, cpu, bottom=gpu, label=f"CPU+DRAM ({ws[0].cpu_provenance or '–'})",
+           color="tab:gray")
+    ax.set_xticks(list(xs), [w.name for w in ws], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("energy (J)")
+    ax.set_title("Energy per window (GPU below, CPU+DRAM stacked on top; provenance in legend)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;
+padding:3px 8px;text-align:right;white-space:nowrap}th{background:#f3f3f3}
+td:first-child,td.text{text-align:left}td.text{white-space:normal}img{max-width:100%}
+small{color:#666}p.conclusion{font-size:15px;border-left:4px solid #236;padding:.4em .8em;
+background:#f4f7fb}.mod{color:#236}"""
+
+
+def write_run_report(data: RunData, out_dir: str | Path, carbon: Any = None) -> Path:
+    """Write ``out_dir/index.html`` (+ PNGs) for one measured run; returns the index path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    e = html.escape
+    r, w = data.run, data.main
+    title = f"joulebound run report: {r['run_id'][:8]}"
+    p = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
+         f"<style>{CSS}</style></head><body><h1>{e(title)}</h1>",
+         f"<p class=conclusion>{e(conclusion(data, carbon))}</p>",
+         "<h2>Summary</h2><table><tr><th>quantity</th><th>value</th><th>provenance</th></tr>"]
+
+    def row(q: str, v: str, prov: str = "") -> None:
+        cls = "" if any(ch.isdigit() for ch in v) and len(v) < 40 else " class=text"
+        p.append(f"<tr><td>{e(q)}</td><td{cls}>{e(v)}</td><td class=text>{e(prov)}</td></tr>")
+
+    row("command", r.get("command") or "–")
+    row("status / exit code", f"{r.get('status')} / {r.get('exit_code')}")
+    row("backend", r.get("backend") or "–")
+    row("host / rank", f"{r.get('host')} / {r.get('rank')}")
+    if w is not None:
+        row(f"duration ({w.name})", f"{w.duration_s:,.3f} s", "measured")
+        row("GPU energy", f"{_f(w.energy_j)} J", w.provenance if w.energy_j is not None else
+            "no GPU sensor")
+        if w.avg_power_w is not None:
+            row("GPU average power", f"{w.avg_power_w:,.1f} W", w.provenance)
+        if w.cpu_energy_j is not None:
+            row("CPU+DRAM energy", f"{w.cpu_energy_j:,.1f} J", w.cpu_provenance or "")
+        if carbon is not None:
+            for name, x in (("GPU", w.energy_j), ("CPU+DRAM", w.cpu_energy_j)):
+                if x is not None:
+                    row(f"{name} emissions", f"{carbon.grams(x):,.3f} gCO2e", carbon.describe())
+    p.append("</table>")
+    if w is not None and w.devices:
+        p.append("<h2>Host vs GPU</h2><table><tr><th>device</th><th>kind</th><th>energy J</th>"
+                 "<th>share</th><th>avg W</th><th>peak W</th><th>provenance</th><th>source</th>"
+                 "</tr>")
+        provs = {d.provenance or w.provenance for d in w.devices}
+        total = sum(d.energy_j or 0.0 for d in w.devices) if len(provs) == 1 else None
+        for d in w.devices:
+            share = (f"{100 * (d.energy_j or 0) / total:.1f} %" if total else "–")
+            p.append(f"<tr><td>{e(d.uuid)}</td><td>{e(d.kind)}</td><td>{_f(d.energy_j)}</td>"
+                     f"<td>{share}</td><td>{_f(d.avg_power_w)}</td><td>{_f(d.peak_power_w)}</td>"
+                     f"<td>{e(d.provenance or w.provenance)}</td><td>{e(d.source)}</td></tr>")
+        p.append("</table>")
+        if total is None:
+            p.append("<p><small>No share of a total: the devices' figures have different "
+                     "provenance (measured and modeled are never summed).</small></p>")
+    figs = [("Power timeline per device", _timeline_png(data, out / "power.png"),
+             "Sampled power of each metered device (W) against time. The provenance of the "
+             "figures is in the title."),
+            ("Energy per window", _windows_png(data, out / "windows.png"),
+             "Energy of each recorded window (first 60), GPU and CPU+DRAM.")]
+    for name, path, cap in figs:
+        if path is not None:
+            p.append(f"<h2>{e(name)}</h2><figure><img src='{e(path.name)}' alt='{e(name)}'>"
+                     f"<figcaption><small>{e(cap)}</small></figcaption></figure>")
+    p.append(f"<h2>Windows ({len(data.windows)})</h2><table><tr><th>window</th>"
+             "<th>start s</th><th>duration s</th><th>GPU J</th><th>CPU+DRAM J</th>"
+             "<th>provenance</th><th>flags</th></tr>")
+    t0 = min((x.start_s for x in data.windows), default=0.0)
+    for x in data.windows[:MAX_WINDOW_ROWS]:
+        prov = x.provenance if x.energy_j is not None else ""
+        if x.cpu_energy_j is not None:
+            prov = f"{prov} / {x.cpu_provenance}" if prov else f"CPU {x.cpu_provenance}"
+        p.append(f"<tr><td>{e(x.name)}</td><td>{x.start_s - t0:,.3f}</td>"
+                 f"<td>{x.duration_s:,.3f}</td><td>{_f(x.energy_j)}</td>"
+                 f"<td>{_f(x.cpu_energy_j)}</td><td>{e(prov or '–')}</td>"
+                 f"<td class=text>{e(', '.join(x.flags))}</td></tr>")
+    p.append("</table>")
+    if len(data.windows) > MAX_WINDOW_ROWS:
+        p.append(f"<p><small>{len(data.windows) - MAX_WINDOW_ROWS} more windows in the store "
+                 "(joulebound runs --export).</small></p>")
+    if data.notes:
+        p.append("<h2>Sensor notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in data.notes)
+                 + "</ul>")
+    p.append("<p><small>Generated by joulebound from the measurement store. Measured = a sensor; "
+             "modeled = joulebound's models (simulated GPU, TDP-based CPU); see "
+             "docs/measurement.md.</small></p></body></html>")
+    index = out / "index.html"
+    index.write_text("\n".join(p), encoding="utf-8")
+    return index
