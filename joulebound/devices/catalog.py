@@ -29,6 +29,7 @@ Entry schema (units: MHz, FLOP/s, bytes/s, bytes, W, s)::
     idle_power_w = 67.0
     switch_latency_s = 0.006          # optional
     sensor_period_s = 0.1             # optional
+    interconnect = "nvlink3"          # optional: GPU-to-GPU link (joulebound.devices.links)
     tables_constructed = false
     [peak_flops]                      # dense FP/s at max_core_mhz
     fp32 = 1.95e13
@@ -238,6 +239,14 @@ def spec_from_dict(doc: Any, path: str | Path) -> tuple[DeviceSpec, list[str]]:
         raise SchemaError(p, "sources", "every source must be a string")
     sm = f.get("sm_count", int, 0, nonneg=True)
     boost = f.get("boost_core_mhz", int, None, nonneg=True)
+    link = f.get("interconnect", str, None)
+    if link is not None:
+        from .links import get_link
+
+        try:
+            link = get_link(link, scope="intra").name
+        except JouleboundError as exc:
+            raise SchemaError(p, "interconnect", str(exc)) from None
 
     spec = DeviceSpec(
         name=name,
@@ -262,6 +271,7 @@ def spec_from_dict(doc: Any, path: str | Path) -> tuple[DeviceSpec, list[str]]:
         tables_constructed=f.get("tables_constructed", bool, has_ranges),
         boost_core_mhz=boost,
         sources=dict(sources),
+        interconnect=link,
     )
     return spec, [a.strip() for a in aliases]
 
@@ -327,7 +337,7 @@ def spec_to_toml(spec: DeviceSpec, aliases: list[str] | tuple[str, ...] = (),
         "power_limit_max_w": float(spec.power_limit_max_w),
         "idle_power_w": float(spec.idle_power_w),
         "switch_latency_s": spec.switch_latency_s, "sensor_period_s": spec.sensor_period_s,
-        "tables_constructed": spec.tables_constructed,
+        "tables_constructed": spec.tables_constructed, "interconnect": spec.interconnect,
     }
     if spec.vf_curve is not None:
         top["vf_curve"] = [[int(a), float(b)] for a, b in spec.vf_curve]
