@@ -379,27 +379,27 @@ def _print_prediction(p) -> None:  # noqa: ANN001
                   f"{'s' if p.nodes > 1 else ''}, {st['interconnect']['intra']}"
                   + (f" + {st['interconnect']['inter']}" if p.nodes > 1 else "") + f"); micro-batch "
                   f"{p.micro_batch}/GPU × {p.grad_accum} = global batch {p.global_batch} "
-                  f"({p.tokens_per_step:,.0f} tokens/step); {p.steps:.4g} steps", highlight=False)
+                  f"({p.tokens_per_step:,.0f} tokens/step); {p.steps:.4g} steps", highlight=False, soft_wrap=True)
     console.print(f"time    {_fmt_t(p.time_s)}  (90 % interval {_fmt_t(p.time_lo_s)} – "
-                  f"{_fmt_t(p.time_hi_s)}) for {what}  \\[modeled]", highlight=False)
+                  f"{_fmt_t(p.time_hi_s)}) for {what}  \\[modeled]", highlight=False, soft_wrap=True)
     console.print(f"energy  GPU {_fmt_e(p.gpu_energy_j)} ({_fmt_e(p.gpu_energy_lo_j)} – "
                   f"{_fmt_e(p.gpu_energy_hi_j)}) + host {_fmt_e(p.host_energy_j)} = total "
                   f"{_fmt_e(p.total_energy_j)} ({_fmt_e(p.total_energy_lo_j)} – "
-                  f"{_fmt_e(p.total_energy_hi_j)})  \\[modeled]", highlight=False)
+                  f"{_fmt_e(p.total_energy_hi_j)})  \\[modeled]", highlight=False, soft_wrap=True)
     console.print(f"step    {_fmt_t(st['time_s'])}: compute {_fmt_t(st['compute_s'])}, host overhead "
                   f"{_fmt_t(st['overhead_s'])}, exposed communication {_fmt_t(st['comm_s'])}, "
                   f"pipeline bubble {_fmt_t(st['bubble_s'])}; waiting GPUs at {st['wait_power_w']:.0f} W; "
-                  f"{p.energy_per_token_j * 1e3:.3g} mJ/token  \\[modeled]", highlight=False)
+                  f"{p.energy_per_token_j * 1e3:.3g} mJ/token  \\[modeled]", highlight=False, soft_wrap=True)
     mem = p.memory
     console.print(f"memory  {mem['total'] / 2**30:.3g} GiB per GPU of {mem['device_bytes'] / 2**30:.0f} GiB "
                   f"(weights {mem['weights'] / 2**30:.3g}, gradients {mem['gradients'] / 2**30:.3g}, "
                   f"optimizer {mem['optimizer'] / 2**30:.3g}, activations {mem['activations'] / 2**30:.3g})"
-                  "  \\[modeled]", highlight=False)
-    console.print(f"covers  {p.covers}", highlight=False, style="dim")
+                  "  \\[modeled]", highlight=False, soft_wrap=True)
+    console.print(f"covers  {p.covers}", highlight=False, style="dim", soft_wrap=True)
     if p.interval_why:
-        console.print("interval: " + "; ".join(p.interval_why), highlight=False, style="dim")
+        console.print("interval: " + "; ".join(p.interval_why), highlight=False, style="dim", soft_wrap=True)
     for w in p.warnings:
-        console.print(f"[yellow]note:[/] {w}", highlight=False)
+        console.print(f"[yellow]note:[/] {w}", highlight=False, soft_wrap=True)
 
 
 def _legacy_predict(law: str, o: dict, gpus: int, strategy: str, coefficients, data, as_json: bool) -> None:  # noqa: ANN001

@@ -37,7 +37,7 @@ interval widths (:class:`~joulebound.scaling.mechanistic.MechParams` ``sigma``) 
 residuals: ``compute`` = the between-data-set spread of κ (floored at 0.5, inflated for the few
 data sets) combined with the pooled within-data-set spread, ``power`` = the RMS log
 residual of average power, ``device`` = the spread of per-GPU mean residuals, ``pipeline`` = the
-RMS residual of the pipeline iterations; ``comm`` stays a prior (0.5: no open data has a
+RMS residual of the pipeline iterations; ``comm`` stays a prior (0.7: no open data has a
 measured DDP/FSDP/TP run) and ``overhead`` is the RMS residual of the steps where overhead is
 more than a fifth of the step (prior 0.7 when none).
 
@@ -422,7 +422,11 @@ def fit(prep: Prepared, base: MechParams | None = None, framework_known: bool = 
         sig["overhead"] = float(max(np.sqrt(np.mean(r_cell[ovh] ** 2)) / np.mean(pr["overhead_share"][ovh]),
                                     0.1))
     toks = np.array([r.micro_batch * r.job.seq for r in prep.resolved], float)
+    from .mechanistic import kinds
+
+    seen = sorted({k for r in prep.resolved for k in kinds(r)})
     prm = replace(prm, sigma=sig, devices_seen=tuple(sorted(str(d) for d in devs)),
+                  strategies_seen=tuple(seen),
                   tokens_range=(float(toks.min()), float(toks.max())),
                   max_gpus_seen=int(max(r.gpus for r in prep.resolved)))
     prm.provenance = {

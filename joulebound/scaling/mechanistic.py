@@ -76,8 +76,11 @@ class MechParams:
             ``overhead`` (launch floor and per-step overhead), ``comm`` (uncalibrated collectives),
             ``pipeline`` (1F1B schedule, calibrated on Perseus), ``power`` (busy power), ``device``
             (a GPU the calibration never saw), ``size`` (per decade of step size outside the
-            calibrated range), ``scale`` (per doubling of GPUs beyond the largest calibrated job).
+            calibrated range), ``scale`` (per doubling of GPUs beyond the largest calibrated job),
+            ``strategy`` (a parallelism the calibration data has no measured run of).
         devices_seen: GPUs in the calibration data.
+        strategies_seen: parallelism kinds in the calibration data (``single``, ``ddp``,
+            ``fsdp``, ``tp``, ``pp``).
         tokens_range: (min, max) tokens per micro-batch per GPU in the calibration data.
         max_gpus_seen: largest GPU count in the calibration data.
         provenance: what the parameters were fitted on (data, rows, which data constrains which
@@ -91,9 +94,10 @@ class MechParams:
     host: HostPower = DEFAULT_HOST
     comm_eff_scale: float = 1.0
     sigma: dict[str, float] = field(default_factory=lambda: {
-        "compute": 0.60, "overhead": 0.70, "comm": 0.50, "pipeline": 0.15, "power": 0.12,
-        "device": 0.25, "size": 0.10, "scale": 0.10})
+        "compute": 0.60, "overhead": 0.70, "comm": 0.70, "pipeline": 0.15, "power": 0.12,
+        "device": 0.25, "size": 0.10, "scale": 0.10, "strategy": 0.20})
     devices_seen: tuple[str, ...] = ()
+    strategies_seen: tuple[str, ...] = ()
     tokens_range: tuple[float, float] = (1e3, 5e5)
     max_gpus_seen: int = 16
     provenance: dict = field(default_factory=lambda: {"calibration": "none (built-in priors)"})
@@ -102,6 +106,7 @@ class MechParams:
         d = asdict(self)
         d["schema"] = "joulebound.scaling.mechanistic/1"
         d["devices_seen"] = list(self.devices_seen)
+        d["strategies_seen"] = list(self.strategies_seen)
         d["tokens_range"] = list(self.tokens_range)
         return d
 
@@ -112,6 +117,7 @@ class MechParams:
         d = {k: v for k, v in d.items() if k != "schema"}
         d["host"] = HostPower(**d["host"])
         d["devices_seen"] = tuple(d.get("devices_seen", ()))
+        d["strategies_seen"] = tuple(d.get("strategies_seen", ()))
         d["tokens_range"] = tuple(d.get("tokens_range", (1e3, 5e5)))
         sig = cls().sigma
         sig.update(d.get("sigma", {}))
@@ -364,9 +370,11 @@ def compose(r: Resolved, parts: Parts, prm: MechParams, fabric: Fabric) -> Step:
     opt = []
     for s, ps in enumerate(stage_params):
         P = ps / tp / shard
-        tk = max(kap * (parts.opt_t[0] + parts.opt_t[1] * P
-                        + parts.kernel_overhead_s * (r.stages[s] - 1)), 0.0)
-        ek = max(kap * (parts.opt_e[0] + parts.opt_e[1] * P), 0.0)
+        ovh = parts.kernel_overhead_s * (r.stages[s] - 1)  # further layers' AdamW kernels
+        base_t = parts.opt_t[0] + parts.opt_t[1] * P
+        base_e = parts.opt_e[0] + parts.opt_e[1] * P
+        tk = max(kap * (base_t + ovh), 0.0)
+        ek = max(kap * (base_e + ovh * base_e / max(base_t, 1e-30)), 0.0)
         if j.optimizer == "sgd":  # momentum SGD moves 20 of AdamW's 28 bytes per parameter
             tk, ek = tk * 20 / 28, ek * 20 / 28
         t_opt = max(tk, tau * (r.stages[s] + 3))
@@ -394,6 +402,18 @@ def compose(r: Resolved, parts: Parts, prm: MechParams, fabric: Fabric) -> Step:
 # intervals
 
 
+def kinds(r: Resolved) -> list[str]:
+    """The parallelism kinds a resolved job uses: ``single``, ``ddp``, ``fsdp``, ``tp``, ``pp``."""
+    out = []
+    if r.dp > 1:
+        out.append("fsdp" if r.sharded else "ddp")
+    if r.tp > 1:
+        out.append("tp")
+    if r.pp > 1:
+        out.append("pp")
+    return out or ["single"]
+
+
 def interval(r: Resolved, st: Step, prm: MechParams, device: str) -> tuple[float, float, list[str]]:
     """Log-space standard deviations (time, energy) of a step and the reasons, largest first.
 
@@ -419,6 +439,11 @@ def interval(r: Resolved, st: Step, prm: MechParams, device: str) -> tuple[float
         terms_t.append((s_comm * sh_x, f"communication {sh_x:.0%} of the step — {why}"))
     if st.bubble_s > 0:
         terms_t.append((sg["pipeline"] * sh_b, f"1F1B pipeline bubble {sh_b:.0%} of the step"))
+    missing = sorted(set(kinds(r)) - set(prm.strategies_seen))
+    if missing:
+        terms_t.append((sg.get("strategy", 0.2), f"no measured {'/'.join(missing).upper()} run in the "
+                                                 "calibration data (the collectives' overlap and "
+                                                 "efficiency are modeled only)"))
     if device not in prm.devices_seen:
         terms_t.append((sg["device"], f"GPU {device} is not in the calibration data "
                                       f"({', '.join(prm.devices_seen) or 'none'})"))
