@@ -19,6 +19,12 @@ multi-GPU row has a speedup), paper-no-eta, prerun, device-seconds, config-only,
 Data with runtimes over GPU counts also gets the speedup laws (TP saturating exponential,
 FSDP/DDP generalized Amdahl). Data with no energy (no sensor) gets only the speedup laws.
 
+On the shared data folder (or with --cuts, or --law mechanistic) the mechanistic predictor that
+predict and advise use is calibrated too and validated on every cut: in-sample,
+leave-one-data-set-out, leave-one-GPU-out, large -> small steps, upper -> lower half of step sizes,
+single-GPU -> multi-GPU, with MAPE, median predicted/measured, median |error|, shares within ×1.25
+and ×2 and 90 % interval coverage; --law NAME is evaluated on the same cuts beside it.
+
 --json keys: datasets[] = {dataset, source, rows, dropped{reason: n}, law, coefficients[] {term,
 coef, se, ci95_lo, ci95_hi, p}, cov_type, adj_r2, evaluation[] {law, post_run, n, families,
 adj_r2_in_sample, cv_k, cv_r2_log, cv_rmse_log, cv_mape, cv_conformal_coverage,
@@ -28,7 +34,12 @@ not be fitted)}, speedup[] {family, strategy, law, params, stderr, pinned, n_poi
 max_gpus_seen; or note when the fit failed}, notes[]}, published {adj_r2_with_eta,
 adj_r2_without_eta, alpha_C, alpha_eta, citation, setting, provenance="published"}, saved (the
 --save path or null). Our figures are modeled (errors
-against measured energy)."""
+against measured energy). mechanistic (null when not run) {params (kappa, launch_s, step_s,
+wait_ratio, host, sigma, devices_seen, strategies_seen, tokens_range, provenance {constrains,
+rows, kappa_by_dataset_and_gpu, ...}), cuts[] {cut, test, train_rows, time, energy,
+energy_codecarbon, energy_own_meter: {n, mape, median_ratio, median_abs_err, within_x1_25,
+within_x2, coverage90, median_interval_factor}, datasets, params}, legacy_cuts {law: [{cut, test,
+law, train_rows, energy_own_meter}]}, targets, rows, datasets; or note}."""
 
 PREDICT_HELP = """Predict the wall time and energy of a training job before running it: time, GPU
 energy, host (CPU + DRAM) energy and their total, each modeled with a 90 % interval, and what the
@@ -212,15 +223,116 @@ def _print_fit(rec: dict, published: dict) -> None:
             console.print(f"  speedup {s['family']} / {s['strategy']}: {s.get('note')}")
 
 
+def _open_data_root(data: Path) -> tuple[Path | None, str | None]:
+    """(shared data folder, only this data set) for --data: the folder, one of its sub-folders, or
+    neither (a sweep store or a single file)."""
+    from ..scaling.calibrate import DATASETS
+
+    if data.is_dir() and data.name in DATASETS:
+        return data.parent, data.name
+    if data.is_dir() and any((data / d).exists() for d in DATASETS):
+        return data, None
+    return None, None
+
+
+def _mechanistic_fit(data: Path, device: str | None, law: str, want_legacy: bool, save: Path | None,
+                     progress) -> dict:  # noqa: ANN001
+    """Calibrate the mechanistic predictor on --data, run every validation cut, and (when asked)
+    the legacy ``law`` on the same cuts; write --save."""
+    import json
+    from dataclasses import replace
+
+    import numpy as np
+
+    from ..scaling import calibrate as cal
+    from ..scaling.host import mayaki_host_watts
+
+    root, only = _open_data_root(data)
+    if root is not None:
+        obs = [o for o in cal.load_observations(root) if only is None or o.dataset == only]
+    elif data.is_file():
+        obs = cal.sweep_obs(data, device)
+    else:
+        obs = []
+    if not obs:
+        return {"note": "no GPU rows with measured time for the mechanistic predictor (CPU or "
+                        "time-only sweeps feed the speedup laws only)"}
+    prep = cal.prepare(obs)
+    base = cal.MechParams()
+    if root is not None and (root / "mayaki_ecai2025").exists():
+        base = replace(base, host=mayaki_host_watts(root / "mayaki_ecai2025"))
+    known = root is None  # the user's own sweep: their framework
+    prm = cal.fit(prep, base, framework_known=known)
+    cuts = cal.cuts(prep, progress)
+    prm.provenance["data"] = str(data)
+    prm.provenance["cuts"] = [{k: v for k, v in c.items() if k != "params"} for c in cuts]
+    out: dict = {"params": prm.to_json(), "cuts": cuts, "targets": cal.TARGETS}
+    if want_legacy and law != "mechanistic":
+        out["legacy_cuts"] = {law: cal.legacy_cuts(prep, law, progress)}
+    if save is not None and law == "mechanistic":
+        try:
+            save.write_text(json.dumps(prm.to_json(), indent=1) + "\n")
+        except OSError as exc:
+            raise JouleboundError(f"--save {save}: cannot write ({exc.strerror})") from None
+    out["rows"] = int(len(prep))
+    out["datasets"] = sorted({str(d) for d in np.unique(prep.col("dataset"))})
+    return out
+
+
+def _print_cuts(mech: dict) -> None:
+    from rich.table import Table
+
+    if "note" in mech:
+        console.print(f"  [yellow]note:[/] mechanistic predictor: {mech['note']}")
+        return
+    p = mech["params"]
+    console.rule(f"[bold]mechanistic predictor[/] — calibrated on {mech['rows']} measured steps "
+                 f"({', '.join(mech['datasets'])})")
+    console.print(f"  κ = {p['kappa']:.3g} (framework factor), τ = {p['launch_s'] * 1e6:.3g} µs (launch "
+                  f"floor), t_step = {p['step_s'] * 1e3:.3g} ms, ρ = {p['wait_ratio']:.3g} (waiting power "
+                  f"/ idle), host {p['host']['cpu_w'] + p['host']['dram_w']:.3g} W per GPU  \\[modeled]",
+                  highlight=False)
+    for k, v in p["provenance"].get("constrains", {}).items():
+        console.print(f"    {k}: {v}", style="dim", highlight=False)
+    t = Table(title="validation cuts (modeled vs measured; fitted on each training side only); "
+                    f"targets: median |err| <= {mech['targets']['median_abs_err']:.0%}, within ×2 >= "
+                    f"{mech['targets']['within_x2']:.0%}, 90 % interval coverage >= "
+                    f"{mech['targets']['coverage90']:.0%}", pad_edge=False)
+    from ..scaling.calibrate import meets_targets
+
+    for c in ("cut", "test", "qty", "n", "MAPE", "ratio", "|err|", "≤×1.25", "≤×2", "cov90", "×/÷",
+              "targets"):
+        t.add_column(c, no_wrap=True)
+    rows = [(c, q, c[q]) for c in mech["cuts"] for q in ("time", "energy") if q in c]
+    rows += [(c, q, c[q]) for law, cs in mech.get("legacy_cuts", {}).items() for c in cs
+             for q in ("energy_own_meter",) if q in c]
+    for c, q, m in rows:
+        name = c["cut"] if "law" not in c else f"{c['law']}: {c['cut']}"
+        t.add_row(name[:32], c["test"][:22], {"time": "time", "energy": "E gpu",
+                                              "energy_own_meter": "E meter"}[q], str(m["n"]),
+                  f"{m['mape']:.0%}", f"{m['median_ratio']:.2f}", f"{m['median_abs_err']:.0%}",
+                  f"{m['within_x1_25']:.0%}", f"{m['within_x2']:.0%}", f"{m['coverage90']:.0%}",
+                  f"{m['median_interval_factor']:.2f}", "met" if meets_targets(m) else "missed")
+    _table_console().print(t)
+    console.print("  ratio = median predicted/measured; |err| = median |error|; E gpu = GPU energy "
+                  "against NVML; E meter = a law's energy against each row's own meter; "
+                  "docs/scaling.md explains every cut", style="dim")
+
+
 def fit(
     data: Path = typer.Option(..., "--data", help="shared data folder, a sub-dataset folder, or a sweep runs.db"),
-    law: str = typer.Option("prerun", "--law", help="energy law to fit and show coefficients for"),
+    law: str = typer.Option("prerun", "--law", help="energy law to fit and show coefficients for; "
+                            "'mechanistic' fits only the mechanistic predictor"),
     laws: str = typer.Option("roofline,powerlaw,paper-no-eta,paper,prerun,device-seconds,config-only,hgb",
                              "--laws", help="comma-separated laws in the evaluation table"),
     folds: int = typer.Option(5, "--folds", help="K of the grouped K-fold"),
     device: str = typer.Option(None, "--device", help="GPU of a sweep store whose rows do not name it"),
-    save: Path = typer.Option(None, "--save", help="write the fitted pre-run law (with its held-out "
-                              "error) to this JSON file, for predict/advise --coefficients"),
+    cuts: bool = typer.Option(None, "--cuts/--no-cuts", help="calibrate the mechanistic predictor and "
+                              "run the validation cuts (default: on for the shared data folder and "
+                              "for --law mechanistic), with --law on the same cuts"),
+    save: Path = typer.Option(None, "--save", help="write the fitted pre-run law (or, with --law "
+                              "mechanistic, the mechanistic calibration) with its held-out error to "
+                              "this JSON file, for predict/advise --coefficients"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output (keys in --help)"),
 ) -> None:
     from ..scaling import datasets
@@ -229,43 +341,59 @@ def fit(
 
     if folds < 2:
         raise JouleboundError(f"--folds must be >= 2 for a held-out evaluation (got {folds})")
-    make_law(law)  # validate the name early
+    mech_only = law.strip().lower() == "mechanistic"
+    if not mech_only:
+        make_law(law)  # validate the name early
     law_list = tuple(x.strip() for x in laws.split(",") if x.strip())
     for x in law_list:
         make_law(x)
     if save is not None and save.is_dir():
         raise JouleboundError(f"--save {save} is a folder; pass a file name such as {save / 'law.json'}")
-    df = datasets.load(data, device=device)
+    if not data.exists():
+        datasets.load(data, device=device)  # the loader's message for a missing path
+    root, only = _open_data_root(data)
+    run_cuts = cuts if cuts is not None else (mech_only or (root is not None and only is None))
+    mech = None
+    if run_cuts:
+        with console.status("mechanistic predictor: calibrating and running the cuts…") as st:
+            mech = _mechanistic_fit(data, device, law.strip().lower(), True, save,
+                                    lambda m: st.update(f"cut {m}"))
     recs = []
-    for _, g in df.groupby("dataset", sort=False):
-        g = g.reset_index(drop=True)
-        g.attrs = {"source": df.attrs.get("source"),
-                   "dropped": {k.split(": ", 1)[-1]: v for k, v in df.attrs.get("dropped", {}).items()
-                               if df["dataset"].nunique() == 1 or k.startswith(str(g["dataset"].iloc[0]))}}
-        recs.append(_fit_one(g, law, law_list, folds))
-    if save is not None:
-        import json
+    if not mech_only:
+        df = datasets.load(data, device=device)
+        for _, g in df.groupby("dataset", sort=False):
+            g = g.reset_index(drop=True)
+            g.attrs = {"source": df.attrs.get("source"),
+                       "dropped": {k.split(": ", 1)[-1]: v for k, v in df.attrs.get("dropped", {}).items()
+                                   if df["dataset"].nunique() == 1 or k.startswith(str(g["dataset"].iloc[0]))}}
+            recs.append(_fit_one(g, law, law_list, folds))
+        if save is not None:
+            import json
 
-        from ..scaling.defaults import law_record
+            from ..scaling.defaults import law_record
 
-        de = df[df["energy_j"].notna() & (df["energy_j"] > 0) & df["peak_flops"].notna()]
-        if "energy_provenance" in de:
-            de = de[de["energy_provenance"] != "modeled"]
-        if de.empty:
-            raise JouleboundError("--save needs rows with measured energy; this data has none")
-        rec = law_record(de.reset_index(drop=True), f"{data} ({len(de)} rows with measured energy)",
-                         k=min(folds, int(de["family"].nunique())))
-        try:
-            save.write_text(json.dumps(rec, indent=1) + "\n")
-        except OSError as exc:
-            raise JouleboundError(f"--save {save}: cannot write ({exc.strerror})") from None
+            de = df[df["energy_j"].notna() & (df["energy_j"] > 0) & df["peak_flops"].notna()]
+            if "energy_provenance" in de:
+                de = de[de["energy_provenance"] != "modeled"]
+            if de.empty:
+                raise JouleboundError("--save needs rows with measured energy; this data has none")
+            rec = law_record(de.reset_index(drop=True), f"{data} ({len(de)} rows with measured energy)",
+                             k=min(folds, int(de["family"].nunique())))
+            try:
+                save.write_text(json.dumps(rec, indent=1) + "\n")
+            except OSError as exc:
+                raise JouleboundError(f"--save {save}: cannot write ({exc.strerror})") from None
     if as_json:
-        print_json({"datasets": recs, "published": PUBLISHED, "saved": str(save) if save else None})
+        print_json({"datasets": recs, "published": PUBLISHED, "saved": str(save) if save else None,
+                    "mechanistic": mech})
         return
+    if mech is not None:
+        _print_cuts(mech)
     for r in recs:
         _print_fit(r, PUBLISHED)
     if save is not None:
-        console.print(f"saved the pre-run law to {save} (use predict/advise --coefficients {save})")
+        what = "mechanistic calibration" if mech_only else "pre-run law"
+        console.print(f"saved the {what} to {save} (use predict/advise --coefficients {save})")
 
 
 def _parse_duration(s: str) -> float:
@@ -333,6 +461,18 @@ def _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_a
                 dtype=dtype, recompute=recompute, optimizer=optimizer, device=device, clocks=clocks,
                 power_limit_w=power_limit, interconnect=interconnect, inter_node=inter_node,
                 gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, tokens=tokens, **kw)
+
+
+def _is_legacy_file(path: Path | None) -> bool:
+    """True for a legacy pre-run law record (``fit --save`` without ``--law mechanistic``)."""
+    if path is None or not Path(path).is_file():
+        return False
+    import json
+
+    try:
+        return json.loads(Path(path).read_text()).get("schema") == "joulebound.scaling.default/1"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _default_shape(o: dict) -> dict:
@@ -475,6 +615,8 @@ def predict(
     o = _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
               gpus_per_node, nics_per_node, tokens)
+    if law is None and _is_legacy_file(coefficients):
+        law = "prerun"  # a law saved by `fit --save` (legacy pre-run law record)
     if law is not None:
         from ..scaling.laws import make_law
 
@@ -516,7 +658,8 @@ def _predict_table(path: Path, defaults: dict, prm, output: Path | None, as_json
             docs.append({"row": i, "error": msg})
         else:
             out.append(jobtable.prediction_row(i, p))
-            docs.append({"row": i, **p.to_json()})
+            if as_json:
+                docs.append({"row": i, **p.to_json()})
     dt = time.perf_counter() - t0
     n_err = sum(1 for r in out if r["error"])
     if output is not None:
@@ -568,6 +711,8 @@ def advise(
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
               gpus_per_node, nics_per_node, tokens)
     strat = tuple(s.strip() for s in strategies.split(",") if s.strip())
+    if law is None and _is_legacy_file(coefficients):
+        law = "prerun"
     if law is not None:
         _legacy_advise(law, o, deadline, max_gpus, strat, coefficients, as_json)
         return

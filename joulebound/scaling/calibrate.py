@@ -292,8 +292,9 @@ class _Fast:
                 idx.append(np.full(len(pa.t[part]), i))
             P = r.params
             sgd = 20 / 28 if r.job.optimizer == "sgd" else 1.0
-            self.opt[i] = (pa.opt_t[0] + pa.opt_t[1] * P + pa.kernel_overhead_s * (L - 1),
-                           pa.opt_e[0] + pa.opt_e[1] * P, L + 3, sgd, m)
+            ovh = pa.kernel_overhead_s * (L - 1)
+            base_t, base_e = pa.opt_t[0] + pa.opt_t[1] * P, pa.opt_e[0] + pa.opt_e[1] * P
+            self.opt[i] = (base_t + ovh, base_e + ovh * base_e / max(base_t, 1e-30), L + 3, sgd, m)
         self.t_k = np.concatenate(t_k) if t_k else np.zeros(0)
         self.e_k = np.concatenate(e_k) if e_k else np.zeros(0)
         self.w_k = np.concatenate(w_k) if w_k else np.zeros(0)
@@ -398,8 +399,11 @@ def fit(prep: Prepared, base: MechParams | None = None, framework_known: bool = 
     hi = np.r_[np.full(nc, math.log(10.0)), math.log(LAUNCH_BOUNDS[1]), 0.5]
     x0 = np.clip(np.r_[np.full(nc, math.log(base.kappa)), math.log(base.launch_s), base.step_s],
                  lo + 1e-9, hi - 1e-9)
-    sol = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.2,
-                        x_scale=np.r_[np.full(nc, 0.3), 1.0, 0.01], max_nfev=200)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):  # BLAS threads thrash on an 11-column Jacobian
+        sol = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.2,
+                            x_scale=np.r_[np.full(nc, 0.3), 1.0, 0.01], max_nfev=200)
     cell_kappa = {f"{a}/{b}": float(math.exp(v)) for (a, b), v in zip(cell_names, sol.x[:nc], strict=True)}
     prm = make(sol.x)
     pr = predicted(prep, prm)

@@ -182,6 +182,9 @@ def resolve(job: Job) -> Resolved:
                               "degree dp = gpus/(tp·pp) must be an integer")
     dp = n // (tp * pp)
     sharded = strategy == "fsdp"
+    if sharded and pp > 1:
+        raise JouleboundError("FSDP (ZeRO-3) combined with pipeline parallelism is not modeled; use "
+                              "--strategy ddp with --pp for data × pipeline parallelism")
     if tp > 1:
         if tp > h or h % tp:
             raise JouleboundError(f"tensor parallelism tp={tp} must divide the {h} attention heads "
@@ -285,7 +288,7 @@ class MemoryEstimate:
         return not self.device_bytes or self.total <= self.device_bytes
 
     def to_json(self) -> dict:
-        d = asdict(self)
+        d = dict(vars(self))
         d.update(total=self.total, fits=self.fits)
         return d
 

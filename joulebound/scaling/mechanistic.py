@@ -202,7 +202,8 @@ class Prediction:
     predictor: str = "mechanistic"
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
+                for k, v in vars(self).items()}
 
 
 COVERS = ("time: wall time of the job's optimizer steps (no data loading stalls beyond the "
@@ -267,9 +268,13 @@ class _Part:
 
 
 def _part(parts: Parts, name: str, kappa: float, tau: float) -> _Part:
-    tk = parts.t[name] * kappa
-    t = np.maximum(tk, tau)
-    return _Part(float(t.sum()), float(parts.e[name].sum() * kappa), float((t - tk).sum()))
+    key = (name, kappa, tau)
+    hit = parts.cache.get(key)
+    if hit is None:  # jobs that share a per-GPU workload share this sum
+        tk = parts.t[name] * kappa
+        t = np.maximum(tk, tau)
+        hit = parts.cache[key] = (float(t.sum()), float(parts.e[name].sum() * kappa), float((t - tk).sum()))
+    return _Part(*hit)
 
 
 def compose(r: Resolved, parts: Parts, prm: MechParams, fabric: Fabric) -> Step:
@@ -510,10 +515,19 @@ def predict_many(jobs: Sequence[Job | None], prm: MechParams | None = None
             out.append("")
         except JouleboundError as exc:
             out.append(str(exc))
-    by_dev: dict[tuple, list[tuple[int, Resolved]]] = {}
-    for i, r in ok:  # one GPU-model call per (device, clocks, power limit), as characterize_parts
-        by_dev.setdefault((str(r.job.device), r.job.clocks, r.job.power_limit_w), []).append((i, r))
-    for items in by_dev.values():
+    try:  # all at once (one GPU-model call per device); row by group only when something fails
+        groups = [ok]
+        results = [_steps([r for _, r in ok], prm)] if ok else []
+    except JouleboundError:
+        by_dev: dict[tuple, list[tuple[int, Resolved]]] = {}
+        for i, r in ok:  # as characterize_parts groups them: device, clocks, power limit
+            by_dev.setdefault((str(r.job.device), r.job.clocks, r.job.power_limit_w), []).append((i, r))
+        groups, results = list(by_dev.values()), []
+    for gi, items in enumerate(groups):
+        if gi < len(results):
+            for (i, _), (r, st, mem, _pa) in zip(items, results[gi], strict=True):
+                out[i] = to_prediction(r, st, mem, prm, True)
+            continue
         try:
             res = _steps([r for _, r in items], prm)
         except JouleboundError as exc:  # an unknown GPU, clock or power limit: those rows only
@@ -563,7 +577,7 @@ def to_prediction(r: Resolved, st: Step, mem: MemoryEstimate, prm: MechParams,
     T, Eg, Eh = st.time_s * steps, st.gpu_energy_j * steps, st.host_energy_j * steps
     Etot = Eg + Eh
     fab = fabric_for(r, prm.comm_eff_scale)
-    step = asdict(st)
+    step = dict(vars(st))  # shallow: asdict's deep copies cost more than the whole prediction
     step["interconnect"] = fab.to_json()
     return Prediction(
         name=j.name, strategy=r.label(), gpus=r.gpus, nodes=fab.nodes(r.gpus),

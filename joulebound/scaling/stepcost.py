@@ -74,6 +74,7 @@ class Parts:
     device_memory: float
     kernel_overhead_s: float = 0.0  # the GPU model's fixed time per kernel (per-layer AdamW kernels)
     model_meta: dict = field(default_factory=dict)
+    cache: dict = field(default_factory=dict, repr=False)  # per-part sums by (part, κ, τ)
 
     def sum_t(self, part: str) -> float:
         return float(self.t[part].sum())
@@ -92,6 +93,12 @@ def _shard(kernels: list, tp: int) -> list:
         else:
             out.append(k)
     return out
+
+
+#: built 1-layer per-GPU kernel lists by shape (the GPU model is not cached: it may change)
+_TRACES: dict[tuple, tuple] = {}
+_STRUCTURES: dict[tuple, dict[str, np.ndarray]] = {}
+_CACHE_MAX = 20_000
 
 
 def _masks(kernels: list) -> dict[str, np.ndarray]:
@@ -136,6 +143,10 @@ def characterize_parts(keys: Sequence[WorkKey]) -> dict[WorkKey, Parts]:
     from ..workload.trace import Kernel, Trace
 
     out: dict[WorkKey, Parts] = {}
+    traces = _TRACES
+    structures = _STRUCTURES
+    if len(traces) > _CACHE_MAX:
+        traces.clear()
     groups: dict[tuple, list[WorkKey]] = {}
     for k in dict.fromkeys(keys):
         groups.setdefault((k.device, k.clocks, k.power_limit_w), []).append(k)
@@ -143,21 +154,24 @@ def characterize_parts(keys: Sequence[WorkKey]) -> dict[WorkKey, Parts]:
         spec, prm, cfg = _device_setup(device, clocks, plim)
         kernels: list = []
         spans = []
-        structures: dict[tuple, dict[str, np.ndarray]] = {}
         for k in ks:
-            mc = ModelConfig(k.arch, 1, k.hidden, k.heads, k.ff, k.vocab, k.seq, k.micro_batch,
-                             k.dtype, k.recompute, name="job")
-            ker = _shard(build_trace(mc).kernels, k.tp)
-            sig = (k.arch, k.recompute, len(ker))
-            if sig not in structures:  # same architecture: the same kernel sequence
-                structures[sig] = _masks(ker)
-            opt = structures[sig]["opt"]
-            double = [Kernel(x.name, x.category, "optimizer", None, 2 * x.flops, 2 * x.bytes,
-                             x.dtype, None, {}) for x, o in zip(ker, opt, strict=True) if o]
+            shape = (k.arch, k.hidden, k.heads, k.ff, k.vocab, k.seq, k.micro_batch, k.dtype,
+                     k.recompute, k.tp)
+            if shape not in traces:  # the same per-GPU kernels on every device
+                mc = ModelConfig(k.arch, 1, k.hidden, k.heads, k.ff, k.vocab, k.seq, k.micro_batch,
+                                 k.dtype, k.recompute, name="job")
+                ker = _shard(build_trace(mc).kernels, k.tp)
+                sig = (k.arch, k.recompute, len(ker))
+                if sig not in structures:  # same architecture: the same kernel sequence
+                    structures[sig] = _masks(ker)
+                double = [Kernel(x.name, x.category, "optimizer", None, 2 * x.flops, 2 * x.bytes,
+                                 x.dtype, None, {}) for x, o in zip(ker, structures[sig]["opt"], strict=True) if o]
+                traces[shape] = (ker, double, sig, mc.params())
+            ker, double, sig, n_params = traces[shape]
             start = len(kernels)
             kernels += ker
             kernels += double
-            spans.append((sig, start, start + len(ker), start + len(ker) + len(double), mc.params()))
+            spans.append((sig, start, start + len(ker), start + len(ker) + len(double), n_params))
         ch = characterize(Trace(kernels, name=f"jobs@{spec.name}"), spec, configs=[cfg],
                           include_auto=False, params=prm)
         t_all, e_all = ch.time_s[:, 0], ch.energy_j[:, 0]
