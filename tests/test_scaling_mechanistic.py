@@ -146,3 +146,32 @@ def test_shipped_calibration_is_labelled_and_complete():
     assert 0.3 < prm.kappa < 10 and 1.0 <= prm.wait_ratio < 6
     assert set(prm.provenance["rows"]) == {"mayaki_ecai2025", "zeus_nsdi23", "perseus"}
     assert np.isfinite(list(prm.sigma.values())).all()
+
+
+def test_user_calibration_from_a_sweep_store_round_trips(tmp_path, capsys):
+    """fit --law mechanistic --save on the user's own GPU sweep: κ fitted on their framework, no
+    between-framework term in the interval, and predict --coefficients uses it."""
+    import json
+
+    from joulebound.cli import main
+    from tests.test_scaling_data import _sweep_db
+
+    db = tmp_path / "runs.db"
+    _sweep_db(db, energy=True)
+    cal = tmp_path / "cal.json"
+    assert main(["fit", "--data", str(db), "--law", "mechanistic", "--save", str(cal), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    mech = out["mechanistic"]
+    assert mech["rows"] == 5 and out["datasets"] == []  # --law mechanistic: no legacy tables
+    assert len(mech["skipped"]) == 1 and "must divide the 2 attention heads" in mech["skipped"][0]
+    saved = json.loads(cal.read_text())
+    assert saved["sigma"]["framework_between"] == 0.0 and saved["provenance"]["data"] == str(db)
+    assert saved["devices_seen"] == ["rtx2080ti"] and "ddp" in saved["strategies_seen"]
+    args = ["predict", "--layers", "2", "--hidden", "128", "--heads", "2", "--seq", "64", "--batch", "16",
+            "--device", "rtx2080ti", "--json"]
+    assert main([*args, "--coefficients", str(cal)]) == 0
+    own = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    builtin = json.loads(capsys.readouterr().out)
+    assert own["params"]["kappa"] == pytest.approx(saved["kappa"])
+    assert own["time_hi_s"] / own["time_s"] < builtin["time_hi_s"] / builtin["time_s"]  # narrower

@@ -39,7 +39,8 @@ wait_ratio, host, sigma, devices_seen, strategies_seen, tokens_range, provenance
 rows, kappa_by_dataset_and_gpu, ...}), cuts[] {cut, test, train_rows, time, energy,
 energy_codecarbon, energy_own_meter: {n, mape, median_ratio, median_abs_err, within_x1_25,
 within_x2, coverage90, median_interval_factor}, datasets, params}, legacy_cuts {law: [{cut, test,
-law, train_rows, energy_own_meter}]}, targets, rows, datasets; or note}."""
+law, train_rows, energy_own_meter}]}, targets, rows, datasets, skipped[] (rows the predictor
+cannot model, with the reason); or note}."""
 
 PREDICT_HELP = """Predict the wall time and energy of a training job before running it: time, GPU
 energy, host (CPU + DRAM) energy and their total, each modeled with a 90 % interval, and what the
@@ -248,10 +249,11 @@ def _mechanistic_fit(data: Path, device: str | None, law: str, want_legacy: bool
     from ..scaling.host import mayaki_host_watts
 
     root, only = _open_data_root(data)
+    skipped: list[str] = []
     if root is not None:
         obs = [o for o in cal.load_observations(root) if only is None or o.dataset == only]
     elif data.is_file():
-        obs = cal.sweep_obs(data, device)
+        obs = cal.sweep_obs(data, device, skipped)
     else:
         obs = []
     if not obs:
@@ -275,6 +277,7 @@ def _mechanistic_fit(data: Path, device: str | None, law: str, want_legacy: bool
         except OSError as exc:
             raise JouleboundError(f"--save {save}: cannot write ({exc.strerror})") from None
     out["rows"] = int(len(prep))
+    out["skipped"] = skipped
     out["datasets"] = sorted({str(d) for d in np.unique(prep.col("dataset"))})
     return out
 
@@ -288,6 +291,8 @@ def _print_cuts(mech: dict) -> None:
     p = mech["params"]
     console.rule(f"[bold]mechanistic predictor[/] — calibrated on {mech['rows']} measured steps "
                  f"({', '.join(mech['datasets'])})")
+    for why in mech.get("skipped", []):
+        console.print(f"  skipped {why}", highlight=False)
     console.print(f"  κ = {p['kappa']:.3g} (framework factor), τ = {p['launch_s'] * 1e6:.3g} µs (launch "
                   f"floor), t_step = {p['step_s'] * 1e3:.3g} ms, ρ = {p['wait_ratio']:.3g} (waiting power "
                   f"/ idle), host {p['host']['cpu_w'] + p['host']['dram_w']:.3g} W per GPU  \\[modeled]",
@@ -730,22 +735,26 @@ def advise(
     from rich.table import Table
 
     t = Table(title=f"strategy × GPU count for {float(job.tokens):.3g} tokens within "
-                    f"{_fmt_t(_parse_duration(deadline))} (modeled, mechanistic; 90 % intervals)")
-    for c in ("strategy", "GPUs", "micro-batch × accum", "time (interval)", "energy GPU+host (interval)",
-              "memory/GPU", "comm", "deadline", "feasible"):
+                    f"{_fmt_t(_parse_duration(deadline))} (modeled, mechanistic; 90 % intervals)",
+              pad_edge=False)
+    for c in ("strategy", "GPUs", "mb×acc", "time", "90 % interval", "energy (GPU+host)", "90 % interval",
+              "mem/GPU", "comm", "deadline"):
         t.add_column(c, no_wrap=True)
+    notes = []
     for c in opts:
-        mark = "[bold green]→ " if c is best else ""
+        mark = "[bold green]→ [/]" if c is best else ""
         if not c.feasible and c.time_s != c.time_s:
-            t.add_row(mark + c.strategy, str(c.gpus), "–", "–", "–", "–", "–", "–",
-                      f"no: {c.reason[:60]}")
+            t.add_row(mark + c.strategy, str(c.gpus), *(["–"] * 8))
+            notes.append(f"{c.strategy} × {c.gpus}: infeasible — {c.reason}")
             continue
-        t.add_row(mark + c.label, str(c.gpus), f"{c.micro_batch} × {c.grad_accum}",
-                  f"{_fmt_t(c.time_s)} ({_fmt_t(c.time_lo_s)}–{_fmt_t(c.time_hi_s)})",
-                  f"{_fmt_e(c.energy_j)} ({_fmt_e(c.energy_lo_j)}–{_fmt_e(c.energy_hi_j)})",
-                  f"{c.memory_gib:.3g} GiB", f"{c.comm_share:.0%}", "ok" if c.meets_deadline else "miss",
-                  "yes" if c.feasible else f"no: {c.reason}")
+        t.add_row(mark + c.label, str(c.gpus), f"{c.micro_batch}×{c.grad_accum}", _fmt_t(c.time_s),
+                  f"{_fmt_t(c.time_lo_s)}–{_fmt_t(c.time_hi_s)}", _fmt_e(c.energy_j),
+                  f"{_fmt_e(c.energy_lo_j)}–{_fmt_e(c.energy_hi_j)}",
+                  f"{c.memory_gib:.3g} GiB" + ("" if c.fits_memory else " (too big)"),
+                  f"{c.comm_share:.0%}", "ok" if c.meets_deadline else "miss")
     _table_console().print(t)
+    for n in notes:
+        console.print(n, highlight=False, style="dim")
     if not best.meets_deadline:
         console.print("[yellow]no feasible candidate meets the deadline; the fastest that fits is marked[/]")
     else:

@@ -203,8 +203,10 @@ def perseus_obs(data: Path) -> list[Obs]:
     return out
 
 
-def sweep_obs(db: Path, device: str | None = None) -> list[Obs]:
-    """A sweep store's GPU rows with measured energy (per step)."""
+def sweep_obs(db: Path, device: str | None = None, skipped: list[str] | None = None) -> list[Obs]:
+    """A sweep store's GPU rows with measured energy (per step); rows the predictor cannot model
+    (e.g. tensor parallelism that does not divide the heads) are skipped with their reason
+    appended to ``skipped``."""
     from .datasets import load_sweep
 
     df = load_sweep(db, device)
@@ -216,6 +218,12 @@ def sweep_obs(db: Path, device: str | None = None) -> list[Obs]:
                   arch="gpt" if r.arch == "gpt" else "bert", ff=int(r.ff), global_batch=int(r.batch),
                   dtype=str(r.dtype), device=str(r.device), gpus=int(r.gpus),
                   strategy=str(r.strategy), name=f"sweep/{r.config_id}")
+        try:
+            resolve(job)
+        except JouleboundError as exc:
+            if skipped is not None:
+                skipped.append(f"{r.config_id}: {exc}")
+            continue
         out.append(Obs("sweep", str(r.family), job, float(r.time_s), float(r.energy_j), "nvml"))
     return out
 
