@@ -70,6 +70,17 @@ def run() -> str:
     from joulebound.scaling.job import Job
 
     job = Job(layers=12, hidden=768, heads=12, seq=128, global_batch=256, tokens=1e9, device="a40")
+    from joulebound.scaling.mechanistic import predict_jobs
+
+    one = Job(layers=12, hidden=768, heads=12, seq=128, batch=32, gpus=4, strategy="fsdp",
+              device="a40", tokens=1e8)
+    from joulebound.scaling import stepcost
+
+    def cold() -> None:  # no cached trace: the analytic trace and the GPU model run every time
+        stepcost._TRACES.clear()
+        predict_jobs([one])
+
+    rows.append(("predict one job (mechanistic, trace + GPU model included)", _t(cold), "< 0.05 s"))
     rows.append(("advise (mechanistic): 1 GPU + 4 strategies × 2/4/8 GPUs",
                  _t(lambda: advisor.advise(job, 7200, 8), 1), "< 1 s"))
     import contextlib

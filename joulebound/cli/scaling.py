@@ -62,8 +62,8 @@ data at --data).
 
 --json keys: name, strategy, gpus, nodes, device, micro_batch, grad_accum, global_batch,
 tokens_per_step, steps, time_s, time_lo_s, time_hi_s, gpu_energy_j, gpu_energy_lo_j,
-gpu_energy_hi_j, host_energy_j, total_energy_j, total_energy_lo_j, total_energy_hi_j,
-energy_per_token_j, step {time_s, compute_s, overhead_s, comm_s, bubble_s, gpu_energy_j,
+gpu_energy_hi_j, host_energy_j, host_energy_lo_j, host_energy_hi_j (host power × the time
+interval), total_energy_j, total_energy_lo_j, total_energy_hi_j, energy_per_token_j, step {time_s, compute_s, overhead_s, comm_s, bubble_s, gpu_energy_j,
 busy_energy_j, wait_energy_j, host_energy_j, comm_energy_j, wait_power_w, comm_detail,
 interconnect}, memory {weights, gradients, optimizer, activations, reserve, device_bytes, total,
 fits} (bytes), fits_memory, interval_why[], warnings[], covers, params, provenance ("modeled"),
@@ -528,7 +528,8 @@ def _print_prediction(p) -> None:  # noqa: ANN001
     console.print(f"time    {_fmt_t(p.time_s)}  (90 % interval {_fmt_t(p.time_lo_s)} – "
                   f"{_fmt_t(p.time_hi_s)}) for {what}  \\[modeled]", highlight=False, soft_wrap=True)
     console.print(f"energy  GPU {_fmt_e(p.gpu_energy_j)} ({_fmt_e(p.gpu_energy_lo_j)} – "
-                  f"{_fmt_e(p.gpu_energy_hi_j)}) + host {_fmt_e(p.host_energy_j)} = total "
+                  f"{_fmt_e(p.gpu_energy_hi_j)}) + host {_fmt_e(p.host_energy_j)} ({_fmt_e(p.host_energy_lo_j)} – "
+                  f"{_fmt_e(p.host_energy_hi_j)}) = total "
                   f"{_fmt_e(p.total_energy_j)} ({_fmt_e(p.total_energy_lo_j)} – "
                   f"{_fmt_e(p.total_energy_hi_j)})  \\[modeled]", highlight=False, soft_wrap=True)
     console.print(f"step    {_fmt_t(st['time_s'])}: compute {_fmt_t(st['compute_s'])}, host overhead "

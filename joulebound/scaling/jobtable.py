@@ -34,6 +34,7 @@ JOB_COLUMNS = tuple(sorted({f.name for f in fields(Job)} - {"pp_stages"} | {"mod
 PREDICT_COLUMNS = ("row", "name", "error", "strategy", "gpus", "nodes", "device", "micro_batch",
                    "grad_accum", "global_batch", "tokens_per_step", "steps", "time_s", "time_lo_s",
                    "time_hi_s", "gpu_energy_j", "gpu_energy_lo_j", "gpu_energy_hi_j", "host_energy_j",
+                   "host_energy_lo_j", "host_energy_hi_j",
                    "total_energy_j", "total_energy_lo_j", "total_energy_hi_j", "energy_per_token_j",
                    "step_time_s", "comm_share", "fits_memory", "memory_gib", "warnings", "provenance")
 
@@ -131,7 +132,8 @@ def prediction_row(i: int, p, error: str = "") -> dict:  # noqa: ANN001
             "tokens_per_step": p.tokens_per_step, "steps": p.steps, "time_s": p.time_s,
             "time_lo_s": p.time_lo_s, "time_hi_s": p.time_hi_s, "gpu_energy_j": p.gpu_energy_j,
             "gpu_energy_lo_j": p.gpu_energy_lo_j, "gpu_energy_hi_j": p.gpu_energy_hi_j,
-            "host_energy_j": p.host_energy_j, "total_energy_j": p.total_energy_j,
+            "host_energy_j": p.host_energy_j, "host_energy_lo_j": p.host_energy_lo_j,
+            "host_energy_hi_j": p.host_energy_hi_j, "total_energy_j": p.total_energy_j,
             "total_energy_lo_j": p.total_energy_lo_j, "total_energy_hi_j": p.total_energy_hi_j,
             "energy_per_token_j": p.energy_per_token_j, "step_time_s": st["time_s"],
             "comm_share": st["comm_s"] / st["time_s"], "fits_memory": p.fits_memory,

@@ -187,6 +187,8 @@ class Prediction:
     gpu_energy_lo_j: float
     gpu_energy_hi_j: float
     host_energy_j: float
+    host_energy_lo_j: float
+    host_energy_hi_j: float
     total_energy_j: float
     total_energy_lo_j: float
     total_energy_hi_j: float
@@ -584,7 +586,8 @@ def to_prediction(r: Resolved, st: Step, mem: MemoryEstimate, prm: MechParams,
         device=_device_name(j.device), micro_batch=r.micro_batch, grad_accum=r.grad_accum,
         global_batch=r.global_batch, tokens_per_step=r.tokens_per_step, steps=steps,
         time_s=T, time_lo_s=T / ft, time_hi_s=T * ft, gpu_energy_j=Eg, gpu_energy_lo_j=Eg / fe,
-        gpu_energy_hi_j=Eg * fe, host_energy_j=Eh, total_energy_j=Etot, total_energy_lo_j=Etot / fe,
+        gpu_energy_hi_j=Eg * fe, host_energy_j=Eh, host_energy_lo_j=Eh / ft, host_energy_hi_j=Eh * ft,
+        total_energy_j=Etot, total_energy_lo_j=Etot / fe,
         total_energy_hi_j=Etot * fe, energy_per_token_j=Etot / (r.tokens_per_step * steps),
         step=step, memory=mem.to_json(), fits_memory=mem.fits, interval_why=why, warnings=warn,
         covers=COVERS, params={"kappa": prm.kappa, "launch_s": prm.launch_s, "step_s": prm.step_s,
