@@ -18,7 +18,7 @@ from joulebound.errors import JouleboundError
 
 REQUIRED = ["rtx3080ti", "rtx3080", "rtx3090", "rtx2080ti", "a40", "a100-pcie-80gb",
             "a100-sxm4-80gb", "v100-sxm2", "h100-sxm", "h200-sxm", "b200", "t4", "a10g",
-            "rtxa5000"]
+            "rtxa5000", "v100-pcie", "rtx6000", "p100-pcie"]
 
 #: built-in entry -> (XML file, gpu index) whose clock table it must equal
 REAL = {
@@ -150,3 +150,35 @@ def test_tables_use_15_mhz_steps(name):
     d = get_device(name)
     for cores in d.supported_clocks.values():
         assert all(a - b == 15 for a, b in zip(cores, cores[1:], strict=False))
+
+
+def test_every_builtin_names_a_known_sourced_interconnect():
+    from joulebound.devices.links import LINKS
+
+    for spec in list_devices():
+        if not spec.sources.get("interconnect"):
+            continue  # user entries may leave it out
+        assert spec.interconnect in LINKS and LINKS[spec.interconnect].scope == "intra", spec.name
+    assert get_device("a100-sxm4-80gb").interconnect == "nvlink3"
+    assert get_device("a40").interconnect == "pcie4"
+    assert not __import__("joulebound.devices.links", fromlist=["LINKS"]).LINKS[
+        get_device("rtx3090").interconnect].p2p  # GeForce: no PCIe peer-to-peer
+
+
+def test_interconnect_field_is_validated_and_round_trips(tmp_path):
+    import tomllib
+
+    from joulebound.devices.catalog import spec_from_dict, spec_to_toml
+    from joulebound.errors import SchemaError
+
+    spec = get_device("a40")
+    doc = tomllib.loads(spec_to_toml(spec))
+    assert doc["interconnect"] == "pcie4"
+    assert spec_from_dict(doc, "x.toml")[0].interconnect == "pcie4"
+    doc["interconnect"] = "PCIe Gen5"
+    assert spec_from_dict(doc, "x.toml")[0].interconnect == "pcie5"
+    for bad, needle in (("pcie9", "unknown interconnect 'pcie9'"), ("ib-hdr", "cannot be used between the GPUs")):
+        doc["interconnect"] = bad
+        with pytest.raises(SchemaError, match="interconnect") as e:
+            spec_from_dict(doc, "x.toml")
+        assert needle in str(e.value)

@@ -40,7 +40,8 @@ NAME is a catalog name, an alias (e.g. 3080ti, a100, h200) or an nvidia-smi prod
 {memory MHz: [core MHz, ...]}, default_core_mhz, max_core_mhz, boost_core_mhz, default_mem_mhz,
 max_mem_mhz, peak_flops {dtype: FLOP/s}, mem_bandwidth_bps, power_limit_default_w,
 power_limit_min_w, power_limit_max_w, idle_power_w, memory_bytes, sm_count, switch_latency_s,
-sensor_period_s, vf_curve, tables_constructed, sources {field: source}) plus aliases, origin,
+sensor_period_s, vf_curve, tables_constructed, interconnect (GPU-to-GPU link name, see
+joulebound.devices.links), sources {field: source}) plus aliases, origin,
 ridge_point_flop_per_byte, provenance ("published"; fields whose source says estimate are listed
 in estimates)."""
 
@@ -236,12 +237,13 @@ def show_command(
          else f"{spec.sensor_period_s * 1e3:g} ms", src.get("sensor_period_s", "-")),
         ("V-f curve", "-" if not spec.vf_curve else f"{len(spec.vf_curve)} points",
          src.get("vf_curve", "-")),
+        ("GPU-to-GPU link", spec.interconnect or "- (pcie4 assumed)", src.get("interconnect", "-")),
     ]
     known = {"architecture", "supported_clocks", "default_core_mhz", "max_core_mhz",
              "boost_core_mhz", "default_mem_mhz", "max_mem_mhz", "peak_flops",
              "mem_bandwidth_bps", "memory_bytes", "sm_count", "power_limit_default_w",
              "power_limit_min_w", "power_limit_max_w", "idle_power_w", "switch_latency_s",
-             "sensor_period_s", "vf_curve", "product_name", "memory_type"}
+             "sensor_period_s", "vf_curve", "product_name", "memory_type", "interconnect"}
     rows += [(k, "", v) for k, v in src.items() if k not in known]
     for field, value, source in rows:
         style = "yellow" if "estimate" in source.lower() else None

@@ -19,6 +19,12 @@ multi-GPU row has a speedup), paper-no-eta, prerun, device-seconds, config-only,
 Data with runtimes over GPU counts also gets the speedup laws (TP saturating exponential,
 FSDP/DDP generalized Amdahl). Data with no energy (no sensor) gets only the speedup laws.
 
+On the shared data folder (or with --cuts, or --law mechanistic) the mechanistic predictor that
+predict and advise use is calibrated too and validated on every cut: in-sample,
+leave-one-data-set-out, leave-one-GPU-out, large -> small steps, upper -> lower half of step sizes,
+single-GPU -> multi-GPU, with MAPE, median predicted/measured, median |error|, shares within ×1.25
+and ×2 and 90 % interval coverage; --law NAME is evaluated on the same cuts beside it.
+
 --json keys: datasets[] = {dataset, source, rows, dropped{reason: n}, law, coefficients[] {term,
 coef, se, ci95_lo, ci95_hi, p}, cov_type, adj_r2, evaluation[] {law, post_run, n, families,
 adj_r2_in_sample, cv_k, cv_r2_log, cv_rmse_log, cv_mape, cv_conformal_coverage,
@@ -28,23 +34,59 @@ not be fitted)}, speedup[] {family, strategy, law, params, stderr, pinned, n_poi
 max_gpus_seen; or note when the fit failed}, notes[]}, published {adj_r2_with_eta,
 adj_r2_without_eta, alpha_C, alpha_eta, citation, setting, provenance="published"}, saved (the
 --save path or null). Our figures are modeled (errors
-against measured energy)."""
+against measured energy). mechanistic (null when not run) {params (kappa, launch_s, step_s,
+wait_ratio, host, sigma, devices_seen, strategies_seen, tokens_range, provenance {constrains,
+rows, kappa_by_dataset_and_gpu, ...}), cuts[] {cut, test, train_rows, time, energy,
+energy_codecarbon, energy_own_meter: {n, mape, median_ratio, median_abs_err, within_x1_25,
+within_x2, coverage90, median_interval_factor}, datasets, params}, legacy_cuts {law: [{cut, test,
+law, train_rows, energy_own_meter}]}, targets, rows, datasets, skipped[] (rows the predictor
+cannot model, with the reason); or note}."""
 
-CONFIG_KEYS = """--json keys: energy_j, energy_lo_j, energy_hi_j (90 % split-conformal interval), time_s,
-steps, energy_per_step_j, eta_hw (predicted hardware efficiency), eta_par (predicted parallel
-efficiency S(N)/N), law, provenance ("modeled"), warnings[]."""
+PREDICT_HELP = """Predict the wall time and energy of a training job before running it: time, GPU
+energy, host (CPU + DRAM) energy and their total, each modeled with a 90 % interval, and what the
+figures cover. No data folder needed (built-in calibration).
+
+The mechanistic predictor (default): the analytic kernel trace of the job's shape at its per-GPU
+micro-batch on the GPU model (auto clocks, or --clocks / --power-limit), a calibrated framework
+factor and host overheads, communication from message sizes and the interconnect (DDP, FSDP,
+Megatron TP, 1F1B pipelines), the power of waiting GPUs, and the host. --batch is per GPU (as
+Hugging Face's per_device_train_batch_size); --global-batch is the alternative (sequences per
+optimizer step over all GPUs). Impossible or absurd jobs and jobs that do not fit in GPU memory
+are refused with the reason (--ignore-memory prices the latter anyway).
+
+--jobs FILE predicts a CSV of jobs, one per row (columns = these options without dashes, e.g.
+layers,hidden,heads,seq,batch,gpus,strategy,device,tokens; empty cells take the command-line
+values); -o FILE writes the predictions as CSV, --json prints them. --law NAME uses a legacy
+energy law instead (prerun with its built-in coefficients; the others are fitted on the Mayaki
+data at --data).
+
+--json keys: name, strategy, gpus, nodes, device, micro_batch, grad_accum, global_batch,
+tokens_per_step, steps, time_s, time_lo_s, time_hi_s, gpu_energy_j, gpu_energy_lo_j,
+gpu_energy_hi_j, host_energy_j, host_energy_lo_j, host_energy_hi_j (host power × the time
+interval), total_energy_j, total_energy_lo_j, total_energy_hi_j, energy_per_token_j, step {time_s, compute_s, overhead_s, comm_s, bubble_s, gpu_energy_j,
+busy_energy_j, wait_energy_j, host_energy_j, comm_energy_j, wait_power_w, comm_detail,
+interconnect}, memory {weights, gradients, optimizer, activations, reserve, device_bytes, total,
+fits} (bytes), fits_memory, interval_why[], warnings[], covers, params, provenance ("modeled"),
+predictor. Units: s, J, bytes. With --jobs: a list of these (or {row, error})."""
 
 
-ADVISE_HELP = """Strategy × GPU count that minimises training energy under a deadline (modeled with the
-pre-run law and the communication model).
+ADVISE_HELP = """Strategy × GPU count that trains the job with the least energy within a deadline
+(modeled with the mechanistic predictor).
 
-Every strategy of --strategies is priced at 1, 2, 4, … --max-gpus GPUs (one GPU: single). The
-advice is the lowest-energy candidate that meets --deadline and whose model states (16 B/parameter,
-split N ways by FSDP/TP) fit in GPU memory; when none meets the deadline, the fastest that fits.
+The training recipe is fixed: the global batch (--global-batch, or --batch on one GPU) and the
+total --tokens. One GPU and every strategy of --strategies at 2, 4, … --max-gpus GPUs are priced:
+time, GPU + host energy with 90 % intervals, memory per GPU against the device memory. The advice
+is the lowest-energy candidate that fits in memory and meets --deadline (one GPU when that is
+cheapest); when none meets it, the fastest that fits. --batch with --global-batch caps the
+per-GPU micro-batch (gradient accumulation fills the rest). --jobs FILE advises a CSV of jobs
+(extra columns deadline, max_gpus, strategies); -o FILE writes one row per job.
 
---json keys: best {strategy, gpus, energy_j, energy_lo_j, energy_hi_j (90 % interval), time_s,
-eta_par, meets_deadline, state_bytes_per_gpu, fits_memory}, candidates[] (same keys, lowest energy
-first), provenance ("modeled"). Units: J, s, bytes."""
+--json keys: best {strategy, gpus, feasible, time_s, time_lo_s, time_hi_s, gpu_energy_j,
+host_energy_j, energy_j (GPU + host), energy_lo_j, energy_hi_j (90 % interval), micro_batch,
+grad_accum, memory_gib, fits_memory, meets_deadline, comm_share, reason, label}, candidates[]
+(same keys, feasible first, lowest energy first), provenance ("modeled"), predictor. Units: s, J,
+GiB. --law prerun: the legacy advisor (keys best/candidates with energy_j, time_s, eta_par,
+meets_deadline, state_bytes_per_gpu, fits_memory)."""
 
 
 def _table_console():  # noqa: ANN202
@@ -182,16 +224,121 @@ def _print_fit(rec: dict, published: dict) -> None:
             console.print(f"  speedup {s['family']} / {s['strategy']}: {s.get('note')}")
 
 
+def _open_data_root(data: Path) -> tuple[Path | None, str | None]:
+    """(shared data folder, only this data set) for --data: the folder, one of its sub-folders, or
+    neither (a sweep store or a single file)."""
+    from ..scaling.calibrate import DATASETS
+
+    if data.is_dir() and data.name in DATASETS:
+        return data.parent, data.name
+    if data.is_dir() and any((data / d).exists() for d in DATASETS):
+        return data, None
+    return None, None
+
+
+def _mechanistic_fit(data: Path, device: str | None, law: str, want_legacy: bool, save: Path | None,
+                     progress) -> dict:  # noqa: ANN001
+    """Calibrate the mechanistic predictor on --data, run every validation cut, and (when asked)
+    the legacy ``law`` on the same cuts; write --save."""
+    import json
+    from dataclasses import replace
+
+    import numpy as np
+
+    from ..scaling import calibrate as cal
+    from ..scaling.host import mayaki_host_watts
+
+    root, only = _open_data_root(data)
+    skipped: list[str] = []
+    if root is not None:
+        obs = [o for o in cal.load_observations(root) if only is None or o.dataset == only]
+    elif data.is_file():
+        obs = cal.sweep_obs(data, device, skipped)
+    else:
+        obs = []
+    if not obs:
+        return {"note": "no GPU rows with measured time for the mechanistic predictor (CPU or "
+                        "time-only sweeps feed the speedup laws only)"}
+    prep = cal.prepare(obs)
+    base = cal.MechParams()
+    if root is not None and (root / "mayaki_ecai2025").exists():
+        base = replace(base, host=mayaki_host_watts(root / "mayaki_ecai2025"))
+    known = root is None  # the user's own sweep: their framework
+    prm = cal.fit(prep, base, framework_known=known)
+    cuts = cal.cuts(prep, progress)
+    prm.provenance["data"] = str(data)
+    prm.provenance["cuts"] = [{k: v for k, v in c.items() if k != "params"} for c in cuts]
+    out: dict = {"params": prm.to_json(), "cuts": cuts, "targets": cal.TARGETS}
+    if want_legacy and law != "mechanistic":
+        out["legacy_cuts"] = {law: cal.legacy_cuts(prep, law, progress)}
+    if save is not None and law == "mechanistic":
+        try:
+            save.write_text(json.dumps(prm.to_json(), indent=1) + "\n")
+        except OSError as exc:
+            raise JouleboundError(f"--save {save}: cannot write ({exc.strerror})") from None
+    out["rows"] = int(len(prep))
+    out["skipped"] = skipped
+    out["datasets"] = sorted({str(d) for d in np.unique(prep.col("dataset"))})
+    return out
+
+
+def _print_cuts(mech: dict) -> None:
+    from rich.table import Table
+
+    if "note" in mech:
+        console.print(f"  [yellow]note:[/] mechanistic predictor: {mech['note']}")
+        return
+    p = mech["params"]
+    console.rule(f"[bold]mechanistic predictor[/] — calibrated on {mech['rows']} measured steps "
+                 f"({', '.join(mech['datasets'])})")
+    for why in mech.get("skipped", []):
+        console.print(f"  skipped {why}", highlight=False)
+    console.print(f"  κ = {p['kappa']:.3g} (framework factor), τ = {p['launch_s'] * 1e6:.3g} µs (launch "
+                  f"floor), t_step = {p['step_s'] * 1e3:.3g} ms, ρ = {p['wait_ratio']:.3g} (waiting power "
+                  f"/ idle), host {p['host']['cpu_w'] + p['host']['dram_w']:.3g} W per GPU  \\[modeled]",
+                  highlight=False)
+    for k, v in p["provenance"].get("constrains", {}).items():
+        console.print(f"    {k}: {v}", style="dim", highlight=False)
+    t = Table(title="validation cuts (modeled vs measured; fitted on each training side only); "
+                    f"targets: median |err| <= {mech['targets']['median_abs_err']:.0%}, within ×2 >= "
+                    f"{mech['targets']['within_x2']:.0%}, 90 % interval coverage >= "
+                    f"{mech['targets']['coverage90']:.0%}", pad_edge=False)
+    from ..scaling.calibrate import meets_targets
+
+    for c in ("cut", "test", "qty", "n", "MAPE", "ratio", "|err|", "≤×1.25", "≤×2", "cov90", "×/÷",
+              "targets"):
+        t.add_column(c, no_wrap=True)
+    rows = [(c, q, c[q]) for c in mech["cuts"] for q in ("time", "energy") if q in c]
+    rows += [(c, q, c[q]) for law, cs in mech.get("legacy_cuts", {}).items() for c in cs
+             for q in ("energy_own_meter",) if q in c]
+    for c, q, m in rows:
+        name = c["cut"] if "law" not in c else f"{c['law']}: {c['cut']}"
+        t.add_row(name[:32], c["test"][:22], {"time": "time", "energy": "E gpu",
+                                              "energy_own_meter": "E meter"}[q], str(m["n"]),
+                  f"{m['mape']:.0%}", f"{m['median_ratio']:.2f}", f"{m['median_abs_err']:.0%}",
+                  f"{m['within_x1_25']:.0%}", f"{m['within_x2']:.0%}", f"{m['coverage90']:.0%}",
+                  f"{m['median_interval_factor']:.2f}", "met" if meets_targets(m) else "missed")
+    _table_console().print(t)
+    console.print("  ratio = median predicted/measured; |err| = median |error|; E gpu = GPU energy "
+                  "against NVML; E meter = a law's energy against each row's own meter; "
+                  "docs/scaling.md explains every cut", style="dim")
+
+
 def fit(
     data: Path = typer.Option(None, "--data", help="shared data folder, a sub-dataset folder, or a "
                               "sweep runs.db (default: $JOULEBOUND_DATA or ../shared/data)"),
-    law: str = typer.Option("prerun", "--law", help="energy law to fit and show coefficients for"),
+    law: str = typer.Option("prerun", "--law", help="energy law to fit and show coefficients for; "
+                            "'mechanistic' fits only the mechanistic predictor"),
     laws: str = typer.Option("roofline,powerlaw,paper-no-eta,paper,prerun,device-seconds,config-only,hgb",
                              "--laws", help="comma-separated laws in the evaluation table"),
     folds: int = typer.Option(5, "--folds", help="K of the grouped K-fold"),
     device: str = typer.Option(None, "--device", help="GPU of a sweep store whose rows do not name it"),
-    save: Path = typer.Option(None, "--save", help="write the fitted pre-run law (with its held-out "
-                              "error) to this JSON file, for predict/advise --coefficients"),
+    cuts: bool = typer.Option(None, "--cuts/--no-cuts", help="calibrate the mechanistic predictor and "
+                              "run the validation cuts (default: on for the shared data folder and "
+                              "for --law mechanistic), with --law on the same cuts"),
+    save: Path = typer.Option(None, "--save", help="write the fitted pre-run law (or, with --law "
+                              "mechanistic, the mechanistic calibration) with its held-out error to "
+                              "this JSON file, for predict/advise --coefficients"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output (keys in --help)"),
 ) -> None:
     from ..scaling import datasets
@@ -200,7 +347,9 @@ def fit(
 
     if folds < 2:
         raise JouleboundError(f"--folds must be >= 2 for a held-out evaluation (got {folds})")
-    make_law(law)  # validate the name early
+    mech_only = law.strip().lower() == "mechanistic"
+    if not mech_only:
+        make_law(law)  # validate the name early
     law_list = tuple(x.strip() for x in laws.split(",") if x.strip())
     for x in law_list:
         make_law(x)
@@ -210,37 +359,51 @@ def fit(
         from ..datapath import find_data
 
         data = find_data()
-    df = datasets.load(data, device=device)
+    if not data.exists():
+        datasets.load(data, device=device)  # the loader's message for a missing path
+    root, only = _open_data_root(data)
+    run_cuts = cuts if cuts is not None else (mech_only or (root is not None and only is None))
+    mech = None
+    if run_cuts:
+        with console.status("mechanistic predictor: calibrating and running the cuts…") as st:
+            mech = _mechanistic_fit(data, device, law.strip().lower(), True, save,
+                                    lambda m: st.update(f"cut {m}"))
     recs = []
-    for _, g in df.groupby("dataset", sort=False):
-        g = g.reset_index(drop=True)
-        g.attrs = {"source": df.attrs.get("source"),
-                   "dropped": {k.split(": ", 1)[-1]: v for k, v in df.attrs.get("dropped", {}).items()
-                               if df["dataset"].nunique() == 1 or k.startswith(str(g["dataset"].iloc[0]))}}
-        recs.append(_fit_one(g, law, law_list, folds))
-    if save is not None:
-        import json
+    if not mech_only:
+        df = datasets.load(data, device=device)
+        for _, g in df.groupby("dataset", sort=False):
+            g = g.reset_index(drop=True)
+            g.attrs = {"source": df.attrs.get("source"),
+                       "dropped": {k.split(": ", 1)[-1]: v for k, v in df.attrs.get("dropped", {}).items()
+                                   if df["dataset"].nunique() == 1 or k.startswith(str(g["dataset"].iloc[0]))}}
+            recs.append(_fit_one(g, law, law_list, folds))
+        if save is not None:
+            import json
 
-        from ..scaling.defaults import law_record
+            from ..scaling.defaults import law_record
 
-        de = df[df["energy_j"].notna() & (df["energy_j"] > 0) & df["peak_flops"].notna()]
-        if "energy_provenance" in de:
-            de = de[de["energy_provenance"] != "modeled"]
-        if de.empty:
-            raise JouleboundError("--save needs rows with measured energy; this data has none")
-        rec = law_record(de.reset_index(drop=True), f"{data} ({len(de)} rows with measured energy)",
-                         k=min(folds, int(de["family"].nunique())))
-        try:
-            save.write_text(json.dumps(rec, indent=1) + "\n")
-        except OSError as exc:
-            raise JouleboundError(f"--save {save}: cannot write ({exc.strerror})") from None
+            de = df[df["energy_j"].notna() & (df["energy_j"] > 0) & df["peak_flops"].notna()]
+            if "energy_provenance" in de:
+                de = de[de["energy_provenance"] != "modeled"]
+            if de.empty:
+                raise JouleboundError("--save needs rows with measured energy; this data has none")
+            rec = law_record(de.reset_index(drop=True), f"{data} ({len(de)} rows with measured energy)",
+                             k=min(folds, int(de["family"].nunique())))
+            try:
+                save.write_text(json.dumps(rec, indent=1) + "\n")
+            except OSError as exc:
+                raise JouleboundError(f"--save {save}: cannot write ({exc.strerror})") from None
     if as_json:
-        print_json({"datasets": recs, "published": PUBLISHED, "saved": str(save) if save else None})
+        print_json({"datasets": recs, "published": PUBLISHED, "saved": str(save) if save else None,
+                    "mechanistic": mech})
         return
+    if mech is not None:
+        _print_cuts(mech)
     for r in recs:
         _print_fit(r, PUBLISHED)
     if save is not None:
-        console.print(f"saved the pre-run law to {save} (use predict/advise --coefficients {save})")
+        what = "mechanistic calibration" if mech_only else "pre-run law"
+        console.print(f"saved the {what} to {save} (use predict/advise --coefficients {save})")
 
 
 def _parse_duration(s: str) -> float:
@@ -258,109 +421,427 @@ def _parse_duration(s: str) -> float:
         raise JouleboundError(f"cannot read duration {s!r}; use seconds or a suffix like 90m, 12h, 2d") from None
 
 
-def _config(model, layers, hidden, heads, seq, batch, device, dtype, ff, vocab) -> dict:  # noqa: ANN001
-    return dict(model=model, layers=layers, hidden=hidden, heads=heads, seq=seq, batch=batch,
-                device=device, dtype=dtype, ff=ff, vocab=vocab)
-
-
 # The job options shared by predict and advise (one definition, one help text).
-_MODEL = typer.Option("bert", "--model", help="architecture: bert | gpt | t5 (vocabulary default)")
-_LAYERS = typer.Option(..., "--layers", help="transformer layers L")
-_HIDDEN = typer.Option(..., "--hidden", help="hidden size d")
-_HEADS = typer.Option(..., "--heads", help="attention heads (divide --hidden)")
-_SEQ = typer.Option(..., "--seq", help="sequence length (tokens)")
-_BATCH = typer.Option(..., "--batch", help="global batch (sequences per step, all GPUs)")
-_TOKENS = typer.Option(..., "--tokens", help="training tokens in total (e.g. 1e8)")
-_DEVICE = typer.Option("rtx2080ti", "--device", help="GPU name (e.g. rtx2080ti, a100, h100)")
-_DTYPE = typer.Option("fp32", "--dtype", help="fp32 | bf16 | fp16")
+_PRESET = typer.Option(None, "--preset", help="model preset for the shape and micro-batch: bert-base, "
+                       "bert-large, gpt2-small, gpt3-xl, ... (options below override it)")
+_MODEL = typer.Option(None, "--model", help="architecture: bert (encoder) | gpt (decoder) [default bert]")
+_LAYERS = typer.Option(None, "--layers", help="transformer layers L")
+_HIDDEN = typer.Option(None, "--hidden", help="hidden size d")
+_HEADS = typer.Option(None, "--heads", help="attention heads (divide --hidden)")
+_SEQ = typer.Option(None, "--seq", help="sequence length (tokens per sequence)")
+_BATCH = typer.Option(None, "--batch", help="per-GPU micro-batch (sequences one GPU runs per "
+                      "forward/backward; Hugging Face's per_device_train_batch_size)")
+_GBATCH = typer.Option(None, "--global-batch", help="sequences per optimizer step over all GPUs")
+_GACC = typer.Option(None, "--grad-accum", help="micro-batches per optimizer step (pipelines: "
+                     "micro-batches in flight)")
+_TOKENS = typer.Option(None, "--tokens", help="training tokens in total (e.g. 1e9); default: one step")
+_DEVICE = typer.Option("a100-pcie-80gb", "--device", help="GPU (a catalog name or alias: "
+                       "`joulebound devices`)")
+_DTYPE = typer.Option("bf16", "--dtype", help="fp32 | tf32 | fp16 | bf16 (fp16/bf16: mixed precision)")
 _FF = typer.Option(None, "--ff", help="feed-forward width (default 4·hidden)")
 _VOCAB = typer.Option(None, "--vocab", help="vocabulary size (default by --model)")
-_COEFFICIENTS = typer.Option(None, "--coefficients", help="a law saved by `joulebound fit --save` "
-                             "(default: the built-in law)")
+_RECOMP = typer.Option(False, "--recompute/--no-recompute", help="full activation recomputation")
+_OPTIM = typer.Option("adamw", "--optimizer", help="adamw | sgd")
+_CLOCKS = typer.Option(None, "--clocks", help="locked clocks CORE/MEM in MHz (default: the GPU's own "
+                       "auto governor)")
+_PLIM = typer.Option(None, "--power-limit", help="board power limit (W; default the device's)")
+_LINK = typer.Option(None, "--interconnect", help="GPU-to-GPU link inside a node (default the "
+                     "catalog's: pcie3/4/5[-nop2p], nvlink1-5, nvlink2/3-bridge)")
+_INTER = typer.Option(None, "--inter-node", help="link between nodes: ib-edr/hdr/ndr, eth-10g/25g/"
+                      "100g/400g (default ib-hdr)")
+_GPN = typer.Option(None, "--gpus-per-node", help="GPUs per node (default 8)")
+_NICS = typer.Option(1, "--nics-per-node", help="NICs per node for --inter-node")
+_COEFFICIENTS = typer.Option(None, "--coefficients", help="a calibration saved by `joulebound fit "
+                             "--save` (mechanistic) or a legacy law file (with --law prerun)")
+_LAW = typer.Option(None, "--law", help="use a legacy energy law instead of the mechanistic "
+                    "predictor: prerun, powerlaw, roofline, paper-no-eta, config-only, hgb")
+_JOBS = typer.Option(None, "--jobs", help="CSV of jobs, one per row (columns: the options above "
+                     "without dashes)")
+_OUT = typer.Option(None, "-o", "--output", help="write the predictions of --jobs as CSV")
 _JSON = typer.Option(False, "--json", help="machine-readable output (keys in --help)")
+_DATA = typer.Option(None, "--data", help="data folder for --law other than prerun (default "
+                     "../shared/data or $JOULEBOUND_DATA)")
 
 
-def predict(
-    model: str = _MODEL,
-    layers: int = _LAYERS,
-    hidden: int = _HIDDEN,
-    heads: int = _HEADS,
-    seq: int = _SEQ,
-    batch: int = _BATCH,
-    tokens: float = _TOKENS,
-    gpus: int = typer.Option(1, "--gpus", help="number of GPUs N (>= 1)"),
-    strategy: str = typer.Option("single", "--strategy", help="single | ddp | fsdp | tp | pp"),
-    device: str = _DEVICE,
-    dtype: str = _DTYPE,
-    ff: int = _FF,
-    vocab: int = _VOCAB,
-    coefficients: Path = _COEFFICIENTS,
-    as_json: bool = _JSON,
-) -> None:
-    from ..scaling.defaults import predict_job
+def _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,  # noqa: ANN001
+          dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
+          gpus_per_node, nics_per_node, tokens, **kw) -> dict:  # noqa: ANN003
+    return dict(preset=preset, arch=model, layers=layers, hidden=hidden, heads=heads, seq=seq,
+                batch=batch, global_batch=global_batch, grad_accum=grad_accum, ff=ff, vocab=vocab,
+                dtype=dtype, recompute=recompute, optimizer=optimizer, device=device, clocks=clocks,
+                power_limit_w=power_limit, interconnect=interconnect, inter_node=inter_node,
+                gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, tokens=tokens, **kw)
 
-    p = predict_job(tokens, gpus=gpus, strategy=strategy, coefficients=coefficients,
-                    **_config(model, layers, hidden, heads, seq, batch, device, dtype, ff, vocab))
-    if as_json:
-        print_json(p.to_json())
-        return
-    console.print(f"energy  {p.energy_j / 3.6e6:.4g} kWh  (90 % interval {p.energy_lo_j / 3.6e6:.4g}–"
-                  f"{p.energy_hi_j / 3.6e6:.4g} kWh)  \\[modeled]")
-    console.print(f"time    {p.time_s / 3600:.4g} h over {p.steps:.4g} steps  \\[modeled]")
-    console.print(f"η̂_hw {p.eta_hw:.3f}  η̂_par {p.eta_par:.3f}  \\[modeled]  law: {p.law}")
+
+def _is_legacy_file(path: Path | None) -> bool:
+    """True for a legacy pre-run law record (``fit --save`` without ``--law mechanistic``)."""
+    if path is None or not Path(path).is_file():
+        return False
+    import json
+
+    try:
+        return json.loads(Path(path).read_text()).get("schema") == "joulebound.scaling.default/1"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _default_shape(o: dict) -> dict:
+    """No shape and no preset given: BERT-base, said on stderr."""
+    if o.get("preset") is None and all(o.get(k) is None for k in ("layers", "hidden", "heads", "seq")):
+        from ..scaling.job import DEFAULT_PRESET
+
+        console.print(f"[dim]no model shape given: the {DEFAULT_PRESET} preset (give --preset or "
+                      "--layers/--hidden/--heads/--seq)[/]", highlight=False)
+        o = {**o, "preset": DEFAULT_PRESET}
+    return o
+
+
+def _fmt_t(s: float) -> str:
+    if not s == s:
+        return "–"
+    if s < 1:
+        return f"{s * 1e3:.3g} ms"
+    if s < 120:
+        return f"{s:.3g} s"
+    if s < 7200:
+        return f"{s / 60:.3g} min"
+    if s < 3 * 86400:
+        return f"{s / 3600:.3g} h"
+    return f"{s / 86400:.3g} d"
+
+
+def _fmt_e(j: float) -> str:
+    if not j == j:
+        return "–"
+    if j < 3.6e3:
+        return f"{j:.3g} J"
+    if j < 3.6e6:
+        return f"{j / 3.6e3:.3g} Wh"
+    if j < 3.6e9:
+        return f"{j / 3.6e6:.3g} kWh"
+    return f"{j / 3.6e9:.3g} MWh"
+
+
+def _print_prediction(p) -> None:  # noqa: ANN001
+    st = p.step
+    what = "the job" if p.steps != 1.0 else "one optimizer step"
+    console.print(f"job     {p.name or 'job'}: {p.strategy} on {p.gpus}× {p.device} ({p.nodes} node"
+                  f"{'s' if p.nodes > 1 else ''}, {st['interconnect']['intra']}"
+                  + (f" + {st['interconnect']['inter']}" if p.nodes > 1 else "") + f"); micro-batch "
+                  f"{p.micro_batch}/GPU × {p.grad_accum} = global batch {p.global_batch} "
+                  f"({p.tokens_per_step:,.0f} tokens/step); {p.steps:.4g} steps", highlight=False, soft_wrap=True)
+    console.print(f"time    {_fmt_t(p.time_s)}  (90 % interval {_fmt_t(p.time_lo_s)} – "
+                  f"{_fmt_t(p.time_hi_s)}) for {what}  \\[modeled]", highlight=False, soft_wrap=True)
+    console.print(f"energy  GPU {_fmt_e(p.gpu_energy_j)} ({_fmt_e(p.gpu_energy_lo_j)} – "
+                  f"{_fmt_e(p.gpu_energy_hi_j)}) + host {_fmt_e(p.host_energy_j)} ({_fmt_e(p.host_energy_lo_j)} – "
+                  f"{_fmt_e(p.host_energy_hi_j)}) = total "
+                  f"{_fmt_e(p.total_energy_j)} ({_fmt_e(p.total_energy_lo_j)} – "
+                  f"{_fmt_e(p.total_energy_hi_j)})  \\[modeled]", highlight=False, soft_wrap=True)
+    console.print(f"step    {_fmt_t(st['time_s'])}: compute {_fmt_t(st['compute_s'])}, host overhead "
+                  f"{_fmt_t(st['overhead_s'])}, exposed communication {_fmt_t(st['comm_s'])}, "
+                  f"pipeline bubble {_fmt_t(st['bubble_s'])}; waiting GPUs at {st['wait_power_w']:.0f} W; "
+                  f"{p.energy_per_token_j * 1e3:.3g} mJ/token  \\[modeled]", highlight=False, soft_wrap=True)
+    mem = p.memory
+    console.print(f"memory  {mem['total'] / 2**30:.3g} GiB per GPU of {mem['device_bytes'] / 2**30:.0f} GiB "
+                  f"(weights {mem['weights'] / 2**30:.3g}, gradients {mem['gradients'] / 2**30:.3g}, "
+                  f"optimizer {mem['optimizer'] / 2**30:.3g}, activations {mem['activations'] / 2**30:.3g})"
+                  "  \\[modeled]", highlight=False, soft_wrap=True)
+    console.print(f"covers  {p.covers}", highlight=False, style="dim", soft_wrap=True)
+    if p.interval_why:
+        console.print("interval: " + "; ".join(p.interval_why), highlight=False, style="dim", soft_wrap=True)
     for w in p.warnings:
+        console.print(f"[yellow]note:[/] {w}", highlight=False, soft_wrap=True)
+
+
+def _legacy_predict(law: str, o: dict, gpus: int, strategy: str, coefficients, data, as_json: bool) -> None:  # noqa: ANN001
+    """``predict --law NAME``: a legacy energy law (global batch semantics of the old predictor)."""
+    from dataclasses import replace
+
+    from ..scaling.defaults import predict_job
+    from ..scaling.job import job_from_options, resolve
+
+    job = job_from_options(**_default_shape(o))
+    r = resolve(replace(job, gpus=gpus, strategy=strategy))
+    if not job.tokens:
+        raise JouleboundError("--law needs --tokens (the legacy laws price whole jobs)")
+    cfg = dict(model=r.arch if r.arch != "gpt" else "gpt", layers=job.layers, hidden=job.hidden,
+               heads=job.heads, seq=job.seq, batch=r.global_batch, device=job.device,
+               dtype="fp16" if r.dtype in ("fp16", "bf16") else "fp32", ff=r.ff, vocab=r.vocab,
+               gpus=gpus, strategy=r.strategy if gpus > 1 else "single")
+    if law == "prerun":
+        p = predict_job(float(job.tokens), coefficients=coefficients, **cfg).to_json()
+    else:
+        import numpy as np
+
+        from ..datapath import find_data
+        from ..scaling.datasets import load
+        from ..scaling.defaults import config_frame
+        from ..scaling.laws import make_law
+
+        root = find_data(data, required=True)
+        df = load(root / "mayaki_ecai2025" if (root / "mayaki_ecai2025").exists() else root)
+        m = make_law(law).fit(df)
+        e_step = float(np.exp(m.predict_log(config_frame(**cfg)))[0])
+        steps = float(job.tokens) / (r.global_batch * job.seq)
+        p = {"energy_j": e_step * steps, "energy_lo_j": None, "energy_hi_j": None, "time_s": None,
+             "steps": steps, "energy_per_step_j": e_step, "law": f"{law} (fitted on {root})",
+             "provenance": "modeled", "warnings": list(m.warnings_)}
+    p["predictor"] = f"legacy law {law}"
+    if as_json:
+        print_json(p)
+        return
+    lo = "" if p.get("energy_lo_j") is None else (f"  (90 % interval {_fmt_e(p['energy_lo_j'])} – "
+                                                  f"{_fmt_e(p['energy_hi_j'])})")
+    console.print(f"energy  {_fmt_e(p['energy_j'])}{lo}  \\[modeled]  law: {p['law']}", highlight=False)
+    if p.get("time_s"):
+        console.print(f"time    {_fmt_t(p['time_s'])} over {p['steps']:.4g} steps  \\[modeled]",
+                      highlight=False)
+    console.print("covers  what the law's training data metered (Mayaki: CodeCarbon GPU+CPU+RAM)",
+                  style="dim")
+    for w in p.get("warnings", []):
         console.print(f"[yellow]note:[/] {w}")
 
 
+def predict(
+    preset: str = _PRESET, model: str = _MODEL, layers: int = _LAYERS, hidden: int = _HIDDEN,
+    heads: int = _HEADS, seq: int = _SEQ, batch: int = _BATCH, global_batch: int = _GBATCH,
+    grad_accum: int = _GACC, tokens: float = _TOKENS,
+    gpus: int = typer.Option(1, "--gpus", help="number of GPUs N = dp·tp·pp"),
+    strategy: str = typer.Option("single", "--strategy", help="single | ddp | fsdp | tp | pp (sets the "
+                                 "default degrees; --tp/--pp make hybrids)"),
+    tp: int = typer.Option(None, "--tp", help="tensor-parallel degree (Megatron)"),
+    pp: int = typer.Option(None, "--pp", help="pipeline stages (1F1B)"),
+    device: str = _DEVICE, dtype: str = _DTYPE, ff: int = _FF, vocab: int = _VOCAB,
+    recompute: bool = _RECOMP, optimizer: str = _OPTIM, clocks: str = _CLOCKS,
+    power_limit: float = _PLIM, interconnect: str = _LINK, inter_node: str = _INTER,
+    gpus_per_node: int = _GPN, nics_per_node: int = _NICS,
+    ignore_memory: bool = typer.Option(False, "--ignore-memory", help="price a job that does not fit "
+                                       "in GPU memory instead of refusing it"),
+    jobs: Path = _JOBS, output: Path = _OUT, law: str = _LAW, coefficients: Path = _COEFFICIENTS,
+    data: Path = _DATA, as_json: bool = _JSON,
+) -> None:
+    from ..scaling import mechanistic
+    from ..scaling.job import job_from_options
+
+    o = _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
+              dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
+              gpus_per_node, nics_per_node, tokens)
+    if law is None and _is_legacy_file(coefficients):
+        law = "prerun"  # a law saved by `fit --save` (legacy pre-run law record)
+    if law is not None:
+        from ..scaling.laws import make_law
+
+        make_law(law)
+        if jobs is not None:
+            raise JouleboundError("--jobs works with the mechanistic predictor only (drop --law)")
+        _legacy_predict(law.strip().lower(), o, gpus, strategy, coefficients, data, as_json)
+        return
+    prm = mechanistic.load_params(coefficients)
+    if jobs is not None:
+        _predict_table(jobs, {**o, "gpus": gpus, "strategy": strategy, "tp": tp, "pp": pp}, prm,
+                       output, as_json)
+        return
+    if output is not None:
+        raise JouleboundError("-o/--output writes the predictions of --jobs; for one job use --json")
+    job = job_from_options(**_default_shape({**o, "gpus": gpus, "strategy": strategy, "tp": tp, "pp": pp}))
+    p = mechanistic.predict_jobs([job], prm, allow_oom=ignore_memory)[0]
+    if as_json:
+        print_json(p.to_json())
+        return
+    _print_prediction(p)
+
+
+def _predict_table(path: Path, defaults: dict, prm, output: Path | None, as_json: bool) -> None:  # noqa: ANN001
+    import time
+
+    from rich.table import Table
+
+    from ..scaling import jobtable, mechanistic
+
+    t0 = time.perf_counter()
+    rows = jobtable.read_jobs(path, {k: v for k, v in defaults.items() if v is not None})
+    preds = mechanistic.predict_many([j for j, _, _ in rows], prm)
+    out, docs = [], []
+    for i, ((_, _, err), p) in enumerate(zip(rows, preds, strict=True), start=1):
+        if isinstance(p, str):
+            msg = err or p or "not priced"
+            out.append(jobtable.prediction_row(i, None, msg))
+            docs.append({"row": i, "error": msg})
+        else:
+            out.append(jobtable.prediction_row(i, p))
+            if as_json:
+                docs.append({"row": i, **p.to_json()})
+    dt = time.perf_counter() - t0
+    n_err = sum(1 for r in out if r["error"])
+    if output is not None:
+        jobtable.write_csv(output, out)
+    if as_json:
+        print_json(docs)
+        return
+    tc = _table_console()
+    t = Table(title=f"{len(out)} jobs (modeled; 90 % intervals)", pad_edge=False)
+    for c in ("row", "name", "strategy", "GPUs", "time (interval)", "GPU energy (interval)",
+              "host", "total", "memory", "note"):
+        t.add_column(c, no_wrap=c != "note", overflow="fold")
+    for r in out[:40]:
+        if r["error"]:
+            t.add_row(str(r["row"]), "", "", "", "", "", "", "", "", f"[red]{r['error']}[/]")
+            continue
+        t.add_row(str(r["row"]), str(r["name"]), str(r["strategy"]), str(r["gpus"]),
+                  f"{_fmt_t(r['time_s'])} ({_fmt_t(r['time_lo_s'])}–{_fmt_t(r['time_hi_s'])})",
+                  f"{_fmt_e(r['gpu_energy_j'])} ({_fmt_e(r['gpu_energy_lo_j'])}–{_fmt_e(r['gpu_energy_hi_j'])})",
+                  _fmt_e(r["host_energy_j"]), _fmt_e(r["total_energy_j"]),
+                  f"{r['memory_gib']:.3g} GiB" + ("" if r["fits_memory"] else " (too big)"),
+                  (r["warnings"] or "")[:80])
+    tc.print(t)
+    if len(out) > 40:
+        console.print(f"first 40 of {len(out)} rows shown" + ("" if output else "; write all with -o FILE.csv"))
+    console.print(f"{len(out) - n_err} predicted, {n_err} refused, in {dt:.2f} s"
+                  + (f"; wrote {output}" if output else ""), highlight=False)
+
+
 def advise(
-    model: str = _MODEL,
-    layers: int = _LAYERS,
-    hidden: int = _HIDDEN,
-    heads: int = _HEADS,
-    seq: int = _SEQ,
-    batch: int = _BATCH,
-    tokens: float = _TOKENS,
-    deadline: str = typer.Option(..., "--deadline", help="wall-time budget: seconds or 90m / 12h / 2d"),
+    preset: str = _PRESET, model: str = _MODEL, layers: int = _LAYERS, hidden: int = _HIDDEN,
+    heads: int = _HEADS, seq: int = _SEQ, batch: int = _BATCH, global_batch: int = _GBATCH,
+    grad_accum: int = _GACC, tokens: float = _TOKENS,
+    deadline: str = typer.Option(None, "--deadline", help="wall-time budget: seconds or 90m / 12h / 2d"),
     max_gpus: int = typer.Option(8, "--max-gpus", help="largest GPU count to consider (1, 2, 4, … and this)"),
-    strategies: str = typer.Option("ddp,fsdp,tp", "--strategies", help="comma-separated strategies "
+    strategies: str = typer.Option("ddp,fsdp,tp,pp", "--strategies", help="comma-separated strategies "
                                    "(ddp, fsdp, tp, pp) tried at every GPU count > 1"),
-    device: str = _DEVICE,
-    dtype: str = _DTYPE,
-    ff: int = _FF,
-    vocab: int = _VOCAB,
-    coefficients: Path = _COEFFICIENTS,
+    device: str = _DEVICE, dtype: str = _DTYPE, ff: int = _FF, vocab: int = _VOCAB,
+    recompute: bool = _RECOMP, optimizer: str = _OPTIM, clocks: str = _CLOCKS,
+    power_limit: float = _PLIM, interconnect: str = _LINK, inter_node: str = _INTER,
+    gpus_per_node: int = _GPN, nics_per_node: int = _NICS,
+    jobs: Path = _JOBS, output: Path = _OUT, law: str = _LAW, coefficients: Path = _COEFFICIENTS,
     as_json: bool = _JSON,
 ) -> None:
+    from ..scaling import advisor, mechanistic
+    from ..scaling.job import job_from_options
+
+    o = _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
+              dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
+              gpus_per_node, nics_per_node, tokens)
+    strat = tuple(s.strip() for s in strategies.split(",") if s.strip())
+    if law is None and _is_legacy_file(coefficients):
+        law = "prerun"
+    if law is not None:
+        _legacy_advise(law, o, deadline, max_gpus, strat, coefficients, as_json)
+        return
+    prm = mechanistic.load_params(coefficients)
+    if jobs is not None:
+        _advise_table(jobs, o, deadline, max_gpus, strat, prm, output, as_json)
+        return
+    if deadline is None:
+        raise JouleboundError("--deadline is required (seconds or 90m / 12h / 2d)")
+    job = job_from_options(**_default_shape(o))
+    best, opts = advisor.advise(job, _parse_duration(deadline), max_gpus, strat, prm)
+    if as_json:
+        print_json(advisor.options_json(best, opts))
+        return
+    from rich.table import Table
+
+    t = Table(title=f"strategy × GPU count for {float(job.tokens):.3g} tokens within "
+                    f"{_fmt_t(_parse_duration(deadline))} (modeled, mechanistic; 90 % intervals)",
+              pad_edge=False)
+    for c in ("strategy", "GPUs", "mb×acc", "time", "90 % interval", "energy (GPU+host)", "90 % interval",
+              "mem/GPU", "comm", "deadline"):
+        t.add_column(c, no_wrap=True)
+    notes = []
+    for c in opts:
+        mark = "[bold green]→ [/]" if c is best else ""
+        if not c.feasible and c.time_s != c.time_s:
+            t.add_row(mark + c.strategy, str(c.gpus), *(["–"] * 8))
+            notes.append(f"{c.strategy} × {c.gpus}: infeasible — {c.reason}")
+            continue
+        t.add_row(mark + c.label, str(c.gpus), f"{c.micro_batch}×{c.grad_accum}", _fmt_t(c.time_s),
+                  f"{_fmt_t(c.time_lo_s)}–{_fmt_t(c.time_hi_s)}", _fmt_e(c.energy_j),
+                  f"{_fmt_e(c.energy_lo_j)}–{_fmt_e(c.energy_hi_j)}",
+                  f"{c.memory_gib:.3g} GiB" + ("" if c.fits_memory else " (too big)"),
+                  f"{c.comm_share:.0%}", "ok" if c.meets_deadline else "miss")
+    _table_console().print(t)
+    for n in notes:
+        console.print(n, highlight=False, style="dim")
+    if not best.meets_deadline:
+        console.print("[yellow]no feasible candidate meets the deadline; the fastest that fits is marked[/]")
+    else:
+        console.print(f"advice: {best.label} on {best.gpus} GPU{'s' if best.gpus > 1 else ''} — "
+                      f"{_fmt_e(best.energy_j)}, {_fmt_t(best.time_s)}  \\[modeled]", highlight=False)
+
+
+def _advise_table(path: Path, o: dict, deadline, max_gpus: int, strat: tuple, prm, output, as_json: bool) -> None:  # noqa: ANN001
+    from dataclasses import asdict
+
+    from ..scaling import advisor, jobtable
+
+    rows = jobtable.read_jobs(path, {k: v for k, v in o.items() if v is not None}, advise=True)
+    out = []
+    cols = ("row", "name", "error", "strategy", "gpus", "time_s", "energy_j", "energy_lo_j", "energy_hi_j",
+            "gpu_energy_j", "host_energy_j", "meets_deadline", "memory_gib", "provenance")
+    for i, (job, extra, err) in enumerate(rows, start=1):
+        if job is None:
+            out.append({"row": i, "error": err})
+            continue
+        try:
+            dl = extra.get("deadline", deadline)
+            if dl is None:
+                raise JouleboundError(f"row {i}: no deadline (column 'deadline' or --deadline)")
+            mg = int(extra.get("max_gpus", max_gpus))
+            st = tuple(s for s in str(extra.get("strategies", ",".join(strat))).replace(";", ",").split(",") if s)
+            best, opts = advisor.advise(job, _parse_duration(dl), mg, st, prm)
+            out.append({"row": i, "name": job.name, "error": "", **{k: v for k, v in asdict(best).items()},
+                        "strategy": best.label, "provenance": "modeled",
+                        "candidates": [asdict(c) for c in opts]})
+        except JouleboundError as exc:
+            out.append({"row": i, "name": job.name, "error": str(exc)})
+    if output is not None:
+        jobtable.write_csv(output, out, cols)
+    if as_json:
+        print_json(out)
+        return
+    for r in out:
+        if r.get("error"):
+            console.print(f"row {r['row']}: [red]{r['error']}[/]", highlight=False)
+        else:
+            console.print(f"row {r['row']} {r['name']}: {r['strategy']} on {r['gpus']} GPU(s), "
+                          f"{_fmt_e(r['energy_j'])}, {_fmt_t(r['time_s'])}, deadline "
+                          f"{'met' if r['meets_deadline'] else 'missed'}  \\[modeled]", highlight=False)
+
+
+def _legacy_advise(law: str, o: dict, deadline, max_gpus: int, strat: tuple, coefficients, as_json: bool) -> None:  # noqa: ANN001
     from rich.table import Table
 
     from ..scaling import advisor
+    from ..scaling.job import job_from_options, resolve
 
-    out = _table_console()
-    best, cands = advisor.advise(tokens, _parse_duration(deadline), max_gpus,
-                                 tuple(s.strip() for s in strategies.split(",") if s.strip()),
-                                 coefficients=coefficients, **_config(model, layers, hidden, heads, seq, batch, device, dtype, ff, vocab))
+    if law.strip().lower() != "prerun":
+        raise JouleboundError("advise --law supports prerun only (the legacy law with built-in coefficients)")
+    if deadline is None:
+        raise JouleboundError("--deadline is required (seconds or 90m / 12h / 2d)")
+    job = job_from_options(**_default_shape(o))
+    r = resolve(job)
+    if not job.tokens:
+        raise JouleboundError("--law needs --tokens")
+    best, cands = advisor.advise_law(float(job.tokens), _parse_duration(deadline), max_gpus,
+                                     tuple(s for s in strat if s != "pp") or ("ddp",),
+                                     coefficients=coefficients, model=r.arch, layers=job.layers,
+                                     hidden=job.hidden, heads=job.heads, seq=job.seq,
+                                     batch=r.global_batch, device=job.device,
+                                     dtype="fp16" if r.dtype in ("fp16", "bf16") else "fp32",
+                                     ff=r.ff, vocab=r.vocab)
     if as_json:
         print_json(advisor.to_json(best, cands))
         return
-    t = Table(title="strategy × GPU count (modeled, pre-run law)")
-    for c in ("strategy", "GPUs", "energy kWh (90 % interval)", "time h", "η̂_par", "deadline",
-              "states GiB/GPU"):
+    t = Table(title="strategy × GPU count (modeled, legacy pre-run law)")
+    for c in ("strategy", "GPUs", "energy kWh (90 % interval)", "time h", "η̂_par", "deadline"):
         t.add_column(c)
     for c in cands:
-        mark = "[bold green]→ " if c is best else ""
-        t.add_row(mark + c.strategy, str(c.gpus),
+        t.add_row(("[bold green]→ " if c is best else "") + c.strategy, str(c.gpus),
                   f"{c.energy_j / 3.6e6:.4g} ({c.energy_lo_j / 3.6e6:.3g}–{c.energy_hi_j / 3.6e6:.3g})",
-                  f"{c.time_s / 3600:.3g}", f"{c.eta_par:.2f}", "ok" if c.meets_deadline else "miss",
-                  f"{c.state_bytes_per_gpu / 2**30:.3g}" + ("" if c.fits_memory else " (too big)"))
-    out.print(t)
-    if not best.meets_deadline:
-        console.print("[yellow]no candidate meets the deadline; the fastest that fits is marked[/]")
-    console.print("memory: model states only (16 B/parameter; activations not counted)")
+                  f"{c.time_s / 3600:.3g}", f"{c.eta_par:.2f}", "ok" if c.meets_deadline else "miss")
+    _table_console().print(t)
 
 
 def register(app: typer.Typer) -> None:
     app.command("fit", help=reflow(FIT_HELP))(fit)
-    app.command("predict", help="Predict the energy (J, with a 90 % interval) and time of a training "
-                "job before running it, from built-in coefficients (no data folder needed).\n\n"
-                + reflow(CONFIG_KEYS))(predict)
+    app.command("predict", help=reflow(PREDICT_HELP))(predict)
     app.command("advise", help=reflow(ADVISE_HELP))(advise)

@@ -30,6 +30,7 @@ Entry schema (units: MHz, FLOP/s, bytes/s, bytes, W, s)::
     idle_power_w = 67.0
     switch_latency_s = 0.006          # optional
     sensor_period_s = 0.1             # optional
+    interconnect = "nvlink3"          # optional: GPU-to-GPU link (joulebound.devices.links)
     tables_constructed = false
     [peak_flops]                      # dense FP/s at max_core_mhz
     fp32 = 1.95e13
@@ -248,6 +249,14 @@ def spec_from_dict(doc: Any, path: str | Path) -> tuple[DeviceSpec, list[str]]:
             raise SchemaError(p, "memory_type", f"unknown memory type {mem_type!r}; use one of "
                               f"{', '.join(TECHS)}")
         mem_type = match[0]
+    link = f.get("interconnect", str, None)
+    if link is not None:
+        from .links import get_link
+
+        try:
+            link = get_link(link, scope="intra").name
+        except JouleboundError as exc:
+            raise SchemaError(p, "interconnect", str(exc)) from None
 
     spec = DeviceSpec(
         name=name,
@@ -273,6 +282,7 @@ def spec_from_dict(doc: Any, path: str | Path) -> tuple[DeviceSpec, list[str]]:
         boost_core_mhz=boost,
         memory_type=mem_type,
         sources=dict(sources),
+        interconnect=link,
     )
     return spec, [a.strip() for a in aliases]
 
@@ -339,7 +349,7 @@ def spec_to_toml(spec: DeviceSpec, aliases: list[str] | tuple[str, ...] = (),
         "power_limit_max_w": float(spec.power_limit_max_w),
         "idle_power_w": float(spec.idle_power_w),
         "switch_latency_s": spec.switch_latency_s, "sensor_period_s": spec.sensor_period_s,
-        "tables_constructed": spec.tables_constructed,
+        "tables_constructed": spec.tables_constructed, "interconnect": spec.interconnect,
     }
     if spec.vf_curve is not None:
         top["vf_curve"] = [[int(a), float(b)] for a, b in spec.vf_curve]

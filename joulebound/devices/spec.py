@@ -42,6 +42,9 @@ class DeviceSpec:
         boost_core_mhz: the rated (datasheet) boost clock, ``None`` where unknown. GeForce and
             workstation tables reach above it (e.g. 2100 vs 1710 MHz on the RTX 3080); their
             ``peak_flops`` are the datasheet figures scaled from this clock to ``max_core_mhz``.
+        interconnect: the GPU-to-GPU link of the usual multi-GPU server for this GPU, a name of
+            :data:`joulebound.devices.links.LINKS` (e.g. ``"nvlink3"``, ``"pcie4"``,
+            ``"pcie4-nop2p"``); ``None`` where the entry names none (then PCIe 4.0 is assumed).
         sources: field name -> where the value came from (datasheet URL/name, nvidia-smi file,
             paper) or ``"estimate"``.
     """
@@ -69,6 +72,7 @@ class DeviceSpec:
     boost_core_mhz: int | None = None
     memory_type: str = ""
     sources: dict[str, str] = field(default_factory=dict)
+    interconnect: str | None = None
 
     # -- clock tables -------------------------------------------------------------------------
     @property

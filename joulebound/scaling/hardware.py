@@ -2,10 +2,12 @@
 the GPU-to-GPU link.
 
 Peak, bandwidth, board power and memory size come from the device catalog
-(``joulebound.devices.catalog.get_device``, one table of GPUs for all of joulebound). Two things
-the catalog does not hold live here: the interconnect of each GPU (:data:`LINKS`, names of
-:data:`joulebound.scaling.comm.LINKS`) and three PCIe GPUs that appear only in the open data (Zeus
-NSDI'23), :data:`OPEN_DATA_GPUS` (vendor datasheet figures, dense, no sparsity).
+(``joulebound.devices.catalog.get_device``, one table of GPUs for all of joulebound, including the
+three PCIe GPUs of the Zeus NSDI'23 traces: ``v100-pcie``, ``rtx6000``, ``p100-pcie``).
+:data:`LINKS` keeps the interconnect the *legacy* energy laws' communication model
+(:mod:`joulebound.scaling.comm`) assumes for each GPU, so that their reproductions do not move;
+the mechanistic predictor uses the catalog's own ``interconnect`` field
+(:mod:`joulebound.devices.links`).
 """
 
 from __future__ import annotations
@@ -43,48 +45,37 @@ class HW:
                               f"{', '.join(k for k in ('fp32', 'tf32', 'fp16', 'bf16', 'fp8') if self.peak.get(k))}")
 
 
-T = 1e12
-G = 2**30
 
-#: GPU-to-GPU link of each catalog GPU (default ``pcie4`` for GPUs not listed, e.g. user imports).
+#: GPU-to-GPU link the legacy laws assume for each catalog GPU (default ``pcie4``).
 LINKS: dict[str, str] = {
     "rtx2080ti": "pcie3", "rtx3080": "pcie4", "rtx3080ti": "pcie4", "rtx3090": "pcie4",
     "rtxa5000": "pcie4", "t4": "pcie3", "a10g": "pcie4", "a40": "pcie4", "v100-sxm2": "nvlink2",
     "a100-pcie-80gb": "pcie4", "a100-sxm4-80gb": "nvlink3", "h100-sxm": "nvlink4",
-    "h200-sxm": "nvlink4", "b200": "nvlink5",
+    "h200-sxm": "nvlink4", "b200": "nvlink5", "v100-pcie": "pcie3", "rtx6000": "pcie3",
+    "p100-pcie": "pcie3",
 }
 DEFAULT_LINK = "pcie4"
-
-#: GPUs that appear only in the open data (Zeus NSDI'23) and are not in the device catalog.
-OPEN_DATA_GPUS: dict[str, HW] = {h.name: h for h in [
-    HW("v100-pcie", {"fp32": 14.0 * T, "fp16": 112.0 * T}, 900e9, 250, "pcie3", mem_bytes=32 * G),
-    HW("rtx6000", {"fp32": 16.3 * T, "fp16": 65.2 * T}, 672e9, 260, "pcie3", mem_bytes=24 * G),
-    HW("p100-pcie", {"fp32": 9.3 * T, "fp16": 18.7 * T}, 732e9, 250, "pcie3", mem_bytes=16 * G),
-]}
 #: names that only the open data uses (Mayaki ECAI's "grid" machine is an RTX 2080 Ti); every
 #: other name and alias (``a100``, ``3080ti``, product names) is the device catalog's.
 _ALIAS = {"grid": "rtx2080ti"}
 
 
 def device_names() -> list[str]:
-    """Devices the scaling model can price: the catalog's and :data:`OPEN_DATA_GPUS`."""
+    """Devices the scaling model can price: the device catalog's."""
     from ..devices.catalog import device_names as catalog_names
 
-    return sorted({*catalog_names(), *OPEN_DATA_GPUS})
+    return sorted(catalog_names())
 
 
 def get_hw(name: str) -> HW:
     """Hardware figures for ``name`` (case-insensitive; the catalog's aliases like ``a100``,
     ``2080ti`` and product names).
 
-    Peak, bandwidth, TDP and memory come from the device catalog; GPUs only in the open data from
-    :data:`OPEN_DATA_GPUS`."""
+    Peak, bandwidth, TDP and memory come from the device catalog."""
     from ..devices.catalog import get_device
 
     key = str(name).strip().lower()
     key = _ALIAS.get(key, key)
-    if key in OPEN_DATA_GPUS:
-        return OPEN_DATA_GPUS[key]
     spec = get_device(key)  # unknown names: the catalog's error, listing its GPUs
     return HW(spec.name, {k: float(v) for k, v in spec.peak_flops.items() if v},
               float(spec.mem_bandwidth_bps), float(spec.power_limit_default_w),

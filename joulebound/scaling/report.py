@@ -1,4 +1,5 @@
-"""Regenerate ``docs/scaling.md`` and its figures from the real data.
+"""Regenerate ``docs/scaling.md`` and its figures from the real data (the mechanistic predictor's
+calibration and validation cuts, and the legacy laws' tables).
 
     .venv/bin/python -m joulebound.scaling.report --data ../shared/data --docs docs
 
@@ -188,6 +189,174 @@ def prerun_summary(law) -> str:  # noqa: ANN001
             f"(physics says 1 and −1; the paper published α_η ≈ −1.06).")
 
 
+LEGACY_CUT_LAWS = ("paper-no-eta", "powerlaw", "roofline", "prerun")
+QTY = {"time": "time", "energy": "GPU energy (NVML)", "energy_codecarbon": "Mayaki energy, CodeCarbon basis",
+       "energy_own_meter": "energy (own meter)"}
+
+
+def cut_rows(cuts: list[dict], quantities: tuple[str, ...] = ("time", "energy", "energy_codecarbon"),
+             law: str | None = None) -> list[list[str]]:
+    """Table cells of validation cuts (one row per cut × quantity)."""
+    from .calibrate import meets_targets
+
+    out = []
+    for c in cuts:
+        for q in quantities:
+            m = c.get(q)
+            if m is None:
+                continue
+            target = "–" if q == "energy_codecarbon" else ("met" if meets_targets(m) else "missed")
+            out.append([c["cut"] if law is None else f"`{law}` {c['cut']}", c["test"], QTY[q], str(m["n"]),
+                        f"{m['mape'] * 100:.0f} %", f"{m['median_ratio']:.2f}",
+                        f"{m['median_abs_err'] * 100:.0f} %", f"{m['within_x1_25'] * 100:.0f} %",
+                        f"{m['within_x2'] * 100:.0f} %",
+                        "–" if not np.isfinite(m["coverage90"]) or not np.isfinite(m["median_interval_factor"])
+                        else f"{m['coverage90'] * 100:.0f} %",
+                        "–" if not np.isfinite(m["median_interval_factor"]) else f"×/÷{m['median_interval_factor']:.2f}",
+                        target])
+    return out
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                     + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+CUT_HEADER = ["cut", "tested on", "quantity", "n", "MAPE", "ratio", "median abs. error", "within ×1.25",
+              "within ×2", "90 % coverage", "median interval", "targets"]
+
+
+def mech_figure(prep, img: Path) -> str:  # noqa: ANN001
+    """Measured vs predicted (leave-one-data-set-out) time and NVML energy, by data set."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
+
+    from .calibrate import fit, predicted
+
+    ds = prep.col("dataset")
+    t_pred = np.full(len(prep), np.nan)
+    e_pred = np.full(len(prep), np.nan)
+    for d in np.unique(ds):
+        prm = fit(prep.subset(np.flatnonzero(ds != d)))
+        sub = np.flatnonzero(ds == d)
+        pr = predicted(prep.subset(sub), prm)
+        t_pred[sub], e_pred[sub] = pr["time"], pr["gpu"]
+    t, e = prep.col("time_s").astype(float), prep.col("energy_j").astype(float)
+    nv = prep.col("energy_basis") == "nvml"
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    for ax, (x, y, m, lab) in zip(axes, ((t, t_pred, np.ones(len(t), bool), "time per step (s)"),
+                                         (e, e_pred, nv, "GPU energy per step, NVML (J)")), strict=True):
+        for d, mk in zip(np.unique(ds), "o^s", strict=False):
+            k = m & (ds == d)
+            if k.any():
+                ax.scatter(x[k], y[k], s=8, alpha=0.5, marker=mk, label=str(d))
+        lo, hi = np.nanmin([x[m], y[m]]) * 0.7, np.nanmax([x[m], y[m]]) * 1.4
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+        ax.plot([lo, hi], [2 * lo, 2 * hi], "k:", lw=0.8)
+        ax.plot([lo, hi], [lo / 2, hi / 2], "k:", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel(f"measured {lab}")
+        ax.set_ylabel("predicted, data set held out [modeled]")
+        ax.legend(fontsize=7)
+    fig.suptitle("Mechanistic predictor, leave-one-data-set-out (dotted: ×2)", fontsize=10)
+    fig.tight_layout()
+    img.mkdir(parents=True, exist_ok=True)
+    fig.savefig(img / "scaling_mechanistic_loo.png", dpi=110)
+    plt.close(fig)
+    return "img/scaling_mechanistic_loo.png"
+
+
+def mechanistic_sections(data: Path, img: Path) -> dict[str, str]:
+    """Template fields of the mechanistic predictor's sections (calibration, cuts, legacy cuts)."""
+    from dataclasses import replace
+
+    from .calibrate import (
+        TARGETS,
+        ZEUS_DTYPE_NOTE,
+        cuts,
+        fit,
+        legacy_cuts,
+        load_observations,
+        mayaki_power_check,
+        meets_targets,
+        prepare,
+    )
+    from .host import mayaki_host_watts
+    from .mechanistic import MechParams, load_params
+
+    prep = prepare(load_observations(data))
+    base = replace(MechParams(), host=mayaki_host_watts(data / "mayaki_ecai2025"))
+    prm = fit(prep, base)
+    shipped = load_params()
+    cs = cuts(prep)
+    print("mechanistic cuts done")
+    leg = {law: legacy_cuts(prep, law) for law in LEGACY_CUT_LAWS}
+    print("legacy cuts done")
+    pv = prm.provenance
+    rows = pv["rows"]
+    params = md_table(["parameter", "value (this run)", "shipped file", "meaning"], [
+        ["κ", f"{prm.kappa:.3g}", f"{shipped.kappa:.3g}", "framework factor on kernel time and busy energy"],
+        ["τ", f"{prm.launch_s * 1e6:.3g} µs", f"{shipped.launch_s * 1e6:.3g} µs", "host launch floor per kernel"],
+        ["t_step", f"{prm.step_s * 1e3:.3g} ms", f"{shipped.step_s * 1e3:.3g} ms", "host overhead per optimizer step"],
+        ["ρ", f"{prm.wait_ratio:.3g}", f"{shipped.wait_ratio:.3g}", "waiting power / the GPU model's idle power"],
+        ["host", f"{prm.host.total_w:.3g} W/GPU", f"{shipped.host.total_w:.3g} W/GPU",
+         f"CPU {prm.host.cpu_w:.3g} W + DRAM {prm.host.dram_w:.3g} W ({prm.host.source})"],
+        ["σ compute", f"{prm.sigma['compute']:.2f}", f"{shipped.sigma['compute']:.2f}",
+         f"between data sets {prm.sigma['framework_between']:.2f}, within {prm.sigma['within']:.2f} (log units)"],
+        ["σ device", f"{prm.sigma['device']:.2f}", f"{shipped.sigma['device']:.2f}", "a GPU outside the calibration data"],
+        ["σ pipeline", f"{prm.sigma['pipeline']:.2f}", f"{shipped.sigma['pipeline']:.2f}", "1F1B schedule (Perseus residuals)"],
+        ["σ power", f"{prm.sigma['power']:.2f}", f"{shipped.sigma['power']:.2f}", "busy power (NVML average power residuals)"],
+        ["σ comm / strategy", f"{prm.sigma['comm']:.2f} / {prm.sigma['strategy']:.2f}",
+         f"{shipped.sigma['comm']:.2f} / {shipped.sigma['strategy']:.2f}",
+         "priors: no measured DDP/FSDP/TP run"],
+    ])
+    constrains = "\n".join(f"* `{k}`: {v}" for k, v in pv["constrains"].items())
+    cells = md_table(["data set / GPU", "κ"], [[k, f"{v:.2f}"] for k, v in pv["kappa_by_dataset_and_gpu"].items()])
+    mp = mayaki_power_check(data)
+    mayaki = "; ".join(f"{d}: GPU power {v['gpu_w_range'][0]:.0f}–{v['gpu_w_range'][1]:.0f} W over model-FLOPs "
+                       f"utilizations {v['mfu_range'][0]:.2f}–{v['mfu_range'][1]:.2f} (correlation "
+                       f"{v['corr_power_mfu']:.2f})" for d, v in mp.items())
+    mayaki = ("the GPU's share of the CodeCarbon energy barely moves with the utilization — " + mayaki
+              + " — while an A100 busy at those utilizations draws well over 150 W (the Perseus A100 "
+              "runs: ≈ 270 W per GPU on NVML)")
+    n_cut = sum(1 for c in cs for q in ("time", "energy") if q in c)
+    n_met = sum(1 for c in cs for q in ("time", "energy") if q in c and meets_targets(c[q]))
+    cov_ok = sum(1 for c in cs for q in ("time", "energy") if q in c and c[q]["coverage90"] >= TARGETS["coverage90"])
+    x2_ok = sum(1 for c in cs for q in ("time", "energy") if q in c and c[q]["within_x2"] >= TARGETS["within_x2"])
+    med_ok = sum(1 for c in cs for q in ("time", "energy") if q in c and c[q]["median_abs_err"] <= TARGETS["median_abs_err"])
+    summary = (f"**Targets met on {n_met} of {n_cut} cut × quantity rows**: the 90 % interval covers ≥ 80 % "
+               f"of the held-out rows in {cov_ok} of {n_cut}, ≥ 90 % are within ×2 in {x2_ok}, the median "
+               f"|error| is ≤ 20 % in {med_ok}. The misses come from κ differing between data sets and "
+               "GPUs (table above): a predictor that has not seen a framework is off by its κ ratio, and "
+               "the interval — honestly — is wide (about ×/÷2.5–4 at 90 %). That is the price of "
+               "predicting an unseen framework; calibrating κ on one's own measured steps removes it.")
+    kc = pv["kappa_by_dataset_and_gpu"]
+    z = {k.split("/", 1)[1]: v for k, v in kc.items() if k.startswith("zeus")}
+    gnotes = ("on Zeus the same BERT-base recipe needs κ = " + ", ".join(f"{v:.2f} on the {k}" for k, v in z.items())
+              + " — a per-GPU spread of the GPU model's efficiency (the uncalibrated default parameters of "
+              "the V100, RTX 6000 and P100) that no job-level constant can absorb; the RTX 2080 Ti's "
+              "`auto` clock is the top of its table (2160 MHz) rather than its sustained boost; the A40's "
+              "modeled slowdown under 150–200 W power limits exceeds the measured one (Zeus rows at those "
+              "limits are over-predicted most).")
+    leg_rows = [r for law, cs2 in leg.items() for r in cut_rows(cs2, ("energy_own_meter",), law)]
+    return {"host": f"{prm.host.total_w:.3g} W per GPU ({prm.host.source})",
+            "rows_text": ("Calibrated on " + ", ".join(f"{n} {d} rows" for d, n in rows.items())
+                          + f" ({pv['energy_rows_nvml']} with NVML energy), GPUs: {', '.join(pv['devices'])}."),
+            "params_table": params, "constrains": constrains, "kappa_cells": cells,
+            "zeus_note": ZEUS_DTYPE_NOTE.split("Zeus does not record the precision. ")[-1],
+            "mayaki_power": mayaki, "t_med": f"{TARGETS['median_abs_err']:.0%}",
+            "t_x2": f"{TARGETS['within_x2']:.0%}", "t_cov": f"{TARGETS['coverage90']:.0%}",
+            "cuts_table": md_table(CUT_HEADER, cut_rows(cs)), "cuts_summary": summary,
+            "legacy_cuts": md_table(CUT_HEADER, leg_rows), "mech_fig": mech_figure(prep, img),
+            "gpu_model_notes": gnotes}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=None, type=Path,
@@ -222,7 +391,7 @@ def main() -> None:
         coef_paper=coef_table(paper), coef_prerun=coef_table(pre),
         paper_alphas=(f"α_C = {pc['log C']:.2f} and α_η = {pc['log eta']:.2f}"),
         prerun_summary=prerun_summary(pre), transfer=transfer_table(frames), frontier=front,
-        frontier_summary=front_sum, **files)
+        frontier_summary=front_sum, **files, **mechanistic_sections(a.data, a.docs / "img"))
     (a.docs / "scaling.md").write_text(page)
     print(f"wrote {a.docs / 'scaling.md'}")
 

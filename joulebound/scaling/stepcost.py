@@ -1,0 +1,193 @@
+"""Per-GPU compute of one training micro-batch, from the analytic trace and the GPU model.
+
+For each distinct per-GPU workload (shape, per-GPU micro-batch, dtype, recompute, tensor-parallel
+degree, device, clocks / power limit) the analytic kernel trace
+(:func:`joulebound.workload.analytic.build_trace`) is built for one layer and characterized on
+the device (:func:`joulebound.dvfs.model.characterize`, at ``auto`` or the given clocks, under
+the given power limit), together with a copy of its optimizer kernels at twice the parameters.
+The layers of a trace are identical and the optimizer kernels' cost is linear in the parameters,
+so this one small trace gives every part of an L-layer step:
+
+* ``layer_f`` / ``layer_b`` — the kernels of one layer's forward / backward (backward includes
+  the recomputed forward when ``recompute``);
+* ``pre_f`` / ``pre_b`` — embedding (and BERT's embedding LayerNorm) forward / backward;
+* ``post_f`` / ``post_b`` — the head (final LayerNorm, logits or MLM head, loss);
+* the optimizer step (gradient norm, AdamW, zeroing the gradients) as ``c0 + c1·P`` in the
+  parameters ``P`` the GPU updates (time s, energy J), plus the GPU model's per-kernel overhead
+  for each further layer's AdamW kernel.
+
+Tensor parallelism (Megatron) divides the FLOPs and bytes of the kernels it splits — the four
+weight GEMMs, the attention products and softmax, GELU, the (vocabulary-parallel) logits and loss —
+by ``tp``; LayerNorms, residual adds and embeddings stay replicated on every GPU.
+
+Per-kernel times and energies are kept (not only sums) because the predictor applies a per-kernel
+host launch floor. All figures are **modeled** (the GPU model's own provenance is recorded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..clocks import ClockConfig
+from ..errors import JouleboundError
+
+#: kernel-name prefixes that Megatron tensor parallelism splits across the tp GPUs
+TP_SPLIT = ("qkv", "attproj", "fc", "permute", "unpermute", "attn_", "softmax", "gelu",
+            "logits_gemm", "fused_classifier", "mlm_decoder", "cross_entropy")
+PARTS = ("layer_f", "layer_b", "pre_f", "pre_b", "post_f", "post_b")
+
+
+@dataclass(frozen=True)
+class WorkKey:
+    """What decides one GPU's kernels (hashable; one characterization per key)."""
+
+    arch: str
+    hidden: int
+    heads: int
+    ff: int
+    vocab: int
+    seq: int
+    micro_batch: int
+    dtype: str
+    recompute: bool
+    tp: int
+    device: str
+    clocks: str
+    power_limit_w: float | None
+
+
+@dataclass
+class Parts:
+    """Modeled per-kernel time (s) and energy (J) of each part of one micro-batch on one GPU,
+    plus the optimizer step as linear functions of the updated parameters."""
+
+    key: WorkKey
+    t: dict[str, np.ndarray]
+    e: dict[str, np.ndarray]
+    opt_t: tuple[float, float]  # (c0 s, c1 s/parameter)
+    opt_e: tuple[float, float]  # (c0 J, c1 J/parameter)
+    idle_w: float
+    power_limit_w: float
+    device_memory: float
+    kernel_overhead_s: float = 0.0  # the GPU model's fixed time per kernel (per-layer AdamW kernels)
+    model_meta: dict = field(default_factory=dict)
+    cache: dict = field(default_factory=dict, repr=False)  # per-part sums by (part, κ, τ)
+
+    def sum_t(self, part: str) -> float:
+        return float(self.t[part].sum())
+
+
+def _shard(kernels: list, tp: int) -> list:
+    if tp == 1:
+        return kernels
+    from ..workload.trace import Kernel
+
+    out = []
+    for k in kernels:
+        if k.name.startswith(TP_SPLIT):
+            out.append(Kernel(k.name, k.category, k.phase, k.layer, k.flops / tp, k.bytes / tp,
+                              k.dtype, None, k.meta))
+        else:
+            out.append(k)
+    return out
+
+
+#: built 1-layer per-GPU kernel lists by shape (the GPU model is not cached: it may change)
+_TRACES: dict[tuple, tuple] = {}
+_STRUCTURES: dict[tuple, dict[str, np.ndarray]] = {}
+_CACHE_MAX = 20_000
+
+
+def _masks(kernels: list) -> dict[str, np.ndarray]:
+    """Boolean masks of each part (and ``opt``: the optimizer step) over a 1-layer trace."""
+    ph = np.array([k.phase for k in kernels], dtype=object)
+    nm = np.array([k.name for k in kernels], dtype=object)
+    in_layer = np.array([k.layer == 0 for k in kernels])
+    idx = np.arange(len(kernels))
+    opt = (ph == "optimizer") | (nm == "zero_grad")
+    fwd, bwd = ph == "forward", (ph == "backward") & ~opt
+    first_f = np.flatnonzero(fwd & in_layer)
+    pre = fwd & ~in_layer & (idx < (first_f[0] if len(first_f) else 0))
+    first_b = np.flatnonzero(bwd & in_layer)
+    post_b = bwd & ~in_layer & (idx < (first_b[0] if len(first_b) else 0))
+    return {"layer_f": fwd & in_layer, "layer_b": bwd & in_layer, "pre_f": pre,
+            "pre_b": bwd & ~in_layer & ~post_b, "post_f": fwd & ~in_layer & ~pre, "post_b": post_b,
+            "opt": opt}
+
+
+def _device_setup(device: str, clocks: str, power_limit_w: float | None):  # noqa: ANN202
+    from ..dvfs.model import params_for, resolve_device
+
+    spec = resolve_device(device)
+    prm = params_for(spec)
+    if power_limit_w is not None:
+        lo, hi = spec.power_limit_min_w, spec.power_limit_max_w
+        if not lo <= power_limit_w <= hi:
+            raise JouleboundError(f"--power-limit {power_limit_w:g} W is outside {spec.name}'s range "
+                                  f"{lo:g}–{hi:g} W")
+        prm = prm.with_limit(power_limit_w)
+    try:
+        cfg = ClockConfig.parse(clocks or "auto")
+    except ValueError as exc:
+        raise JouleboundError(f"--clocks: {exc}") from None
+    return spec, prm, cfg
+
+
+def characterize_parts(keys: Sequence[WorkKey]) -> dict[WorkKey, Parts]:
+    """:class:`Parts` for every key, one GPU-model call per (device, clocks, power limit)."""
+    from ..dvfs.model import characterize
+    from ..workload.analytic import ModelConfig, build_trace
+    from ..workload.trace import Kernel, Trace
+
+    out: dict[WorkKey, Parts] = {}
+    traces = _TRACES
+    structures = _STRUCTURES
+    if len(traces) > _CACHE_MAX:
+        traces.clear()
+    groups: dict[tuple, list[WorkKey]] = {}
+    for k in dict.fromkeys(keys):
+        groups.setdefault((k.device, k.clocks, k.power_limit_w), []).append(k)
+    for (device, clocks, plim), ks in groups.items():
+        spec, prm, cfg = _device_setup(device, clocks, plim)
+        kernels: list = []
+        spans = []
+        for k in ks:
+            shape = (k.arch, k.hidden, k.heads, k.ff, k.vocab, k.seq, k.micro_batch, k.dtype,
+                     k.recompute, k.tp)
+            if shape not in traces:  # the same per-GPU kernels on every device
+                mc = ModelConfig(k.arch, 1, k.hidden, k.heads, k.ff, k.vocab, k.seq, k.micro_batch,
+                                 k.dtype, k.recompute, name="job")
+                ker = _shard(build_trace(mc).kernels, k.tp)
+                sig = (k.arch, k.recompute, len(ker))
+                if sig not in structures:  # same architecture: the same kernel sequence
+                    structures[sig] = _masks(ker)
+                double = [Kernel(x.name, x.category, "optimizer", None, 2 * x.flops, 2 * x.bytes,
+                                 x.dtype, None, {}) for x, o in zip(ker, structures[sig]["opt"], strict=True) if o]
+                traces[shape] = (ker, double, sig, mc.params())
+            ker, double, sig, n_params = traces[shape]
+            start = len(kernels)
+            kernels += ker
+            kernels += double
+            spans.append((sig, start, start + len(ker), start + len(ker) + len(double), n_params))
+        ch = characterize(Trace(kernels, name=f"jobs@{spec.name}"), spec, configs=[cfg],
+                          include_auto=False, params=prm)
+        t_all, e_all = ch.time_s[:, 0], ch.energy_j[:, 0]
+        meta = {"gpu_model": ch.meta.get("model"), "params_calibration": ch.meta.get("params_calibration"),
+                "power_limit_w": float(prm.power_limit_w)}
+        for k, (sig, a0, a1, a2, pa) in zip(ks, spans, strict=True):
+            masks = structures[sig]
+            ta, ea = t_all[a0:a1], e_all[a0:a1]
+            opt = masks["opt"]
+            ta_opt, tb_opt = float(ta[opt].sum()), float(t_all[a1:a2].sum())
+            ea_opt, eb_opt = float(ea[opt].sum()), float(e_all[a1:a2].sum())
+            c1t, c1e = (tb_opt - ta_opt) / pa, (eb_opt - ea_opt) / pa
+            out[k] = Parts(
+                key=k, t={p: ta[masks[p]] for p in PARTS}, e={p: ea[masks[p]] for p in PARTS},
+                opt_t=(ta_opt - c1t * pa, c1t), opt_e=(ea_opt - c1e * pa, c1e),
+                idle_w=float(prm.idle_w), power_limit_w=float(prm.power_limit_w),
+                device_memory=float(spec.memory_bytes or 0.0),
+                kernel_overhead_s=float(prm.launch_overhead_s), model_meta=meta)
+    return out
