@@ -98,22 +98,30 @@ def test_interval_widens_with_distance_from_the_calibration_domain_and_says_why(
     seen = prm.devices_seen[0]
     unseen = next(d for d in ("h100-sxm", "b200", "t4") if d not in prm.devices_seen)
 
-    def width(job: Job) -> tuple[float, list[str]]:
+    def width(job: Job, p=prm) -> tuple[float, list[str]]:  # noqa: ANN001
         r = resolve(job)
         pa = characterize_parts([work_keys(r)])[work_keys(r)]
-        st = compose(r, pa, prm, fabric_for(r))
-        s_t, _, why = interval(r, st, prm, pa.key.device)
+        st = compose(r, pa, p, fabric_for(r))
+        s_t, _, why = interval(r, st, p, pa.key.device)
         return s_t, why
 
     base = Job(layers=12, hidden=768, heads=12, seq=512, batch=8, dtype="bf16", device=seen)
     w0, _ = width(base)
     w_dev, why_dev = width(replace(base, device=unseen))
     assert w_dev > w0 and any(unseen in w and "not in the calibration data" in w for w in why_dev)
-    w_small, why_small = width(replace(base, seq=16, batch=1))  # 16 tokens: far below the data
-    assert w_small > w0 and any("decades" in w for w in why_small)
-    w_comm, why_comm = width(replace(base, gpus=8, strategy="tp", heads=12, hidden=768, batch=8,
-                                     interconnect="pcie3-nop2p", tp=4))
-    assert w_comm > w0 and any("communication" in w for w in why_comm)
+    small = replace(base, seq=16, batch=1)               # 16 tokens: far below the data
+    w_small, why_small = width(small)
+    # the same step, had the calibration data reached down to it: the distance term is what widens
+    w_covered, why_covered = width(small, replace(prm, tokens_range=(16, prm.tokens_range[1])))
+    assert w_small > w_covered and any("decades" in w for w in why_small)
+    assert not any("decades" in w for w in why_covered)
+    tp_job = replace(base, gpus=8, strategy="tp", heads=12, hidden=768, batch=8,
+                     interconnect="pcie3-nop2p", tp=4)
+    w_comm, why_comm = width(tp_job)
+    # a mixed step's parts have independent errors, so compare the same step without the
+    # communication uncertainty (not another job): the collectives' term widens it, and says so
+    w_nocomm, _ = width(tp_job, replace(prm, sigma={**prm.sigma, "comm": 0.0}))
+    assert w_comm > w_nocomm and any("communication" in w for w in why_comm)
     w_far, why_far = width(replace(base, gpus=512, strategy="ddp"))
     assert any("doublings beyond" in w for w in why_far)
 
