@@ -294,3 +294,34 @@ def test_devices_show_lists_default_parameters(capsys):
     assert main(["devices", "show", "h100"]) == 0
     text = capsys.readouterr().out
     assert "GPU model parameters (none" in text and "not fitted on any data" in text
+
+
+def test_memory_warnings_for_steps_that_do_not_fit(capsys):
+    import json
+
+    from joulebound.cli import main
+
+    # GPT-3-XL with AdamW on a 12 GB card: ~23 GiB as one step (the old demo's setting)
+    assert main(["characterize", "gpt3-xl", "--device", "rtx3080ti", "--json"]) == 0
+    out = capsys.readouterr()
+    doc = json.loads(out.out)
+    assert "needs about" in doc["memory_warning"] and "rtx3080ti has 12.0 GiB" in doc["memory_warning"]
+    assert "warning" in out.err
+    # a GPT-2 step at batch 4 fits: no warning
+    assert main(["trace", "gpt2-small", "--batch", "4", "--device", "rtx3080ti", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory_warning"] is None
+
+
+def test_one_memory_model_for_the_cli_and_the_job_predictor():
+    """The job predictor's per-GPU memory for a single-GPU job equals the CLI's estimate."""
+    from joulebound.scaling.job import Job, memory, resolve
+    from joulebound.workload.analytic import ModelConfig
+    from joulebound.workload.memory import training_memory
+
+    job = Job(arch="gpt", layers=12, hidden=768, heads=12, seq=1024, batch=4, vocab=50257,
+              dtype="bf16", device="rtx3080ti")
+    r = resolve(job)
+    cfg = ModelConfig("gpt", 12, 768, 12, seq=1024, batch=4, vocab=50257, dtype="bf16")
+    a, b = memory(r, 0.0), training_memory(cfg)
+    assert a.activations == pytest.approx(b.activations, rel=1e-9)
+    assert a.optimizer == pytest.approx(b.optimizer, rel=0.02)   # parameter counts: same shape

@@ -22,6 +22,17 @@ def print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
+def warn_memory(trace: Any, spec: Any) -> str | None:
+    """Print (stderr) and return a warning when an analytic trace's training step needs more
+    memory than the device has (:func:`joulebound.workload.memory.trace_memory_warning`)."""
+    from ..workload.memory import trace_memory_warning
+
+    text = trace_memory_warning(trace, spec) if spec is not None else None
+    if text:
+        err_console.print(f"[yellow]warning[/]: {text}", highlight=False)
+    return text
+
+
 def reflow(text: str) -> str:
     """Join the lines of each paragraph of a ``--help`` text so the terminal, not the source,
     decides line breaks (paragraphs are separated by blank lines)."""

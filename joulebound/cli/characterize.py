@@ -15,7 +15,8 @@ JSON_HELP = ("Print JSON: device, trace, n_kernels, n_configs, provenance (model
              "all cells measured), best_energy_config, best_energy_delta (vs auto, fraction), "
              "best_energy_delta_lo / _hi (5-95 % over parameter draws, null without draws), "
              "bytes_sensitivity ({0.5, 1, 2}: best_energy_delta with every kernel's DRAM bytes "
-             "scaled), model_heldout_error, output, csv (paths or null).")
+             "scaled), model_heldout_error, memory_warning (text when the step does not fit the "
+             "device's memory, else null), output, csv (paths or null).")
 CSV_COLUMNS = ("kernel_index", "name", "category", "phase", "layer", "core_mhz", "mem_mhz",
                "time_s", "energy_j", "provenance")
 
@@ -61,6 +62,9 @@ def characterize_cmd(
         from ..workload import load_trace
 
         tr = load_trace(trace, batch=batch, seq=seq)
+        from ._common import warn_memory
+
+        mem_warning = warn_memory(tr, spec)
         if measured is not None:
             char = characterize_with_measurements(tr, spec, measured)
         else:
@@ -69,6 +73,7 @@ def characterize_cmd(
     else:
         char = from_measured(measured, spec)
         name = str(measured)
+        mem_warning = None
     if output is not None:
         char.save(output)
     if csv_out is not None:
@@ -101,7 +106,7 @@ def characterize_cmd(
             "best_energy_config": char.configs[best].label,
             "best_energy_delta": best_delta, "best_energy_delta_lo": lo,
             "best_energy_delta_hi": hi, "bytes_sensitivity": sens or None,
-            "model_heldout_error": heldout or None,
+            "model_heldout_error": heldout or None, "memory_warning": mem_warning,
             "output": str(output) if output else None,
             "csv": str(csv_out) if csv_out else None})
         return

@@ -4,8 +4,8 @@ A. **The paper's setting** (Spaan et al., arXiv 2601.08539): one GPT-3-XL iterat
    without optimizer kernels, every kernel planned as if measured alone (no switching cost) at
    iteration / pass / kernel granularity, beside the published figures, and — with the data
    folder — the per-kernel comparison for Table 1's calibration rows.
-B. **A training step that fits the card**: GPT-2 (124 M) at batch 8 with AdamW (about 9.7 GiB of
-   the 12 GiB), planned switch-free and switch-aware at latencies 0, 1, 6, 20, 150 ms and
+B. **A training step that fits the card**: GPT-2 (124 M) at batch 4 with AdamW (about 8.1 GiB of
+   the 12 GiB, modeled), planned switch-free and switch-aware at latencies 0, 1, 6, 20, 150 ms and
    replayed in the latency-aware simulator.
 
 Every saving is modeled, printed with its 5–95 % range over the calibration's parameter draws
@@ -34,7 +34,7 @@ reference table, and (when the data folder is found: --data or $JOULEBOUND_DATA)
 per-kernel table of the paper's Table 1 rows: the published change at the paper's clock pair,
 ours at the paper's pair and ours at our own pair.
 
-B. A training step that fits the card: GPT-2 (124 M) at batch 8, seq 1024, bf16, AdamW. The
+B. A training step that fits the card: GPT-2 (124 M) at batch 4, seq 1024, bf16, AdamW. The
 switch-free plans, then the switch-aware plans at clock-switch latencies 0, 1, 6, 20 and
 150 ms (published latencies span 6 ms on H200 to 150 ms on Turing; NVML set-calls take
 10-20 ms), each replayed in the latency-aware simulator beside the latency-blind kernel plan
@@ -47,12 +47,12 @@ All numbers are modeled by joulebound except the tables labeled published.
 with the switch-aware plan at 6 ms and 0 % slowdown as "plan">, "per_kernel": [{row, kernel,
 paper_clock, published_time_delta, published_energy_delta, model_time_delta_at_paper_clock,
 model_energy_delta_at_paper_clock, model_clock, model_time_delta, model_energy_delta,
-provenance}] or null, "memory": {paper, training: bytes per part (modeled)}}; deltas are
-fractions."""
+provenance}] or null, "memory": {paper, training: {weights, gradients, optimizer, activations,
+reserve, device_bytes, total, fits, provenance} in bytes (modeled)}}; deltas are fractions."""
 
 LATENCIES_S = (0.0, 1e-3, 6e-3, 20e-3, 150e-3)
 PAPER_BATCH = 40
-TRAIN_MODEL, TRAIN_BATCH = "gpt2-small", 8
+TRAIN_MODEL, TRAIN_BATCH = "gpt2-small", 4
 
 
 def demo_command(
@@ -133,10 +133,7 @@ def _memory(trace, spec, optimizer: bool = True) -> dict:  # noqa: ANN001
     from ..workload.memory import training_memory
 
     cfg = ModelConfig(**{k: trace.meta[k] for k in ModelConfig.__dataclass_fields__})
-    m = training_memory(cfg, optimizer=optimizer).to_json()
-    m["device_bytes"] = spec.memory_bytes
-    m["fits"] = m["total_bytes"] <= spec.memory_bytes
-    return m
+    return training_memory(cfg, optimizer=optimizer, device_bytes=spec.memory_bytes).to_json()
 
 
 def per_kernel_rows(study_a, spec, data: Path | None) -> list[dict] | None:  # noqa: ANN001
@@ -306,7 +303,7 @@ def render_demo(study_a, study_b, per_kernel, mem, spec, index, seconds: float  
                               "measured alone (Spaan et al.)"), highlight=False)
     if not mem["paper"]["fits"]:
         console.print(f"[yellow]note[/]: as one step this needs "
-                      f"{mem['paper']['total_bytes'] / gib:.0f} GiB of the card's "
+                      f"{mem['paper']['total'] / gib:.0f} GiB of the card's "
                       f"{spec.memory_bytes / gib:.0f} GiB (modeled): the paper measured each "
                       "kernel alone, not a whole step.", highlight=False)
     console.print()
@@ -323,7 +320,7 @@ def render_demo(study_a, study_b, per_kernel, mem, spec, index, seconds: float  
         console.print(per_kernel_table(per_kernel))
     console.print()
     console.print(header_text(study_b, spec, "B. A training step that fits the card:",
-                              f"{mem['training']['total_bytes'] / gib:.1f} GiB of "
+                              f"{mem['training']['total'] / gib:.1f} GiB of "
                               f"{spec.memory_bytes / gib:.0f} GiB (modeled)"), highlight=False)
     console.print()
     console.print(switch_free_table(study_b, "3. Switch-free plans, training step"))

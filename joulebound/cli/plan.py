@@ -43,7 +43,8 @@ provenance, solver, gap_bound, replay {switch_latency_s, energy_delta, time_delt
 late_kernels, provenance}, energy_delta_lo, energy_delta_hi, time_delta_lo, time_delta_hi (the
 plan re-evaluated under each parameter draw, 5-95 %), replan_energy_delta_lo/hi (re-planned
 under each draw; switch-free plans), n_draws, quantiles, covers (null ranges: no draws)}],
-model_heldout_error {check, time_mape, energy_mape, ...}, untested_mem_mhz_excluded, published [{granularity, energy_delta, time_delta, what,
+model_heldout_error {check, time_mape, energy_mape, ...}, memory_warning (text when the
+step does not fit the device's memory, else null), untested_mem_mhz_excluded, published [{granularity, energy_delta, time_delta, what,
 provenance, source}], plan {label, per_category [{category, kernels, baseline_energy_j,
 plan_energy_j, saved_j, energy_delta, time_delta, share_of_saving, provenance}], kernels
 [{index, name, category, phase, layer, clock, core_mhz, mem_mhz}]} (the plan saved with -o:
@@ -177,6 +178,9 @@ def _run(target, device, slowdown, objective, grans, lat, characterization, tie,
 
     trace = load_trace(target)
     spec = resolve_device(device)
+    from ._common import warn_memory
+
+    mem_warning = warn_memory(trace, spec)
     if characterization is not None:
         char = align(Characterization.load(characterization), trace)
     else:
@@ -191,6 +195,7 @@ def _run(target, device, slowdown, objective, grans, lat, characterization, tie,
             study.meta["intervals"] = study_intervals(study, trace, spec, params_for(spec),
                                                       n_draws)
         study.meta["heldout"] = params_for(spec).heldout if characterization is None else {}
+    study.meta["memory_warning"] = mem_warning
     label = next((r.label for r in study.rows if r.granularity == "phase"), None) or study.rows[
         [r.granularity for r in study.rows].index(grans[-1])].label
     return study, label
@@ -207,6 +212,7 @@ def study_json(study, target, objective, slowdown, lat, label) -> dict:
                      "energy_j": study.baseline_energy_j, "provenance": study.char.provenance()},
         "rows": [dict(r.to_json(), **_interval_json(study, r.label)) for r in study.rows],
         "model_heldout_error": study.meta.get("heldout") or None,
+        "memory_warning": study.meta.get("memory_warning"),
         "untested_mem_mhz_excluded": study.char.meta.get("untested_mem_mhz_excluded", []),
         "published": study.published,
         "plan": {"label": label,

@@ -248,6 +248,9 @@ def trace_command(
         from ..devices.catalog import get_device
 
         dev = get_device(device)
+    from ._common import warn_memory
+
+    mem_warning = warn_memory(tr, dev)
     summary = summarize(tr, dev)
     if top < 0:
         raise JouleboundError(f"--top must be >= 0, got {top}")
@@ -259,6 +262,7 @@ def trace_command(
         tr.save(output)  # write errors become JouleboundError in jsonio.write_json
     if as_json:
         doc = summary_json(summary, tr)
+        doc["memory_warning"] = mem_warning
         if top:
             doc["top_kernels"] = [asdict(r) for r in tops]
         print_json(doc)

@@ -23,6 +23,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 
 from ..errors import JouleboundError, did_you_mean
+from ..workload.memory import MemoryEstimate, step_memory
 from .speedup import normalize_strategy
 
 #: architectures the analytic trace builder models, and aliases
@@ -36,8 +37,6 @@ LIMITS = {"layers": 4096, "hidden": 131072, "heads": 4096, "seq": 4_194_304, "ba
           "global_batch": 100_000_000, "gpus": 1_000_000, "ff": 1_048_576, "vocab": 10_000_000}
 MAX_TOKENS = 1e16
 MAX_PARAMS = 1e14
-#: CUDA context, allocator reserve and workspaces per GPU (bytes; estimate)
-RUNTIME_RESERVE_BYTES = 1.5 * 2**30
 
 
 @dataclass(frozen=True)
@@ -268,60 +267,22 @@ def _stages(given: tuple[int, ...] | None, layers: int, pp: int) -> tuple[int, .
     return tuple(base + (1 if i < extra else 0) for i in range(pp))
 
 
-@dataclass(frozen=True)
-class MemoryEstimate:
-    """Bytes per GPU (the most loaded one) and the device memory."""
-
-    weights: float
-    gradients: float
-    optimizer: float
-    activations: float
-    reserve: float
-    device_bytes: float
-
-    @property
-    def total(self) -> float:
-        return self.weights + self.gradients + self.optimizer + self.activations + self.reserve
-
-    @property
-    def fits(self) -> bool:
-        return not self.device_bytes or self.total <= self.device_bytes
-
-    def to_json(self) -> dict:
-        d = dict(vars(self))
-        d.update(total=self.total, fits=self.fits)
-        return d
-
-
 def memory(r: Resolved, device_bytes: float) -> MemoryEstimate:
-    """Per-GPU memory of a resolved job (most loaded rank; bytes).
-
-    * weights: parameters on the GPU × element bytes (2 for fp16/bf16, 4 otherwise); gradients the
-      same; AdamW keeps two fp32 moments (8 B/parameter) plus an fp32 master copy in mixed
-      precision (4 B), SGD one momentum (4 B). DDP/1 GPU hold everything, FSDP shards all three
-      over dp, TP splits by tp, PP keeps one stage (the largest, with the embedding).
-    * activations (Korthikanti et al. 2022): per layer S·b·d·(10 + 24/t + 5·h·S/(d·t)) bytes in
-      16-bit (×2 for fp32) without recomputation; with full recomputation only the layer inputs
-      (2·S·b·d) plus one layer's full set; the first pipeline stage holds min(pp, micro-batches)
-      micro-batches in flight; plus the logits (S·b·V/t fp32).
-    """
+    """Per-GPU memory of a resolved job (most loaded rank; bytes), by
+    :func:`joulebound.workload.memory.step_memory`: DDP / 1 GPU hold everything, FSDP shards
+    weights, gradients and optimizer state over dp, TP splits by tp, PP keeps one stage (the
+    largest, with the embedding) and min(pp, micro-batches) micro-batches in flight."""
     j = r.job
     s = 2 if r.dtype in ("fp16", "bf16") else 4
     per_layer = layer_params(j.hidden, r.ff)
     emb = r.params - j.layers * per_layer
     p_gpu = (r.stages[0] * per_layer + emb) / r.tp  # the first stage (all layers when pp = 1)
-    shard = r.dp if r.sharded else 1
-    weights = p_gpu * s / shard
-    grads = p_gpu * s / shard
-    opt_b = (8 if j.optimizer == "adamw" else 4) + (4 if s == 2 else 0)
-    opt = p_gpu * opt_b / shard
-    S, b, d, h, t = j.seq, r.micro_batch, j.hidden, j.heads, r.tp
-    full = S * b * d * (10 + 24 / t + 5 * h * S / (d * t)) * s / 2
-    layers_here = r.stages[0] if r.pp > 1 else j.layers
-    act = (layers_here * 2 * S * b * d * s / 2 + full) if j.recompute else layers_here * full
-    act *= min(r.pp, r.grad_accum) if r.pp > 1 else 1
-    act += S * b * r.vocab / t * 4
-    return MemoryEstimate(weights, grads, opt, act, RUNTIME_RESERVE_BYTES, float(device_bytes or 0))
+    return step_memory(params=p_gpu, layers=r.stages[0] if r.pp > 1 else j.layers,
+                       hidden=j.hidden, heads=j.heads, seq=j.seq, micro_batch=r.micro_batch,
+                       vocab=r.vocab, dtype_bytes=s, optimizer=j.optimizer, tp=r.tp,
+                       shard=r.dp if r.sharded else 1, recompute=j.recompute,
+                       in_flight=min(r.pp, r.grad_accum) if r.pp > 1 else 1,
+                       device_bytes=device_bytes)
 
 
 def with_overrides(job: Job, **kw: object) -> Job:

@@ -1,78 +1,112 @@
-"""Device memory of one training step: weights, gradients, optimizer state and activations.
+"""Device memory of one training step on one GPU: weights, gradients, optimizer state,
+activations and a runtime reserve — the one memory model the CLI (trace / characterize / plan
+warnings, the demo) and the job predictor (:func:`joulebound.scaling.job.memory`, which adds
+sharding and parallelism) share.
 
-Closed forms for the analytic GPT (llm.c) and BERT layouts of :mod:`.analytic` (bytes):
+Bytes, per GPU:
 
-* weights ``N·s`` and gradients ``N·s`` (``s`` bytes per element of the training dtype);
-* AdamW state: ``m`` and ``v`` in fp32 (8 B per parameter), plus an fp32 master copy (4 B) when
-  the weights are stored in 16 bits;
-* activations kept for the backward pass, per token: for every layer the LayerNorm outputs and
-  statistics, Q/K/V, the attention output, the pre- and post-softmax scores
-  (``2·h·S`` per token), the attention projection, both residual streams, the MLP input and
-  its GELU output (``2·ff``) — about ``(10·d + 2·ff + 2·h·S)`` elements (llm.c's
-  ``ActivationTensors``) — plus the final LayerNorm and the logits (``V``). With full activation
-  recompute only each layer's input stream (``d``) is kept, plus one layer's worth.
-
-Not counted: the CUDA context and library workspaces (~0.5–1 GiB), allocator fragmentation,
-communication buffers.
+* weights ``P·s`` and gradients ``P·s`` (``P`` parameters held on this GPU, ``s`` bytes per
+  element: 2 for fp16/bf16, 4 otherwise), divided by the sharding degree (FSDP / ZeRO-3);
+* optimizer state: AdamW two fp32 moments (8 B per parameter), SGD one momentum (4 B), plus an
+  fp32 master copy (4 B) in mixed precision; sharded like the weights;
+* activations (Korthikanti et al., *Reducing Activation Recomputation in Large Transformer
+  Models*, 2022, eq. 1–2): per layer ``S·b·d·(10 + 24/t + 5·h·S/(d·t))`` bytes in 16-bit (×2 in
+  fp32) for sequence ``S``, micro-batch ``b``, width ``d``, heads ``h``, tensor parallelism ``t``;
+  with full recomputation only the layer inputs (``2·S·b·d``) plus one layer's full set; times the
+  micro-batches in flight (pipeline); plus the logits ``S·b·V/t`` in fp32;
+* a runtime reserve (CUDA context, allocator, library workspaces; estimate).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analytic import DTYPE_BYTES, ModelConfig
+#: CUDA context, allocator reserve and workspaces per GPU (bytes; estimate)
+RUNTIME_RESERVE_BYTES = 1.5 * 2**30
 
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes of device memory one training step needs (modeled).
+    """Bytes on the most loaded GPU (modeled) and the device's memory (0 = unknown)."""
 
-    Attributes:
-        weights_b, grads_b, optimizer_b, activations_b: the parts (bytes).
-    """
-
-    weights_b: float
-    grads_b: float
-    optimizer_b: float
-    activations_b: float
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    reserve: float
+    device_bytes: float
 
     @property
-    def total_b(self) -> float:
-        return self.weights_b + self.grads_b + self.optimizer_b + self.activations_b
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.reserve
 
-    def to_json(self) -> dict[str, float]:
-        return {"weights_bytes": self.weights_b, "grads_bytes": self.grads_b,
-                "optimizer_bytes": self.optimizer_b, "activations_bytes": self.activations_b,
-                "total_bytes": self.total_b, "provenance": "modeled"}
+    @property
+    def fits(self) -> bool:
+        return not self.device_bytes or self.total <= self.device_bytes
 
+    def to_json(self) -> dict:
+        d = dict(vars(self))
+        d.update(total=self.total, fits=self.fits, provenance="modeled")
+        return d
 
-def training_memory(cfg: ModelConfig, optimizer: bool = True) -> MemoryEstimate:
-    """The memory of one training step of ``cfg`` on one GPU (no sharding)."""
-    s = DTYPE_BYTES[cfg.dtype]
-    n = float(cfg.params())
-    opt = (8.0 + (4.0 if s < 4 else 0.0)) * n if optimizer else 0.0
-    d, ff, h, S, L = cfg.hidden, int(cfg.ff or 4 * cfg.hidden), cfg.heads, cfg.seq, cfg.layers
-    per_layer = 10 * d + 2 * ff + 2 * h * S
-    if cfg.recompute:
-        per_token = L * d + per_layer + 2 * d + cfg.vocab
-    else:
-        per_token = L * per_layer + 2 * d + cfg.vocab
-    acts = float(per_token) * s * cfg.tokens
-    return MemoryEstimate(n * s, n * s, opt, acts)
+    def describe(self) -> str:
+        """``"22.9 GiB (weights 2.4, gradients 2.4, optimizer 14.7, activations 2.0, reserve 1.5)"``."""
+        g = 2.0 ** 30
+        return (f"{self.total / g:.1f} GiB (weights {self.weights / g:.1f}, gradients "
+                f"{self.gradients / g:.1f}, optimizer {self.optimizer / g:.1f}, activations "
+                f"{self.activations / g:.1f}, reserve {self.reserve / g:.1f})")
 
 
-def memory_warning(cfg: ModelConfig, memory_bytes: float, device: str,
-                   optimizer: bool = True) -> str | None:
-    """A one-line warning when the step needs more than the device's memory (else ``None``)."""
-    if not memory_bytes:
+def step_memory(*, params: float, layers: int, hidden: int, heads: int, seq: int,
+                micro_batch: int, vocab: int, dtype_bytes: int, optimizer: str | None = "adamw",
+                tp: int = 1, shard: int = 1, recompute: bool = False, in_flight: int = 1,
+                device_bytes: float = 0.0, reserve: float = RUNTIME_RESERVE_BYTES
+                ) -> MemoryEstimate:
+    """The memory of one GPU holding ``params`` parameters (already divided by tensor/pipeline
+    parallelism) and ``layers`` layers' activations (see the module docstring).
+
+    ``optimizer``: ``"adamw"``, ``"sgd"`` or ``None`` (no optimizer state: forward/backward only).
+    """
+    s = dtype_bytes
+    weights = params * s / shard
+    opt_b = {"adamw": 8, "sgd": 4, None: 0}[optimizer]
+    opt = params * (opt_b + (4 if s == 2 and optimizer else 0)) / shard
+    S, b, d, h, t = seq, micro_batch, hidden, heads, tp
+    full = S * b * d * (10 + 24 / t + 5 * h * S / (d * t)) * s / 2
+    act = (layers * 2 * S * b * d * s / 2 + full) if recompute else layers * full
+    act = act * max(in_flight, 1) + S * b * vocab / t * 4
+    return MemoryEstimate(weights, weights, opt, act, reserve, float(device_bytes or 0))
+
+
+def training_memory(cfg, optimizer: bool = True, device_bytes: float = 0.0  # noqa: ANN001
+                    ) -> MemoryEstimate:
+    """One training step of a :class:`~joulebound.workload.analytic.ModelConfig` on one GPU
+    (AdamW, or no optimizer state with ``optimizer=False``)."""
+    from .analytic import DTYPE_BYTES
+
+    return step_memory(params=float(cfg.params()), layers=cfg.layers, hidden=cfg.hidden,
+                       heads=cfg.heads, seq=cfg.seq, micro_batch=cfg.batch, vocab=cfg.vocab,
+                       dtype_bytes=DTYPE_BYTES[cfg.dtype], optimizer="adamw" if optimizer else None,
+                       recompute=cfg.recompute, device_bytes=device_bytes)
+
+
+def trace_memory_warning(trace, spec) -> str | None:  # noqa: ANN001
+    """A warning when an analytic trace's training step needs more than ``spec``'s memory
+    (``None`` when it fits, or for a trace that is not analytic)."""
+    from .analytic import ModelConfig
+
+    m = trace.meta
+    if m.get("source") != "analytic" or not spec.memory_bytes:
         return None
-    m = training_memory(cfg, optimizer)
-    if m.total_b <= memory_bytes:
+    try:
+        cfg = ModelConfig(**{k: m[k] for k in ModelConfig.__dataclass_fields__})
+    except (KeyError, TypeError):
         return None
-    gib = 2.0 ** 30
-    return (f"{cfg.name} at batch {cfg.batch} x seq {cfg.seq} needs about "
-            f"{m.total_b / gib:.1f} GiB (weights {m.weights_b / gib:.1f}, gradients "
-            f"{m.grads_b / gib:.1f}, optimizer {m.optimizer_b / gib:.1f}, activations "
-            f"{m.activations_b / gib:.1f}; modeled) but {device} has "
-            f"{memory_bytes / gib:.1f} GiB: it cannot run as one step on this GPU (lower the "
-            f"batch, use activation recompute, or shard it); the plan is still computed")
+    est = training_memory(cfg, optimizer=m.get("optimizer", True) is not False,
+                          device_bytes=spec.memory_bytes)
+    if est.fits:
+        return None
+    return (f"{cfg.name} at batch {cfg.batch} x seq {cfg.seq} needs about {est.describe()} "
+            f"(modeled) but {spec.name} has {spec.memory_bytes / 2**30:.1f} GiB: as one step it "
+            "cannot run on this GPU (lower --batch, use activation recompute, or shard it); the "
+            "per-kernel figures are still computed, as if each kernel ran alone")
