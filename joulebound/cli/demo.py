@@ -211,8 +211,7 @@ def switch_free_table(study, title: str = "1. Switch-free plans"):  # noqa: ANN0
     t = Table(title=f"{title} ({provenance_of(rows)}): one clock pair per "
               f"{', '.join(grans[:-1])} or {grans[-1]}" if len(grans) > 1 else
               f"{title} ({provenance_of(rows)})", title_justify="left",
-              caption="Clock switches cost nothing here. range: 5-95 % of the energy Δ over "
-              "refits of the device parameters (parameter uncertainty only).",
+              caption="Clock switches cost nothing here. range: 5-95 % over parameter draws.",
               caption_justify="left")
     t.add_column("plan")
     t.add_column("ε", justify="right")
