@@ -140,8 +140,6 @@ def per_kernel_rows(study_a, spec, data: Path | None) -> list[dict] | None:  # n
     """Spaan et al.'s Table 1 rows beside our model: the published change at the paper's pair,
     ours at the paper's pair, ours at the pair our kernel plan (ε = 0) chose. ``None`` when the
     data folder is absent (the table is third-party data, not shipped)."""
-    import numpy as np
-
     from ..datapath import find_data
     from ..dvfs.model import characterize
     from ..validation import spaan
@@ -176,7 +174,6 @@ def per_kernel_rows(study_a, spec, data: Path | None) -> list[dict] | None:  # n
             "model_energy_delta": float(
                 study_a.char.energy_j[i, ci] / study_a.char.energy_j[i, ca] - 1),
             "provenance": "published (paper) / modeled (model_*)"})
-    del np
     return out
 
 

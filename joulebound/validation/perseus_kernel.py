@@ -81,19 +81,6 @@ class StageSet:
     model_of: np.ndarray                   # per row: model name
 
 
-def _distinct(tr: Trace) -> tuple[Trace, np.ndarray]:
-    first: dict[tuple, int] = {}
-    counts: list[int] = []
-    kernels = []
-    for k in tr.kernels:
-        i = first.setdefault(k.signature, len(kernels))
-        if i == len(kernels):
-            kernels.append(k)
-            counts.append(0)
-        counts[i] += 1
-    return Trace(kernels, name=tr.name, meta=dict(tr.meta)), np.array(counts, float)
-
-
 def stage_set(data: Path, gpu: str) -> StageSet:
     """Read one GPU's stage profiles and build its analytic stage traces."""
     sd = load_stage_profiles(data, gpu)
@@ -101,7 +88,7 @@ def stage_set(data: Path, gpu: str) -> StageSet:
     key_of = [(m, 7 if s == 7 else 0, ph) for (m, s, ph) in sd.series]
     distinct, counts = {}, {}
     for k in dict.fromkeys(key_of):
-        distinct[k], counts[k] = _distinct(stage_trace(*k))
+        distinct[k], counts[k] = stage_trace(*k).distinct()
     clocks = np.unique(sd.freq)
     col = np.searchsorted(clocks, sd.freq)
     names = np.array([s[0] for s in sd.series])

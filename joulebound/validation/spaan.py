@@ -135,18 +135,6 @@ FITTED = ("auto_core_mhz", "auto_mem_eff", "auto_power_frac", "power_limit_w", "
           "compute_eff", "bw_eff", "core_mem_frac", "gemm_tile", "overlap_p")
 
 
-def _distinct(tr: Trace) -> tuple[Trace, np.ndarray]:
-    first: dict[tuple, int] = {}
-    kernels, counts = [], []
-    for k in tr.kernels:
-        i = first.setdefault(k.signature, len(kernels))
-        if i == len(kernels):
-            kernels.append(k)
-            counts.append(0)
-        counts[i] += 1
-    return Trace(kernels, name=tr.name, meta=dict(tr.meta)), np.array(counts, float)
-
-
 @dataclass
 class Setup:
     """The traces and configs of the calibration, built once."""
@@ -174,8 +162,8 @@ def setup(data: Path, device: str = "rtx3080ti") -> Setup:
         raise ValueError(f"analytic trace lacks kernels {missing}")
     table = Trace([by_name[ROW_KERNELS[r.row]] for r in rows], name="spaan-table1")  # type: ignore[misc]
     cfgs = [ClockConfig()] + [r.config for r in rows]
-    abs_tr, counts = _distinct(build_trace("gpt3-xl", batch=ABS_BATCH, optimizer=False))
-    pass_tr, pass_counts = _distinct(full)
+    abs_tr, counts = build_trace("gpt3-xl", batch=ABS_BATCH, optimizer=False).distinct()
+    pass_tr, pass_counts = full.distinct()
     return Setup(spec, rows, table, cfgs, abs_tr, counts, pass_tr, pass_counts)
 
 
@@ -314,7 +302,6 @@ def run(data: Path) -> tuple[list, tuple[Setup, FitResult]]:  # list[CheckResult
     dt, de = row_deltas(su, fit.params)
     lt, le = leave_one_row_out(su, fit)
     t_abs, e_abs = absolute(su, fit.params)
-    pub = {"value": None, "source": SOURCE}
     out = [
         CheckResult.from_arrays(
             "spaan-table1", "RTX 3080 Ti", "19 forward kernels, leave-one-row-out",
@@ -329,5 +316,4 @@ def run(data: Path) -> tuple[list, tuple[Setup, FitResult]]:  # list[CheckResult
             note=f"{LABEL}; absolute batch-8 iteration at auto modeled {t_abs:.2f} s / "
                  f"{e_abs:.0f} J vs published {ABS_TIME_S} s / {ABS_ENERGY_J:.0f} J"),
     ]
-    del pub
     return out, (su, fit)

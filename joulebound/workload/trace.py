@@ -92,6 +92,21 @@ class Trace:
         return self.kernels[i]
 
     # -- array views (cheap, used by the models and solvers) ----------------------------------
+    def distinct(self) -> tuple[Trace, np.ndarray]:
+        """The trace's distinct kernels (by :attr:`Kernel.signature`, first occurrence order) and
+        how many times each occurs: ``(trace, counts)``. A model evaluated on the distinct
+        kernels and weighted by the counts gives the whole trace's totals."""
+        first: dict[tuple, int] = {}
+        kernels: list[Kernel] = []
+        counts: list[int] = []
+        for k in self.kernels:
+            i = first.setdefault(k.signature, len(kernels))
+            if i == len(kernels):
+                kernels.append(k)
+                counts.append(0)
+            counts[i] += 1
+        return Trace(kernels, name=self.name, meta=dict(self.meta)), np.array(counts, float)
+
     def flops(self) -> np.ndarray:
         """FLOPs per kernel, shape (K,)."""
         return np.fromiter((k.flops for k in self.kernels), float, len(self.kernels))
