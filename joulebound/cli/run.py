@@ -15,8 +15,11 @@ the safe (default) clocks on unknown ops or low confidence, and returns to the p
 
 Actuators: dry-run (log only), simulated (modeled time/energy from --characterization; labeled
 modeled), nvml (needs root/CAP_SYS_ADMIN; never on a shared/lent GPU), helper (asks
-`joulebound clock-helper` over --socket). Clocks are reset to the defaults on exit, on errors and
-on SIGINT/SIGTERM; after a hard kill use `joulebound reset-clocks`.
+`joulebound clock-helper` over --socket). --gpu is the GPU as CUDA numbers it (an index into
+CUDA_VISIBLE_DEVICES when set) or a UUID; one owner per GPU: a second run on the same GPU is
+refused. Clocks are reset to the defaults on exit, on errors and on SIGINT/SIGTERM/SIGHUP/SIGQUIT
+(the summary is still printed; exit code 128 + signal); after a hard kill (SIGKILL) use
+`joulebound reset-clocks`.
 
 The plan's kernel names must be op keys: record them first with
 `joulebound run --record ops.json -- python train.py` (one kernel per op of one iteration), make a
@@ -25,7 +28,7 @@ plan over that trace, then run with --plan.
 --json (the script's own stdout then goes to stderr) keys: command, exit_code, actuator, duration_s (measured), ops, planned_ops, safe_ops,
 switches, switch_log, predictor_accuracy, period_ops, modeled_time_s, modeled_energy_j,
 modeled_iteration_energy_j, unknown_ops (simulated only; modeled), recorded_trace, recorded_ops,
-notes, duration_provenance, modeled_provenance.
+notes, stopped_by (signal name or null), duration_provenance, modeled_provenance.
 Switch log (JSON lines): t_s, op, label (plan position, -1 unknown), config, reason
 (plan | unknown-op | low-confidence | unexpected-future | close), key.
 
@@ -46,7 +49,8 @@ def run_command(
     min_confidence: Annotated[float, typer.Option(
         help="Predictor confidence needed to follow the plan.", min=0.0, max=1.0)] = 0.75,
     socket: Annotated[str | None, typer.Option(help="Clock helper socket (--actuator helper).")] = None,
-    gpu: Annotated[int, typer.Option(help="GPU index to control.")] = 0,
+    gpu: Annotated[str, typer.Option(
+        help="GPU to control: CUDA-visible index (through CUDA_VISIBLE_DEVICES) or UUID.")] = "0",
     record: Annotated[str | None, typer.Option(
         help="Record one iteration's op keys as a trace JSON instead of applying a plan.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
@@ -62,7 +66,8 @@ def run_command(
     p = Plan.load(plan) if plan else None
     char = Characterization.load(characterization) if characterization else None
     res = run(cmd, p, actuator, char=char, switch_log=switch_log, switch_latency_s=switch_latency,
-              min_confidence=min_confidence, socket_path=socket, gpu=gpu, record_path=record,
+              min_confidence=min_confidence, socket_path=socket,
+              gpu=int(gpu) if gpu.strip().isdigit() else gpu.strip(), record_path=record,
               quiet_stdout=as_json)
     if as_json:
         print_json(res.to_json())
@@ -73,7 +78,8 @@ def run_command(
         t.add_column("quantity")
         t.add_column("value", justify="right")
         t.add_column("provenance")
-        t.add_row("exit code", str(res.exit_code), "")
+        t.add_row("exit code", str(res.exit_code) + (f" (stopped by {res.stopped_by})"
+                                                     if res.stopped_by else ""), "")
         t.add_row("duration", f"{res.duration_s:.3f} s", "measured")
         t.add_row("ops seen", f"{res.ops:,}", "")
         if res.recorded_trace:
