@@ -7,8 +7,10 @@ from typing import Annotated
 import typer
 
 HELP = """Run CMD, sample GPU power meanwhile, and print the energy per device and in total,
-average and peak power, and the duration. The child's exit code is passed through; SIGTERM/SIGHUP
-(and SIGINT not typed at the terminal) are forwarded to it.
+average and peak power, and the duration. The child's exit code is passed through (127: command
+not found, 126: not executable, as in a shell). SIGTERM, SIGHUP, SIGQUIT and SIGINT sent to
+joulebound reach every process of the command (its process group: `measure -- bash train.sh`
+stops the training too); if it has not ended --kill-after seconds later, its group gets SIGKILL.
 
 Energy comes from the NVML energy counter (or integrated NVML power where a GPU has no counter),
 labeled measured; --backend simulated gives modeled figures. With no sensor (no NVIDIA driver,
@@ -17,10 +19,16 @@ no readable RAPL) it says so and still records the duration (measured).
 With --db the run, its window and its power samples go to a SQLite store (WAL; samples committed
 every second), which survives the child or joulebound being killed.
 
+Nothing is lost silently: failed sensor reads and samples or windows the store could not take
+are counted, shown in the notes and under --json "losses"; with --strict they make the exit code
+3 (when the command itself succeeded). A damaged --db file is refused before CMD starts.
+
 --json prints: command, exit_code, signal, duration_s, duration_provenance, energy_j (null
-without a sensor), cpu_energy_j, avg_power_w, peak_power_w, provenance (null without a sensor),
-flags, devices [{uuid, index, energy_j, avg_power_w, peak_power_w, source, kind, n_samples}],
-notes, backend, run_id, db. With --json the command's own stdout goes to stderr.
+without a sensor), energy_uncertainty_j, cpu_energy_j, avg_power_w, peak_power_w, provenance (null
+without a sensor), flags, devices [{uuid, index, energy_j, avg_power_w, peak_power_w, source,
+kind, n_samples, uncertainty_j}], notes, losses {read_failures, samples_not_stored,
+windows_not_stored}, stopped_by, killed, backend, run_id, db. With --json the command's own stdout
+goes to stderr.
 
 Example: joulebound measure --db runs.db -- python train.py --epochs 1"""
 
@@ -35,19 +43,33 @@ def measure_command(
     backend: Annotated[str, typer.Option(
         help="auto | nvml | rapl | simulated | none.")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    kill_after: Annotated[float, typer.Option(
+        help="SIGKILL the command's process group this many s after a stop signal.",
+        min=0.1)] = 30.0,
+    strict: Annotated[bool, typer.Option(
+        help="Exit 3 when any reading or stored sample/window was lost (command succeeded).")
+    ] = False,
 ) -> None:
-    from ..energy.command import run_command
+    from ..energy.command import CommandNotRunnable, run_command
     from ._common import console, print_json
 
     # with --json the child's stdout goes to stderr, so that stdout is one JSON document
-    res = run_command(cmd, backend=backend, gpus=gpus, interval_s=interval, db=db,
-                      child_stdout=2 if as_json else None)
+    try:
+        res = run_command(cmd, backend=backend, gpus=gpus, interval_s=interval, db=db,
+                          child_stdout=2 if as_json else None, kill_after_s=kill_after)
+    except CommandNotRunnable as exc:
+        from . import err_console
+
+        err_console.print(f"joulebound measure: {exc}", highlight=False, markup=False)
+        raise SystemExit(exc.code) from None
     if as_json:
         print_json(res.to_json())
     else:
         render(res, console)
     # SystemExit, not typer.Exit: cli.main() returns SystemExit codes (typer.Exit codes are lost
     # under standalone_mode=False)
+    if strict and res.exit_code == 0 and res.lost_anything:
+        raise SystemExit(3)
     raise SystemExit(res.exit_code)
 
 
@@ -83,10 +105,23 @@ def render(res, console) -> None:  # type: ignore[no-untyped-def]
         console.print(t)
         if w.energy_j is not None:
             console.print(f"= {w.energy_j / 3.6e6:.6f} kWh ({w.provenance})")
+        if w.energy_uncertainty_j:
+            console.print(f"  uncertainty: ±{w.energy_uncertainty_j:,.1f} J (sensor update "
+                          "period and unmeasured gaps)", highlight=False)
     if w.flags:
         console.print(f"flags: {', '.join(w.flags)}")
+    if res.lost_anything:
+        lo = res.losses
+        console.print(f"[yellow]lost[/]: {lo['read_failures']:,} failed sensor read(s), "
+                      f"{lo['samples_not_stored']:,} sample(s) and {lo['windows_not_stored']:,} "
+                      "window(s) not stored (see the notes)", highlight=False)
+    if res.stopped_by:
+        console.print(f"stopped by {res.stopped_by}" + (" (then SIGKILL)" if res.killed else ""),
+                      highlight=False)
+    from rich.markup import escape
+
     for n in res.notes:
-        console.print(f"[dim]note: {n}[/]", highlight=False)
+        console.print(f"[dim]note: {escape(n)}[/]", highlight=False)
     if res.db:
         console.print(f"[dim]recorded in {res.db} (run {res.run_id})[/]")
 

@@ -156,8 +156,9 @@ def _match_entry(entry: str, gpus: Sequence[PhysicalGpu]) -> PhysicalGpu:
         for g in gpus:
             if entry in g.mig_uuids:
                 return g
-        raise JouleboundError(f"MIG device {entry!r} is not on any GPU with MIG enabled "
-                              "(see `nvidia-smi -L`)")
+        raise JouleboundError(f"MIG device {entry!r} is not on any GPU with MIG enabled (see "
+                              "`nvidia-smi -L`); NVML meters and clocks whole GPUs, so you may "
+                              "also name the parent GPU's UUID")
     wanted = entry if entry.startswith("GPU-") else "GPU-" + entry
     matches = [g for g in gpus if g.uuid.startswith(wanted) or g.uuid.startswith(entry)]
     if len(matches) != 1:

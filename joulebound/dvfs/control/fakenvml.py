@@ -116,7 +116,7 @@ class FakeGPU:
         energy_mj: total-energy counter, mJ.
         power_mw: power reading, mW.
         counter: ``"ok"`` | ``"unsupported"`` | ``"noperm"`` | ``"lost"`` (energy counter).
-        power: ``"ok"`` | ``"noperm"`` (power reading).
+        power: ``"ok"`` | ``"noperm"`` | ``"lost"`` (power reading).
         mig: MIG mode enabled.
         mig_uuids: UUIDs of the MIG devices.
         name: ``nvmlDeviceGetName``.
@@ -356,6 +356,8 @@ class FakeNvml(types.ModuleType):
         g = self.gpus[h]
         if g.power == "noperm":
             raise NVMLError(NVML_ERROR_NO_PERMISSION)
+        if g.power == "lost":
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
         return g.power_mw
 
     # -- MIG --------------------------------------------------------------------------------
