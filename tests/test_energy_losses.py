@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from joulebound.energy.command import run_command
-from joulebound.energy.store import SCHEMA_VERSION, Store
+from joulebound.energy.store import Store
 from joulebound.errors import JouleboundError
 
 PY = sys.executable
@@ -159,6 +159,8 @@ def test_a_damaged_store_is_refused_with_a_message_never_written_or_a_traceback(
 
 
 def test_a_store_from_a_newer_joulebound_is_refused(tmp_path):
+    from joulebound.energy.store import SCHEMA_VERSION
+
     db = tmp_path / "new.db"
     Store(db).close()
     con = sqlite3.connect(db)

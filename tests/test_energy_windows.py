@@ -165,17 +165,23 @@ def test_a_counter_read_1_J_low_once_is_a_glitch_not_a_driver_reset(fake):
     assert "counter_glitch" in r.flags and "counter_reset" not in r.flags
 
 
-def test_a_failed_end_edge_read_is_unknown_not_zero(fake):
-    g = FakeGPU("GPU-a", energy_mj=1_000_000)
+def test_a_failed_end_edge_read_is_never_a_silent_zero(fake):
+    g = FakeGPU("GPU-a", energy_mj=1_000_000, power_mw=100_000)
     fake([g])
     clock = Clock(0.0)
     m = EnergyMeter("nvml", interval_s=0, clock=clock)
     m.begin_window("w")
     clock.t = 5.0
-    g.counter = "lost"
-    g.power = "lost"
+    g.counter = "lost"                      # the end-edge counter read fails, power still reads
     r = m.end_window("w")
-    assert r.energy_j is None and r.devices[0].energy_j is None     # was 0.0 J
+    d = r.devices[0]
+    assert r.energy_j == pytest.approx(500.0)        # was 0.0 J: from the power reads instead
+    assert d.source == "nvml.energy_counter->power_integration" and "read_error" in r.flags
+    m.begin_window("w2")
+    clock.t = 6.0
+    g.power = "lost"                        # nothing readable at all: unknown
+    r = m.end_window("w2")
+    assert r.energy_j is None and r.devices[0].energy_j is None
     assert {"read_error", "energy_unavailable"} <= set(r.flags)
 
 

@@ -39,7 +39,7 @@ from collections import deque
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class EdgeValue:
     """The counter's estimated cumulative energy at a window edge.
 

@@ -315,6 +315,8 @@ class EnergyMeter:
             def sink(batch: list[Sample]) -> None:
                 store_.add_samples(self.run_id, [(s.t, chans[s.channel].uuid, chans[s.channel].kind,
                                                   s.power_w, s.energy_j) for s in batch])
+        self._counter_channels = [i for i in self.channels if self.backend.has_counter(i)]
+        self._power_channels = [i for i in self.channels if not self.backend.has_counter(i)]
         self.sampler = Sampler(self.backend, self.channels, self.clock,
                                interval_s=interval_s or 1.0, sink=sink)
         if self.channels and interval_s > 0:
@@ -380,25 +382,22 @@ class EnergyMeter:
         edges = self._counter_edges(t)
         self._edge_power(t)
         self.sampler.watch(name)
-        power = {i: self.sampler.power_edge(i, t) for i in self.channels}
+        power = self.sampler.power_edges(self.channels, t)
         fails = {i: self.sampler.failures.get(i, 0) for i in self.channels}
         with self._lock:
             self._open[name] = _Open(t, edges, len(self.backend.events), power, fails)
 
     def _counter_edges(self, t: float) -> dict[int, EdgeValue | None]:
         """Read every counter channel at ``t``; its apportioned value (``None``: read failed)."""
-        out: dict[int, EdgeValue | None] = {}
-        for i in self.channels:
-            if not self.backend.has_counter(i):
-                continue
+        samples = []
+        for i in self._counter_channels:
             e = self._read_energy(i, t)
             p = None
-            track = self.sampler.track(i)
+            track = self.sampler.tracks.get(i)
             if e is not None and track is not None and not track.has_rate:
                 p = self._read_power(i, t, quiet=True)   # seeds the rate until two steps are seen
-            self.sampler.add([Sample(t, i, p, e)] if e is not None or p is not None else [])
-            out[i] = self.sampler.counter_edge(i, t) if e is not None else None
-        return out
+            samples.append(Sample(t, i, p, e))
+        return self.sampler.counter_edges(samples, t)
 
     def _read_energy(self, i: int, t: float) -> float | None:
         """Counter read; a failing read (GPU lost, driver error) gives ``None`` and is counted."""
@@ -421,11 +420,10 @@ class EnergyMeter:
     def _edge_power(self, t: float) -> None:
         """Power reads at an edge for the channels metered by power integration."""
         samples = []
-        for i in self.channels:
-            if not self.backend.has_counter(i):
-                p = self._read_power(i, t)
-                if p is not None:
-                    samples.append(Sample(t, i, p, None))
+        for i in self._power_channels:
+            p = self._read_power(i, t)
+            if p is not None:
+                samples.append(Sample(t, i, p, None))
         self.sampler.add(samples)
 
     def end_window(self, name: str, sync: bool = True, cancel: bool = False) -> WindowResult:

@@ -25,7 +25,7 @@ from .base import Backend
 from .counter import CounterTrack, EdgeValue
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Sample:
     """One reading of one channel: time ``t`` (s), ``power_w`` (W), cumulative ``energy_j`` (J)."""
 
@@ -48,7 +48,7 @@ class WindowStats:
             self.peak_w[s.channel] = s.power_w
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PowerEdge:
     """The power integral of one channel evaluated at a window edge.
 
@@ -247,24 +247,44 @@ class Sampler:
     def power_edge(self, channel: int, t: float) -> PowerEdge:
         """The power integral at ``t`` (the last power held after the last reading)."""
         with self._lock:
-            integ = self.integral_j.get(channel, 0.0)
-            gap_t = self.gap_time_s.get(channel, 0.0)
-            gap_e = self.gap_energy_j.get(channel, 0.0)
-            last = self._last.get(channel)
-            if last is not None and t > last[0]:
-                held_t = t - last[0]
-                held_e = last[1] * held_t
-                integ += held_e
-                if channel in self._failed_since or held_t > self.gap_s:
-                    gap_t += held_t
-                    gap_e += held_e
-            return PowerEdge(integ, gap_t, gap_e, self.failures.get(channel, 0), last is not None)
+            return self._power_edge(channel, t)
+
+    def power_edges(self, channels: list[int], t: float) -> dict[int, PowerEdge]:
+        """:meth:`power_edge` of several channels under one lock."""
+        with self._lock:
+            return {i: self._power_edge(i, t) for i in channels}
+
+    def _power_edge(self, channel: int, t: float) -> PowerEdge:
+        integ = self.integral_j.get(channel, 0.0)
+        gap_t = self.gap_time_s.get(channel, 0.0)
+        gap_e = self.gap_energy_j.get(channel, 0.0)
+        last = self._last.get(channel)
+        if last is not None and t > last[0]:
+            held_t = t - last[0]
+            held_e = last[1] * held_t
+            integ += held_e
+            if channel in self._failed_since or held_t > self.gap_s:
+                gap_t += held_t
+                gap_e += held_e
+        return PowerEdge(integ, gap_t, gap_e, self.failures.get(channel, 0), last is not None)
 
     def counter_edge(self, channel: int, t: float) -> EdgeValue | None:
         """The counter track's estimate at ``t`` (:meth:`CounterTrack.edge`)."""
         with self._lock:
             track = self.tracks.get(channel)
             return None if track is None else track.edge(t)
+
+    def counter_edges(self, samples: list[Sample], t: float) -> dict[int, EdgeValue | None]:
+        """Fold edge readings in (:meth:`add`) and return each sampled counter channel's
+        estimate at ``t`` (``None`` where its reading failed), under one lock."""
+        self.add(samples)
+        with self._lock:
+            out: dict[int, EdgeValue | None] = {}
+            for smp in samples:
+                track = self.tracks.get(smp.channel)
+                out[smp.channel] = (track.edge(t) if track is not None and smp.energy_j is not None
+                                    else None)
+            return out
 
     def first_power_t(self, channel: int) -> float | None:
         """Time of the channel's first good power reading (s), ``None`` before it."""
