@@ -170,7 +170,7 @@ def test_stop_signals_during_an_nvml_set_call_restore_clocks_and_print_the_summa
 def _client_loop(path: str, gpu: int, stop_at: float) -> None:
     from joulebound.dvfs.control.helper import HelperActuator
 
-    a = HelperActuator(path, gpu=gpu, install_signal_handlers=False, env={})
+    a = HelperActuator(path, gpu=gpu)
     try:
         i = 0
         while time.monotonic() < stop_at and not a.closed:
@@ -310,9 +310,10 @@ def test_helper_cli_refuses_bad_group_and_world_writable_mode_before_binding(cli
 
 # -- the clock helper in this process: ownership, rate limit, hardening ---------------------------
 @pytest.fixture
-def helper(tmp_path):
+def helper(tmp_path, monkeypatch):
     from joulebound.dvfs.control.helper import ClockHelper
 
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     nv = FakeNvml(n_gpus=2)
     h = ClockHelper(tmp_path / "clocks.sock", nvml=nv, check_privileges=False, burst=3,
                     min_interval_s=30.0).start()
@@ -344,7 +345,7 @@ def test_a_second_helper_on_a_live_socket_refuses_to_start(helper, tmp_path):
     from joulebound.errors import JouleboundError
 
     h, nv = helper
-    a = HelperActuator(h.path, gpu=0, install_signal_handlers=False, env={})
+    a = HelperActuator(h.path, gpu=0)
     a.set_clocks(LO)
     with pytest.raises(JouleboundError, match="already"):
         ClockHelper(h.path, nvml=FakeNvml(n_gpus=2), check_privileges=False).start()
@@ -359,11 +360,10 @@ def test_ownership_is_kept_across_resets_and_the_rate_limit_is_per_gpu(helper):
     from joulebound.dvfs.control.helper import HelperActuator
 
     h, nv = helper
-    env = {}
-    a = HelperActuator(h.path, gpu=0, install_signal_handlers=False, env=env)
+    a = HelperActuator(h.path, gpu=0)
     a.set_clocks(LO)
     a.reset()                                   # back to the defaults, still a's GPU
-    b = HelperActuator(h.path, gpu=0, install_signal_handlers=False, env=env)
+    b = HelperActuator(h.path, gpu=0)
     with pytest.raises(Exception, match="in use"):
         b.set_clocks(HI)
     b.close()
@@ -371,12 +371,12 @@ def test_ownership_is_kept_across_resets_and_the_rate_limit_is_per_gpu(helper):
     a.close()                                   # disconnect: reset, ownership given up
     assert nv.is_default()
     # reconnecting does not refill the bucket: one token left for GPU 0, none after it
-    c = HelperActuator(h.path, gpu=0, install_signal_handlers=False, env=env)
+    c = HelperActuator(h.path, gpu=0)
     assert c.set_clocks(LO) and not c.set_clocks(HI) and c.deferred == 1
     assert nv.core_lock[0] == (1005, 1005)
     c.reset()                                   # resets are never throttled
     assert nv.is_default(0)
-    d = HelperActuator(h.path, gpu=1, install_signal_handlers=False, env=env)
+    d = HelperActuator(h.path, gpu=1)
     assert d.set_clocks(LO)                     # another GPU has its own bucket
     d.close()
     c.close()
@@ -394,7 +394,7 @@ def test_sixteen_ranks_times_five_connect_at_once(helper):
     def connect() -> None:
         barrier.wait()
         try:
-            acts.append(HelperActuator(h.path, gpu=0, install_signal_handlers=False, env={}))
+            acts.append(HelperActuator(h.path, gpu=0))
         except Exception as exc:  # noqa: BLE001
             errors.append(exc)
 
@@ -449,9 +449,9 @@ def test_connections_over_the_cap_are_told_and_closed(tmp_path):
     h = ClockHelper(tmp_path / "c.sock", nvml=FakeNvml(), check_privileges=False,
                     max_clients=2).start()
     try:
-        a = [HelperActuator(h.path, install_signal_handlers=False, env={}) for _ in range(2)]
+        a = [HelperActuator(h.path) for _ in range(2)]
         with pytest.raises(JouleboundError, match="at most 2 clients"):
-            HelperActuator(h.path, install_signal_handlers=False, env={})
+            HelperActuator(h.path)
         for x in a:
             x.close()
     finally:
@@ -459,63 +459,62 @@ def test_connections_over_the_cap_are_told_and_closed(tmp_path):
 
 
 def test_helper_and_in_process_actuator_never_share_a_gpu(helper, monkeypatch):
-    from joulebound.devices.gpu import GpuBusy
     from joulebound.dvfs.control.actuators import NvmlActuator
     from joulebound.dvfs.control.helper import HelperActuator
+    from joulebound.errors import JouleboundError as GpuBusy   # GpuBusy is one
 
     h, nv = helper
-    a = HelperActuator(h.path, gpu=0, install_signal_handlers=False, env={})
+    a = HelperActuator(h.path, gpu=0)
     a.set_clocks(LO)
     with pytest.raises(GpuBusy, match="clock-helper"):
-        NvmlActuator(gpu=0, nvml=nv, check_privileges=False, install_signal_handlers=False,
-                     env={})
+        NvmlActuator(gpu=0, nvml=nv, check_privileges=False, install_signal_handlers=False)
     a.close()
-    n = NvmlActuator(gpu=1, nvml=nv, check_privileges=False, install_signal_handlers=False,
-                     env={})
-    b = HelperActuator(h.path, gpu=1, install_signal_handlers=False, env={})
+    n = NvmlActuator(gpu=1, nvml=nv, check_privileges=False, install_signal_handlers=False)
+    b = HelperActuator(h.path, gpu=1)
     with pytest.raises(Exception, match="already controlled by joulebound"):
         b.set_clocks(LO)
     b.close()
-    with pytest.raises(GpuBusy):                # one owner in one process too
-        NvmlActuator(gpu=1, nvml=nv, check_privileges=False, install_signal_handlers=False,
-                     env={})
+    with pytest.raises(GpuBusy, match="already controlled"):   # one owner in one process too
+        NvmlActuator(gpu=1, nvml=nv, check_privileges=False, install_signal_handlers=False)
     n.close()
 
 
 @pytest.mark.parametrize("cvd,rank,phys", [("2", 0, 2), ("4,5,6,7", 1, 5), ("4,5,6,7", 3, 7),
                                            ("GPU-fake-6", 0, 6), (None, 3, 3),
                                            ("MIG-fake-5-a", 0, 5)])
-def test_gpus_are_resolved_through_cuda_visible_devices_to_one_uuid(helper, cvd, rank, phys):
+def test_gpus_are_resolved_through_cuda_visible_devices_to_one_uuid(monkeypatch, cvd, rank, phys):
     from joulebound.dvfs.control.actuators import NvmlActuator
     from joulebound.dvfs.control.fakenvml import FakeGPU
 
     gpus = [FakeGPU(f"GPU-fake-{i}", mig=(i == 5), mig_uuids=("MIG-fake-5-a",) if i == 5 else ())
             for i in range(8)]
     nv = FakeNvml(gpus=gpus)
-    env = {} if cvd is None else {"CUDA_VISIBLE_DEVICES": cvd}
-    with NvmlActuator(gpu=rank, nvml=nv, check_privileges=False, install_signal_handlers=False,
-                      env=env) as a:
-        assert a.uuid == f"GPU-fake-{phys}"
+    if cvd is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", cvd)
+    with NvmlActuator(gpu=rank, nvml=nv, check_privileges=False,
+                      install_signal_handlers=False) as a:
         a.set_clocks(LO)
         assert [g for g, v in nv.core_lock.items() if v] == [phys]
     assert nv.is_default()
 
 
-def test_helper_client_resolves_its_cuda_numbering(tmp_path):
+def test_helper_client_resolves_its_cuda_numbering(tmp_path, monkeypatch):
     from joulebound.dvfs.control.helper import ClockHelper, HelperActuator
     from joulebound.errors import JouleboundError
 
     nv = FakeNvml(n_gpus=4)
     h = ClockHelper(tmp_path / "c.sock", nvml=nv, check_privileges=False).start()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     try:
-        a = HelperActuator(h.path, gpu=1, install_signal_handlers=False,
-                           env={"CUDA_VISIBLE_DEVICES": "2,3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+        a = HelperActuator(h.path, gpu=1)
         a.set_clocks(LO)
-        assert a.uuid == "GPU-fake-3" and [g for g, v in nv.core_lock.items() if v] == [3]
+        assert [g for g, v in nv.core_lock.items() if v] == [3]     # not GPU 1
         a.close()
         with pytest.raises(JouleboundError, match="not visible"):
-            HelperActuator(h.path, gpu=2, install_signal_handlers=False,
-                           env={"CUDA_VISIBLE_DEVICES": "2,3"})
+            HelperActuator(h.path, gpu=2)
     finally:
         h.close()
     assert nv.is_default()
