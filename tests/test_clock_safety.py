@@ -461,7 +461,7 @@ def test_connections_over_the_cap_are_told_and_closed(tmp_path):
 def test_helper_and_in_process_actuator_never_share_a_gpu(helper, monkeypatch):
     from joulebound.dvfs.control.actuators import NvmlActuator
     from joulebound.dvfs.control.helper import HelperActuator
-    from joulebound.errors import JouleboundError as GpuBusy   # GpuBusy is one
+    from joulebound.errors import JouleboundError as GpuBusy  # GpuBusy is one
 
     h, nv = helper
     a = HelperActuator(h.path, gpu=0)
