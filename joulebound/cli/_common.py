@@ -20,15 +20,18 @@ def print_json(obj: Any) -> None:
     from ..jsonio import _default
 
     def finite(o: Any) -> Any:
+        if o is None or isinstance(o, str | bool | int):
+            return o
         if isinstance(o, float):
             return o if math.isfinite(o) else None
         if isinstance(o, dict):
             return {k: finite(v) for k, v in o.items()}
         if isinstance(o, list | tuple):
             return [finite(v) for v in o]
-        if hasattr(o, "dtype") or hasattr(o, "to_json"):
-            return finite(_default(o))
-        return o
+        try:
+            return finite(_default(o))       # numpy values, objects with to_json()
+        except TypeError:
+            return o                          # json.dump reports what it cannot serialise
 
     json.dump(finite(obj), sys.stdout, indent=1, default=_default, allow_nan=False)
     sys.stdout.write("\n")

@@ -769,6 +769,12 @@ class HelperActuator(Actuator):
                 raise _Closed
             try:
                 self.sock.sendall((json.dumps(req) + "\n").encode())
+            except OSError as exc:
+                if self._closed:
+                    raise _Closed from None
+                why = self._parting_words()   # the helper may have said why it hung up
+                raise JouleboundError(f"the clock helper connection failed: {why or exc}") from exc
+            try:
                 line = self._rf.readline(1 << 20)
             except OSError as exc:
                 if self._closed:
@@ -782,6 +788,14 @@ class HelperActuator(Actuator):
         if not resp.get("ok") and resp.get("code") != "rate_limited":
             raise JouleboundError(f"clock helper refused {req}: {resp.get('error')}")
         return resp
+
+    def _parting_words(self) -> str | None:
+        """The error the helper sent before closing the connection, if any."""
+        try:
+            line = self._rf.readline(1 << 16)
+            return str(json.loads(line).get("error")) if line else None
+        except (OSError, ValueError, AttributeError):
+            return None
 
     def set_clocks(self, config: ClockConfig) -> bool:
         if self._closed or not self.in_owner_process:
