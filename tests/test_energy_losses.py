@@ -116,7 +116,7 @@ def test_a_full_disk_is_reported_and_fails_strict_runs(tmp_path):
         db = tmp_path / f"full{strict}.db"
         args = ["measure", "--db", str(db), "--backend", "simulated", "--interval", "0.002",
                 "--json", *(["--strict"] if strict else []), "--", PY, "-c",
-                "import time; time.sleep(2.5)"]
+                "import time; time.sleep(1.5)"]
         r = subprocess.run([JB, *args], capture_output=True, text=True, timeout=120,
                            preexec_fn=limit)
         res = json.loads(r.stdout)
