@@ -6,6 +6,12 @@ function whose name sets, resets, clears, enables or disables something, and it 
 proxy as ``pynvml`` so joulebound's own NVML backend goes through it too.
 ``tests/test_energy_gpu_check.py`` greps this file for forbidden calls and flags.
 
+The GPU is found through joulebound's device layer (:mod:`joulebound.devices.gpu`): ``--gpu``
+is the GPU as CUDA numbers it (an index into ``CUDA_VISIBLE_DEVICES`` when set, else the NVML
+index) or a UUID; the script then sets ``CUDA_VISIBLE_DEVICES`` to that GPU's UUID, so torch and the
+energy meter use exactly that GPU. Reads go through :class:`~joulebound.devices.gpu.GpuDevice`
+(energy in mJ, power in W).
+
 What it measures (GPU 0 unless ``--gpu``), results under ``--out`` (default ``$OUT`` or
 ``./gpu_check_out``):
 
@@ -138,18 +144,19 @@ def info(nv: Any, h: Any, out: Path) -> dict[str, Any]:
 
 
 # -- 2. update periods -------------------------------------------------------------------------
-def update_periods(nv: Any, h: Any, seconds: float) -> dict[str, Any]:
+def update_periods(dev: Any, seconds: float) -> dict[str, Any]:
     """Poll counter and power every ~1 ms; median time between value changes."""
     import numpy as np
 
+    nv, h = dev.nv, dev.handle
     t_e, t_p = [], []
     last_e = last_p = None
     n = 0
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         t = time.perf_counter()
-        e = nv.nvmlDeviceGetTotalEnergyConsumption(h)
-        p = nv.nvmlDeviceGetPowerUsage(h)
+        e = dev.energy_mj()
+        p = dev.power_w()
         n += 1
         if e != last_e:
             t_e.append(t)
@@ -193,34 +200,34 @@ def update_periods(nv: Any, h: Any, seconds: float) -> dict[str, Any]:
 
 # -- 3. counter vs integrated power -------------------------------------------------------------
 class _PowerPoller(threading.Thread):
-    def __init__(self, nv: Any, h: Any, interval: float = 0.01) -> None:
+    def __init__(self, dev: Any, interval: float = 0.01) -> None:
         super().__init__(daemon=True)
-        self.nv, self.h, self.interval = nv, h, interval
+        self.dev, self.interval = dev, interval
         self.rows: list[tuple[float, float, float]] = []
         self.stop_ev = threading.Event()
 
     def run(self) -> None:
         while not self.stop_ev.is_set():
-            self.rows.append((time.perf_counter(), self.nv.nvmlDeviceGetPowerUsage(self.h) / 1000,
-                              self.nv.nvmlDeviceGetTotalEnergyConsumption(self.h) / 1000))
+            self.rows.append((time.perf_counter(), self.dev.power_w(),
+                              self.dev.energy_mj() / 1000))
             self.stop_ev.wait(self.interval)
 
 
-def counter_vs_power(nv: Any, h: Any, seconds: float, work: Any, out: Path,
+def counter_vs_power(dev: Any, seconds: float, work: Any, out: Path,
                      label: str) -> dict[str, Any]:
     import numpy as np
 
     from joulebound.energy.meter import EnergyMeter
 
     meter = EnergyMeter("nvml", gpus=[0], interval_s=0.01)
-    poller = _PowerPoller(nv, h)
+    poller = _PowerPoller(dev)
     poller.start()
     time.sleep(0.05)
     meter.begin_window(label)
-    e0 = nv.nvmlDeviceGetTotalEnergyConsumption(h)
+    e0 = dev.energy_mj()
     t0 = time.perf_counter()
     extra = work(seconds)
-    e1 = nv.nvmlDeviceGetTotalEnergyConsumption(h)
+    e1 = dev.energy_mj()
     t1 = time.perf_counter()
     res = meter.end_window(label)
     poller.stop_ev.set()
@@ -258,7 +265,7 @@ def gemm_work(seconds: float, n: int = 8192) -> dict[str, Any]:
     return {"gemms": k, "achieved_tflops": 2 * n**3 * k / dt / 1e12}
 
 
-def short_windows(nv: Any, h: Any, n: int = 40, dur: float = 0.02) -> dict[str, Any]:
+def short_windows(dev: Any, n: int = 40, dur: float = 0.02) -> dict[str, Any]:
     import torch
 
     from joulebound.energy.meter import EnergyMeter
@@ -269,14 +276,14 @@ def short_windows(nv: Any, h: Any, n: int = 40, dur: float = 0.02) -> dict[str, 
     flags: dict[str, int] = {}
     energies = []
     for i in range(n):
-        e0 = nv.nvmlDeviceGetTotalEnergyConsumption(h)
+        e0 = dev.energy_mj()
         meter.begin_window(f"s{i}")
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < dur:
             a @ a
             torch.cuda.synchronize()
         r = meter.end_window(f"s{i}")
-        zero_raw += int(nv.nvmlDeviceGetTotalEnergyConsumption(h) == e0)
+        zero_raw += int(dev.energy_mj() == e0)
         energies.append(r.energy_j)
         for f in r.flags:
             flags[f] = flags.get(f, 0) + 1
@@ -341,7 +348,8 @@ def bert_step(out: Path, steps: int = 20) -> dict[str, Any]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.environ.get("OUT", "gpu_check_out"))
-    p.add_argument("--gpu", type=int, default=0, help="NVML index of the GPU to check")
+    p.add_argument("--gpu", default="0", help="the GPU: CUDA-visible index (through "
+                   "CUDA_VISIBLE_DEVICES when set) or UUID")
     p.add_argument("--idle-s", type=float, default=None, help="idle window (s; 5, --quick 2)")
     p.add_argument("--load-s", type=float, default=None, help="GEMM window (s; 10, --quick 4)")
     p.add_argument("--quick", action="store_true",
@@ -355,11 +363,15 @@ def main() -> int:
     poll_s = 1.0 if a.quick else 2.0
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    from joulebound.devices.gpu import Nvml
+
     nv = _install_readonly_nvml()
-    nv.nvmlInit()
-    h = nv.nvmlDeviceGetHandleByIndex(a.gpu)
-    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    os.environ.setdefault("CUDA_VISIBLE_DEVICES", str(a.gpu))
+    session = Nvml(nv)
+    dev = session.open(int(a.gpu) if a.gpu.isdigit() else a.gpu)
+    h = dev.handle
+    # torch and the meter see exactly this GPU (by UUID: no numbering ambiguity)
+    os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    os.environ["CUDA_VISIBLE_DEVICES"] = dev.uuid
     results: dict[str, Any] = {"date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                "host": platform.node(), "python": platform.python_version(),
                                "quick": a.quick}
@@ -378,22 +390,22 @@ def main() -> int:
         (out / "gpu_check.json").write_text(json.dumps(results, indent=1, default=str))
 
     section("info", info, nv, h, out)
-    section("periods_idle", update_periods, nv, h, poll_s)
-    section("idle", counter_vs_power, nv, h, idle_s, lambda s: time.sleep(s) or {}, out, "idle")
-    section("load", counter_vs_power, nv, h, load_s, gemm_work, out, "load")
+    section("periods_idle", update_periods, dev, poll_s)
+    section("idle", counter_vs_power, dev, idle_s, lambda s: time.sleep(s) or {}, out, "idle")
+    section("load", counter_vs_power, dev, load_s, gemm_work, out, "load")
 
     def periods_load() -> dict[str, Any]:
         th = threading.Thread(target=gemm_work, args=(poll_s + 1.0,), daemon=True)
         th.start()
         time.sleep(0.5)
-        r = update_periods(nv, h, poll_s)
+        r = update_periods(dev, poll_s)
         th.join()
         return r
 
     section("periods_load", periods_load)
-    section("short", short_windows, nv, h, 20 if a.quick else 40)
+    section("short", short_windows, dev, 20 if a.quick else 40)
     section("bert", bert_step, out, 10 if a.quick else 20)
-    nv.nvmlShutdown()
+    session.close()
     print(json.dumps({k: v for k, v in results.items() if k != "info"}, indent=1, default=str))
     return 0
 

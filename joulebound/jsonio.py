@@ -112,6 +112,9 @@ class Fields:
         if not isinstance(value, types):
             tname = types.__name__ if isinstance(types, type) else "/".join(t.__name__ for t in types)
             raise SchemaError(self.path, self._name(key), f"expected {tname}, got {value!r:.60}")
-        if nonneg and isinstance(value, int | float) and (value < 0 or math.isnan(value)):
+        if nonneg and isinstance(value, int | float) and not math.isfinite(value):
+            raise SchemaError(self.path, self._name(key), f"must be a finite number, got "
+                              f"{value!r}; fix the value or regenerate the file")
+        if nonneg and isinstance(value, int | float) and value < 0:
             raise SchemaError(self.path, self._name(key), f"must be >= 0, got {value!r}")
         return value

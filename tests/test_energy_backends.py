@@ -100,7 +100,8 @@ def test_rapl_package_and_dram_with_wraparound(tmp_path):
     clock.t = 1.0
     r = m.end_window("w")
     assert r.energy_j is None                      # no GPU channel
-    assert r.cpu_energy_j == pytest.approx(3.0 + (1_000_000 - 200 + 100) / 1e6)
+    # within one 1 ms RAPL update (counter steps are apportioned by time)
+    assert r.cpu_energy_j == pytest.approx(3.0 + (1_000_000 - 200 + 100) / 1e6, abs=0.01)
     assert "counter_wraparound" in r.flags
 
 

@@ -83,14 +83,17 @@ def test_counter_vs_power_section_runs_on_a_fake(tmp_path, monkeypatch):
     fake = _fake_nv()
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    from joulebound.devices.gpu import Nvml
+
     ro = mod._install_readonly_nvml()
-    r = mod.counter_vs_power(ro, 0, 0.3, lambda s: time.sleep(s) or {}, tmp_path, "idle")
+    dev = Nvml(ro).open(0)
+    r = mod.counter_vs_power(dev, 0.3, lambda s: time.sleep(s) or {}, tmp_path, "idle")
     assert r["counter_j"] == pytest.approx(150 * r["seconds"], rel=0.05)
     assert r["power_over_counter"] == pytest.approx(1.0, rel=0.1)
     assert r["meter_j"] == pytest.approx(r["counter_j"], rel=0.1)
     assert r["meter_source"] == "nvml.energy_counter"
     assert (tmp_path / "power_trace_idle.csv").read_text().startswith("t_s,power_w,counter_j")
-    p = mod.update_periods(ro, 0, 0.05)
+    p = mod.update_periods(dev, 0.05)
     assert p["polls"] > 5 and p["counter_changes"] > 1
 
 

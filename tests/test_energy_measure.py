@@ -64,8 +64,9 @@ def test_run_command_json_fields_and_killed_child(tmp_path):
 
 
 def test_missing_command_is_a_clear_error():
-    with pytest.raises(JouleboundError, match="cannot run 'no-such-binary-xyz'"):
+    with pytest.raises(JouleboundError, match="no-such-binary-xyz: command not found") as ei:
         run_command(["no-such-binary-xyz"], backend="none")
+    assert ei.value.code == 127
     with pytest.raises(JouleboundError, match="no command given"):
         run_command([], backend="none")
 

@@ -92,12 +92,15 @@ def test_run_errors_are_clear(tmp_path, monkeypatch, capsys):
 
 
 def test_reset_clocks_uses_nvml_reset(monkeypatch, capsys):
-    from joulebound.dvfs.control import actuators
+    import sys
+
     from joulebound.dvfs.control.fakenvml import FakeNvml
 
     nv = FakeNvml(n_gpus=2)
     nv.nvmlDeviceSetGpuLockedClocks(1, 810, 810)
-    monkeypatch.setattr(actuators, "load_nvml", lambda nvml=None: nv)
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert main(["reset-clocks", "--gpus", "1", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"reset": [1]}
+    rep, = json.loads(capsys.readouterr().out)["reset"]
+    assert (rep["gpu"], rep["uuid"], rep["ok"]) == ("1", "GPU-fake-1", True)
     assert nv.is_default()

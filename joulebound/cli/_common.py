@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any
 
@@ -15,10 +16,25 @@ err_console = Console(stderr=True)
 
 
 def print_json(obj: Any) -> None:
-    """Print ``obj`` as JSON on stdout (numpy values converted)."""
+    """Print ``obj`` as strict JSON on stdout (numpy values converted; NaN/inf, which JSON does
+    not have, become ``null``: unknown)."""
     from ..jsonio import _default
 
-    json.dump(obj, sys.stdout, indent=1, default=_default)
+    def finite(o: Any) -> Any:
+        if o is None or isinstance(o, str | bool | int):
+            return o
+        if isinstance(o, float):
+            return o if math.isfinite(o) else None
+        if isinstance(o, dict):
+            return {k: finite(v) for k, v in o.items()}
+        if isinstance(o, list | tuple):
+            return [finite(v) for v in o]
+        try:
+            return finite(_default(o))       # numpy values, objects with to_json()
+        except TypeError:
+            return o                          # json.dump reports what it cannot serialise
+
+    json.dump(finite(obj), sys.stdout, indent=1, default=_default, allow_nan=False)
     sys.stdout.write("\n")
 
 

@@ -7,8 +7,10 @@ from typing import Annotated
 import typer
 
 HELP = """Run CMD, sample GPU power meanwhile, and print the energy per device and in total,
-average and peak power, and the duration. The child's exit code is passed through; SIGTERM/SIGHUP
-(and SIGINT not typed at the terminal) are forwarded to it.
+average and peak power, and the duration. The child's exit code is passed through (127: command
+not found, 126: not executable, as in a shell). SIGTERM, SIGHUP, SIGQUIT and SIGINT sent to
+joulebound reach every process of the command (its process group: `measure -- bash train.sh`
+stops the training too); if it has not ended --kill-after seconds later, its group gets SIGKILL.
 
 GPU energy comes from the NVML energy counter (or integrated NVML power where a GPU has no
 counter), labeled measured, and only from a sensor; --backend simulated gives modeled figures.
@@ -23,12 +25,17 @@ PL, CA, published 2023 grid averages) adds gCO2e beside each energy total.
 With --db the run, its window and its power samples go to a SQLite store (WAL; samples committed
 every second), which survives the child or joulebound being killed.
 
+Nothing is lost silently: failed sensor reads and samples or windows the store could not take
+are counted, shown in the notes and under --json "losses"; with --strict they make the exit code
+3 (when the command itself succeeded). A damaged --db file is refused before CMD starts.
+
 --json prints: command, exit_code, signal, duration_s, duration_provenance, energy_j (GPU; null
-without a GPU sensor), cpu_energy_j, cpu_provenance, cpu_energy_interval_j ([low, high] when
-modeled), avg_power_w, peak_power_w, provenance (of energy_j; null without a GPU sensor), flags,
-carbon_intensity_g_per_kwh, carbon_source, gco2e, cpu_gco2e, devices [{uuid, index, energy_j,
-avg_power_w, peak_power_w, source, kind, n_samples, provenance}], notes, backend, run_id, db.
-With --json the command's own stdout goes to stderr.
+without a GPU sensor), energy_uncertainty_j, cpu_energy_j, cpu_provenance, cpu_energy_interval_j
+([low, high] when modeled), avg_power_w, peak_power_w, provenance (of energy_j; null without a
+GPU sensor), flags, carbon_intensity_g_per_kwh, carbon_source, gco2e, cpu_gco2e, devices [{uuid,
+index, energy_j, avg_power_w, peak_power_w, source, kind, n_samples, provenance,
+uncertainty_j}], notes, losses {read_failures, samples_not_stored, windows_not_stored},
+stopped_by, killed, backend, run_id, db. With --json the command's own stdout goes to stderr.
 
 Example: joulebound measure --db runs.db -- python train.py --epochs 1"""
 
@@ -48,17 +55,30 @@ def measure_command(
     carbon_intensity: Annotated[str | None, typer.Option(
         help="gCO2e per kWh, or a region code (e.g. FR, US, WORLD).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    kill_after: Annotated[float, typer.Option(
+        help="SIGKILL the command's process group this many s after a stop signal.",
+        min=0.1)] = 30.0,
+    strict: Annotated[bool, typer.Option(
+        help="Exit 3 when any reading or stored sample/window was lost (command succeeded).")
+    ] = False,
 ) -> None:
     from ..energy.carbon import carbon_intensity as parse_ci
-    from ..energy.command import run_command
+    from ..energy.command import CommandNotRunnable, run_command
     from ._common import console, print_json
 
     ci = parse_ci(carbon_intensity)   # a bad value fails before the command runs
     kwargs = {"cpu_tdp_w": cpu_tdp} if cpu_tdp is not None and backend in ("auto",
                                                                            "cpu-model") else {}
     # with --json the child's stdout goes to stderr, so that stdout is one JSON document
-    res = run_command(cmd, backend=backend, gpus=gpus, interval_s=interval, db=db,
-                      child_stdout=2 if as_json else None, **kwargs)
+    try:
+        res = run_command(cmd, backend=backend, gpus=gpus, interval_s=interval, db=db,
+                          child_stdout=2 if as_json else None, kill_after_s=kill_after,
+                          **kwargs)
+    except CommandNotRunnable as exc:
+        from . import err_console
+
+        err_console.print(f"joulebound measure: {exc}", highlight=False, markup=False)
+        raise SystemExit(exc.code) from None
     res.carbon = ci
     if as_json:
         print_json(res.to_json())
@@ -66,6 +86,8 @@ def measure_command(
         render(res, console)
     # SystemExit, not typer.Exit: cli.main() returns SystemExit codes (typer.Exit codes are lost
     # under standalone_mode=False)
+    if strict and res.exit_code == 0 and res.lost_anything:
+        raise SystemExit(3)
     raise SystemExit(res.exit_code)
 
 
@@ -134,10 +156,23 @@ def render(res, console) -> None:  # type: ignore[no-untyped-def]
                           highlight=False)
         if ci is not None:
             console.print(f"[dim]carbon intensity {ci.describe()}[/]", highlight=False)
+        if w.energy_uncertainty_j:
+            console.print(f"  uncertainty: ±{w.energy_uncertainty_j:,.1f} J (sensor update "
+                          "period and unmeasured gaps)", highlight=False)
     if w.flags:
         console.print(f"flags: {', '.join(w.flags)}")
+    if res.lost_anything:
+        lo = res.losses
+        console.print(f"[yellow]lost[/]: {lo['read_failures']:,} failed sensor read(s), "
+                      f"{lo['samples_not_stored']:,} sample(s) and {lo['windows_not_stored']:,} "
+                      "window(s) not stored (see the notes)", highlight=False)
+    if res.stopped_by:
+        console.print(f"stopped by {res.stopped_by}" + (" (then SIGKILL)" if res.killed else ""),
+                      highlight=False)
+    from rich.markup import escape
+
     for n in res.notes:
-        console.print(f"[dim]note: {n}[/]", highlight=False)
+        console.print(f"[dim]note: {escape(n)}[/]", highlight=False)
     if res.db:
         console.print(f"[dim]recorded in {res.db} (run {res.run_id})[/]")
 

@@ -8,55 +8,83 @@ import typer
 
 RESET_HELP = """Reset locked GPU core and memory clocks to the defaults (after a hard kill).
 
-Calls nvmlDeviceResetGpuLockedClocks and nvmlDeviceResetMemoryLockedClocks on each GPU. Needs
-root or CAP_SYS_ADMIN. --json keys: reset (list of GPU indices)."""
+Calls nvmlDeviceResetGpuLockedClocks and nvmlDeviceResetMemoryLockedClocks on each GPU: by
+default every GPU NVML sees (CUDA_VISIBLE_DEVICES is ignored then); --gpus takes CUDA-visible
+indices or UUIDs. Every GPU is tried, also after one fails; each failure is reported and the exit
+code is 1 when any GPU could not be reset. Needs root or CAP_SYS_ADMIN. --json keys: reset (list
+of {gpu, uuid, name, ok, errors, note})."""
 
 HELPER_HELP = """Start the privileged clock helper (run with sudo / CAP_SYS_ADMIN).
 
 It owns clock control and listens on a Unix socket; users who can open the socket (file mode
 --mode, group --group) may ask for clock switches with `joulebound run --actuator helper
---socket PATH`. Every request is checked against the GPU's supported clocks, rate-limited
-(--burst switches, then one per --min-interval s), and a client's GPUs are reset to the default
-clocks when it disconnects or dies. SIGTERM/SIGINT reset every GPU it touched and stop it."""
+--socket PATH`. Every request is checked against the GPU's supported clocks and rate-limited per
+GPU (--burst switches, then one per --min-interval s; a throttled switch is deferred by the
+client, never fatal; resets are never throttled). A client owns the GPUs it set until it
+disconnects; they are reset to the defaults when it disconnects or dies. A second helper on a live
+socket refuses to start; a world-writable --mode needs --insecure. SIGTERM, SIGINT, SIGHUP and
+SIGQUIT stop it: it closes every client, then resets every GPU it touched."""
 
 
 def reset_clocks_command(
-    gpus: Annotated[str, typer.Option(help="GPU indices, e.g. 0,1 (default: all).")] = "all",
+    gpus: Annotated[str, typer.Option(
+        help="GPUs: 'all' (every GPU NVML sees), or CUDA-visible indices / UUIDs, e.g. 0,1.")
+    ] = "all",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     from ..dvfs.control.actuators import reset_all_clocks
     from ..errors import JouleboundError
     from ._common import console, print_json
 
-    sel = None
-    if gpus != "all":
-        try:
-            sel = [int(x) for x in gpus.split(",") if x.strip()]
-        except ValueError as exc:
-            raise JouleboundError(f"--gpus {gpus!r}: use 'all' or indices like 0,1") from exc
-    done = reset_all_clocks(gpus=sel)
+    sel: list[int | str] | None = None
+    if gpus.strip() != "all":
+        items = [x.strip() for x in gpus.split(",")]
+        if not any(items) or any(not x for x in items):
+            raise JouleboundError(f"--gpus {gpus!r}: give 'all' or a comma-separated list of GPU "
+                                  "indices or UUIDs, e.g. --gpus 0,1")
+        sel = [int(x) if x.isdigit() else x for x in items]
+    reports = reset_all_clocks(gpus=sel)
+    failed = [r for r in reports if not r.ok]
     if as_json:
-        print_json({"reset": done})
+        print_json({"reset": [{"gpu": r.gpu, "uuid": r.uuid, "name": r.name, "ok": r.ok,
+                               "errors": r.errors, "note": r.note or None} for r in reports]})
     else:
-        console.print(f"reset core and memory clocks of GPU(s) {', '.join(map(str, done))}")
+        for r in reports:
+            who = f"GPU {r.gpu}" + (f" ({r.name}, {r.uuid})" if r.uuid else "")
+            if r.ok:
+                console.print(f"{who}: core and memory clocks reset to the defaults",
+                              highlight=False)
+            else:
+                console.print(f"[red]{who}: NOT reset[/]: {'; '.join(r.errors)}", highlight=False)
+            if r.note:
+                console.print(f"  note: {r.note}", highlight=False)
+    if failed:
+        raise SystemExit(1)
 
 
 def clock_helper_command(
     socket: Annotated[str, typer.Option(help="Unix socket path.")] = "/run/joulebound/clocks.sock",
-    group: Annotated[str | None, typer.Option(help="Group allowed to connect.")] = None,
-    mode: Annotated[str, typer.Option(help="Socket permissions (octal).")] = "660",
-    burst: Annotated[int, typer.Option(help="Switches allowed in a burst.", min=1)] = 50,
+    group: Annotated[str | None, typer.Option(
+        help="Group (name or gid) allowed to connect.")] = None,
+    mode: Annotated[str, typer.Option(help="Socket permissions (octal, e.g. 660).")] = "660",
+    burst: Annotated[int, typer.Option(help="Switches allowed in a burst, per GPU.", min=1)] = 50,
     min_interval: Annotated[float, typer.Option(
-        help="Then one switch per this many s.", min=0.0)] = 0.005,
+        help="Then one switch per this many s, per GPU.", min=0.0)] = 0.005,
+    max_clients: Annotated[int, typer.Option(help="Connections served at once.", min=1)] = 256,
+    insecure: Annotated[bool, typer.Option(
+        help="Allow a world-writable --mode (every local user may change clocks).")] = False,
 ) -> None:
     from ..dvfs.control.helper import ClockHelper
     from ._common import console
 
-    helper = ClockHelper(socket, mode=int(mode, 8), group=group, burst=burst,
-                         min_interval_s=min_interval)
-    console.print(f"clock helper listening on {socket} ({helper.n_gpus} GPU(s)); Ctrl-C stops "
-                  "it and resets the clocks")
-    helper.serve_forever()
+    helper = ClockHelper(socket, mode=mode, group=group, burst=burst, min_interval_s=min_interval,
+                         max_clients=max_clients, insecure=insecure)
+
+    def ready(h: ClockHelper) -> None:
+        console.print(f"clock helper listening on {socket} ({h.n_gpus} GPU(s)); Ctrl-C or "
+                      "SIGTERM stops it and resets the clocks", highlight=False)
+
+    helper.serve_forever(on_ready=ready)
 
 
 def register(app: typer.Typer) -> None:

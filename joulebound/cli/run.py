@@ -15,8 +15,11 @@ the safe (default) clocks on unknown ops or low confidence, and returns to the p
 
 Actuators: dry-run (log only), simulated (modeled time/energy from --characterization; labeled
 modeled), nvml (needs root/CAP_SYS_ADMIN; never on a shared/lent GPU), helper (asks
-`joulebound clock-helper` over --socket). Clocks are reset to the defaults on exit, on errors and
-on SIGINT/SIGTERM; after a hard kill use `joulebound reset-clocks`.
+`joulebound clock-helper` over --socket). --gpu is the GPU as CUDA numbers it (an index into
+CUDA_VISIBLE_DEVICES when set) or a UUID; one owner per GPU: a second run on the same GPU is
+refused. Clocks are reset to the defaults on exit, on errors and on SIGINT/SIGTERM/SIGHUP/SIGQUIT
+(the summary is still printed; exit code 128 + signal); after a hard kill (SIGKILL) use
+`joulebound reset-clocks`.
 
 The plan's kernel names must be op keys: record them first with
 `joulebound run --record ops.json -- python train.py` (one kernel per op of one iteration), make a
@@ -28,8 +31,8 @@ modeled_iteration_energy_j, unknown_ops, baseline_time_s, baseline_energy_j (the
 the default clocks), modeled_energy_delta, modeled_time_delta (simulated only; modeled),
 plan_summary {baseline_time_s, baseline_energy_j, time_s, energy_j, energy_delta, time_delta,
 switches, phases, switch_latency_s, granularity, provenance} (the plan file's figures per
-iteration), recorded_trace, recorded_ops, recorded_steps, notes, duration_provenance,
-modeled_provenance.
+iteration), recorded_trace, recorded_ops, recorded_steps, notes, stopped_by (signal name or
+null), duration_provenance, modeled_provenance.
 
 Recording needs at least 3 optimizer steps. With --actuator nvml/helper a plan whose phases are
 shorter than the switch latency (--switch-latency, else the GPU's catalog latency) is refused
@@ -55,7 +58,8 @@ def run_command(
     min_confidence: Annotated[float, typer.Option(
         help="Predictor confidence needed to follow the plan.", min=0.0, max=1.0)] = 0.75,
     socket: Annotated[str | None, typer.Option(help="Clock helper socket (--actuator helper).")] = None,
-    gpu: Annotated[int, typer.Option(help="GPU index to control.")] = 0,
+    gpu: Annotated[str, typer.Option(
+        help="GPU to control: CUDA-visible index (through CUDA_VISIBLE_DEVICES) or UUID.")] = "0",
     record: Annotated[str | None, typer.Option(
         help="Record one iteration's op keys as a trace JSON instead of applying a plan.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
@@ -84,7 +88,8 @@ def run_command(
     p = Plan.load(plan) if plan else None
     char = Characterization.load(characterization) if characterization else None
     res = run(cmd, p, actuator, char=char, switch_log=switch_log, switch_latency_s=lat,
-              min_confidence=min_confidence, socket_path=socket, gpu=gpu, record_path=record,
+              min_confidence=min_confidence, socket_path=socket,
+              gpu=int(gpu) if gpu.strip().isdigit() else gpu.strip(), record_path=record,
               quiet_stdout=as_json, force=force)
     if as_json:
         print_json(res.to_json())
@@ -95,7 +100,8 @@ def run_command(
         t.add_column("quantity")
         t.add_column("value", justify="right")
         t.add_column("provenance")
-        t.add_row("exit code", str(res.exit_code), "")
+        t.add_row("exit code", str(res.exit_code) + (f" (stopped by {res.stopped_by})"
+                                                     if res.stopped_by else ""), "")
         t.add_row("duration", f"{res.duration_s:.3f} s", "measured")
         t.add_row("ops seen", f"{res.ops:,}", "")
         if res.recorded_trace:

@@ -291,13 +291,23 @@ def load_entry(path: str | Path) -> tuple[DeviceSpec, list[str]]:
     """Read one TOML entry file; errors name the file and the field."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        data = p.read_bytes()
     except OSError as exc:
         raise JouleboundError(f"{p}: cannot read ({exc.strerror}).") from None
     try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise SchemaError(p, f"line {line}, column {col}",
+                          f"byte 0x{data[exc.start]:02x} is not UTF-8 (TOML files must be UTF-8); "
+                          "re-save the file as UTF-8") from None
+    try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise SchemaError(p, "<file>", f"not valid TOML ({exc})") from None
+        raise SchemaError(p, "<file>", f"not valid TOML ({exc}); fix that line") from None
+    except (RecursionError, ValueError) as exc:
+        raise SchemaError(p, "<file>", f"not valid TOML ({exc}); fix the file") from None
     return spec_from_dict(doc, p)
 
 

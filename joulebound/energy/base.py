@@ -46,11 +46,11 @@ class Channel:
 
 @dataclass
 class CounterEvent:
-    """Something that happened to a counter (reset, wraparound), at time ``t`` (s)."""
+    """Something that happened to a counter (reset, wraparound, glitch), at time ``t`` (s)."""
 
     t: float
     uuid: str
-    kind: Literal["reset", "wraparound"]
+    kind: Literal["reset", "wraparound", "glitch"]
     detail: str = ""
 
 

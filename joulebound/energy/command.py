@@ -1,32 +1,54 @@
 """Run a command under an :class:`~joulebound.energy.meter.EnergyMeter` (``joulebound measure``).
 
-The child runs in joulebound's process group with inherited stdin/stdout/stderr. Signals:
+The command runs with inherited stdin/stdout/stderr, as in a shell. Which processes a signal
+reaches — the whole command, not only its first process (``measure -- bash train.sh`` must stop the
+training that ``bash`` started, not leave it running unmetered):
 
-- ``SIGTERM`` (and ``SIGHUP``) sent to joulebound are forwarded to the child;
-- ``SIGINT``: a Ctrl-C typed in a terminal already reaches the child (same foreground process
-  group), so it is forwarded only when joulebound is *not* the terminal's foreground job (e.g.
-  ``kill -INT``), never twice.
+- when joulebound leads its own process group (an interactive shell's job), the command stays in
+  it, so the terminal's Ctrl-C, Ctrl-Z and reads work as usual; a signal sent to joulebound is
+  passed to every process of that group;
+- otherwise (started by a script, a scheduler, ``subprocess``) the command gets a process group of
+  its own and a signal sent to joulebound is passed to that group (never to the caller's).
 
-joulebound then waits for the child, ends the window and records the exit status. The run row is
-written before the child starts and the samples every second, so even if joulebound itself is
-killed the store keeps the run (status ``running``) and its samples.
+Signals passed on: ``SIGTERM``, ``SIGHUP``, ``SIGQUIT`` and ``SIGINT`` (a Ctrl-C typed at the
+terminal already reaches the command's group: it is not sent twice). If the command has not ended
+``kill_after_s`` seconds after such a signal, its process group is sent ``SIGKILL`` (said so in the
+notes). joulebound then ends the window and records the exit status. A command that does not exist
+exits 127 and one that cannot be executed 126, as in a shell. The run row is written before the
+command starts and the samples every second, so even if joulebound itself is killed the store keeps
+the run (status ``running``) and its samples.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import JouleboundError
 from .meter import EnergyMeter, WindowResult
 from .status import FAILED, from_returncode
+
+#: signals passed on to the command
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+class CommandNotRunnable(JouleboundError):
+    """The command does not exist (``code`` 127) or cannot be executed (126), as a shell says."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass
@@ -38,8 +60,11 @@ class CommandResult:
         exit_code: the child's status as a shell reports it (``128 + N`` when killed by signal N).
         signal: the signal that ended the child, if any.
         window: the measured window over the child's lifetime.
-        notes: sensor notes (why no sensor, MIG, fallbacks).
+        notes: sensor notes (why no sensor, MIG, fallbacks) and anything lost.
         run_id / db: where it was stored (``db`` is ``None`` without ``--db``).
+        losses: :attr:`EnergyMeter.losses` (failed reads, samples/windows not stored).
+        stopped_by: the signal joulebound received and passed on, if any.
+        killed: True when the command's group had to be sent SIGKILL.
     """
 
     command: list[str]
@@ -49,6 +74,13 @@ class CommandResult:
     notes: list[str]
     run_id: str
     db: str | None
+    losses: dict[str, int] = field(default_factory=dict)
+    stopped_by: str | None = None
+    killed: bool = False
+
+    @property
+    def lost_anything(self) -> bool:
+        return any(self.losses.values())
 
     #: the modeled CPU's TDP (W) when CPU/DRAM energy is modeled, for its interval
     cpu_tdp_w: float | None = None
@@ -73,8 +105,8 @@ class CommandResult:
         ci = self.carbon
         return {"command": self.command, "exit_code": self.exit_code, "signal": self.signal,
                 "duration_s": w.duration_s, "duration_provenance": "measured",
-                "energy_j": w.energy_j, "cpu_energy_j": w.cpu_energy_j,
-                "cpu_provenance": w.cpu_provenance,
+                "energy_j": w.energy_j, "energy_uncertainty_j": w.energy_uncertainty_j,
+                "cpu_energy_j": w.cpu_energy_j, "cpu_provenance": w.cpu_provenance,
                 "cpu_energy_interval_j": self.cpu_energy_interval_j,
                 "avg_power_w": w.avg_power_w, "peak_power_w": w.peak_power_w,
                 "provenance": w.provenance if gpu else None, "flags": w.flags,
@@ -83,6 +115,7 @@ class CommandResult:
                 "gco2e": ci.grams(w.energy_j) if ci else None,
                 "cpu_gco2e": ci.grams(w.cpu_energy_j) if ci else None,
                 "devices": [d.__dict__ for d in w.devices], "notes": self.notes,
+                "losses": self.losses, "stopped_by": self.stopped_by, "killed": self.killed,
                 "backend": w.backend, "run_id": self.run_id, "db": self.db}
 
 
@@ -93,48 +126,165 @@ def _in_foreground() -> bool:
         return False
 
 
+def check_runnable(cmd: Sequence[str], env: dict[str, str] | None = None) -> str:
+    """The executable ``cmd[0]`` names, or :class:`CommandNotRunnable` (127 / 126)."""
+    name = cmd[0]
+    path = name if "/" in name else shutil.which(name, path=(env or os.environ).get("PATH"))
+    if path is None or not os.path.lexists(path):
+        raise CommandNotRunnable(f"{name}: command not found", 127)
+    if os.path.isdir(path):
+        raise CommandNotRunnable(f"{name}: is a directory", 126)
+    if not os.access(path, os.X_OK):
+        raise CommandNotRunnable(f"{name}: permission denied (not executable; chmod +x it or run "
+                                 "it through its interpreter, e.g. bash script.sh)", 126)
+    return path
+
+
+def _group_members(pgid: int) -> list[int]:
+    """PIDs in process group ``pgid`` (Linux ``/proc``; empty elsewhere)."""
+    out = []
+    try:
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if len(fields) > 3 and int(fields[2]) == pgid and fields[0] != "Z":
+                out.append(int(d))
+    except OSError:
+        pass
+    return out
+
+
+class _Forwarder:
+    """Passes stop signals to the command's processes; no locks, plain flags only."""
+
+    def __init__(self, proc: subprocess.Popen, own_group: bool) -> None:
+        self.proc = proc
+        self.own_group = own_group           # the command shares our group (we lead it)
+        self.pgid = os.getpgrp() if own_group else proc.pid
+        self.first_signal: int | None = None
+        self.t_signal: float | None = None
+        self._expect: dict[int, int] = {}
+
+    def handler(self, signum: int, _frame: object) -> None:
+        if self._expect.get(signum, 0) > 0:    # our own killpg reaching us
+            self._expect[signum] -= 1
+            return
+        if self.first_signal is None:
+            self.first_signal = signum
+            self.t_signal = time.monotonic()
+        if signum == signal.SIGINT and self.own_group and _in_foreground():
+            return   # the terminal delivered it to the whole group already
+        self.send(signum)
+
+    def send(self, signum: int) -> None:
+        try:
+            if self.own_group:
+                self._expect[signum] = self._expect.get(signum, 0) + 1
+                os.killpg(self.pgid, signum)
+            else:
+                os.killpg(self.pgid, signum)
+        except (ProcessLookupError, PermissionError):
+            if self.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.send_signal(signum)
+
+    def alive(self) -> bool:
+        """Any process of the command left (the direct child, or its group)."""
+        if self.proc.poll() is None:
+            return True
+        if self.own_group:
+            return any(p != os.getpid() for p in _group_members(self.pgid))
+        try:
+            os.killpg(self.pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return bool(_group_members(self.pgid)) or not os.path.isdir("/proc")
+
+    def kill(self) -> None:
+        """SIGKILL every process of the command (never joulebound itself)."""
+        if self.own_group:
+            for pid in _group_members(self.pgid):
+                if pid != os.getpid():
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                if self.proc.poll() is None:
+                    self.proc.kill()
+        else:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pgid, signal.SIGKILL)
+
+
 def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] | str | None = "all",
                 interval_s: float = 0.1, db: str | Path | None = None,
                 window: str = "command", child_stdout: int | None = None,
-                **backend_kwargs: Any) -> CommandResult:
-    """Run ``cmd``, measuring it as one window; returns when the child exits.
+                kill_after_s: float = 30.0, **backend_kwargs: Any) -> CommandResult:
+    """Run ``cmd``, measuring it as one window; returns when the command (all of it) ended.
 
     ``child_stdout``: file descriptor for the child's stdout (e.g. 2 to send it to stderr so
-    that joulebound's own stdout stays machine-readable); None inherits joulebound's stdout."""
+    that joulebound's own stdout stays machine-readable); None inherits joulebound's stdout.
+    ``kill_after_s``: after a stop signal was passed on, SIGKILL the command's process group
+    when it is still running this many seconds later.
+
+    Raises:
+        CommandNotRunnable: the command does not exist (127) or cannot be executed (126).
+    """
     if not cmd:
         raise JouleboundError("no command given: joulebound measure -- CMD ARGS")
+    if not kill_after_s > 0:
+        raise JouleboundError(f"--kill-after must be > 0 s, got {kill_after_s}")
+    check_runnable(cmd)
     meter = EnergyMeter(backend, gpus=gpus, interval_s=interval_s, store=db,
                         command=shlex.join(cmd), **backend_kwargs)
+    own_group = os.getpgrp() == os.getpid()
     meter.begin_window(window, sync=False)
     try:
-        proc = subprocess.Popen(list(cmd), stdout=child_stdout)
+        proc = subprocess.Popen(list(cmd), stdout=child_stdout,
+                                process_group=None if own_group else 0)
     except OSError as exc:
         meter.end_window(window, sync=False, cancel=True)
-        meter.close(status=FAILED, exit_code=127)
-        raise JouleboundError(f"cannot run {cmd[0]!r}: {exc.strerror or exc}") from exc
-
-    def forward(signum: int, _frame: object) -> None:
-        if signum == signal.SIGINT and _in_foreground():
-            return  # the terminal delivered it to the child already
-        if proc.poll() is None:
-            proc.send_signal(signum)
-
+        code = 127 if exc.errno == errno.ENOENT else 126
+        meter.close(status=FAILED, exit_code=code)
+        raise CommandNotRunnable(f"{cmd[0]}: {exc.strerror or exc}", code) from exc
+    fwd = _Forwarder(proc, own_group)
     old = {}
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for s in FORWARDED:
         try:
-            old[s] = signal.signal(s, forward)
+            if signal.getsignal(s) is signal.SIG_IGN:
+                continue          # inherited as ignored: the caller does not want it to stop us
+            old[s] = signal.signal(s, fwd.handler)
         except ValueError:  # not the main thread
             pass
+    killed = False
     try:
+        rc: int | None = None
         while True:
             try:
-                rc = proc.wait()
-                break
-            except KeyboardInterrupt:  # pragma: no cover - handler replaced above
+                rc = proc.wait(timeout=0.1) if rc is None else rc
+            except subprocess.TimeoutExpired:
+                pass
+            if fwd.t_signal is None:
+                if rc is not None:
+                    break
                 continue
+            if not fwd.alive():
+                break
+            if not killed and time.monotonic() - fwd.t_signal >= kill_after_s:
+                fwd.kill()
+                killed = True
+            if killed and rc is not None and time.monotonic() - fwd.t_signal > kill_after_s + 5:
+                break       # unkillable leftovers (another user's?): stop waiting for them
+            if rc is not None:
+                time.sleep(0.05)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+    rc = proc.wait()
     res = meter.end_window(window, sync=False)
     tdp = _modeled_tdp(meter.backend)
     sig = -rc if rc < 0 else None
@@ -142,11 +292,17 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
     status, _ = from_returncode(rc)
     if sig is not None:
         meter.backend.notes.append(f"the command was killed by {signal.Signals(sig).name}")
+    stopped = signal.Signals(fwd.first_signal).name if fwd.first_signal else None
+    if killed:
+        meter.backend.notes.append(
+            f"the command did not stop within {kill_after_s:g} s of {stopped}: its process group "
+            "was sent SIGKILL")
     notes = meter.notes
     meter.close(status=status, exit_code=code)
-    return CommandResult(command=list(cmd), exit_code=code, signal=sig, window=res, notes=notes,
-                         run_id=meter.run_id, db=str(db) if db is not None else None,
-                         cpu_tdp_w=tdp)
+    return CommandResult(command=list(cmd), exit_code=code, signal=sig, window=res,
+                         notes=notes, run_id=meter.run_id,
+                         db=str(db) if db is not None else None, cpu_tdp_w=tdp,
+                         losses=meter.losses, stopped_by=stopped, killed=killed)
 
 
 def _modeled_tdp(backend: Any) -> float | None:

@@ -115,6 +115,10 @@ def combine(per_rank: Sequence[Sequence[WindowResult | dict[str, Any]]]) -> list
             flags.remove("no_energy_sensor")  # some rank had a sensor
         start = min(w.start_s for w in ws)
         end = max(w.end_s for w in ws)
+        gpu_devs = [d for d in devices if d.kind == "gpu"]
+        known = bool(gpu) and all(e is not None for e in gpu)
+        unc = (float(sum(d.uncertainty_j or 0.0 for d in gpu_devs))
+               if known and any(d.uncertainty_j is not None for d in gpu_devs) else None)
         out.append(JobWindow(
             name=key[0], start_s=start, end_s=end, duration_s=end - start,
             energy_j=float(sum(gpu)) if gpu and all(e is not None for e in gpu) else None,  # type: ignore[arg-type]
@@ -124,7 +128,8 @@ def combine(per_rank: Sequence[Sequence[WindowResult | dict[str, Any]]]) -> list
             cpu_energy_j=float(sum(cpu)) if cpu and all(e is not None for e in cpu) else None,  # type: ignore[arg-type]
             rank=-1, host=",".join(sorted({w.host for w in ws})),
             backend=",".join(sorted({w.backend for w in ws})),
-            ranks=sorted({w.rank for w in ws}), duplicates=n_readings - len(devices)))
+            ranks=sorted({w.rank for w in ws}), duplicates=n_readings - len(devices),
+            energy_uncertainty_j=unc))
     return out
 
 

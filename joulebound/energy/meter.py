@@ -17,17 +17,27 @@ def evaluate(): ...
 
 Windows are named and may nest or overlap freely. At each edge the meter synchronises queued GPU
 work (``torch.cuda.synchronize`` when torch with CUDA is present), then reads each channel's energy
-counter. Channels without a counter are metered by integrating the background sampler's power
-samples (trapezoid rule, with reads at both edges). Every result carries its provenance and flags:
+counter. A counter steps once per sensor period, so its steps are **apportioned by time**
+(:mod:`joulebound.energy.counter`): contiguous windows sum to the enclosing window's energy and a
+short window gets its share, with an error bound (``energy_uncertainty_j``). Channels without a
+counter are metered by integrating the power samples (trapezoid rule, with reads at both edges).
+Every result carries its provenance and flags:
 
 - ``no_energy_sensor``: no sensor; ``energy_j`` is ``None`` (never a silent 0);
 - ``zero_length``: the window lasted 0 s;
-- ``short_window``: shorter than a channel's sensor update period — the figure is coarse;
-- ``estimated_from_power``: the counter had not moved in a short window, so energy was estimated
-  as power x duration instead of reporting 0;
-- ``counter_reset`` / ``counter_wraparound``: a counter jumped backwards inside the window;
-- ``no_power_samples``: a power-integrated channel had fewer than two samples;
+- ``short_window``: shorter than a channel's sensor update period — see the uncertainty;
+- ``counter_reset`` / ``counter_wraparound``: a counter jumped backwards inside the window (driver
+  reload / overflow); ``counter_glitch``: it read a little lower once and was held;
+- ``read_error``: a read failed in the window (the notes say which and why);
+- ``power_read_failed``: power reads failed in the window; the energy bridges the gap (and counts
+  it in the uncertainty), or is ``None`` when less than half of the window was measured;
+- ``no_power_samples``: a power-integrated channel had no power reading at all (energy ``None``);
+- ``energy_unavailable``: some GPU's energy is unknown, so the total is ``None``;
+- ``not_stored``: the store could not take the window (it is still returned);
 - ``mig``: a GPU has MIG enabled — the figure is the whole physical GPU's.
+
+Nothing is lost silently: failed reads, samples the store could not take and windows it refused are
+counted in :attr:`EnergyMeter.losses` and described in :attr:`EnergyMeter.notes`.
 """
 
 from __future__ import annotations
@@ -47,7 +57,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import JouleboundError, did_you_mean
 from .base import Backend, NoneBackend
-from .sampler import Sample, Sampler
+from .counter import EdgeValue, window_uncertainty
+from .sampler import PowerEdge, Sample, Sampler
 from .status import FAILED, FINISHED, from_exception
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -71,6 +82,8 @@ class DeviceEnergy:
         n_samples: power samples that fell in the window.
         provenance: ``"measured"`` or ``"modeled"`` for this device ("" in stores written
             before the field existed: then the window's).
+        uncertainty_j: bound of the error of ``energy_j`` (J) from the sensor's update period and
+            any unmeasured gap; ``None`` when ``energy_j`` is.
     """
 
     uuid: str
@@ -82,6 +95,7 @@ class DeviceEnergy:
     kind: str = "gpu"
     n_samples: int = 0
     provenance: str = ""
+    uncertainty_j: float | None = None
 
 
 @dataclass
@@ -104,6 +118,8 @@ class WindowResult:
             (modeled, see :mod:`~joulebound.energy.cpu_model`), ``None`` when neither.
         rank / host: where it was measured (for :func:`~joulebound.energy.distributed.aggregate`).
         backend: backend name.
+        energy_uncertainty_j: bound of the error of ``energy_j`` (J), the sum over GPUs of
+            :attr:`DeviceEnergy.uncertainty_j`; ``None`` when ``energy_j`` is.
     """
 
     name: str
@@ -118,6 +134,7 @@ class WindowResult:
     rank: int = 0
     host: str = ""
     backend: str = ""
+    energy_uncertainty_j: float | None = None
 
     @property
     def avg_power_w(self) -> float | None:
@@ -155,9 +172,10 @@ class WindowResult:
 @dataclass
 class _Open:
     start: float
-    energy: dict[int, float | None]
+    edges: dict[int, EdgeValue | None]
     events_seen: int
-    integral: dict[int, float]
+    power: dict[int, PowerEdge]
+    failures: dict[int, int]
 
 
 def _make_clock() -> Callable[[], float]:
@@ -297,8 +315,10 @@ class EnergyMeter:
         self.channels = _select_channels(self.backend, gpus)
         self.interval_s = float(interval_s)
         self._open: dict[str, _Open] = {}
-        self._errors: set[int] = set()
         self._lock = threading.Lock()
+        #: windows the store could not take, and why (the windows are still returned)
+        self.windows_not_stored = 0
+        self.store_error: str | None = None
         #: finished windows, oldest first: the most recent ``keep_results`` of them
         self.results: list[WindowResult] = []
         self.keep_results = keep_results
@@ -323,6 +343,8 @@ class EnergyMeter:
             def sink(batch: list[Sample]) -> None:
                 store_.add_samples(self.run_id, [(s.t, chans[s.channel].uuid, chans[s.channel].kind,
                                                   s.power_w, s.energy_j) for s in batch])
+        self._counter_channels = [i for i in self.channels if self.backend.has_counter(i)]
+        self._power_channels = [i for i in self.channels if not self.backend.has_counter(i)]
         self.sampler = Sampler(self.backend, self.channels, self.clock,
                                interval_s=interval_s or 1.0, sink=sink)
         if self.channels and interval_s > 0:
@@ -336,8 +358,29 @@ class EnergyMeter:
     # -- info ---------------------------------------------------------------------------------
     @property
     def notes(self) -> list[str]:
-        """Plain-language remarks about the sensors (why none, MIG caveats, ...)."""
-        return list(self.backend.notes)
+        """Plain-language remarks about the sensors (why none, MIG caveats, ...) and about
+        anything lost: failed reads, samples or windows the store could not take."""
+        out = list(self.backend.notes)
+        sampler = getattr(self, "sampler", None)   # notes are asked for before it exists
+        for n in (sampler.problems() if sampler is not None else []):
+            if n not in out:
+                out.append(n)
+        if self.windows_not_stored:
+            out.append(f"{self.windows_not_stored} window(s) could not be written to the store "
+                       f"({self.store_error}); they are in the results")
+        return out
+
+    @property
+    def losses(self) -> dict[str, int]:
+        """What was lost so far: ``read_failures`` (failed sensor reads), ``samples_not_stored``
+        and ``windows_not_stored`` (store writes that failed)."""
+        return {"read_failures": int(sum(self.sampler.failures.values())),
+                "samples_not_stored": int(self.sampler.samples_lost),
+                "windows_not_stored": int(self.windows_not_stored)}
+
+    @property
+    def lost_anything(self) -> bool:
+        return any(self.losses.values())
 
     @property
     def has_sensor(self) -> bool:
@@ -368,50 +411,51 @@ class EnergyMeter:
         if sync:
             self._sync()
         t = self.clock()
-        energy: dict[int, float | None] = {}
-        need_power = False
-        for i in self.channels:
-            if self.backend.has_counter(i):
-                energy[i] = self._read_energy(i, t)
-            else:
-                energy[i] = None
-                need_power = True
+        edges = self._counter_edges(t)
+        self._edge_power(t)
         self.sampler.watch(name)
-        if need_power:
-            self._edge_power(t)
-        integ = {i: self.sampler.integral(i) for i in self.channels}
+        power = self.sampler.power_edges(self.channels, t)
+        fails = {i: self.sampler.failures.get(i, 0) for i in self.channels}
         with self._lock:
-            self._open[name] = _Open(t, energy, len(self.backend.events), integ)
+            self._open[name] = _Open(t, edges, len(self.backend.events), power, fails)
+
+    def _counter_edges(self, t: float) -> dict[int, EdgeValue | None]:
+        """Read every counter channel at ``t``; its apportioned value (``None``: read failed)."""
+        samples = []
+        for i in self._counter_channels:
+            e = self._read_energy(i, t)
+            p = None
+            track = self.sampler.tracks.get(i)
+            if e is not None and track is not None and not track.has_rate:
+                p = self._read_power(i, t, quiet=True)   # seeds the rate until two steps are seen
+            samples.append(Sample(t, i, p, e))
+        return self.sampler.counter_edges(samples, t)
 
     def _read_energy(self, i: int, t: float) -> float | None:
-        """Counter read; a failing read (GPU lost, driver error) gives ``None`` and a note."""
+        """Counter read; a failing read (GPU lost, driver error) gives ``None`` and is counted."""
         try:
             with self.backend.lock:
                 return self.backend.read_energy_j(i, t)
         except Exception as exc:
-            self._read_error(i, "energy counter", exc)
+            self.sampler.record_failure(i, "energy counter", exc)
             return None
 
-    def _read_power(self, i: int, t: float) -> float | None:
+    def _read_power(self, i: int, t: float, quiet: bool = False) -> float | None:
         try:
             with self.backend.lock:
                 return self.backend.read_power_w(i, t)
         except Exception as exc:
-            self._read_error(i, "power", exc)
+            if not quiet:
+                self.sampler.record_failure(i, "power", exc)
             return None
 
-    def _read_error(self, i: int, what: str, exc: Exception) -> None:
-        ch = self.backend.channels[i]
-        note = f"{ch.kind} {ch.index} ({ch.uuid}): {what} read failed: {type(exc).__name__}: {exc}"
-        if note not in self.backend.notes:
-            self.backend.notes.append(note)
-        self._errors.add(i)
-
     def _edge_power(self, t: float) -> None:
+        """Power reads at an edge for the channels metered by power integration."""
         samples = []
-        for i in self.channels:
-            if not self.backend.has_counter(i):
-                samples.append(Sample(t, i, self._read_power(i, t), None))
+        for i in self._power_channels:
+            p = self._read_power(i, t)
+            if p is not None:
+                samples.append(Sample(t, i, p, None))
         self.sampler.add(samples)
 
     def end_window(self, name: str, sync: bool = True, cancel: bool = False) -> WindowResult:
@@ -428,73 +472,66 @@ class EnergyMeter:
         t0 = st.start
         dur = max(t1 - t0, 0.0)
         flags: list[str] = []
+
+        def flag(f: str) -> None:
+            if f not in flags:
+                flags.append(f)
+
         if not any(self.backend.channels[i].kind == "gpu" for i in self.channels):
-            flags.append("no_energy_sensor")   # no GPU sensor: energy_j is None
+            flag("no_energy_sensor")   # no GPU sensor: energy_j is None
         if dur == 0.0:
-            flags.append("zero_length")
-        need_power = any(not self.backend.has_counter(i) for i in self.channels)
-        if need_power:
-            self._edge_power(t1)
+            flag("zero_length")
+        edges1 = self._counter_edges(t1)
+        self._edge_power(t1)
         stats = self.sampler.unwatch(name)
         devices: list[DeviceEnergy] = []
         for i in self.channels:
             ch = self.backend.channels[i]
-            peak = stats.peak_w.get(i)
+            if ch.sensor_period_s is not None and 0 < dur < ch.sensor_period_s:
+                flag("short_window")
             source = ch.source
-            short = ch.sensor_period_s is not None and 0 < dur < ch.sensor_period_s
-            if short and "short_window" not in flags:
-                flags.append("short_window")
-            e0 = st.energy.get(i)
-            e1 = self._read_energy(i, t1) if e0 is not None else None
-            if self.backend.has_counter(i) and (e0 is None or e1 is None):
-                # counter failed: close the power integral with an edge read
-                edge = Sample(t1, i, self._read_power(i, t1), None)
-                self.sampler.add([edge])
-                stats.update(edge)
-                peak = stats.peak_w.get(i)
             energy: float | None
-            if e0 is not None and e1 is not None:
-                energy = max(e1 - e0, 0.0)
-                if energy == 0.0 and dur > 0 and short:
+            unc: float | None
+            if self.backend.has_counter(i) and st.edges.get(i) is not None and \
+                    edges1.get(i) is not None:
+                v0, v1 = st.edges[i], edges1[i]
+                energy = max(v1.energy_j - v0.energy_j, 0.0)  # type: ignore[union-attr]
+                unc = window_uncertainty(v0, v1, dur)        # type: ignore[arg-type]
+            else:
+                if self.backend.has_counter(i):   # the counter failed at an edge: power instead
                     p = self._read_power(i, t1)
                     if p is not None:
-                        peak = p if peak is None else max(peak, p)
-                        energy = p * dur
-                        source = f"{source}+power_estimate"
-                        if "estimated_from_power" not in flags:
-                            flags.append("estimated_from_power")
-            elif peak is None:  # not one power reading succeeded (or counter failed, no sampler)
-                energy = None
-                if "no_power_samples" not in flags:
-                    flags.append("no_power_samples")
-            else:  # power integration (no counter, or the counter read failed)
-                if self.backend.has_counter(i):
+                        edge = Sample(t1, i, p, None)
+                        self.sampler.add([edge])
+                        stats.update(edge)
                     source = f"{source}->power_integration"
-                energy = max(self.sampler.integral(i) - st.integral.get(i, 0.0), 0.0)
+                energy, unc = self._power_energy(i, st, t1, dur, flag)
+            if self.sampler.failures.get(i, 0) > st.failures.get(i, 0):
+                flag("read_error")
             devices.append(DeviceEnergy(
                 uuid=ch.uuid, index=ch.index, energy_j=energy,
                 avg_power_w=(energy / dur) if (energy is not None and dur > 0) else None,
-                peak_power_w=peak, source=source, kind=ch.kind, n_samples=stats.n.get(i, 0),
-                provenance=self.backend.channel_provenance(i)))
-        if self._errors & set(self.channels) and "read_error" not in flags:
-            flags.append("read_error")
-            self._errors.clear()
+                peak_power_w=stats.peak_w.get(i), source=source, kind=ch.kind,
+                n_samples=stats.n.get(i, 0), provenance=self.backend.channel_provenance(i),
+                uncertainty_j=None if energy is None or unc is None else float(unc)))
         for ev in self.backend.events[st.events_seen:]:
-            flag = "counter_reset" if ev.kind == "reset" else "counter_wraparound"
-            if flag not in flags:
-                flags.append(flag)
+            flag({"reset": "counter_reset", "glitch": "counter_glitch"}.get(ev.kind,
+                                                                          "counter_wraparound"))
         if any(n.startswith("MIG") for n in self.backend.notes) and self.channels:
-            flags.append("mig")
-        gpu = [d.energy_j for d in devices if d.kind == "gpu"]
+            flag("mig")
+        gpu = [d for d in devices if d.kind == "gpu"]
         cpu = [d.energy_j for d in devices if d.kind != "gpu"]
+        known = bool(gpu) and all(d.energy_j is not None for d in gpu)
         res = WindowResult(
             name=name, start_s=t0, end_s=t1, duration_s=dur,
-            energy_j=float(sum(gpu)) if gpu and all(e is not None for e in gpu) else None,  # type: ignore[arg-type]
+            energy_j=float(sum(d.energy_j for d in gpu)) if known else None,  # type: ignore[misc]
             devices=devices, provenance=self.backend.provenance, flags=flags,
             cpu_energy_j=float(sum(cpu)) if cpu and all(e is not None for e in cpu) else None,  # type: ignore[arg-type]
-            rank=self.rank, host=self.host, backend=self.backend.name)
+            rank=self.rank, host=self.host, backend=self.backend.name,
+            energy_uncertainty_j=float(sum(d.uncertainty_j or 0.0 for d in gpu)) if known
+            else None)
         if gpu and res.energy_j is None and "no_energy_sensor" not in flags:
-            flags.append("energy_unavailable")
+            flag("energy_unavailable")
         if cancel:
             return res
         self.results.append(res)
@@ -503,8 +540,43 @@ class EnergyMeter:
             del self.results[:over]
             self.results_dropped += over
         if self.store is not None:
-            self.store.add_window(self.run_id, res)
+            try:
+                self.store.add_window(self.run_id, res)
+            except Exception as exc:  # a full disk must not stop training; it is reported
+                self.windows_not_stored += 1
+                self.store_error = f"{type(exc).__name__}: {exc}"
+                flag("not_stored")
         return res
+
+    def _power_energy(self, i: int, st: _Open, t1: float, dur: float,
+                      flag: Callable[[str], None]) -> tuple[float | None, float | None]:
+        """Energy of channel ``i`` over the window from the power integral, with its unmeasured
+        part as the uncertainty; ``None`` when it is mostly unmeasured or there is no reading."""
+        p0, p1 = st.power[i], self.sampler.power_edge(i, t1)
+        if p1.failures > p0.failures:
+            flag("power_read_failed")
+        if not p1.has_reading:
+            flag("no_power_samples")
+            return None, None
+        energy = max(p1.integral_j - p0.integral_j, 0.0)
+        gap_t = p1.gap_time_s - p0.gap_time_s
+        unc = max(p1.gap_energy_j - p0.gap_energy_j, 0.0)
+        track = self.sampler.track(i)
+        v0 = st.edges.get(i)
+        if track is not None and v0 is not None and track.t_read is not None and \
+                track.t_read > st.start and track.integral_at_read is not None:
+            # the counter worked until t_read: counter up to there, power after
+            energy = max(track.e_cur - v0.energy_j, 0.0) + \
+                max(p1.integral_j - track.integral_at_read, 0.0)   # type: ignore[operator]
+            unc += v0.uncertainty_j + track.rate_w() * (track.period or 0.0)
+        elif not p0.has_reading:       # no reading before the first one inside the window
+            first = self.sampler.first_power_t(i)
+            if first is not None and first > st.start:
+                gap_t += first - st.start
+        if dur > 0 and gap_t > 0.5 * dur:
+            flag("power_read_failed")
+            return None, None
+        return energy, unc
 
     def window(self, name: str) -> _Window:
         """A context manager *and* decorator measuring ``name``; ``.result`` holds the last result.
@@ -527,7 +599,13 @@ class EnergyMeter:
         atexit.unregister(self._atexit)
         self.sampler.stop()
         if self.store is not None:
-            self.store.end_run(self.run_id, status=status, exit_code=exit_code, notes=self.notes)
+            try:
+                self.store.end_run(self.run_id, status=status, exit_code=exit_code,
+                                   notes=self.notes)
+            except Exception as exc:  # reported, never a traceback at the end of a run
+                self.store_error = f"{type(exc).__name__}: {exc}"
+                self.backend.notes.append(f"the run's end could not be written to the store "
+                                          f"({self.store_error})")
         self.backend.close()
 
     def __enter__(self) -> EnergyMeter:

@@ -9,9 +9,12 @@ and on A100/H100-class boards the power field is itself a moving average (see
 
 Counter handling: the raw counter is turned into a monotonic energy (J). A value lower than the
 previous read is a *wraparound* when the previous value was within the top 1/8 of the counter range
-(then ``raw + 2**bits - previous`` is added), otherwise a driver *reset* (``raw`` is added: the energy
-since the reset; what happened between the last read and the reset is lost). Both are recorded as
-events, and windows spanning them are flagged.
+(then ``raw + 2**bits - previous`` is added), a driver *reset* when it is below half the previous
+value (``raw`` is added: the energy since the reset; what happened between the last read and the
+reset is lost), and otherwise a *glitch* — a reading a little low once — which is held at the
+previous value (nothing added, nothing lost). All are recorded as events, and windows spanning them
+are flagged (``counter_wraparound``, ``counter_reset``, ``counter_glitch``). Failed power reads
+raise (the meter counts and flags them); they are never taken as "no power".
 
 Devices: the channels are the CUDA-visible GPUs (``CUDA_VISIBLE_DEVICES`` entries may be indices or
 ``GPU-``/``MIG-`` UUIDs), indexed as CUDA numbers them; each channel carries the physical GPU's
@@ -28,10 +31,10 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from ..devices import gpu as gpu_layer
 from ..errors import JouleboundError
 from ..provenance import MEASURED
 from .base import Backend, Channel, CounterEvent
-from .distributed import visible_device_ids
 
 #: Assumed update period (s) of the energy counter and power field when the device catalog (matched
 #: on the NVML product name) has no ``sensor_period_s``; benchmarks/gpu_check.py measures it.
@@ -53,26 +56,13 @@ def catalog_sensor_period(product_name: str) -> float | None:
     return float(period) if period else None
 
 
-def _load_pynvml() -> Any:
-    try:
-        import pynvml
-    except ImportError as exc:
-        raise JouleboundError("NVML unavailable: the nvidia-ml-py package is not installed "
-                              "(pip install nvidia-ml-py)") from exc
-    return pynvml
-
-
 def _is(nv: Any, exc: BaseException, const: str) -> bool:
     """True when ``exc`` is an ``NVMLError`` with code ``nv.<const>``."""
-    return isinstance(exc, nv.NVMLError) and getattr(exc, "value", None) == getattr(nv, const, None)
-
-
-def _text(x: Any) -> str:
-    return x.decode() if isinstance(x, bytes) else str(x)
+    return gpu_layer.nvml_error_is(nv, exc, const)
 
 
 class NvmlBackend(Backend):
-    """NVML energy/power reads for the CUDA-visible GPUs.
+    """NVML energy/power reads for the CUDA-visible GPUs (through :mod:`joulebound.devices.gpu`).
 
     Args:
         gpus: CUDA-visible indices to open (``None``/``"all"``: every visible GPU; the meter then
@@ -87,19 +77,21 @@ class NvmlBackend(Backend):
     def __init__(self, gpus: Sequence[int] | str | None = None,
                  env: dict[str, str] | None = None, counter_bits: int = 64) -> None:
         super().__init__()
-        self.nv = nv = _load_pynvml()
+        try:
+            nv_mod = gpu_layer.load_pynvml()
+        except JouleboundError as exc:
+            raise JouleboundError("NVML unavailable: the nvidia-ml-py package is not installed "
+                                  "(pip install nvidia-ml-py)") from exc
+        try:
+            self.session = gpu_layer.Nvml(nv_mod)
+        except JouleboundError as exc:
+            if "NO_PERMISSION" in str(exc):
+                raise
+            raise JouleboundError(f"NVML could not start ({exc.__cause__}); no NVIDIA driver "
+                                  "(libnvidia-ml.so) on this machine") from exc.__cause__
+        self.nv = self.session.nv
         env = dict(os.environ) if env is None else env
         self.counter_bits = counter_bits
-        try:
-            nv.nvmlInit()
-        except Exception as exc:
-            if _is(nv, exc, "NVML_ERROR_NO_PERMISSION"):
-                raise JouleboundError("NVML refused access (NVML_ERROR_NO_PERMISSION): this user "
-                                      "may not open the NVIDIA driver; run in a container with "
-                                      "GPU access (--gpus) or ask an admin") from exc
-            raise JouleboundError(f"NVML could not start ({exc}); no NVIDIA driver "
-                                  "(libnvidia-ml.so) on this machine") from exc
-        self._inited = True
         try:
             self._open(gpus, env)
         except BaseException:
@@ -108,22 +100,14 @@ class NvmlBackend(Backend):
 
     # -- device discovery ---------------------------------------------------------------------
     def _open(self, gpus: Sequence[int] | str | None, env: dict[str, str]) -> None:
-        nv = self.nv
-        n = int(nv.nvmlDeviceGetCount())
-        if n == 0:
+        physical = self.session.gpus()
+        if not physical:
             raise JouleboundError("NVML found no GPU")
-        handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
-        uuids = [_text(nv.nvmlDeviceGetUUID(h)) for h in handles]
-        entries = visible_device_ids(env)
-        if entries is None:
-            phys = list(range(n))
-        else:
-            phys = [self._resolve(e, handles, uuids) for e in entries]
-            if len(phys) > 1 and any(e.isdigit() for e in entries) and \
-                    env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
-                self.notes.append("CUDA_VISIBLE_DEVICES uses numbers but CUDA_DEVICE_ORDER is not "
-                                  "PCI_BUS_ID: CUDA may number GPUs differently from NVML; set "
-                                  "CUDA_DEVICE_ORDER=PCI_BUS_ID to be sure which GPU is metered")
+        try:
+            phys, notes = gpu_layer.visible_gpus(physical, env)
+        except JouleboundError as exc:
+            raise JouleboundError(f"CUDA_VISIBLE_DEVICES: {exc}") from None
+        self.notes.extend(notes)
         if gpus is None or gpus == "all":
             want = list(range(len(phys)))
         else:
@@ -134,78 +118,34 @@ class NvmlBackend(Backend):
                 raise JouleboundError(f"GPU index {bad} is not visible: {len(phys)} GPU(s) visible "
                                       f"(indices 0..{len(phys) - 1}); check --gpus and "
                                       "CUDA_VISIBLE_DEVICES")
-        self._handles: list[Any] = []
+        self._devices: list[gpu_layer.GpuDevice] = []
         self._last_raw: list[int | None] = []
         self._total_j: list[float] = []
         self._counter: list[bool] = []
         for vis in want:
             p = phys[vis]
-            h = handles[p]
-            name = _text(nv.nvmlDeviceGetName(h)) if hasattr(nv, "nvmlDeviceGetName") else "GPU"
-            self._check_mig(h, vis, uuids[p], name)
-            has_counter = self._probe_counter(h, vis, name)
+            dev = self.session.open(p)
+            if p.mig:
+                self.notes.append(
+                    f"MIG is enabled on GPU {vis} ({p.name}, {p.uuid}): NVML reports energy and "
+                    "power for the whole physical GPU, shared by all its MIG instances — the "
+                    "figures are not one slice's; windows are flagged 'mig'")
+            has_counter = self._probe_counter(dev, vis)
             if not has_counter:
-                self._probe_power(h, vis, name)
+                self._probe_power(dev, vis)
             self.channels.append(Channel(
-                uuid=uuids[p], index=vis, kind="gpu", name=name,
+                uuid=p.uuid, index=vis, kind="gpu", name=p.name,
                 source="nvml.energy_counter" if has_counter else "nvml.power_integration",
-                sensor_period_s=catalog_sensor_period(name) or DEFAULT_SENSOR_PERIOD_S))
-            self._handles.append(h)
+                sensor_period_s=catalog_sensor_period(p.name) or DEFAULT_SENSOR_PERIOD_S))
+            self._devices.append(dev)
             self._counter.append(has_counter)
             self._last_raw.append(None)
             self._total_j.append(0.0)
 
-    def _resolve(self, entry: str, handles: list[Any], uuids: list[str]) -> int:
-        nv = self.nv
-        if entry.isdigit():
-            i = int(entry)
-            if i >= len(handles):
-                raise JouleboundError(f"CUDA_VISIBLE_DEVICES names GPU {i} but NVML sees "
-                                      f"{len(handles)} GPU(s)")
-            return i
-        if entry.startswith("MIG-"):
-            for p, h in enumerate(handles):
-                try:
-                    current, _ = nv.nvmlDeviceGetMigMode(h)
-                    if not current:
-                        continue
-                    for k in range(int(nv.nvmlDeviceGetMaxMigDeviceCount(h))):
-                        try:
-                            mh = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
-                        except nv.NVMLError:
-                            continue
-                        if _text(nv.nvmlDeviceGetUUID(mh)) == entry:
-                            return p
-                except nv.NVMLError:
-                    continue
-            raise JouleboundError(f"CUDA_VISIBLE_DEVICES names MIG device {entry!r} but no GPU "
-                                  "with MIG enabled has it; NVML meters whole GPUs, so name the "
-                                  "parent GPU's UUID (nvidia-smi -L) instead")
-        matches = [p for p, u in enumerate(uuids) if u.startswith(entry) or
-                   u.startswith("GPU-" + entry)]
-        if len(matches) != 1:
-            raise JouleboundError(f"CUDA_VISIBLE_DEVICES entry {entry!r} matches "
-                                  f"{len(matches)} GPU(s) (UUIDs: {', '.join(uuids)})")
-        return matches[0]
-
-    def _check_mig(self, h: Any, vis: int, uuid: str, name: str) -> None:
-        nv = self.nv
-        if not hasattr(nv, "nvmlDeviceGetMigMode"):
-            return
-        try:
-            current, _pending = nv.nvmlDeviceGetMigMode(h)
-        except Exception:  # NOT_SUPPORTED on pre-Ampere GPUs: no MIG
-            return
-        if current == getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1):
-            self.notes.append(
-                f"MIG is enabled on GPU {vis} ({name}, {uuid}): NVML reports energy and power for "
-                "the whole physical GPU, shared by all its MIG instances — the figures are not one "
-                "slice's; windows are flagged 'mig'")
-
-    def _probe_counter(self, h: Any, vis: int, name: str) -> bool:
+    def _probe_counter(self, dev: gpu_layer.GpuDevice, vis: int) -> bool:
         nv = self.nv
         try:
-            nv.nvmlDeviceGetTotalEnergyConsumption(h)
+            dev.energy_mj()
             return True
         except nv.NVMLError as exc:
             if _is(nv, exc, "NVML_ERROR_NOT_SUPPORTED"):
@@ -214,68 +154,75 @@ class NvmlBackend(Backend):
                 why = "denied the total-energy counter (NVML_ERROR_NO_PERMISSION)"
             else:
                 why = f"energy counter failed ({exc})"
-            self.notes.append(f"GPU {vis} ({name}) {why}: energy is integrated from power "
+            self.notes.append(f"GPU {vis} ({dev.name}) {why}: energy is integrated from power "
                               "samples instead (coarser; keep the sampler on)")
             return False
 
-    def _probe_power(self, h: Any, vis: int, name: str) -> None:
+    def _probe_power(self, dev: gpu_layer.GpuDevice, vis: int) -> None:
         nv = self.nv
         try:
-            nv.nvmlDeviceGetPowerUsage(h)
+            dev.power_w()
         except nv.NVMLError as exc:
             if _is(nv, exc, "NVML_ERROR_NO_PERMISSION"):
                 raise JouleboundError(
-                    f"GPU {vis} ({name}): NVML denied both the energy counter and the power "
+                    f"GPU {vis} ({dev.name}): NVML denied both the energy counter and the power "
                     "reading (NVML_ERROR_NO_PERMISSION). Run where the driver allows monitoring "
                     "(same user/container as the job, or ask an admin); use --backend none to "
                     "record time only") from exc
-            raise JouleboundError(f"GPU {vis} ({name}) has neither an energy counter nor a power "
-                                  f"reading in NVML ({exc}); use --backend none to record time "
-                                  "only") from exc
+            raise JouleboundError(f"GPU {vis} ({dev.name}) has neither an energy counter nor a "
+                                  f"power reading in NVML ({exc}); use --backend none to record "
+                                  "time only") from exc
 
     # -- reads --------------------------------------------------------------------------------
     def has_counter(self, i: int) -> bool:
         return self._counter[i]
 
     def read_power_w(self, i: int, t: float) -> float | None:
-        try:
-            return float(self.nv.nvmlDeviceGetPowerUsage(self._handles[i])) / 1000.0
-        except self.nv.NVMLError:
-            return None
+        """Power (W). A failed read raises (the meter flags it): it is not "no power sensor"."""
+        return self._devices[i].power_w()
 
     def read_energy_j(self, i: int, t: float) -> float | None:
         if not self._counter[i]:
             return None
-        raw = int(self.nv.nvmlDeviceGetTotalEnergyConsumption(self._handles[i]))
-        return self._unwrap(i, raw, t)
+        return self._unwrap(i, self._devices[i].energy_mj(), t)
 
     def _unwrap(self, i: int, raw: int, t: float) -> float:
-        """Monotonic energy (J) from the raw mJ counter, handling wraparound and resets."""
+        """Monotonic energy (J) from the raw mJ counter: wraparound, driver resets and glitches.
+
+        A lower reading is a *wraparound* when the previous value was in the top 1/8 of the counter
+        range, a driver *reset* when it fell below half the previous value (a reloaded driver
+        restarts near 0: the energy since the reset is added), and otherwise a *glitch* (NVML read
+        a little low once): the previous value is kept as a high-water mark and nothing is added,
+        so the next normal reading counts from there."""
         last = self._last_raw[i]
-        self._last_raw[i] = raw
         if last is None:  # first read: the origin
+            self._last_raw[i] = raw
             return self._total_j[i]
+        uuid = self.channels[i].uuid
         if raw >= last:
             delta_mj = raw - last
+            self._last_raw[i] = raw
         else:
             top = 1 << self.counter_bits
-            uuid = self.channels[i].uuid
             if last >= top - (top >> 3):
                 delta_mj = raw + top - last
+                self._last_raw[i] = raw
                 self.events.append(CounterEvent(t, uuid, "wraparound",
                                                 f"{last} -> {raw} mJ (range 2^{self.counter_bits})"))
-            else:
+            elif raw < last // 2:
                 delta_mj = raw
+                self._last_raw[i] = raw
                 self.events.append(CounterEvent(t, uuid, "reset",
                                                 f"{last} -> {raw} mJ: driver reloaded? energy "
                                                 "between the last read and the reset is lost"))
+            else:
+                delta_mj = 0          # held at the high-water mark
+                self.events.append(CounterEvent(t, uuid, "glitch",
+                                                f"{last} -> {raw} mJ read once: held at {last} mJ"))
         self._total_j[i] += delta_mj / 1000.0
         return self._total_j[i]
 
     def close(self) -> None:
-        if getattr(self, "_inited", False):
-            self._inited = False
-            try:
-                self.nv.nvmlShutdown()
-            except Exception:  # pragma: no cover
-                pass
+        session = getattr(self, "session", None)
+        if session is not None:
+            session.close()

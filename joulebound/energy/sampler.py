@@ -1,21 +1,31 @@
 """Background power sampler: a daemon thread that reads every channel's power every ``interval_s``.
 
 Memory stays O(channels x open windows) however long the run: per channel the sampler keeps a
-running trapezoid integral of power (J) and the last reading, and per *watched* window the peak
-power and sample count. Samples are handed to a sink (the SQLite store) in batches, about every
-second. Timestamps are the meter's clock (s, epoch-aligned, monotonic).
+running trapezoid integral of power (J), the last reading, the energy counter's
+:class:`~joulebound.energy.counter.CounterTrack`, and per *watched* window the peak power and
+sample count. Samples are handed to a sink (the SQLite store) in batches, about every second.
+Timestamps are the meter's clock (s, epoch-aligned, monotonic).
+
+Nothing is lost silently: every failed read is counted per channel (:attr:`Sampler.failures`) with
+its message, every sample the sink could not take is counted (:attr:`Sampler.samples_lost`), and
+:meth:`Sampler.problems` says so in words for the run's notes. Across failed power reads (or, while
+the thread runs, readings further apart than :attr:`Sampler.gap_s`: a stalled thread) the integral
+still bridges linearly, but the bridged time and energy are accumulated (``gap_time_s`` /
+``gap_energy_j``) so a window can tell how much of it was really measured.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .base import Backend
+from .counter import CounterTrack, EdgeValue
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Sample:
     """One reading of one channel: time ``t`` (s), ``power_w`` (W), cumulative ``energy_j`` (J)."""
 
@@ -36,6 +46,26 @@ class WindowStats:
         self.n[s.channel] = self.n.get(s.channel, 0) + 1
         if s.power_w is not None and s.power_w > self.peak_w.get(s.channel, float("-inf")):
             self.peak_w[s.channel] = s.power_w
+
+
+@dataclass(slots=True)
+class PowerEdge:
+    """The power integral of one channel evaluated at a window edge.
+
+    Attributes:
+        integral_j: trapezoid integral up to the edge (J); after the last reading the last power
+            is held.
+        gap_time_s / gap_energy_j: cumulative time and energy not backed by readings (bridged
+            gaps and the held tail when it is longer than ``gap_s``).
+        failures: cumulative failed power reads of the channel.
+        has_reading: False before the channel's first good power reading.
+    """
+
+    integral_j: float
+    gap_time_s: float
+    gap_energy_j: float
+    failures: int
+    has_reading: bool
 
 
 class Sampler:
@@ -62,9 +92,24 @@ class Sampler:
         self.sink = sink
         self.flush_s = float(flush_s)
         self.integral_j: dict[int, float] = {i: 0.0 for i in self.channels}
+        self.gap_time_s: dict[int, float] = {i: 0.0 for i in self.channels}
+        self.gap_energy_j: dict[int, float] = {i: 0.0 for i in self.channels}
+        periods = [backend.channels[i].sensor_period_s or 0.0 for i in self.channels]
+        #: power readings further apart than this (s) are a gap, not a measurement
+        self.gap_s = max([3.0 * self.interval_s, *[1.5 * p for p in periods]])
+        self.tracks: dict[int, CounterTrack] = {
+            i: CounterTrack(backend.channels[i].sensor_period_s) for i in self.channels
+            if backend.has_counter(i)}
         self._last: dict[int, tuple[float, float]] = {}
+        self._first: dict[int, float] = {}
+        self._failed_since: set[int] = set()   # a power read failed since the last good one
         self._watch: dict[str, WindowStats] = {}
-        self.errors: list[str] = []
+        #: failed reads per channel
+        self.failures: Counter[int] = Counter()
+        self._messages: Counter[str] = Counter()
+        #: samples the sink could not take, and the last reason
+        self.samples_lost = 0
+        self.sink_error: str | None = None
         self._pending: list[Sample] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -97,7 +142,10 @@ class Sampler:
         next_t = time.perf_counter()
         last_flush = next_t
         while not self._stop.is_set():
-            self.sample_now()
+            try:
+                self.sample_now()
+            except Exception as exc:  # never let the thread die silently
+                self.record_failure(None, "sampler", exc)
             now = time.perf_counter()
             if self.sink is not None and now - last_flush >= self.flush_s:
                 self.flush()
@@ -120,35 +168,72 @@ class Sampler:
                     p = self.backend.read_power_w(i, t)
                 ok = True
             except Exception as exc:  # a sensor hiccup must not kill the thread
-                self._error(exc)
+                self.record_failure(i, "power", exc)
             if self.backend.has_counter(i):
                 try:
                     with self.backend.lock:
                         e = self.backend.read_energy_j(i, t)
                     ok = True
                 except Exception as exc:
-                    self._error(exc)
+                    self.record_failure(i, "energy counter", exc)
             if ok:
                 out.append(Sample(t, i, p, e))
         self.add(out)
         self.n_reads += 1
         return out
 
-    def _error(self, exc: Exception) -> None:
-        if len(self.errors) < 20:
-            self.errors.append(f"{type(exc).__name__}: {exc}")
+    def record_failure(self, channel: int | None, what: str, exc: BaseException) -> None:
+        """Count a failed read (``channel`` ``None``: the sampler itself)."""
+        with self._lock:
+            if channel is not None:
+                self.failures[channel] += 1
+                if what == "power":
+                    self._failed_since.add(channel)
+            ch = "" if channel is None else f"{self._label(channel)} "
+            self._messages[f"{ch}{what} read failed: {type(exc).__name__}: {exc}"] += 1
+
+    def _label(self, i: int) -> str:
+        c = self.backend.channels[i]
+        return f"{c.kind} {c.index} ({c.uuid})"
+
+    @property
+    def errors(self) -> list[str]:
+        """Distinct failure messages, with counts."""
+        with self._lock:
+            return [f"{m} (x{n})" if n > 1 else m for m, n in self._messages.items()]
+
+    def problems(self) -> list[str]:
+        """What was lost, in words (empty when nothing was)."""
+        out = self.errors
+        if self.samples_lost:
+            out.append(f"{self.samples_lost:,} power sample(s) could not be written to the store "
+                       f"({self.sink_error}); the windows themselves are unaffected")
+        return out
 
     def add(self, samples: list[Sample]) -> None:
-        """Fold readings into the running integrals and the watched windows' statistics."""
+        """Fold readings into the running integrals, the counter tracks and the watched windows'
+        statistics."""
         with self._lock:
             for smp in samples:
+                ch = smp.channel
                 if smp.power_w is not None:
-                    last = self._last.get(smp.channel)
+                    last = self._last.get(ch)
                     if last is not None and smp.t > last[0]:
-                        self.integral_j[smp.channel] = self.integral_j.get(smp.channel, 0.0) + \
-                            0.5 * (last[1] + smp.power_w) * (smp.t - last[0])
+                        dt = smp.t - last[0]
+                        e = 0.5 * (last[1] + smp.power_w) * dt
+                        self.integral_j[ch] = self.integral_j.get(ch, 0.0) + e
+                        if ch in self._failed_since or (self.running and dt > self.gap_s):
+                            self.gap_time_s[ch] = self.gap_time_s.get(ch, 0.0) + dt
+                            self.gap_energy_j[ch] = self.gap_energy_j.get(ch, 0.0) + e
                     if last is None or smp.t >= last[0]:
-                        self._last[smp.channel] = (smp.t, smp.power_w)
+                        self._last[ch] = (smp.t, smp.power_w)
+                    self._first.setdefault(ch, smp.t)
+                    self._failed_since.discard(ch)
+                track = self.tracks.get(ch)
+                if track is not None:
+                    track.observe(smp.t, smp.energy_j, smp.power_w,
+                                  integral_j=self.integral_j.get(ch, 0.0)
+                                  if ch in self._last else None)
                 for w in self._watch.values():
                     w.update(smp)
             if self.sink is not None:
@@ -158,6 +243,56 @@ class Sampler:
         """Trapezoid integral of ``channel``'s power since the first reading (J)."""
         with self._lock:
             return self.integral_j.get(channel, 0.0)
+
+    def power_edge(self, channel: int, t: float) -> PowerEdge:
+        """The power integral at ``t`` (the last power held after the last reading)."""
+        with self._lock:
+            return self._power_edge(channel, t)
+
+    def power_edges(self, channels: list[int], t: float) -> dict[int, PowerEdge]:
+        """:meth:`power_edge` of several channels under one lock."""
+        with self._lock:
+            return {i: self._power_edge(i, t) for i in channels}
+
+    def _power_edge(self, channel: int, t: float) -> PowerEdge:
+        integ = self.integral_j.get(channel, 0.0)
+        gap_t = self.gap_time_s.get(channel, 0.0)
+        gap_e = self.gap_energy_j.get(channel, 0.0)
+        last = self._last.get(channel)
+        if last is not None and t > last[0]:
+            held_t = t - last[0]
+            held_e = last[1] * held_t
+            integ += held_e
+            if channel in self._failed_since or held_t > self.gap_s:
+                gap_t += held_t
+                gap_e += held_e
+        return PowerEdge(integ, gap_t, gap_e, self.failures.get(channel, 0), last is not None)
+
+    def counter_edge(self, channel: int, t: float) -> EdgeValue | None:
+        """The counter track's estimate at ``t`` (:meth:`CounterTrack.edge`)."""
+        with self._lock:
+            track = self.tracks.get(channel)
+            return None if track is None else track.edge(t)
+
+    def counter_edges(self, samples: list[Sample], t: float) -> dict[int, EdgeValue | None]:
+        """Fold edge readings in (:meth:`add`) and return each sampled counter channel's
+        estimate at ``t`` (``None`` where its reading failed), under one lock."""
+        self.add(samples)
+        with self._lock:
+            out: dict[int, EdgeValue | None] = {}
+            for smp in samples:
+                track = self.tracks.get(smp.channel)
+                out[smp.channel] = (track.edge(t) if track is not None and smp.energy_j is not None
+                                    else None)
+            return out
+
+    def first_power_t(self, channel: int) -> float | None:
+        """Time of the channel's first good power reading (s), ``None`` before it."""
+        with self._lock:
+            return self._first.get(channel)
+
+    def track(self, channel: int) -> CounterTrack | None:
+        return self.tracks.get(channel)
 
     def watch(self, name: str) -> WindowStats:
         """Start collecting peak power / sample counts for window ``name``."""
@@ -170,7 +305,7 @@ class Sampler:
             return self._watch.pop(name, WindowStats())
 
     def flush(self) -> None:
-        """Hand pending samples to the sink."""
+        """Hand pending samples to the sink; what it cannot take is counted, not hidden."""
         if self.sink is None:
             return
         with self._lock:
@@ -179,5 +314,6 @@ class Sampler:
             try:
                 self.sink(batch)
             except Exception as exc:  # a sink failure must not kill the thread
-                if len(self.errors) < 20:
-                    self.errors.append(f"sink: {type(exc).__name__}: {exc}")
+                with self._lock:
+                    self.samples_lost += len(batch)
+                    self.sink_error = f"{type(exc).__name__}: {exc}"

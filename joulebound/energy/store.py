@@ -12,10 +12,16 @@ Tables:
 
 Times are seconds since the Unix epoch; energy J; power W. The same file may hold other helpers'
 tables (e.g. ``sweep_results``). Several processes may write one file (WAL + busy timeout).
+
+Integrity: every open runs ``PRAGMA quick_check``; a damaged file is refused with a message
+(never written into, never a raw sqlite traceback). ``PRAGMA user_version`` records the schema
+version (:data:`SCHEMA_VERSION`); a file from a newer joulebound is refused, an unversioned one from
+before versioning is stamped on its first write.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -45,6 +51,26 @@ CREATE TABLE IF NOT EXISTS samples (
 CREATE INDEX IF NOT EXISTS samples_run ON samples(run_id, t_s);
 """
 TABLES = ("runs", "windows", "samples")
+#: ``PRAGMA user_version`` of the tables above
+SCHEMA_VERSION = 1
+
+
+def check_integrity(con: sqlite3.Connection, path: str | Path, what: str = "store") -> None:
+    """Refuse a damaged SQLite file (``PRAGMA quick_check``) with a message saying what to do.
+
+    Raises:
+        JouleboundError: the file is not a database or fails the check.
+    """
+    try:
+        rows = [r[0] for r in con.execute("PRAGMA quick_check(5)").fetchall()]
+    except sqlite3.DatabaseError as exc:
+        raise JouleboundError(f"{what} {path}: not an SQLite database, or not a usable one "
+                              f"({exc}); record to a new file instead (e.g. --db new.db)") from None
+    if rows != ["ok"]:
+        raise JouleboundError(f"{what} {path} is damaged (SQLite quick_check: "
+                              f"{'; '.join(str(r) for r in rows)}); it was not written to. Keep it "
+                              f"for inspection, record to a new file (e.g. --db new.db), and try "
+                              f"`sqlite3 {path} .recover` to salvage its rows")
 
 
 class Store:
@@ -62,6 +88,7 @@ class Store:
             if readonly:
                 self._con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30.0,
                                             check_same_thread=False, isolation_level=None)
+                check_integrity(self._con, self.path)
                 tables = {r[0] for r in self._con.execute(
                     "SELECT name FROM sqlite_master WHERE type='table'")}
                 if not {"runs", "windows", "samples"} <= tables:
@@ -69,15 +96,30 @@ class Store:
                         f"store {self.path}: not a joulebound measurement store (no runs/windows/"
                         "samples tables); it is written by joulebound measure --db, "
                         "EnergyMeter(store=...) or the Hugging Face callback")
+                self._check_version()
             else:
                 self._con = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False,
                                             isolation_level=None)
+                check_integrity(self._con, self.path)
+                self._check_version()
                 self._con.execute("PRAGMA journal_mode=WAL")
                 self._con.execute("PRAGMA synchronous=NORMAL")
                 self._con.executescript(SCHEMA)
+                self._con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.OperationalError as exc:
+            raise JouleboundError(f"store {self.path}: cannot be opened for writing ({exc}); is "
+                                  "the disk full or the folder read-only?") from None
         except sqlite3.DatabaseError as exc:
-            raise JouleboundError(f"store {self.path}: not a usable SQLite database ({exc})") from exc
+            raise JouleboundError(f"store {self.path}: not a usable SQLite database ({exc}); "
+                                  "record to a new file instead (e.g. --db new.db)") from None
         self._lock = threading.Lock()
+
+    def _check_version(self) -> None:
+        v = int(self._con.execute("PRAGMA user_version").fetchone()[0])
+        if v > SCHEMA_VERSION:
+            raise JouleboundError(f"store {self.path} was written by a newer joulebound (schema "
+                                  f"version {v}, this one reads up to {SCHEMA_VERSION}); upgrade "
+                                  "joulebound, or record to a new file (e.g. --db new.db)")
 
     def _write(self, sql: str, rows: list[tuple] | tuple) -> None:
         with self._lock:
@@ -89,7 +131,9 @@ class Store:
                     self._con.execute(sql, rows)
                 self._con.execute("COMMIT")
             except BaseException:
-                self._con.execute("ROLLBACK")
+                # SQLite may already have rolled back (e.g. SQLITE_FULL): keep the real error
+                with contextlib.suppress(sqlite3.Error):
+                    self._con.execute("ROLLBACK")
                 raise
 
     # -- writes -------------------------------------------------------------------------------
@@ -138,13 +182,21 @@ class Store:
     # -- reads --------------------------------------------------------------------------------
     def query(self, sql: str, params: tuple = ()) -> list[tuple]:
         with self._lock:
-            return self._con.execute(sql, params).fetchall()
+            try:
+                return self._con.execute(sql, params).fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise JouleboundError(f"store {self.path}: cannot be read ({exc}); it may be "
+                                      "damaged: try `sqlite3 FILE .recover`") from None
 
     def runs(self) -> list[dict[str, Any]]:
         with self._lock:
-            cur = self._con.execute("SELECT * FROM runs ORDER BY started_at")
-            cols = [c[0] for c in cur.description]
-            return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+            try:
+                cur = self._con.execute("SELECT * FROM runs ORDER BY started_at")
+                cols = [c[0] for c in cur.description]
+                return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+            except sqlite3.DatabaseError as exc:
+                raise JouleboundError(f"store {self.path}: cannot be read ({exc}); it may be "
+                                      "damaged: try `sqlite3 FILE .recover`") from None
 
     def windows(self, run_id: str | None = None) -> list[WindowResult]:
         """Windows as :class:`~joulebound.energy.meter.WindowResult` (all runs or one)."""
@@ -154,10 +206,18 @@ class Store:
                "flags_json, cpu_energy_j, rank, host, run_id FROM windows")
         rows = self.query(sql + (" WHERE run_id=? ORDER BY id" if run_id else " ORDER BY id"),
                           (run_id,) if run_id else ())
-        return [WindowResult(name=r[0], start_s=r[1], end_s=r[2], duration_s=r[3], energy_j=r[4],
-                             devices=[DeviceEnergy(**d) for d in json.loads(r[5])],
-                             provenance=r[6], flags=json.loads(r[7]), cpu_energy_j=r[8],
-                             rank=r[9], host=r[10]) for r in rows]
+        out = []
+        for r in rows:
+            devs = [DeviceEnergy(**d) for d in json.loads(r[5])]
+            gpu = [d for d in devs if d.kind == "gpu"]
+            unc = (float(sum(d.uncertainty_j or 0.0 for d in gpu))
+                   if r[4] is not None and gpu and any(d.uncertainty_j is not None for d in gpu)
+                   else None)
+            out.append(WindowResult(name=r[0], start_s=r[1], end_s=r[2], duration_s=r[3],
+                                    energy_j=r[4], devices=devs, provenance=r[6],
+                                    flags=json.loads(r[7]), cpu_energy_j=r[8], rank=r[9],
+                                    host=r[10], energy_uncertainty_j=unc))
+        return out
 
     def frame(self, table: str) -> pd.DataFrame:
         """One table as a pandas DataFrame."""

@@ -57,6 +57,65 @@ def validate(df: pd.DataFrame, source: str = "dataset", need: tuple[str, ...] = 
     return df
 
 
+def read_csv_checked(path: Path) -> pd.DataFrame:
+    """A CSV file as a DataFrame; a file that is not UTF-8, empty, or has a row whose field count
+    differs from the header's raises :class:`SchemaError` naming the file and the line (pandas
+    would otherwise shift the columns silently, or print a parser traceback)."""
+    import csv
+    import io
+
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SchemaError(path, "<file>", f"byte {exc.start} is not UTF-8; save the file as UTF-8 "
+                          "CSV") from None
+    except OSError as exc:
+        raise JouleboundError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    width = None
+    try:
+        reader = csv.reader(io.StringIO(text, newline=""))
+        for row in reader:
+            if not row:
+                continue
+            if width is None:
+                width = len(row)
+            elif len(row) != width:
+                raise SchemaError(path, f"line {reader.line_num}",
+                                  f"{len(row)} fields but the header has {width}: a misaligned row "
+                                  "or header (a missing or extra comma, an unquoted comma in a "
+                                  "value); fix that line")
+    except csv.Error as exc:
+        raise SchemaError(path, "<file>", f"not valid CSV ({exc})") from None
+    if width is None:
+        raise SchemaError(path, "<file>", "empty file: expected a header line and data rows")
+    try:
+        return pd.read_csv(io.StringIO(text), index_col=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise SchemaError(path, "<file>", f"not a readable CSV ({exc})") from None
+
+
+def _numeric(raw: pd.DataFrame, path: Path, col: str, *, integer: bool = False,
+             missing_ok: bool = False) -> pd.Series:
+    """Column ``col`` as numbers; the first cell that is not a finite number (or, with
+    ``integer``, not a whole number > 0) raises :class:`SchemaError` naming its line and column.
+    Blank cells are NaN when ``missing_ok``."""
+    vals = pd.to_numeric(raw[col], errors="coerce")
+    text = raw[col].astype(str).str.strip()
+    blank = raw[col].isna() | text.eq("")
+    bad = (vals.isna() & ~blank) | (vals.notna() & ~np.isfinite(vals.astype(float)))
+    if not missing_ok:
+        bad |= blank
+    if integer:
+        bad |= vals.notna() & ((vals <= 0) | (vals != vals.round()))
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        cell = "" if blank.iloc[i] else raw[col].iloc[i]
+        want = "a whole number > 0" if integer else "a finite number"
+        raise SchemaError(path, f"line {i + 2}, column {col}",
+                          f"{cell!r} is not {want}; fill in or fix the cell (or delete the row)")
+    return vals
+
+
 def _hw_cols(df: pd.DataFrame) -> pd.DataFrame:
     if (df["device"] == "cpu").any():  # CPU sweep runs: no GPU figures (speedup laws only)
         gpu = df[df["device"] != "cpu"].copy()
@@ -106,28 +165,44 @@ def load_mayaki(path: str | Path) -> pd.DataFrame:
         p = p / MAYAKI_FILE
     if not p.exists():
         raise JouleboundError(f"Mayaki ECAI 2025 file not found: {p}")
-    raw = pd.read_csv(p)
+    raw = read_csv_checked(p)
     for c in _MAYAKI_NEED:
         if c not in raw:
             raise SchemaError(p, c, "required column is missing from the Mayaki ECAI 2025 file")
-    ok = (raw["duration"] > 0) & (raw["energy_joules"] > 0)
-    raw = raw[ok.fillna(False)]
+    for c in ("model", "source"):
+        empty = raw[c].isna() | raw[c].astype(str).str.strip().eq("")
+        if empty.any():
+            i = int(np.flatnonzero(empty.to_numpy())[0])
+            raise SchemaError(p, f"line {i + 2}, column {c}", "empty cell; fill it in")
+    num = {c: _numeric(raw, p, c, integer=True)
+           for c in ("num_layers", "d_model", "num_attention_heads", "seq_length", "batch_size")}
+    num.update({c: _numeric(raw, p, c) for c in ("params", "peak")})
+    dur = _numeric(raw, p, "duration", missing_ok=True)
+    en = _numeric(raw, p, "energy_joules", missing_ok=True)
+    ok = (dur > 0) & (en > 0)
+    raw = raw[ok]
+    device = raw["source"].map({"a100": "a100-pcie-80gb", "grid": "rtx2080ti"}).fillna(raw["source"])
+    for i, d in zip(raw.index, device, strict=True):
+        try:
+            get_hw(str(d))
+        except JouleboundError as exc:
+            raise SchemaError(p, f"line {int(i) + 2}, column source", str(exc)) from None
     df = pd.DataFrame({
         "dataset": "mayaki_ecai2025",
         "arch": raw["model"].astype(str),
-        "layers": raw["num_layers"].astype(int), "hidden": raw["d_model"].astype(int),
-        "heads": raw["num_attention_heads"].astype(int), "ff": 2048,
-        "params": raw["params"].astype(float), "seq": raw["seq_length"].astype(int),
-        "batch": raw["batch_size"].astype(int), "dtype": "fp32",
-        "device": raw["source"].map({"a100": "a100-pcie-80gb", "grid": "rtx2080ti"}).fillna(raw["source"]),
-        "peak_flops_dataset": raw["peak"].astype(float) * 1e12,
+        "layers": num["num_layers"][ok].astype(int), "hidden": num["d_model"][ok].astype(int),
+        "heads": num["num_attention_heads"][ok].astype(int), "ff": 2048,
+        "params": num["params"][ok].astype(float), "seq": num["seq_length"][ok].astype(int),
+        "batch": num["batch_size"][ok].astype(int), "dtype": "fp32",
+        "device": device.astype(str),
+        "peak_flops_dataset": num["peak"][ok].astype(float) * 1e12,
         "strategy": "single", "gpus": 1, "unit": "step",
-        "time_s": raw["duration"].astype(float), "energy_j": raw["energy_joules"].astype(float),
+        "time_s": dur[ok].astype(float), "energy_j": en[ok].astype(float),
         "energy_provenance": "measured", "speedup": np.nan,
     })
     df["family"] = "L" + df["layers"].astype(str) + "_d" + df["hidden"].astype(str)
     df = _hw_cols(df).reset_index(drop=True)
-    df.attrs["dropped"] = {"non-positive or missing duration/energy": int((~ok.fillna(False)).sum())}
+    df.attrs["dropped"] = {"non-positive or missing duration/energy": int((~ok).sum())}
     df.attrs["source"] = str(p)
     return df
 
@@ -160,7 +235,7 @@ def load_zeus(path: str | Path) -> pd.DataFrame:
     rows, dropped = [], {"non-transformer workload": 0, "below the maximum power limit": 0}
     for f in files:
         gpu = f.stem.replace("summary_power_", "")
-        raw = pd.read_csv(f)
+        raw = read_csv_checked(f)
         for c in ("dataset", "network", "batch_size", "power_limit", "time_per_epoch", "average_power"):
             if c not in raw:
                 raise SchemaError(f, c, "required column is missing from the Zeus power trace")
@@ -220,7 +295,7 @@ def load_perseus(path: str | Path) -> pd.DataFrame:
     summ = p / "derived" / "perseus_plan_summary.csv"
     if not summ.exists():
         raise JouleboundError(f"Perseus plan summary not found: {summ}")
-    raw = pd.read_csv(summ)
+    raw = read_csv_checked(summ)
     need = ("method", "gpu", "model", "dp", "pp", "tp", "microbatch_size", "num_microbatches",
             "plan_index", "plan_role", "iter_time_s", "iter_energy_j")
     for c in need:
@@ -240,7 +315,7 @@ def load_perseus(path: str | Path) -> pd.DataFrame:
         f = p / "zeus_power_limit" / gpu / "zeus_global.csv"
         if not f.exists():
             continue
-        z = pd.read_csv(f)
+        z = read_csv_checked(f)
         lim = [c for c in z.columns if c.startswith("power_limit_")]
         zmax = z[lim].replace(0.0, np.nan).max(axis=1)
         top = (z[lim].replace(0.0, np.nan).min(axis=1) == zmax) & (zmax == zmax.max())

@@ -74,7 +74,14 @@ CREATE TABLE IF NOT EXISTS sweep_plan (
 
 
 def _connect(path: str | Path) -> sqlite3.Connection:
+    from ..energy.store import check_integrity
+
     con = sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
+    try:
+        check_integrity(con, path, "sweep database")   # a damaged file is refused, not written
+    except BaseException:
+        con.close()
+        raise
     con.execute("PRAGMA busy_timeout = 60000")
     return con
 

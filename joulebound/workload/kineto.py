@@ -49,6 +49,7 @@ carry their ``bytes``. Without shapes, or for ops not listed, FLOPs and bytes ar
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from bisect import bisect_left, bisect_right
@@ -294,21 +295,52 @@ def _gemm_cost(base: str, sh: list[list[int]], s: int) -> tuple[float, float]:
 
 
 # -- event tree ----------------------------------------------------------------------------------
+def _key(v: Any) -> Any:
+    """A dict key for an id field of any JSON type (lists and objects are not hashable)."""
+    if isinstance(v, list | dict):
+        return json.dumps(v, sort_keys=True, default=str)
+    if isinstance(v, float) and not math.isfinite(v):
+        return repr(v)
+    return v
+
+
+_FIX = ("; the file is damaged or was not written by torch.profiler: re-export it with "
+        "prof.export_chrome_trace(path)")
+
+
+def _time_us(e: dict[str, Any], key: str, i: int, path: str | Path, default: float | None) -> float:
+    """A finite, non-negative-for-``dur`` time field (µs) of event ``i``; errors name the field."""
+    v = e.get(key)
+    if v is None:
+        if default is None:
+            raise SchemaError(path, f"traceEvents[{i}].{key}", "missing on a complete ('X') event"
+                              + _FIX)
+        return default
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise SchemaError(path, f"traceEvents[{i}].{key}",
+                          f"expected a finite number of microseconds, got {v!r:.40}" + _FIX)
+    if key == "dur" and v < 0:
+        raise SchemaError(path, f"traceEvents[{i}].dur", f"negative duration {v!r}" + _FIX)
+    return float(v)
+
+
 class _Ev:
     __slots__ = ("e", "name", "cat", "ts", "end", "parent", "phase_marker", "idx", "children",
-                 "key")
+                 "key", "args")
 
-    def __init__(self, e: dict[str, Any], idx: int) -> None:
+    def __init__(self, e: dict[str, Any], idx: int, ts: float = 0.0, dur: float = 0.0) -> None:
         self.e = e
         self.name = str(e.get("name", ""))
         self.cat = str(e.get("cat", "")).lower()
-        self.ts = float(e.get("ts", 0.0))
-        self.end = self.ts + float(e.get("dur", 0.0) or 0.0)
+        self.ts = ts
+        self.end = ts + dur
         self.parent: _Ev | None = None
         self.phase_marker: str | None = None
         self.idx = idx
         self.children: list[_Ev] = []
-        self.key = (e.get("pid"), e.get("tid"))
+        self.key = (_key(e.get("pid")), _key(e.get("tid")))
+        a = e.get("args")
+        self.args: dict[str, Any] = a if isinstance(a, dict) else {}
 
 
 def _marker(name: str) -> str | None:
@@ -436,35 +468,40 @@ def _leaf_compute_ops(events: list[_Ev]) -> list[_Ev]:
 # -- main entry ----------------------------------------------------------------------------------
 def from_chrome_trace(doc: Any, name: str = "trace", path: str | Path = "<trace>") -> Trace:
     """Convert a parsed Chrome trace (see the module docs for the rules)."""
-    raw = doc["traceEvents"] if isinstance(doc, dict) else doc
+    raw = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(raw, list):
+        raise SchemaError(path, "traceEvents", "missing or not a list: not a Chrome/Kineto trace "
+                          "(export it with torch.profiler's prof.export_chrome_trace(path))")
     cpu: list[_Ev] = []
     gpu: list[_Ev] = []
     launches: dict[Any, _Ev] = {}
     flows: dict[Any, _Ev] = {}
     for i, e in enumerate(raw):
         if not isinstance(e, dict):
-            raise SchemaError(path, f"traceEvents[{i}]", "expected an event object")
+            raise SchemaError(path, f"traceEvents[{i}]", "expected an event object" + _FIX)
         ph = e.get("ph")
         cat = str(e.get("cat", "")).lower()
-        if ph == "X":
-            if "ts" not in e:
-                raise SchemaError(path, f"traceEvents[{i}].ts", "missing on a complete ('X') event")
-            ev = _Ev(e, i)
+        if ph == "X" and (cat in _GPU_CATS or cat in _STACK_CATS or cat in _LAUNCH_CATS):
+            if e.get("args") is not None and not isinstance(e.get("args"), dict):
+                raise SchemaError(path, f"traceEvents[{i}].args",
+                                  f"expected an object, got {e['args']!r:.40}" + _FIX)
+            ev = _Ev(e, i, _time_us(e, "ts", i, path, None), _time_us(e, "dur", i, path, 0.0))
             if cat in _GPU_CATS:
                 gpu.append(ev)
-            elif cat in _STACK_CATS or cat in _LAUNCH_CATS:
+            else:
                 cpu.append(ev)
                 if cat in _LAUNCH_CATS:
-                    corr = (e.get("args") or {}).get("correlation")
+                    corr = ev.args.get("correlation")
                     if corr is not None:
-                        launches[corr] = ev
+                        launches[_key(corr)] = ev
         elif ph == "s" and cat == "ac2g":
-            flows[e.get("id")] = _Ev({**e, "dur": 0, "cat": "flow"}, i)
+            flows[_key(e.get("id"))] = _Ev({**e, "cat": "flow"}, i,
+                                           _time_us(e, "ts", i, path, None))
     _build_tree(cpu)
     ops = [ev for ev in cpu if ev.cat == "cpu_op"]
     by_ext: dict[Any, _Ev] = {}
     for ev in ops:
-        ext = (ev.e.get("args") or {}).get("External id")
+        ext = _key(ev.args.get("External id"))
         if ext is not None and ext not in by_ext:
             by_ext[ext] = ev
     steps = [ev for ev in cpu if ev.name.startswith("ProfilerStep#")]
@@ -473,7 +510,8 @@ def from_chrome_trace(doc: Any, name: str = "trace", path: str | Path = "<trace>
                             "record_shapes": bool(doc.get("record_shapes"))
                             if isinstance(doc, dict) else None}
     if isinstance(doc, dict) and isinstance(doc.get("deviceProperties"), list):
-        meta["devices"] = [d.get("name") for d in doc["deviceProperties"] if isinstance(d, dict)]
+        meta["devices"] = [str(d.get("name")) for d in doc["deviceProperties"]
+                           if isinstance(d, dict)]
 
     if gpu:
         kernels = _gpu_kernels(gpu, launches, flows, by_ext, cpu, phase_of)
@@ -513,12 +551,23 @@ def _cost_op(op: _Ev | None) -> tuple[_Ev, tuple[float, float, str]] | None:
     p = op
     while p is not None:
         if p.cat == "cpu_op":
-            args = p.e.get("args") or {}
-            cost = op_cost(p.name, args.get("Input Dims"), args.get("Input type"))
+            cost = _safe_cost(p.name, p.args)
             if cost is not None:
                 return p, cost
         p = p.parent
     return None
+
+
+def _safe_cost(name: str, args: dict[str, Any]) -> tuple[float, float, str] | None:
+    """:func:`op_cost` from an event's args; ``None`` (cost unknown) for shapes that make no
+    sense (negative, huge, not integers) instead of an error or a non-finite figure."""
+    try:
+        cost = op_cost(name, args.get("Input Dims"), args.get("Input type"))
+    except (OverflowError, ValueError, TypeError, IndexError):
+        return None
+    if cost is None or not all(math.isfinite(x) and x >= 0 for x in cost[:2]):
+        return None
+    return cost
 
 
 def _gpu_kernels(gpu: list[_Ev], launches: dict[Any, _Ev], flows: dict[Any, _Ev],
@@ -527,9 +576,9 @@ def _gpu_kernels(gpu: list[_Ev], launches: dict[Any, _Ev], flows: dict[Any, _Ev]
     launcher: list[_Ev | None] = []
     by_key: dict[Any, tuple[list[float], list[_Ev]]] | None = None
     for ev in gpu:
-        args = ev.e.get("args") or {}
+        args = ev.args
         op = None
-        corr = args.get("correlation")
+        corr = _key(args.get("correlation"))
         if corr in launches:
             op = _innermost_op(launches[corr].parent)
         if op is None and corr in flows:
@@ -542,7 +591,7 @@ def _gpu_kernels(gpu: list[_Ev], launches: dict[Any, _Ev], flows: dict[Any, _Ev]
                         lst[1].append(c)
             fl = flows[corr]
             op = _enclosing_op_at(by_key, fl.key, fl.ts)
-        ext = args.get("External id", args.get("external id"))
+        ext = _key(args.get("External id", args.get("external id")))
         if op is None and ext in by_ext:
             op = by_ext[ext]
         launcher.append(op)
@@ -564,7 +613,7 @@ def _gpu_kernels(gpu: list[_Ev], launches: dict[Any, _Ev], flows: dict[Any, _Ev]
 
     kernels: list[Kernel] = []
     for i, (ev, op) in enumerate(zip(gpu, launcher, strict=True)):
-        args = ev.e.get("args") or {}
+        args = ev.args
         phase = phase_of(op)
         meta: dict[str, Any] = {"stream": args.get("stream", ev.e.get("tid")),
                                 "device": args.get("device", ev.e.get("pid")),
@@ -573,7 +622,7 @@ def _gpu_kernels(gpu: list[_Ev], launches: dict[Any, _Ev], flows: dict[Any, _Ev]
             if key in args:
                 meta[key] = args[key]
         if op is not None:
-            oargs = op.e.get("args") or {}
+            oargs = op.args
             meta["op"] = op.name
             comm = {k: oargs[k] for k in _COMM_ARGS if k in oargs}
             if comm:  # record_param_comms: collective, message sizes, group size
@@ -581,12 +630,13 @@ def _gpu_kernels(gpu: list[_Ev], launches: dict[Any, _Ev], flows: dict[Any, _Ev]
             if "Input Dims" in oargs:
                 meta["input_dims"] = oargs["Input Dims"]
                 meta["input_types"] = oargs.get("Input type")
-        dtype = _name_dtype(ev.name) or _dtype((op.e.get("args") or {}).get("Input type")
-                                               if op else None)[0]
+        dtype = _name_dtype(ev.name) or _dtype(op.args.get("Input type") if op else None)[0]
         flops = nbytes = 0.0
         if ev.cat in ("gpu_memcpy", "gpu_memset", "memcpy", "memset"):
             category = "memcpy"
-            nbytes = float(args.get("bytes", 0) or 0)
+            b = args.get("bytes")
+            nbytes = float(b) if isinstance(b, int | float) and not isinstance(b, bool) and \
+                math.isfinite(b) and 0 <= b < 1e18 else 0.0
             meta["cost"] = "bytes" if nbytes else "unknown"
         else:
             category = categorize(ev.name, phase)
@@ -599,8 +649,19 @@ def _gpu_kernels(gpu: list[_Ev], launches: dict[Any, _Ev], flows: dict[Any, _Ev]
                 meta["cost"] = "shared" if found and id(found[0]) in costed_ops else "unknown"
         kernels.append(Kernel(ev.name, category, phase, None, flops, nbytes,
                               _math_dtype(category, dtype), max(ev.end - ev.ts, 0.0) * 1e-6,
-                              meta))
+                              _clean(meta)))
     return kernels
+
+
+def _clean(v: Any) -> Any:
+    """``v`` with non-finite floats replaced by ``None``: trace files stay strict JSON."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_clean(x) for x in v]
+    return v
 
 
 def _math_dtype(category: str, dtype: str) -> str:
@@ -625,9 +686,9 @@ def _name_dtype(name: str) -> str | None:
 def _cpu_kernels(leaves: list[_Ev], phase_of: Any) -> list[Kernel]:
     kernels = []
     for ev in sorted(leaves, key=lambda v: (v.ts, v.idx)):
-        args = ev.e.get("args") or {}
+        args = ev.args
         phase = phase_of(ev)
-        cost = op_cost(ev.name, args.get("Input Dims"), args.get("Input type"))
+        cost = _safe_cost(ev.name, args)
         meta: dict[str, Any] = {"thread": ev.e.get("tid")}
         if "Input Dims" in args:
             meta["input_dims"] = args["Input Dims"]
@@ -641,5 +702,5 @@ def _cpu_kernels(leaves: list[_Ev], phase_of: Any) -> list[Kernel]:
         category = categorize(ev.name, phase)
         kernels.append(Kernel(ev.name, category, phase, None, flops, nbytes,
                               _math_dtype(category, dtype), max(ev.end - ev.ts, 0.0) * 1e-6,
-                              meta))
+                              _clean(meta)))
     return kernels

@@ -7,33 +7,38 @@
   time and energy the plan would have had (provenance "modeled").
 * :class:`NvmlActuator` — real clock locking through NVML (``nvmlDeviceSetGpuLockedClocks`` /
   ``nvmlDeviceSetMemoryLockedClocks``, the latter on Ampere and newer), issued only when the
-  target changes; needs root or CAP_SYS_ADMIN (otherwise a clear error); restores the defaults
+  target changes; needs root or CAP_SYS_ADMIN (otherwise a clear error); holds the GPU
+  exclusively (a lock keyed on its UUID); restores the defaults
   (``nvmlDeviceResetGpuLockedClocks`` / ``nvmlDeviceResetMemoryLockedClocks``) on normal exit,
-  exceptions, SIGINT and SIGTERM. **Never run it on a shared or lent GPU.**
+  exceptions and SIGINT/SIGTERM/SIGHUP/SIGQUIT (:mod:`~joulebound.dvfs.control.guard`).
+  **Never run it on a shared or lent GPU.**
 * :class:`~joulebound.dvfs.control.helper.HelperActuator` — asks the privileged clock helper
   over a Unix socket (training itself needs no root).
 
 Every actuator has ``set_clocks(config)``, ``reset()``, ``on_op(label)`` (simulation hook) and
-``close()``, and is a context manager. ``ClockConfig()`` ("auto") means the GPU's default
+``close()``, and is a context manager. A closed actuator changes nothing any more. ``ClockConfig()`` ("auto") means the GPU's default
 governor: reset the locks.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
-import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ...clocks import AUTO, ClockConfig
+from ...devices import gpu as gpu_layer
 from ...errors import JouleboundError
 from ..characterization import Characterization
+from .guard import guard
 
 
 @dataclass(slots=True)
@@ -64,10 +69,14 @@ class Actuator:
         """False in a forked child (e.g. a DataLoader worker), which must not touch the clocks."""
         return os.getpid() == self._pid
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def set_clocks(self, config: ClockConfig) -> bool:
         """Switch to ``config``; returns False (and does nothing) when it is already current,
-        or when called from a forked child process."""
-        if config == self.current or not self.in_owner_process:
+        when the actuator is closed, or when called from a forked child process."""
+        if self._closed or config == self.current or not self.in_owner_process:
             return False
         self._apply(config)
         self.current = config
@@ -87,8 +96,12 @@ class Actuator:
 
     def close(self) -> None:
         if not self._closed and self.in_owner_process:
-            self._closed = True
             self.reset()
+            self._closed = True
+
+    def emergency_close(self, timeout_s: float = 5.0) -> None:
+        """Close from any thread (after a signal): base actuators change no clocks."""
+        self.close()
 
     def __enter__(self) -> Actuator:
         return self
@@ -223,19 +236,6 @@ def replay_plan(char: Characterization, plan: Any, commands: np.ndarray, iterati
 
 
 # -- NVML ------------------------------------------------------------------------------------------
-def _has_cap_sys_admin() -> bool:
-    """True when running as root or with CAP_SYS_ADMIN in the effective capability set."""
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        return True
-    try:
-        for line in open("/proc/self/status", encoding="ascii"):
-            if line.startswith("CapEff:"):
-                return bool(int(line.split()[1], 16) & (1 << 21))
-    except OSError:
-        pass
-    return False
-
-
 PERMISSION_HELP = (
     "changing GPU clocks needs root or CAP_SYS_ADMIN. Either run the privileged helper once "
     "(`sudo joulebound clock-helper --socket /run/joulebound/clocks.sock --group $(id -gn)`) and "
@@ -244,102 +244,114 @@ PERMISSION_HELP = (
 )
 
 
+def _has_cap_sys_admin() -> bool:
+    """True when running as root or with CAP_SYS_ADMIN (see
+    :func:`joulebound.devices.gpu.has_clock_privileges`)."""
+    return gpu_layer.has_clock_privileges()
+
+
 def load_nvml(nvml: Any = None) -> Any:
-    """The ``pynvml`` module (nvidia-ml-py) or the given stand-in, initialised."""
-    if nvml is None:
-        try:
-            import pynvml as nvml  # type: ignore[no-redef]
-        except ImportError as exc:
-            raise JouleboundError("NVML is not available: install nvidia-ml-py "
-                                  "(pip install nvidia-ml-py)") from exc
-    try:
-        nvml.nvmlInit()
-    except Exception as exc:  # noqa: BLE001 - NVMLError subclasses vary
-        raise JouleboundError(f"NVML could not start ({exc}); is an NVIDIA driver installed "
-                              "and a GPU visible?") from exc
-    return nvml
+    """The ``pynvml`` module (nvidia-ml-py) or the given stand-in, initialised (an open
+    :class:`~joulebound.devices.gpu.Nvml` session's module)."""
+    return gpu_layer.Nvml(nvml).nv
 
 
-def _is_not_supported(nvml: Any, exc: BaseException | None) -> bool:
-    cls = getattr(nvml, "NVMLError_NotSupported", None)
-    return exc is not None and ((cls is not None and isinstance(exc, cls))
-                                or "not supported" in str(exc).lower())
-
-
-def reset_locks(nvml: Any, handle: Any) -> None:
-    """Best effort: unlock the core and memory clocks of ``handle`` (never raises; the memory
-    reset is unsupported before Ampere)."""
-    for fn in ("nvmlDeviceResetGpuLockedClocks", "nvmlDeviceResetMemoryLockedClocks"):
-        try:
-            getattr(nvml, fn)(handle)
-        except Exception:  # noqa: BLE001 - best effort
-            pass
-
-
-def _is_no_permission(nvml: Any, exc: Exception) -> bool:
-    cls = getattr(nvml, "NVMLError_NoPermission", None)
-    return (cls is not None and isinstance(exc, cls)) or "permission" in str(exc).lower()
+class _Closed(Exception):
+    """The actuator was closed while a switch was on its way: nothing more is done."""
 
 
 class NvmlActuator(Actuator):
     """Lock GPU clocks through NVML; restores the defaults on every way out.
 
     Args:
-        gpu: NVML device index.
+        gpu: the GPU as CUDA numbers it — an index into ``CUDA_VISIBLE_DEVICES`` when that is set
+            (else the NVML index), or a ``GPU-``/``MIG-`` UUID; resolved to one physical GPU by
+            UUID (:func:`joulebound.devices.gpu.resolve`).
         nvml: NVML module (default ``pynvml``); tests pass a fake.
         check_privileges: fail at construction when not root / CAP_SYS_ADMIN.
-        lock_memory: also lock the memory clock (Ampere and newer; silently core-only before).
-        install_signal_handlers: restore defaults on SIGINT / SIGTERM (then re-raise the
-            previous handler's behaviour).
+        lock_memory: also lock the memory clock (Ampere and newer; core-only before, with a note).
+        install_signal_handlers: restore the defaults on SIGINT/SIGTERM/SIGHUP/SIGQUIT through
+            the process's :mod:`~joulebound.dvfs.control.guard` (main thread only).
+        env: environment for ``CUDA_VISIBLE_DEVICES`` (default ``os.environ``).
+        owner: who holds the GPU, in words, for the message another owner gets.
+        restore_timeout_s: how long a restore waits for an NVML call in flight before it resets
+            anyway (and again once that call returns).
+
+    The GPU is held exclusively (:class:`~joulebound.devices.gpu.GpuLock`, keyed on its UUID)
+    from construction to :meth:`close`: a second actuator, ``joulebound run`` or the clock helper
+    on the same GPU is refused. Once closed the actuator makes no NVML call at all.
 
     Never run this on a GPU you share or were lent: it changes device settings for every user.
     """
 
     name = "nvml"
 
-    def __init__(self, gpu: int = 0, nvml: Any = None, check_privileges: bool = True,
-                 lock_memory: bool = True, install_signal_handlers: bool = True) -> None:
+    def __init__(self, gpu: int | str = 0, nvml: Any = None, check_privileges: bool = True,
+                 lock_memory: bool = True, install_signal_handlers: bool = True,
+                 env: dict[str, str] | None = None, owner: str = "joulebound",
+                 restore_timeout_s: float = 5.0) -> None:
         super().__init__()
-        if check_privileges and not _has_cap_sys_admin():
+        self._closed = True           # until fully open: close() does nothing
+        if check_privileges and not gpu_layer.has_clock_privileges():
             raise JouleboundError(PERMISSION_HELP)
-        self.nvml = load_nvml(nvml)
-        self.gpu = gpu
+        self._session = gpu_layer.Nvml(nvml)
+        self.nvml = self._session.nv
         try:
-            self.handle = self.nvml.nvmlDeviceGetHandleByIndex(gpu)
+            self.device = self._session.open(gpu, env)
+        except JouleboundError:
+            self._session.close()
+            raise
         except Exception as exc:  # noqa: BLE001 - NVMLError subclasses
-            raise JouleboundError(f"GPU index {gpu} not found by NVML ({exc}); use --gpu with "
-                                  "an index from `nvidia-smi -L`") from exc
+            self._session.close()
+            raise JouleboundError(f"GPU {gpu!r} not found by NVML ({exc}); use --gpu with an "
+                                  "index or UUID from `nvidia-smi -L`") from exc
+        self.gpu = gpu
+        self.uuid = self.device.uuid
+        self.handle = self.device.handle
+        try:
+            self.gpu_lock = gpu_layer.GpuLock(self.uuid, owner=f"{owner} (NVML actuator)")
+            self.gpu_lock.acquire()
+        except BaseException:
+            self._session.close()
+            raise
         self.lock_memory = lock_memory
+        self.restore_timeout_s = float(restore_timeout_s)
         self.notes: list[str] = []
         self._core_locked = False
         self._mem_locked = False
-        self._lock = threading.Lock()
-        self._prev_handlers: dict[int, Any] = {}
+        self._mu = threading.Lock()
+        self._close_mu = threading.Lock()
+        self._restored = threading.Event()
+        self._closed = False
         atexit.register(self.close)
-        if install_signal_handlers and threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._prev_handlers[sig] = signal.signal(sig, self._on_signal)
+        self._guarded = False
+        if install_signal_handlers:
+            g = guard()
+            self._guarded = g.register(self)
+            for n in g.notes:
+                if n not in self.notes:
+                    self.notes.append(n)
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        """Reset the clocks, then behave as the previous handler would have."""
-        prev = self._prev_handlers.get(signum, signal.SIG_DFL)
-        self.close()            # resets the clocks (owner process only), restores handlers
-        if callable(prev):      # e.g. Python's default SIGINT handler -> KeyboardInterrupt
-            prev(signum, frame)
-        elif prev != signal.SIG_IGN:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
+    def set_clocks(self, config: ClockConfig) -> bool:
+        if self._closed:
+            return False
+        try:
+            return super().set_clocks(config)
+        except _Closed:
+            return False
 
     def _call(self, fn: str, *args: Any) -> None:
+        if self._closed:
+            raise _Closed
         try:
             getattr(self.nvml, fn)(self.handle, *args)
         except Exception as exc:  # noqa: BLE001 - NVMLError subclasses
-            if _is_no_permission(self.nvml, exc):
+            if gpu_layer.is_no_permission(self.nvml, exc):
                 raise JouleboundError(f"{fn} was refused: {PERMISSION_HELP}") from exc
-            raise JouleboundError(f"{fn}{args} failed on GPU {self.gpu}: {exc}") from exc
+            raise JouleboundError(f"{fn}{args} failed on {self.device.describe()}: {exc}") from exc
 
     def _apply(self, config: ClockConfig) -> None:
-        with self._lock:
+        with self._mu:
             if config.core_mhz is None:
                 if self._core_locked:
                     self._call("nvmlDeviceResetGpuLockedClocks")
@@ -358,55 +370,143 @@ class NvmlActuator(Actuator):
                 self._call("nvmlDeviceSetMemoryLockedClocks", config.mem_mhz, config.mem_mhz)
                 self._mem_locked = True
             except JouleboundError as exc:
-                if not _is_not_supported(self.nvml, exc.__cause__):
+                if not gpu_layer.is_not_supported(self.nvml, exc.__cause__):
                     raise
                 # before Ampere memory clocks cannot be locked: keep going with core clocks
                 self.lock_memory = False
-                self.notes.append(f"GPU {self.gpu} does not support memory-clock locking "
-                                  "(pre-Ampere); only core clocks are applied")
+                self.notes.append(f"{self.device.describe()} does not support memory-clock "
+                                  "locking (pre-Ampere); only core clocks are applied")
 
     def reset(self) -> None:
-        """Unlock both clocks (always issues the reset calls; never from a forked child)."""
-        if not self.in_owner_process:
+        """Unlock both clocks (always issues the reset calls; never from a forked child, never
+        once closed)."""
+        if not self.in_owner_process or self._closed:
             return
-        with self._lock:
-            reset_locks(self.nvml, self.handle)
-            self._core_locked = self._mem_locked = False
+        with self._mu:
+            if self._closed:
+                return
+            self._reset_now()
         if self.current != AUTO:
             self.switches.append(SwitchRecord(time.monotonic() - self._t0, AUTO, self.n_ops))
         self.current = AUTO
 
-    def close(self) -> None:
-        if self._closed or not self.in_owner_process:
+    def _reset_now(self) -> None:
+        for err in self.device.reset_clocks():
+            note = f"{self.device.describe()}: {err}"
+            if note not in self.notes:
+                self.notes.append(note)
+        self._core_locked = self._mem_locked = False
+
+    def emergency_close(self, timeout_s: float | None = None) -> None:
+        """Close from any thread (the guard's restorer, ``atexit``, :meth:`close`): no NVML call
+        is made after this, except the reset; an NVML call in flight is waited for at most
+        ``timeout_s`` (then the reset is issued anyway, and again once that call returns)."""
+        if not self.in_owner_process:
             return
-        self._closed = True
-        self.reset()
-        for sig, prev in self._prev_handlers.items():
+        timeout = self.restore_timeout_s if timeout_s is None else float(timeout_s)
+        with self._close_mu:
+            first = not self._closed
+            self._closed = True       # from now on _call refuses: the reset is the last call
+        if not first:                 # another thread is restoring: wait for it to finish
+            self._restored.wait(timeout + 1.0)
+            return
+        got = self._mu.acquire(timeout=timeout)
+        try:
+            self._reset_now()
+            if not got:
+                self.notes.append(f"an NVML call was still in flight after {timeout:g} s; clocks "
+                                  "reset anyway")
+                if self._mu.acquire(timeout=60.0):   # that call has returned: reset once more
+                    got = True
+                    self._reset_now()
+        finally:
+            if got:
+                self._mu.release()
+        if self.current != AUTO:
+            self.switches.append(SwitchRecord(time.monotonic() - self._t0, AUTO, self.n_ops))
+        self.current = AUTO
+        self.gpu_lock.release()
+        if got:
+            self._session.close()
+        guard().unregister(self)
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.close)
+        self._restored.set()
+
+    def close(self) -> None:
+        self.emergency_close()
+
+
+@dataclass
+class ResetReport:
+    """What ``reset-clocks`` did to one GPU.
+
+    Attributes:
+        gpu: what the user named (index or UUID), or the NVML index.
+        uuid: the physical GPU (``None`` when ``gpu`` named no GPU).
+        name: product name.
+        errors: what failed (empty: both clocks are back at the defaults).
+        note: e.g. who held the GPU.
+    """
+
+    gpu: str
+    uuid: str | None
+    name: str = ""
+    errors: list[str] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def reset_all_clocks(nvml: Any = None, gpus: Sequence[int | str] | None = None,
+                     env: dict[str, str] | None = None) -> list[ResetReport]:
+    """Reset locked core and memory clocks; tries every GPU and reports each one.
+
+    Args:
+        gpus: CUDA-visible indices or UUIDs (:func:`joulebound.devices.gpu.resolve`); ``None``:
+            every GPU NVML sees (``CUDA_VISIBLE_DEVICES`` ignored: after a hard kill every locked
+            GPU should come back).
+    """
+    with gpu_layer.Nvml(nvml) as nv:
+        reports: list[ResetReport] = []
+        targets: list[tuple[str, gpu_layer.PhysicalGpu | None, str]] = []
+        if gpus is None:
+            targets = [(str(g.nvml_index), g, "") for g in nv.gpus()]
+        else:
+            for g in gpus:
+                try:
+                    targets.append((str(g), nv.resolve(g, env), ""))
+                except JouleboundError as exc:
+                    targets.append((str(g), None, str(exc)))
+        seen: set[str] = set()
+        for label, phys, err in targets:
+            if phys is None:
+                reports.append(ResetReport(label, None, errors=[err]))
+                continue
+            if phys.uuid in seen:
+                continue
+            seen.add(phys.uuid)
+            rep = ResetReport(label, phys.uuid, phys.name)
             try:
-                if signal.getsignal(sig) == self._on_signal:
-                    signal.signal(sig, prev)
-            except (ValueError, TypeError):
+                dev = nv.open(phys)
+            except Exception as exc:  # noqa: BLE001 - keep going with the other GPUs
+                rep.errors.append(f"cannot open {phys.describe()}: {exc}")
+                reports.append(rep)
+                continue
+            for e in dev.reset_clocks():
+                if "permission" in e.lower():
+                    e += " (needs root or CAP_SYS_ADMIN: run with sudo)"
+                rep.errors.append(e)
+            lk = gpu_layer.GpuLock(phys.uuid)
+            try:
+                lk.acquire()
+                lk.release()
+            except gpu_layer.GpuBusy:
+                rep.note = (f"controlled by {lk.holder()}: its clocks were reset, but that owner "
+                            "may lock them again")
+            except OSError:
                 pass
-        self._prev_handlers.clear()
-        atexit.unregister(self.close)
-
-
-def reset_all_clocks(nvml: Any = None, gpus: list[int] | None = None) -> list[int]:
-    """Reset locked core and memory clocks on ``gpus`` (default: all); returns the indices."""
-    nv = load_nvml(nvml)
-    if gpus is None:
-        gpus = list(range(nv.nvmlDeviceGetCount()))
-    for i in gpus:
-        h = nv.nvmlDeviceGetHandleByIndex(i)
-        try:
-            nv.nvmlDeviceResetGpuLockedClocks(h)
-        except Exception as exc:  # noqa: BLE001
-            if _is_no_permission(nv, exc):
-                raise JouleboundError(f"resetting clocks of GPU {i} was refused: needs root or "
-                                      "CAP_SYS_ADMIN (run with sudo)") from exc
-            raise JouleboundError(f"resetting clocks of GPU {i} failed: {exc}") from exc
-        try:
-            nv.nvmlDeviceResetMemoryLockedClocks(h)
-        except Exception:  # noqa: BLE001 - not supported before Ampere
-            pass
-    return gpus
+            reports.append(rep)
+    return reports

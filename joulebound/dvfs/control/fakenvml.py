@@ -9,7 +9,13 @@ One fake for every NVML subset joulebound uses:
 * **MIG**: MIG mode and MIG device handles with their UUIDs;
 * **errors**: ``NVMLError(code)`` with ``.value`` and the ``NVML_ERROR_*`` constants, returning the
   matching subclass (``NVMLError_NoPermission`` ...) as ``pynvml`` does;
-* a log of every call by name (``calls``, ``count(name)``).
+* a log of every call by name (``calls``, ``count(name)``);
+* **cross-process mode** (``state_path``): the clock-lock state and the call log live in a JSON
+  file (guarded by ``flock``) that every process opening a ``FakeNvml`` on the same path shares — a
+  test installs it in a real ``joulebound`` child process and watches the locks from outside;
+* **slow calls** (``delays``: call name -> seconds): a call sleeps that long before it takes effect,
+  and is listed in ``inflight()`` meanwhile, so a test can send a signal while an NVML call is in
+  flight.
 
 Example::
 
@@ -22,11 +28,17 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
+import json
+import os
 import threading
+import time
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 NVML_ERROR_UNINITIALIZED = 1
@@ -104,7 +116,7 @@ class FakeGPU:
         energy_mj: total-energy counter, mJ.
         power_mw: power reading, mW.
         counter: ``"ok"`` | ``"unsupported"`` | ``"noperm"`` | ``"lost"`` (energy counter).
-        power: ``"ok"`` | ``"noperm"`` (power reading).
+        power: ``"ok"`` | ``"noperm"`` | ``"lost"`` (power reading).
         mig: MIG mode enabled.
         mig_uuids: UUIDs of the MIG devices.
         name: ``nvmlDeviceGetName``.
@@ -146,8 +158,20 @@ def _api(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapped(self: FakeNvml, *args: Any) -> Any:
+        name = fn.__name__
         with self._mu:
-            self.calls.append(fn.__name__)
+            self.calls.append(name)
+        if self.state_path is not None:
+            h = args[0] if args and isinstance(args[0], int) else None
+            with self._shared() as st:
+                st["calls"].append([name, os.getpid(), h, time.time()])
+        delay = self.delays.get(name)
+        if delay:
+            self._inflight(name, True)
+            try:
+                time.sleep(delay)
+            finally:
+                self._inflight(name, False)
         return fn(self, *args)
 
     return wrapped
@@ -165,6 +189,10 @@ class FakeNvml(types.ModuleType):
         memory_locks: whether memory-clock locking is supported (Ampere and newer).
         gpus: the devices' readings (see :class:`FakeGPU`).
         init_error: ``NVML_ERROR_*`` code ``nvmlInit`` raises (e.g. 12: no driver).
+        state_path: share the clock locks and the call log with every process using this path
+            (a JSON file, created when missing).
+        delays: call name -> seconds the call takes (it takes effect at the end).
+        failing_gpus: GPU indices whose clock set/reset calls fail (``NVMLError_GPUIsLost``).
     """
 
     NVMLError = NVMLError
@@ -185,7 +213,10 @@ class FakeNvml(types.ModuleType):
 
     def __init__(self, n_gpus: int = 1, supported: dict[int, list[int]] | None = None,
                  privileged: bool = True, memory_locks: bool = True,
-                 gpus: list[FakeGPU] | None = None, init_error: int | None = None) -> None:
+                 gpus: list[FakeGPU] | None = None, init_error: int | None = None,
+                 state_path: str | os.PathLike | None = None,
+                 delays: dict[str, float] | None = None,
+                 failing_gpus: set[int] | frozenset[int] = frozenset()) -> None:
         super().__init__("pynvml")
         self.gpus = list(gpus) if gpus is not None else [FakeGPU(f"GPU-fake-{i}")
                                                          for i in range(n_gpus)]
@@ -196,10 +227,88 @@ class FakeNvml(types.ModuleType):
         self.memory_locks = memory_locks
         self.init_error = init_error
         self.calls: list[str] = []
-        self.core_lock: dict[int, tuple[int, int] | None] = {i: None for i in range(self.n_gpus)}
-        self.mem_lock: dict[int, tuple[int, int] | None] = {i: None for i in range(self.n_gpus)}
-        self._mu = threading.Lock()
+        self._core_lock: dict[int, tuple[int, int] | None] = {i: None for i in range(self.n_gpus)}
+        self._mem_lock: dict[int, tuple[int, int] | None] = {i: None for i in range(self.n_gpus)}
+        self._mu = threading.RLock()
         self.initialized = False
+        self.delays = dict(delays or {})
+        self.failing_gpus = set(failing_gpus)
+        self._local_inflight: list[str] = []
+        self.state_path = Path(state_path) if state_path is not None else None
+        if self.state_path is not None:
+            with self._shared():
+                pass  # creates the file when missing
+
+    # -- shared state -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _shared(self) -> Any:
+        """The cross-process state, locked for one read-modify-write."""
+        assert self.state_path is not None
+        with self._mu, open(self.state_path, "a+", encoding="utf-8") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.seek(0)
+            text = f.read()
+            st = json.loads(text) if text.strip() else {
+                "core_lock": {str(i): None for i in range(self.n_gpus)},
+                "mem_lock": {str(i): None for i in range(self.n_gpus)},
+                "calls": [], "inflight": []}
+            yield st
+            f.seek(0)
+            f.truncate()
+            f.write(json.dumps(st))
+            f.flush()
+
+    def _inflight(self, name: str, on: bool) -> None:
+        if self.state_path is None:
+            with self._mu:
+                (self._local_inflight.append if on else self._local_inflight.remove)(name)
+            return
+        with self._shared() as st:
+            entry = [name, os.getpid()]
+            if on:
+                st["inflight"].append(entry)
+            elif entry in st["inflight"]:
+                st["inflight"].remove(entry)
+
+    def inflight(self) -> list[str]:
+        """Names of the calls in flight now (in every process sharing ``state_path``)."""
+        if self.state_path is None:
+            with self._mu:
+                return list(self._local_inflight)
+        with self._shared() as st:
+            return [e[0] for e in st["inflight"]]
+
+    def _locks(self, which: str) -> dict[int, tuple[int, int] | None]:
+        if self.state_path is None:
+            return getattr(self, "_" + which)
+        with self._shared() as st:
+            return {int(k): (tuple(v) if v is not None else None)  # type: ignore[misc]
+                    for k, v in st[which].items()}
+
+    def _set_lock(self, which: str, h: int, value: tuple[int, int] | None) -> None:
+        if self.state_path is None:
+            getattr(self, "_" + which)[h] = value
+            return
+        with self._shared() as st:
+            st[which][str(h)] = list(value) if value is not None else None
+
+    @property
+    def core_lock(self) -> dict[int, tuple[int, int] | None]:
+        """GPU -> locked core clocks (MHz, MHz), ``None`` when unlocked (a snapshot)."""
+        return self._locks("core_lock")
+
+    @property
+    def mem_lock(self) -> dict[int, tuple[int, int] | None]:
+        """GPU -> locked memory clocks (MHz, MHz), ``None`` when unlocked (a snapshot)."""
+        return self._locks("mem_lock")
+
+    def shared_calls(self) -> list[tuple[str, int, int | None, float]]:
+        """``(name, pid, GPU index or None, time)`` of every call in the shared state file
+        (cross-process mode only)."""
+        if self.state_path is None:
+            raise ValueError("shared_calls() needs state_path")
+        with self._shared() as st:
+            return [(c[0], int(c[1]), c[2], float(c[3])) for c in st["calls"]]
 
     # -- lifecycle and devices --------------------------------------------------------------
     @_api
@@ -247,6 +356,8 @@ class FakeNvml(types.ModuleType):
         g = self.gpus[h]
         if g.power == "noperm":
             raise NVMLError(NVML_ERROR_NO_PERMISSION)
+        if g.power == "lost":
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
         return g.power_mw
 
     # -- MIG --------------------------------------------------------------------------------
@@ -279,6 +390,12 @@ class FakeNvml(types.ModuleType):
         if not self.privileged:
             raise NVMLError(NVML_ERROR_NO_PERMISSION)
 
+    def _check_handle(self, h: Any) -> None:
+        if isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < self.n_gpus:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if h in self.failing_gpus:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+
     def _check_memory_locks(self) -> None:
         if not self.memory_locks:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
@@ -286,31 +403,39 @@ class FakeNvml(types.ModuleType):
     @_api
     def nvmlDeviceSetGpuLockedClocks(self, h: int, lo: int, hi: int) -> None:  # noqa: N802
         self._check_priv()
-        self.core_lock[h] = (lo, hi)
+        self._check_handle(h)
+        self._set_lock("core_lock", h, (lo, hi))
 
     @_api
     def nvmlDeviceResetGpuLockedClocks(self, h: int) -> None:  # noqa: N802
         self._check_priv()
-        self.core_lock[h] = None
+        self._check_handle(h)
+        self._set_lock("core_lock", h, None)
 
     @_api
     def nvmlDeviceSetMemoryLockedClocks(self, h: int, lo: int, hi: int) -> None:  # noqa: N802
         self._check_priv()
         self._check_memory_locks()
-        self.mem_lock[h] = (lo, hi)
+        self._check_handle(h)
+        self._set_lock("mem_lock", h, (lo, hi))
 
     @_api
     def nvmlDeviceResetMemoryLockedClocks(self, h: int) -> None:  # noqa: N802
         self._check_priv()
         self._check_memory_locks()
-        self.mem_lock[h] = None
+        self._check_handle(h)
+        self._set_lock("mem_lock", h, None)
 
     # -- test helpers -----------------------------------------------------------------------
     def is_default(self, h: int | None = None) -> bool:
         """True when no clock is locked (on ``h`` or on every GPU)."""
         gpus = range(self.n_gpus) if h is None else [h]
-        return all(self.core_lock[g] is None and self.mem_lock[g] is None for g in gpus)
+        core, mem = self.core_lock, self.mem_lock
+        return all(core[g] is None and mem[g] is None for g in gpus)
 
     def count(self, name: str) -> int:
-        """How many times ``name`` was called (refused calls included)."""
+        """How many times ``name`` was called (refused calls included; in every process sharing
+        ``state_path``)."""
+        if self.state_path is not None:
+            return sum(1 for c in self.shared_calls() if c[0] == name)
         return sum(1 for c in self.calls if c == name)

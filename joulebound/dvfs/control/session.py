@@ -32,6 +32,7 @@ from ...clocks import AUTO
 from ...errors import JouleboundError
 from ..plan import Plan
 from ..predict import KeyInterner, NextKernelPredictor
+from .guard import SignalExit, stop_signals_raise
 
 ACTUATORS = ("dry-run", "simulated", "nvml", "helper")
 
@@ -64,6 +65,8 @@ class RunResult:
     modeled_time_delta: float | None = None
     plan_summary: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    #: the signal that stopped the script (INT, TERM, HUP, QUIT), if any
+    stopped_by: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -155,6 +158,8 @@ def _run_target(kind: str, target: str, argv: list[str], quiet_stdout: bool = Fa
             runpy.run_path(target, run_name="__main__")
         else:
             runpy.run_module(target, run_name="__main__", alter_sys=True)
+    except SignalExit:
+        raise
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
@@ -176,7 +181,9 @@ def _optimizer_steps(callback: Any) -> Iterator[None]:
 
 
 def make_actuator(name: str, *, char: Any = None, switch_latency_s: float = 0.0,
-                  socket_path: str | None = None, gpu: int = 0) -> Any:
+                  socket_path: str | None = None, gpu: int | str = 0) -> Any:
+    """The actuator ``name``; ``gpu`` is a CUDA-visible index (through ``CUDA_VISIBLE_DEVICES``)
+    or a UUID, resolved to one physical GPU (:func:`joulebound.devices.gpu.resolve`)."""
     from .actuators import DryRunActuator, NvmlActuator, SimulatedActuator
 
     if name == "dry-run":
@@ -187,7 +194,7 @@ def make_actuator(name: str, *, char: Any = None, switch_latency_s: float = 0.0,
                                   "kernels (--characterization CHAR.npz)")
         return SimulatedActuator(char, switch_latency_s=switch_latency_s)
     if name == "nvml":
-        return NvmlActuator(gpu=gpu)
+        return NvmlActuator(gpu=gpu, owner="joulebound run")
     if name == "helper":
         from .helper import HelperActuator
 
@@ -241,8 +248,9 @@ _DTYPE_SUFFIXES = ("float32", "float16", "bfloat16", "float64", "int64", "int32"
 
 def build_controller(plan: Plan | str | Path, actuator: str = "dry-run", *, char: Any = None,
                      switch_log: str | None = None, switch_latency_s: float | None = None,
-                     min_confidence: float = 0.75, socket_path: str | None = None, gpu: int = 0,
-                     notes: list[str] | None = None, force: bool = False) -> Any:
+                     min_confidence: float = 0.75, socket_path: str | None = None,
+                     gpu: int | str = 0, notes: list[str] | None = None,
+                     force: bool = False) -> Any:
     """A :class:`Controller` set up as ``joulebound run`` sets it up (actuator, kernel times,
     CUDA-event alignment for real actuators when CUDA is available).
 
@@ -332,10 +340,42 @@ def controlled(plan: Plan | str | Path, actuator: str = "dry-run", **kwargs: Any
 
 def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
         char: Any = None, switch_log: str | None = None, switch_latency_s: float | None = None,
-        min_confidence: float = 0.75, socket_path: str | None = None, gpu: int = 0,
+        min_confidence: float = 0.75, socket_path: str | None = None, gpu: int | str = 0,
         record_path: str | None = None, quiet_stdout: bool = False,
         force: bool = False) -> RunResult:
-    """Run ``cmd`` (a Python script) under the controller; see the module docstring."""
+    """Run ``cmd`` (a Python script) under the controller; see the module docstring.
+
+    SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the script (unless inherited as ignored): the clocks
+    are restored at once by the guard's restorer thread, the switch log is closed and the result
+    says ``stopped_by``, with exit code ``128 + signal``."""
+    with stop_signals_raise():
+        return _run(cmd, plan, actuator, char=char, switch_log=switch_log,
+                    switch_latency_s=switch_latency_s, min_confidence=min_confidence,
+                    socket_path=socket_path, gpu=gpu, record_path=record_path,
+                    quiet_stdout=quiet_stdout, force=force)
+
+
+def _run_stoppable(res: RunResult, kind: str, target: str, argv: list[str],
+                   quiet_stdout: bool) -> None:
+    """Run the script; a stop signal ends it with ``128 + signal`` and ``res.stopped_by``."""
+    import signal as _signal
+
+    from .guard import guard
+
+    try:
+        res.exit_code = _run_target(kind, target, argv, quiet_stdout)
+    except KeyboardInterrupt:
+        res.exit_code, res.stopped_by = 128 + _signal.SIGINT, "SIGINT"
+    except SignalExit as exc:
+        res.exit_code, res.stopped_by = exc.code, _signal.Signals(exc.signum).name  # type: ignore[assignment]
+    finally:
+        guard().hold()   # winding up: a further signal restores clocks, a second one ends it
+
+
+def _run(cmd: Sequence[str], plan: Plan | None, actuator: str, *, char: Any,
+         switch_log: str | None, switch_latency_s: float | None, min_confidence: float,
+         socket_path: str | None, gpu: int | str, record_path: str | None,
+         quiet_stdout: bool, force: bool = False) -> RunResult:
     from .controller import trace_from_ops
     from .hooks import OpStream
 
@@ -360,13 +400,17 @@ def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
         step_marks: list[int] = []   # ops seen when each optimizer step returned
         with _optimizer_steps(lambda: step_marks.append(len(keys))), \
                 OpStream(on_op=on_op, interner=interner):
-            res.exit_code = _run_target(kind, target, argv, quiet_stdout)
+            _run_stoppable(res, kind, target, argv, quiet_stdout)
         res.duration_s = time.monotonic() - t0
         res.actuator = "none (recording)"
         end, period = locked_end
         res.ops = len(keys)
         res.recorded_steps = len(step_marks)
         res.predictor_accuracy = pred.stats.accuracy if keys else None
+        if res.stopped_by and (not period or end < period):
+            res.notes.append(f"stopped by {res.stopped_by} before a repeating iteration was "
+                             "found: no trace written")
+            return res
         if step_marks and len(step_marks) < MIN_RECORD_STEPS:
             raise JouleboundError(
                 f"the script made {len(step_marks)} optimizer step(s); recording needs at least "
@@ -403,10 +447,16 @@ def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
     act = ctl.actuator
     try:
         with ctl.hook():
-            res.exit_code = _run_target(kind, target, argv, quiet_stdout)
+            _run_stoppable(res, kind, target, argv, quiet_stdout)
     finally:
         ctl.close()
     res.duration_s = time.monotonic() - t0
+    for n in getattr(act, "notes", []):
+        if n not in res.notes:
+            res.notes.append(n)
+    if res.stopped_by:
+        res.notes.append(f"stopped by {res.stopped_by} after {ctl.stats.ops:,} ops; the clocks "
+                         "were restored to the defaults")
     st = ctl.stats
     res.ops, res.planned_ops, res.safe_ops, res.switches = (st.ops, st.planned_ops, st.safe_ops,
                                                            st.switches)

@@ -14,7 +14,8 @@ Columns (header required, any order, extra columns ignored):
     how many invocations the mean is over (integer >= 1); duplicate (kernel, core, mem) rows are
     combined weighted by repeats, and their spread kept
 
-Every error names the CSV row (1-based data row, header excluded) and the field.
+Every error names the file, the data row (1-based, header excluded), the column and the file line,
+and says how to fix it. NaN and infinite values are refused.
 """
 
 from __future__ import annotations
@@ -32,68 +33,105 @@ from ..characterization import Characterization
 COLUMNS = ("kernel", "core", "mem", "time", "energy", "repeats")
 
 
-def _clock(text: str, path: Path, row: int, field: str) -> int | None:
+def _where(at: tuple[int, int], field: str) -> str:
+    """``row R.field (line L)``: data row R (header excluded) on file line L."""
+    return f"row {at[0]}.{field} (line {at[1]})"
+
+
+def _clock(text: str, path: Path, row: tuple[int, int], field: str) -> int | None:
     t = text.strip().lower()
     if t in ("auto", ""):
         return None
     try:
         v = float(t)
     except ValueError:
-        raise SchemaError(path, f"row {row}.{field}", f"not a clock in MHz or 'auto': {text!r}") from None
-    if v <= 0 or v != int(v):
-        raise SchemaError(path, f"row {row}.{field}", f"clock must be a positive integer MHz, got {text!r}")
+        raise SchemaError(path, _where(row, field), f"not a clock in MHz or 'auto': {text!r}") from None
+    if not np.isfinite(v) or v <= 0 or v != int(v):
+        raise SchemaError(path, _where(row, field), f"clock must be a positive integer MHz (or "
+                                                    f"'auto'), got {text!r}")
     return int(v)
 
 
-def _number(text: str, path: Path, row: int, field: str, positive: bool) -> float:
+def _number(text: str, path: Path, row: tuple[int, int], field: str, positive: bool) -> float:
     try:
         v = float(text)
     except ValueError:
-        raise SchemaError(path, f"row {row}.{field}", f"not a number: {text!r}") from None
+        raise SchemaError(path, _where(row, field), f"not a number: {text!r}") from None
     if not np.isfinite(v) or (v <= 0 if positive else v < 0):
         rule = "> 0" if positive else ">= 0"
-        raise SchemaError(path, f"row {row}.{field}", f"must be {rule} and finite, got {text!r}")
+        raise SchemaError(path, _where(row, field), f"must be {rule} and finite, got {text!r}")
     return v
+
+
+def _csv_text(p: Path) -> str:
+    """The file as text (UTF-8, BOM allowed); a bad byte is named by line."""
+    data = p.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SchemaError(p, f"line {line}", f"byte 0x{data[exc.start]:02x} is not UTF-8; save "
+                                             "the table as UTF-8 CSV") from None
 
 
 def read_table(path: str | Path, device: DeviceSpec | None = None
                ) -> dict[tuple[str, ClockConfig], tuple[float, float, float, float, int]]:
     """Parse and check the CSV: ``(kernel, config) -> (time, energy, time_sd, energy_sd, n)``."""
+    import io
+
     p = Path(path)
     if not p.exists():
         raise JouleboundError(f"{p}: measured table not found")
-    with open(p, newline="") as fh:
-        reader = csv.DictReader(fh)
+    reader = csv.DictReader(io.StringIO(_csv_text(p), newline=""))
+    try:
         header = [h.strip().lower() for h in (reader.fieldnames or [])]
-        missing = [c for c in COLUMNS if c not in header]
-        if missing:
-            raise SchemaError(p, ", ".join(missing),
-                              f"missing column(s); the header must name {', '.join(COLUMNS)} "
-                              f"(found: {', '.join(header) or 'nothing'})")
-        reader.fieldnames = header
-        acc: dict[tuple[str, ClockConfig], list[tuple[float, float, int]]] = {}
-        for i, rec in enumerate(reader, start=1):
-            if rec.get("kernel") is None or any(rec.get(c) is None for c in COLUMNS):
-                raise SchemaError(p, f"row {i}", "too few fields")
-            name = rec["kernel"].strip()
-            if not name:
-                raise SchemaError(p, f"row {i}.kernel", "empty kernel name")
-            cfg = ClockConfig(_clock(rec["core"], p, i, "core"), _clock(rec["mem"], p, i, "mem"))
-            if device is not None and not device.supports(cfg):
-                raise SchemaError(p, f"row {i}.core/mem",
-                                  f"clock {cfg.label} is not supported by {device.name} (memory "
-                                  f"clocks {device.mem_clocks_mhz} MHz; core clocks "
-                                  f"{min(device.core_clocks_mhz())}-{device.max_core_mhz} MHz in "
-                                  f"15 MHz steps)")
-            t = _number(rec["time"], p, i, "time", positive=True)
-            e = _number(rec["energy"], p, i, "energy", positive=False)
-            try:
-                n = int(float(rec["repeats"]))
-            except ValueError:
-                raise SchemaError(p, f"row {i}.repeats", f"not an integer: {rec['repeats']!r}") from None
-            if n < 1:
-                raise SchemaError(p, f"row {i}.repeats", f"must be >= 1, got {rec['repeats']!r}")
-            acc.setdefault((name, cfg), []).append((t, e, n))
+    except csv.Error as exc:
+        raise SchemaError(p, "line 1", f"not a CSV header ({exc})") from None
+    missing = [c for c in COLUMNS if c not in header]
+    if missing:
+        raise SchemaError(p, ", ".join(missing),
+                          f"missing column(s); the header must name {', '.join(COLUMNS)} "
+                          f"(found: {', '.join(header) or 'nothing'})")
+    reader.fieldnames = header
+    acc: dict[tuple[str, ClockConfig], list[tuple[float, float, int]]] = {}
+    row = 0
+    while True:
+        try:
+            rec = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            raise SchemaError(p, f"line {reader.line_num}", f"not valid CSV ({exc})") from None
+        row += 1
+        at = (row, reader.line_num)
+        if rec.get(None):
+            raise SchemaError(p, f"row {row} (line {at[1]})",
+                              f"{len(header) + len(rec[None])} fields but the header names "
+                              f"{len(header)}: a misaligned row (an unquoted comma?); quote the "
+                              "field or fix the row")
+        if rec.get("kernel") is None or any(rec.get(c) is None for c in COLUMNS):
+            raise SchemaError(p, f"row {row} (line {at[1]})",
+                              f"too few fields (the header names {len(header)})")
+        name = rec["kernel"].strip()
+        if not name:
+            raise SchemaError(p, _where(at, "kernel"), "empty kernel name")
+        cfg = ClockConfig(_clock(rec["core"], p, at, "core"), _clock(rec["mem"], p, at, "mem"))
+        if device is not None and not device.supports(cfg):
+            raise SchemaError(p, _where(at, "core/mem"),
+                              f"clock {cfg.label} is not supported by {device.name} (memory "
+                              f"clocks {device.mem_clocks_mhz} MHz; core clocks "
+                              f"{min(device.core_clocks_mhz())}-{device.max_core_mhz} MHz in "
+                              f"15 MHz steps)")
+        t = _number(rec["time"], p, at, "time", positive=True)
+        e = _number(rec["energy"], p, at, "energy", positive=False)
+        try:
+            n = int(float(rec["repeats"]))
+        except (ValueError, OverflowError):
+            raise SchemaError(p, _where(at, "repeats"),
+                              f"not an integer: {rec['repeats']!r}") from None
+        if n < 1:
+            raise SchemaError(p, _where(at, "repeats"), f"must be >= 1, got {rec['repeats']!r}")
+        acc.setdefault((name, cfg), []).append((t, e, n))
     if not acc:
         raise SchemaError(p, "<rows>", "no data rows")
     out = {}
