@@ -20,8 +20,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/joulebound demo
 
+# the suite on both cores of the CI machine (pytest-xdist; every test is independent: own tmp
+# dirs, torchrun --standalone on free ports, one GPU-lock dir per test); `pytest -q` alone works too
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 # headless Chromium for the HTML report checks (Debian's package; installed when run as root)
 browser:
