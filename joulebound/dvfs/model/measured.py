@@ -220,7 +220,8 @@ def characterize_with_measurements(trace, device, path: str | Path,  # type: ign
     work, fitted = fit_trace_work(trace, spec, prm, table)
     # the planning configs plus every measured clock (measured there: tested by definition)
     cfgs, _ = planning_configs(spec, prm)
-    cfgs += [c for c in dict.fromkeys(c for _, c in table) if c not in set(cfgs)]
+    have = set(cfgs)
+    cfgs += [c for c in dict.fromkeys(c for _, c in table) if c not in have]
     base = characterize(trace, spec, params=prm, work=work, configs=cfgs)
     base.meta["calibrated_kernels"] = fitted
     return _overlay(table, Path(path), base)
