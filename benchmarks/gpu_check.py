@@ -402,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         if name in a.skip or name.split("_")[0] in a.skip:  # "periods" skips periods_idle/_load
             if a.rehearse:
                 results[name] = {"skipped": "rehearsal without a GPU"}
+                (out / "gpu_check.json").write_text(json.dumps(results, indent=1, default=str))
             return
         t0 = time.perf_counter()
         print(f"[gpu_check] {name} ...", flush=True)
