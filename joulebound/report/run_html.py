@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..energy.meter import WindowResult
+from ..energy.results import WindowResult
 from ..energy.store import Store
 from ..errors import JouleboundError
 
