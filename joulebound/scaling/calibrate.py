@@ -619,8 +619,8 @@ def legacy_cuts(prep: Prepared, law: str, progress=None) -> list[dict]:  # noqa:
     """A legacy energy law (``fit --law NAME``) on the same cuts: energy per step against each
     row's measured energy (its own meter: CodeCarbon for Mayaki, NVML otherwise); the 90 %
     interval is the split-conformal half-width of the training side (pre-run law only)."""
-    from .evaluate import conformal_quantile
     from .laws import make_law
+    from .metrics import conformal_quantile
 
     df = legacy_frame(prep)
     y = df["energy_j"].to_numpy(float)
