@@ -114,13 +114,13 @@ def zeus_obs(data: Path) -> list[Obs]:
     """Zeus NSDI'23 BERT-base SQuAD rows at every power limit (per step: s, J)."""
     import pandas as pd
 
-    from .datasets import _ZEUS_GPU, ZEUS_BERT
+    from .datasets import ZEUS_BERT, ZEUS_GPUS
 
     out = []
     meta = ZEUS_BERT["squad"]
     for f in sorted((data / "zeus_nsdi23").glob("summary_power_*.csv")):
         gpu = f.stem.replace("summary_power_", "")
-        dev = _ZEUS_GPU.get(gpu, (gpu, None))[0]
+        dev = ZEUS_GPUS.get(gpu, (gpu, None))[0]
         raw = pd.read_csv(f)
         raw = raw[raw["network"].str.contains("bert", case=False) & (raw["dataset"] == "squad")]
         dtype = "fp16"  # mixed precision: in FP32 the measured steps would need 82-106 % of the

@@ -78,15 +78,21 @@ def launches_no_kernel(func: Any) -> bool:
 
 # The current process id, refreshed in forked children. A forked child (e.g. a DataLoader worker)
 # inherits the dispatch mode of the thread that forked; its ops must not drive the parent's
-# controller or actuator, so OpStream compares its creator's pid with this one.
+# controller or actuator, so OpStream compares its creator's pid with this one. The fork hook is
+# registered when the first OpStream starts, not at import.
 _PID = [os.getpid()]
+_FORK_HOOK = [False]
 
 
 def _after_fork_in_child() -> None:
     _PID[0] = os.getpid()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+def _watch_forks() -> None:
+    if not _FORK_HOOK[0]:
+        _FORK_HOOK[0] = True
+        _PID[0] = os.getpid()
+        os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _dispatch_mode_base() -> type:
@@ -166,6 +172,7 @@ class OpStream:
                     stream._on_dispatch(func, args)
                 return func(*args, **(kwargs or {}))
 
+        _watch_forks()
         self._pid = _PID[0]
         self._mode = _Mode()
         self._mode.__enter__()
