@@ -72,7 +72,7 @@ from .mechanistic import (
 )
 from .stepcost import characterize_parts
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("joulebound.scaling.calibrate")  # also when run as __main__
 
 DATASETS = ("mayaki_ecai2025", "zeus_nsdi23", "perseus")
 TARGETS = {"median_abs_err": 0.20, "within_x2": 0.90, "coverage90": 0.80}
@@ -703,7 +703,10 @@ def _main() -> None:  # pragma: no cover - maintenance entry point
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-cuts", action="store_true")
     a = ap.parse_args()
-    res = calibrate(a.data, a.sweep, a.out, not a.no_cuts, progress=lambda s: print("cut", s))
+    from ..logs import show_progress
+
+    show_progress()
+    res = calibrate(a.data, a.sweep, a.out, not a.no_cuts, progress=lambda s: log.info("cut %s", s))
     p = res["params"]
     print(json.dumps({k: p[k] for k in ("kappa", "launch_s", "step_s", "wait_ratio", "sigma")}, indent=1))
     for c in res.get("cuts", []):
