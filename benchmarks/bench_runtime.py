@@ -15,12 +15,10 @@ import time
 import numpy as np
 
 from joulebound.dvfs.predict import (
-    DEFAULT_PERTURBATION,
     KeyInterner,
     NextKernelPredictor,
-    Perturbation,
-    perturbed_stream,
 )
+from joulebound.testing.streams import DEFAULT_PERTURBATION, Perturbation, perturbed_stream
 
 PRESETS = ("gpt2-small", "gpt2-xl", "gpt3-xl", "bert-base", "bert-huge")
 
@@ -58,8 +56,8 @@ def measure(stream: list[int], skip: int, repeats: int = 3) -> tuple[float, floa
 def recorded_loop(steps: int, eval_every: int = 0, last_batch: int | None = None,
                   layers: int = 2) -> tuple[list[int], list[int]]:
     """Op keys of a real CPU training loop (tiny GPT) and the op index where each step starts."""
-    from joulebound.dvfs.control.demo_gpt import TinyGPTConfig, make_step
     from joulebound.dvfs.control.hooks import OpStream
+    from joulebound.testing.demo_gpt import TinyGPTConfig, make_step
 
     train_step, eval_step = make_step(TinyGPTConfig(layers=layers, hidden=32, seq=16, batch=4))
     starts = []
@@ -139,9 +137,9 @@ def hook_overhead(pairs: int = 6) -> dict[str, float]:
 
     from joulebound.clocks import ClockConfig
     from joulebound.dvfs.control import Controller, DryRunActuator
-    from joulebound.dvfs.control.demo_gpt import TinyGPTConfig, make_step
     from joulebound.dvfs.control.hooks import OpStream
     from joulebound.dvfs.plan import Plan
+    from joulebound.testing.demo_gpt import TinyGPTConfig, make_step
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

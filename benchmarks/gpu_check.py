@@ -29,6 +29,10 @@ What it measures (GPU 0 unless ``--gpu``), results under ``--out`` (default ``$O
    profiled with torch.profiler and turned into a joulebound Trace (saved), with the analytic
    trace's FLOPs beside it; energy per step measured over 20 steps (10 with ``--quick``).
 
+Rehearsal without a GPU: ``--rehearse`` puts :class:`joulebound.testing.fakenvml.FakeNvml` (one
+GPU drawing a steady 150 W) behind the read-only proxy, so the NVML sections (info, update periods,
+idle) run on CPU before device time is spent; the CUDA sections are recorded as skipped.
+
 Run: ``python benchmarks/gpu_check.py --out "$OUT"`` (about 1-2 minutes); ``--quick`` shortens
 every timed section (idle 2 s, load 4 s, 1 s update-period polls, 20 short windows, 10 metered BERT
 steps) so that it and ``benchmarks/gpu_sweep.py --budget-s 150`` fit together in about 5 minutes.
@@ -70,6 +74,18 @@ class ReadOnlyNVML:
         if _FORBIDDEN.match(name):
             raise PermissionError(f"gpu_check is read-only: refusing pynvml.{name}")
         return getattr(self._nv, name)
+
+
+def _install_rehearsal_nvml() -> Any:
+    """A fake ``pynvml`` (:mod:`joulebound.testing.fakenvml`) installed as ``pynvml``: one
+    H200-named GPU drawing 150 W, its energy counter following wall time."""
+    from joulebound.testing.fakenvml import FakeGPU, FakeNvml
+
+    gpu = FakeGPU("GPU-rehearsal", energy_mj=0, power_mw=150_000, name="NVIDIA H200 (fake)",
+                  clock=time.perf_counter)
+    fake = FakeNvml(gpus=[gpu], supported={3201: [1980, 1965, 345], 405: [405]})
+    sys.modules["pynvml"] = fake  # type: ignore[assignment]
+    return fake
 
 
 def _install_readonly_nvml() -> Any:
@@ -345,7 +361,7 @@ def bert_step(out: Path, steps: int = 20) -> dict[str, Any]:
     return d
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.environ.get("OUT", "gpu_check_out"))
     p.add_argument("--gpu", default="0", help="the GPU: CUDA-visible index (through "
@@ -357,7 +373,10 @@ def main() -> int:
                         "gpu_sweep.py")
     p.add_argument("--skip", action="append", default=[],
                    help="section(s) to skip: info, periods, idle, load, short, bert")
-    a = p.parse_args()
+    p.add_argument("--rehearse", action="store_true",
+                   help="no GPU: a fake NVML (joulebound.testing.fakenvml) behind the read-only "
+                        "proxy; the CUDA sections (load, periods_load, short, bert) are skipped")
+    a = p.parse_args(argv)
     idle_s = a.idle_s if a.idle_s is not None else (2.0 if a.quick else 5.0)
     load_s = a.load_s if a.load_s is not None else (4.0 if a.quick else 10.0)
     poll_s = 1.0 if a.quick else 2.0
@@ -365,6 +384,9 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     from joulebound.devices.gpu import Nvml
 
+    if a.rehearse:
+        _install_rehearsal_nvml()
+        a.skip += ["load", "periods_load", "short", "bert"]
     nv = _install_readonly_nvml()
     session = Nvml(nv)
     dev = session.open(int(a.gpu) if a.gpu.isdigit() else a.gpu)
@@ -374,10 +396,13 @@ def main() -> int:
     os.environ["CUDA_VISIBLE_DEVICES"] = dev.uuid
     results: dict[str, Any] = {"date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                "host": platform.node(), "python": platform.python_version(),
-                               "quick": a.quick}
+                               "quick": a.quick, "rehearsal": a.rehearse}
 
     def section(name: str, fn: Any, *args: Any) -> None:
         if name in a.skip or name.split("_")[0] in a.skip:  # "periods" skips periods_idle/_load
+            if a.rehearse:
+                results[name] = {"skipped": "rehearsal without a GPU"}
+                (out / "gpu_check.json").write_text(json.dumps(results, indent=1, default=str))
             return
         t0 = time.perf_counter()
         print(f"[gpu_check] {name} ...", flush=True)

@@ -34,7 +34,7 @@ def read_json(path: str | Path) -> Any:
 def write_json(path: str | Path, obj: Any) -> Path:
     """Write ``obj`` as indented JSON (gzip when the name ends in ``.gz``); returns the path."""
     p = Path(path)
-    text = json.dumps(obj, indent=1, default=_default) + "\n"  # serialise first: no half file
+    text = json.dumps(obj, indent=1, default=json_default) + "\n"  # serialise first: no half file
     opener = gzip.open if p.suffix == ".gz" else open
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -47,7 +47,9 @@ def write_json(path: str | Path, obj: Any) -> Path:
     return p
 
 
-def _default(o: Any) -> Any:
+def json_default(o: Any) -> Any:
+    """``json.dump(default=...)`` hook: numpy scalars and arrays as numbers and lists, objects
+    with ``to_json()`` through it."""
     try:
         import numpy as np
 

@@ -2,7 +2,7 @@
 
 ``python tests/_fake_nvml_cli.py ARGS...`` behaves as ``joulebound ARGS...`` with:
 
-* ``pynvml`` replaced by :class:`~joulebound.dvfs.control.fakenvml.FakeNvml` configured from the
+* ``pynvml`` replaced by :class:`~joulebound.testing.fakenvml.FakeNvml` configured from the
   JSON in ``$JOULEBOUND_TEST_FAKE_NVML`` (``state`` path — shared with the test process, which
   watches the clock locks — and optional ``n_gpus``, ``delays``, ``privileged``,
   ``memory_locks``, ``failing_gpus``);
@@ -20,7 +20,7 @@ import sys
 
 def main() -> int:
     cfg = json.loads(os.environ["JOULEBOUND_TEST_FAKE_NVML"])
-    from joulebound.dvfs.control.fakenvml import FakeNvml
+    from joulebound.testing.fakenvml import FakeNvml
 
     nv = FakeNvml(n_gpus=int(cfg.get("n_gpus", 1)), state_path=cfg["state"],
                   delays=cfg.get("delays"), privileged=bool(cfg.get("privileged", True)),

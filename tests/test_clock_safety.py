@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from joulebound.clocks import AUTO, ClockConfig
-from joulebound.dvfs.control.fakenvml import FakeNvml
+from joulebound.testing.fakenvml import FakeNvml
 
 RUNNER = str(Path(__file__).with_name("_fake_nvml_cli.py"))
 HI, LO = ClockConfig(1410, 1593), ClockConfig(1005, 1593)
@@ -484,7 +484,7 @@ def test_helper_and_in_process_actuator_never_share_a_gpu(helper, monkeypatch):
                                            ("MIG-fake-5-a", 0, 5)])
 def test_gpus_are_resolved_through_cuda_visible_devices_to_one_uuid(monkeypatch, cvd, rank, phys):
     from joulebound.dvfs.control.actuators import NvmlActuator
-    from joulebound.dvfs.control.fakenvml import FakeGPU
+    from joulebound.testing.fakenvml import FakeGPU
 
     gpus = [FakeGPU(f"GPU-fake-{i}", mig=(i == 5), mig_uuids=("MIG-fake-5-a",) if i == 5 else ())
             for i in range(8)]

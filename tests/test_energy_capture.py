@@ -93,6 +93,8 @@ def test_profile_cli_end_to_end(tmp_path):
     doc = json.loads(p.stdout)
     assert doc["kernels"] == len(Trace.load(out)) and doc["kind"] == "cpu"
     assert doc["categories"]["gemm"] == 5 and "finished" not in p.stdout
+    # the capture's progress line is a log record of the child, shown on its stderr
+    assert f"joulebound profile: {doc['kernels']} kernels over 1 step(s)" in p.stderr
 
 
 def test_profile_cli_table_header_is_one_line(tmp_path):

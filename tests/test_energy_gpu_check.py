@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from joulebound.dvfs.control.fakenvml import FakeGPU, FakeNvml
+from joulebound.testing.fakenvml import FakeGPU, FakeNvml
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_check.py"
 SOURCE = SCRIPT.read_text()
@@ -110,3 +110,21 @@ def test_info_section_reads_clock_table_on_a_fake(tmp_path, monkeypatch):
     assert (tmp_path / "supported_clocks.json").exists()
     assert (tmp_path / "nvidia-smi-supported-clocks.xml").read_text().strip() == "<xml/>"
     assert "mem_clocks_match" in d["catalog_h200_sxm"]
+
+
+def test_rehearsal_runs_the_nvml_sections_without_a_gpu(tmp_path):
+    """``--rehearse``: the testing package's fake NVML behind the read-only proxy; the idle
+    section's counter, power integral and meter agree on the fake's 150 W."""
+    import json
+    import subprocess
+
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, str(SCRIPT), "--rehearse", "--quick", "--idle-s", "0.3",
+                        "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads((out / "gpu_check.json").read_text())
+    assert res["rehearsal"] is True and res["info"]["uuid"] == "GPU-rehearsal"
+    idle = res["idle"]
+    assert idle["avg_power_w_counter"] == pytest.approx(150, rel=0.02)
+    assert idle["meter_j"] == pytest.approx(idle["counter_j"], rel=0.1)
+    assert res["bert"] == {"skipped": "rehearsal without a GPU"}

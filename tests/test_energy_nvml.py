@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from joulebound.dvfs.control.fakenvml import FakeGPU, FakeNvml
 from joulebound.energy.meter import EnergyMeter
 from joulebound.energy.nvml import NvmlBackend
 from joulebound.errors import JouleboundError
+from joulebound.testing.fakenvml import FakeGPU, FakeNvml
 
 
 class Clock:

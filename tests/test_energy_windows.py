@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from joulebound.devices.catalog import get_device
-from joulebound.dvfs.control.fakenvml import FakeGPU, FakeNvml
 from joulebound.energy.meter import EnergyMeter
 from joulebound.energy.simulated import SimulatedBackend
+from joulebound.testing.fakenvml import FakeGPU, FakeNvml
 
 #: the catalog's sensor update period of the H100 (100 ms; Yang et al., SC'24)
 PERIOD = get_device("h100-sxm").sensor_period_s

@@ -19,9 +19,9 @@ from joulebound.dvfs.control.actuators import (
     SimulatedActuator,
     reset_all_clocks,
 )
-from joulebound.dvfs.control.fakenvml import FakeNvml
 from joulebound.dvfs.control.helper import ClockHelper, HelperActuator
 from joulebound.errors import JouleboundError
+from joulebound.testing.fakenvml import FakeNvml
 
 HI, LO = ClockConfig(1410, 1593), ClockConfig(1005, 1593)
 

@@ -17,7 +17,7 @@ from joulebound.workload.trace import Trace  # noqa: E402
 
 SCRIPT = """
 import sys
-from joulebound.dvfs.control.demo_gpt import main
+from joulebound.testing.demo_gpt import main
 main(sys.argv[1:])
 """
 
@@ -94,7 +94,7 @@ def test_run_errors_are_clear(tmp_path, monkeypatch, capsys):
 def test_reset_clocks_uses_nvml_reset(monkeypatch, capsys):
     import sys
 
-    from joulebound.dvfs.control.fakenvml import FakeNvml
+    from joulebound.testing.fakenvml import FakeNvml
 
     nv = FakeNvml(n_gpus=2)
     nv.nvmlDeviceSetGpuLockedClocks(1, 810, 810)

@@ -17,7 +17,7 @@ import torch, torch.distributed as dist
 from torch.nn import functional as F
 from joulebound.clocks import AUTO, ClockConfig
 from joulebound.dvfs.control import controlled
-from joulebound.dvfs.control.demo_gpt import TinyGPTConfig, build
+from joulebound.testing.demo_gpt import TinyGPTConfig, build
 from joulebound.dvfs.control.hooks import OpStream
 from joulebound.dvfs.plan import Plan
 

@@ -6,14 +6,12 @@ import numpy as np
 import pytest
 
 from joulebound.dvfs.predict import (
-    DEFAULT_PERTURBATION,
     UNKNOWN,
     KeyInterner,
     NextKernelPredictor,
-    Perturbation,
     accuracy,
-    perturbed_stream,
 )
+from joulebound.testing.streams import DEFAULT_PERTURBATION, Perturbation, perturbed_stream
 
 
 def analytic_keys(preset: str, **kw) -> list[int]:
@@ -145,8 +143,8 @@ def test_real_cpu_training_loop_with_gradient_accumulation():
     torch = pytest.importorskip("torch")
     from torch.nn import functional as F
 
-    from joulebound.dvfs.control.demo_gpt import TinyGPTConfig, build
     from joulebound.dvfs.control.hooks import OpStream
+    from joulebound.testing.demo_gpt import TinyGPTConfig, build
 
     cfg = TinyGPTConfig(layers=2, hidden=32, seq=16, batch=2)
     model, opt = build(cfg)

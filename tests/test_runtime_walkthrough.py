@@ -20,7 +20,7 @@ from joulebound.cli import main  # noqa: E402
 from joulebound.devices.latency import device_switch_latency  # noqa: E402
 from joulebound.dvfs.plan import Plan  # noqa: E402
 
-SCRIPT = "import sys\nfrom joulebound.dvfs.control.demo_gpt import main\nmain(sys.argv[1:])\n"
+SCRIPT = "import sys\nfrom joulebound.testing.demo_gpt import main\nmain(sys.argv[1:])\n"
 TINY = ["--layers", "1", "--hidden", "32"]
 
 

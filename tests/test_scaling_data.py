@@ -119,15 +119,38 @@ def test_prerun_law_heldout_r2_on_mayaki(shared_data):
     assert 0.8 <= pre["conformal_coverage"] <= 0.97
 
 
-def test_group_folds_never_split_a_family():
-    groups = np.repeat(np.arange(12), np.arange(1, 13))
-    folds = evaluate.group_folds(groups, 5)
-    seen = [set(groups[f]) for f in folds]
-    for i in range(len(seen)):
-        for j in range(i + 1, len(seen)):
-            assert not seen[i] & seen[j]
-    assert sum(len(f) for f in folds) == len(groups)
+def test_cross_validation_never_splits_a_family():
+    """Out-of-fold predictions come from laws that never saw the row's family: tripling one
+    family's energy leaves that family's own held-out predictions unchanged (and moves others')."""
+    from _law_synth import synth
+
+    from joulebound.scaling.laws import EfficiencyModel, prepare
+
+    d = prepare(synth(240, n_families=12), need_energy=False)
+    d["time_s"] = EfficiencyModel._X(d) @ np.array([1.5, 10, 5, 0.02, 0.05])
+    d["energy_j"] = 90 * d["time_s"]
+    base = evaluate.cross_validate(d, "powerlaw", k=4)["oof_log_pred"]
+    fam = d["family"] == d["family"].iloc[0]
+    moved = evaluate.cross_validate(d.assign(energy_j=np.where(fam, 3 * d["energy_j"],
+                                                               d["energy_j"])), "powerlaw", k=4)
+    same = np.isclose(moved["oof_log_pred"], base)
+    assert same[fam.to_numpy()].all()  # its own fold never fitted it: unchanged
+    assert not same.all()              # the other folds learned from it
+
+
+def test_conformal_quantile_is_the_ceiling_rank():
+    """⌈(n+1)(1−α)⌉-th smallest residual: at n = 10, α = 0.1 that is the 10th (the floor would
+    be the 9th); at n = 8 no rank is high enough (inf); and exchangeable residuals are covered
+    with probability ⌈(n+1)(1−α)⌉/(n+1) = 10/11, not the floor's 9/11."""
     assert evaluate.conformal_quantile(np.arange(1, 20), 0.1) == 18
+    assert evaluate.conformal_quantile(np.arange(1, 11), 0.1) == 10
+    assert evaluate.conformal_quantile(np.arange(1, 10), 0.1) == 9
+    assert evaluate.conformal_quantile(np.arange(1, 9), 0.1) == np.inf
+    rng = np.random.default_rng(0)
+    r = np.abs(rng.normal(size=(20_000, 11)))
+    q = np.array([evaluate.conformal_quantile(row[:10], 0.1) for row in r])
+    cover = np.mean(r[:, 10] <= q)
+    assert cover == pytest.approx(10 / 11, abs=0.01)
 
 
 def test_cpu_sweep_with_simulated_energy_fits_only_speedup(tmp_path, capsys):

@@ -18,7 +18,7 @@ def rows(shared_data, tmp_path_factory):
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        rc = main(["validate", "--data", str(shared_data), "--json", "--no-doc", "--only",
+        rc = main(["validate", "--data", str(shared_data), "--json", "--only",
                    "perseus-plans,guerreiro,zeus-power-limit"])
     assert rc == 0
     doc = json.loads(buf.getvalue())
@@ -75,3 +75,22 @@ def test_split_power_states_pairs():
     st = [1000, 1000, 1100, 1100] * 3 + [1410, 1410]     # rank 3 of pp4: F,B alternate
     fwd, bwd = perseus_plans.split_power_states(st, 3, 4, 3)
     assert np.all(fwd == 1000) and np.all(bwd == 1100)
+
+
+def test_validate_writes_docs_only_when_asked(shared_data, tmp_path, monkeypatch, capsys):
+    """Run inside a checkout-like folder: its docs/validation.md and docs/img stay untouched;
+    --write-docs DIR writes DIR/validation.md (results block) and DIR/img/validation_*.png."""
+    checkout = tmp_path / "checkout"
+    (checkout / "docs").mkdir(parents=True)
+    page = checkout / "docs" / "validation.md"
+    page.write_text("# page\n\n<!-- validate:results -->\nold\n<!-- /validate:results -->\n")
+    monkeypatch.chdir(checkout)
+    out = tmp_path / "out"
+    assert main(["validate", "--data", str(shared_data), "--only", "zeus-power-limit",
+                 "--write-docs", str(out)]) == 0
+    assert page.read_text().endswith("old\n<!-- /validate:results -->\n")
+    assert not (checkout / "docs" / "img").exists()
+    text = (out / "validation.md").read_text()
+    assert "zeus-power-limit" in text and "--write-docs docs" in text
+    assert sorted(p.name for p in (out / "img").glob("validation_*.png"))
+    assert f"wrote {out / 'validation.md'}" in capsys.readouterr().out.replace("\n", "")

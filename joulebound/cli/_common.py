@@ -18,7 +18,7 @@ err_console = Console(stderr=True)
 def print_json(obj: Any) -> None:
     """Print ``obj`` as strict JSON on stdout (numpy values converted; NaN/inf, which JSON does
     not have, become ``null``: unknown)."""
-    from ..jsonio import _default
+    from ..jsonio import json_default
 
     def finite(o: Any) -> Any:
         if o is None or isinstance(o, str | bool | int):
@@ -30,11 +30,11 @@ def print_json(obj: Any) -> None:
         if isinstance(o, list | tuple):
             return [finite(v) for v in o]
         try:
-            return finite(_default(o))       # numpy values, objects with to_json()
+            return finite(json_default(o))       # numpy values, objects with to_json()
         except TypeError:
             return o                          # json.dump reports what it cannot serialise
 
-    json.dump(finite(obj), sys.stdout, indent=1, default=_default, allow_nan=False)
+    json.dump(finite(obj), sys.stdout, indent=1, default=json_default, allow_nan=False)
     sys.stdout.write("\n")
 
 

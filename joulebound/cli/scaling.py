@@ -581,11 +581,12 @@ def _legacy_predict(law: str, o: dict, gpus: int, strategy: str, coefficients, d
         root = find_data(data, required=True)
         df = load(root / "mayaki_ecai2025" if (root / "mayaki_ecai2025").exists() else root)
         m = make_law(law).fit(df)
-        e_step = float(np.exp(m.predict_log(config_frame(**cfg)))[0])
+        row = config_frame(**cfg)
+        e_step = float(np.exp(m.predict_log(row))[0])
         steps = float(job.tokens) / (r.global_batch * job.seq)
         p = {"energy_j": e_step * steps, "energy_lo_j": None, "energy_hi_j": None, "time_s": None,
              "steps": steps, "energy_per_step_j": e_step, "law": f"{law} (fitted on {root})",
-             "provenance": "modeled", "warnings": list(m.warnings_)}
+             "provenance": "modeled", "warnings": m.prediction_warnings(row)}
     p["predictor"] = f"legacy law {law}"
     if as_json:
         print_json(p)

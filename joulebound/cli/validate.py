@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from ..errors import JouleboundError
 from ._common import console, print_json
 
 JSON_HELP = (
@@ -23,11 +24,14 @@ def validate(
     data: Path = typer.Option(None, "--data", help="The shared data folder (holds MANIFEST.csv); "
                               "default: $JOULEBOUND_DATA or ../shared/data."),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
-    doc: Path = typer.Option(None, "--doc",
-                             help="Markdown file whose generated block is rewritten (plots go to "
-                                  "img/ beside it). Default: docs/validation.md when it exists in "
-                                  "the current directory (a joulebound checkout), else none."),
-    no_doc: bool = typer.Option(False, "--no-doc", help="Do not write docs or plots."),
+    write_docs: Path = typer.Option(None, "--write-docs", metavar="DIR",
+                                    help="Also write the results block of DIR/validation.md "
+                                         "(created if missing) and the plots DIR/img/"
+                                         "validation_*.png; in a checkout `--write-docs docs` "
+                                         "regenerates the shipped page. Without it nothing is "
+                                         "written."),
+    no_doc: bool = typer.Option(False, "--no-doc", hidden=True,
+                                help="Accepted for old scripts; writing docs is off by default."),
     only: str = typer.Option(None, "--only", help="Comma list of checks to run (default: all): "
                              "perseus-stage, perseus-kernel, perseus-plans, guerreiro, "
                              "zeus-power-limit, gpuptx, spaan-table1."),
@@ -49,8 +53,8 @@ def validate(
     microbenchmarks; (f) RTX 3080 Ti calibrated on Spaan et al.'s published per-kernel figures
     (Table 1), with leave-one-row-out residuals. Takes about 3 minutes.
 
-    Prints one table (every MAPE is measured-vs-modeled on held-out points) and rewrites the
-    generated block of docs/validation.md with plots under docs/img/.
+    Prints one table (every MAPE is measured-vs-modeled on held-out points); with
+    --write-docs DIR also the results block of DIR/validation.md and its plots under DIR/img/.
     """
     from ..datapath import find_data
     from ..validation.report import plot_all, run_all, write_markdown
@@ -58,8 +62,6 @@ def validate(
     root = find_data(data)
     checks = [c.strip() for c in only.split(",") if c.strip()] if only else None
     if write_params and checks is not None:
-        from ..errors import JouleboundError
-
         raise JouleboundError("--write-params needs every check: drop --only")
     if json_out:
         run = run_all(root, only=checks)
@@ -68,13 +70,13 @@ def validate(
             run = run_all(root, progress=lambda s: status.update(f"validating: {s}"),
                           only=checks)
     run.extras["data"] = root
-    if doc is None and not no_doc:
-        default = Path("docs/validation.md")
-        doc = default if default.exists() else None
-        no_doc = doc is None
-    if not no_doc:
-        imgs = plot_all(run, doc.parent / "img")
-        write_markdown(run, doc, imgs)
+    doc = None
+    if write_docs is not None:
+        if write_docs.exists() and not write_docs.is_dir():
+            raise JouleboundError(f"--write-docs {write_docs} is a file; pass the folder that "
+                                  "holds (or will hold) validation.md, e.g. --write-docs docs")
+        doc = write_docs / "validation.md"
+        write_markdown(run, doc, plot_all(run, write_docs / "img"))
     if write_params:
         _write_params(run)
     if json_out:
@@ -85,7 +87,7 @@ def validate(
                   "instead of energy. Published: " + "; ".join(
                       f"{r.published['value']} % = {r.published['source']}"
                       for r in run.results if r.published))
-    if not no_doc:
+    if doc is not None:
         console.print(f"wrote {doc} and plots in {doc.parent / 'img'}")
 
 

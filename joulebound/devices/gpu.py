@@ -222,7 +222,7 @@ class Nvml:
 
     Args:
         nvml: the NVML module (default ``pynvml``; tests pass
-            :class:`~joulebound.dvfs.control.fakenvml.FakeNvml`).
+            :class:`~joulebound.testing.fakenvml.FakeNvml`).
     """
 
     def __init__(self, nvml: Any = None) -> None:

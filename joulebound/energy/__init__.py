@@ -9,6 +9,7 @@ with meter.window("train"):
 See ``docs/measurement.md``.
 """
 
-from .meter import DeviceEnergy, EnergyMeter, WindowResult
+from .meter import EnergyMeter
+from .results import DeviceEnergy, WindowResult
 
 __all__ = ["DeviceEnergy", "EnergyMeter", "WindowResult"]

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JouleboundError
-from .meter import EnergyMeter, WindowResult
+from .meter import EnergyMeter
+from .results import WindowResult
 from .status import FAILED, from_returncode
 
 #: signals passed on to the command

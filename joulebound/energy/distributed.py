@@ -15,51 +15,17 @@ counted in ``duplicates``.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .meter import DeviceEnergy, EnergyMeter, WindowResult
+from ..devices.gpu import visible_device_ids
+from .meter import EnergyMeter
+from .ranks import default_gpus
+from .results import DeviceEnergy, WindowResult
 
-
-def default_gpus(visible: Sequence[int], env: dict[str, str] | None = None) -> list[int]:
-    """The CUDA-visible GPU indices this process should meter by default.
-
-    Under torchrun (``LOCAL_RANK`` set and ``LOCAL_WORLD_SIZE``/``WORLD_SIZE`` > 1): the GPU at
-    ``LOCAL_RANK`` when it is visible, or the only visible GPU when each rank sees exactly one
-    (per-rank ``CUDA_VISIBLE_DEVICES``). Otherwise all visible GPUs.
-    """
-    env = os.environ if env is None else env
-    visible = list(visible)
-    local = env.get("LOCAL_RANK")
-    world = int(env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", "1")) or 1)
-    if local is None or world <= 1 or not visible:
-        return visible
-    lr = int(local)
-    if len(visible) == 1:
-        return visible
-    if lr in visible:
-        return [lr]
-    return visible
-
-
-def visible_device_ids(env: dict[str, str] | None = None) -> list[str] | None:
-    """Entries of ``CUDA_VISIBLE_DEVICES`` (indices, ``GPU-``/``MIG-`` UUIDs); ``None`` if unset."""
-    env = os.environ if env is None else env
-    raw = env.get("CUDA_VISIBLE_DEVICES")
-    if raw is None:
-        return None
-    out = []
-    for item in raw.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if item.startswith("-"):  # CUDA stops at the first invalid entry
-            break
-        out.append(item)
-    return out
+__all__ = ["JobWindow", "aggregate", "combine", "default_gpus", "visible_device_ids"]
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import JouleboundError
 from .interval import window_metrics
-from .meter import WindowResult
+from .results import WindowResult
 
 
 def _require(module: str, extra: str) -> Any:

@@ -29,7 +29,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 from .interval import IntervalEnergy
-from .meter import EnergyMeter, WindowResult
+from .meter import EnergyMeter
+from .results import WindowResult
 from .status import FINISHED
 
 T = TypeVar("T")

@@ -26,7 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .meter import EnergyMeter, WindowResult
+from .meter import EnergyMeter
+from .results import WindowResult
 
 J_PER_WH = 3600.0
 

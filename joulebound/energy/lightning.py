@@ -22,7 +22,8 @@ import os
 from typing import Any
 
 from .interval import IntervalEnergy
-from .meter import EnergyMeter, WindowResult
+from .meter import EnergyMeter
+from .results import WindowResult
 from .status import FINISHED
 
 

@@ -30,11 +30,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JouleboundError
+from .results import DeviceEnergy, WindowResult
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
-
-    from .meter import WindowResult
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -199,9 +198,7 @@ class Store:
                                       "damaged: try `sqlite3 FILE .recover`") from None
 
     def windows(self, run_id: str | None = None) -> list[WindowResult]:
-        """Windows as :class:`~joulebound.energy.meter.WindowResult` (all runs or one)."""
-        from .meter import DeviceEnergy, WindowResult
-
+        """Windows as :class:`~joulebound.energy.results.WindowResult` (all runs or one)."""
         sql = ("SELECT name, start_s, end_s, duration_s, energy_j, devices_json, provenance, "
                "flags_json, cpu_energy_j, rank, host, run_id FROM windows")
         rows = self.query(sql + (" WHERE run_id=? ORDER BY id" if run_id else " ORDER BY id"),

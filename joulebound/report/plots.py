@@ -20,7 +20,8 @@ _GRAN_COLOR = {"iteration": "tab:blue", "pass": "tab:orange", "layer": "tab:brow
 _PHASE_SHORT = {"forward": "forward", "backward": "backward", "optimizer": "opt."}
 
 
-def _plt():
+def pyplot():  # noqa: ANN201 - the matplotlib.pyplot module
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (reports are files)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -49,7 +50,7 @@ def describe(r: StudyRow) -> str:
 def pareto_plot(study: Study, path: Path) -> Path:
     """Energy Δ vs time Δ (% vs auto, per iteration): the Pareto frontier per granularity, the
     study's plans, the latency-blind kernel plan replayed at each L, and published points."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(10, 5.2))
     for g, fr in study.frontiers.items():
         pt = fr.path_time_s / fr.baseline_time_s - 1
@@ -108,7 +109,7 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
 def clocks_plot(study: Study, labels: list[str], path: Path) -> Path:
     """Core and memory clock (MHz) of every kernel against time into the iteration (ms), one
     panel per named row; kernels left to the auto governor are shaded gray."""
-    plt = _plt()
+    plt = pyplot()
     from matplotlib.patches import Patch
 
     rows = [study.row(lab) for lab in labels]
@@ -183,7 +184,7 @@ def clocks_plot(study: Study, labels: list[str], path: Path) -> Path:
 def category_plot(study: Study, label: str, path: Path) -> Path:
     """Energy saved per kernel category (J per iteration) for one plan, bars labeled with the
     category's own energy change (%)."""
-    plt = _plt()
+    plt = pyplot()
     r = study.row(label)
     cats = category_savings(study.trace, study.char, r.plan)
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
@@ -213,7 +214,7 @@ def latency_plot(study: Study, path: Path) -> Path | None:
     phase = [r for r in study.rows if r.granularity == "phase"]
     if not phase:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, (ax_e, ax_t) = plt.subplots(1, 2, figsize=(9.5, 4.2), sharex=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     lats = sorted({r.plan_latency_s * 1e3 for r in phase})

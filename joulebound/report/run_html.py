@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..energy.meter import WindowResult
+from ..energy.results import WindowResult
 from ..energy.store import Store
 from ..errors import JouleboundError
 
@@ -102,9 +102,9 @@ def _timeline_png(data: RunData, path: Path) -> Path | None:
             series.setdefault((kind, uuid), []).append((t, p))
     if not series:
         return None
-    from .plots import _plt
+    from .plots import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     t0 = min(pts[0][0] for pts in series.values())
     fig, ax = plt.subplots(figsize=(9, 3.2))
     for (kind, uuid), pts in sorted(series.items()):
@@ -126,9 +126,9 @@ def _windows_png(data: RunData, path: Path) -> Path | None:
     if not ws:
         return None
     ws = ws[:60]
-    from .plots import _plt
+    from .plots import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 3.2))
     xs = range(len(ws))
     gpu = [w.energy_j or 0.0 for w in ws]

@@ -72,7 +72,7 @@ from .mechanistic import (
 )
 from .stepcost import characterize_parts
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("joulebound.scaling.calibrate")  # also when run as __main__
 
 DATASETS = ("mayaki_ecai2025", "zeus_nsdi23", "perseus")
 TARGETS = {"median_abs_err": 0.20, "within_x2": 0.90, "coverage90": 0.80}
@@ -114,13 +114,13 @@ def zeus_obs(data: Path) -> list[Obs]:
     """Zeus NSDI'23 BERT-base SQuAD rows at every power limit (per step: s, J)."""
     import pandas as pd
 
-    from .datasets import _ZEUS_GPU, ZEUS_BERT
+    from .datasets import ZEUS_BERT, ZEUS_GPUS
 
     out = []
     meta = ZEUS_BERT["squad"]
     for f in sorted((data / "zeus_nsdi23").glob("summary_power_*.csv")):
         gpu = f.stem.replace("summary_power_", "")
-        dev = _ZEUS_GPU.get(gpu, (gpu, None))[0]
+        dev = ZEUS_GPUS.get(gpu, (gpu, None))[0]
         raw = pd.read_csv(f)
         raw = raw[raw["network"].str.contains("bert", case=False) & (raw["dataset"] == "squad")]
         dtype = "fp16"  # mixed precision: in FP32 the measured steps would need 82-106 % of the
@@ -619,8 +619,8 @@ def legacy_cuts(prep: Prepared, law: str, progress=None) -> list[dict]:  # noqa:
     """A legacy energy law (``fit --law NAME``) on the same cuts: energy per step against each
     row's measured energy (its own meter: CodeCarbon for Mayaki, NVML otherwise); the 90 %
     interval is the split-conformal half-width of the training side (pre-run law only)."""
-    from .evaluate import conformal_quantile
     from .laws import make_law
+    from .metrics import conformal_quantile
 
     df = legacy_frame(prep)
     y = df["energy_j"].to_numpy(float)
@@ -703,7 +703,10 @@ def _main() -> None:  # pragma: no cover - maintenance entry point
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-cuts", action="store_true")
     a = ap.parse_args()
-    res = calibrate(a.data, a.sweep, a.out, not a.no_cuts, progress=lambda s: print("cut", s))
+    from ..logs import show_progress
+
+    show_progress()
+    res = calibrate(a.data, a.sweep, a.out, not a.no_cuts, progress=lambda s: log.info("cut %s", s))
     p = res["params"]
     print(json.dumps({k: p[k] for k in ("kappa", "launch_s", "step_s", "wait_ratio", "sigma")}, indent=1))
     for c in res.get("cuts", []):

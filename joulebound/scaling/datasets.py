@@ -211,7 +211,7 @@ def load_mayaki(path: str | Path) -> pd.DataFrame:
 #: Published dataset sizes and the sequence lengths of the Zeus BERT recipes (assumptions: the
 #: trace does not record them; see docs/scaling.md).
 ZEUS_BERT = {"squad": {"samples": 88_524, "seq": 384}, "sentiment140": {"samples": 1_600_000, "seq": 128}}
-_ZEUS_GPU = {"a40": ("a40", 300), "v100": ("v100-pcie", 250), "rtx6000": ("rtx6000", 260),
+ZEUS_GPUS = {"a40": ("a40", 300), "v100": ("v100-pcie", 250), "rtx6000": ("rtx6000", 260),
              "p100": ("p100-pcie", 250)}
 
 
@@ -249,7 +249,7 @@ def load_zeus(path: str | Path) -> pd.DataFrame:
             if meta is None:
                 continue
             t = r["time_per_epoch"] * r["batch_size"] / meta["samples"]
-            dev = _ZEUS_GPU.get(gpu, (gpu, None))[0]
+            dev = ZEUS_GPUS.get(gpu, (gpu, None))[0]
             rows.append({"dataset": "zeus_nsdi23", "family": f"bert-base/{r['dataset']}/{dev}",
                          "arch": "bert", "layers": 12, "hidden": 768, "heads": 12, "ff": 3072,
                          "params": 110e6, "seq": meta["seq"], "batch": int(r["batch_size"]),

@@ -13,14 +13,18 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from ..errors import JouleboundError, did_you_mean
+from .design import prepare
 from .hardware import HW
-from .laws import PreRunLaw, prepare
 from .speedup import check_gpus, normalize_strategy
+
+if TYPE_CHECKING:  # pragma: no cover - the estimators import scikit-learn: only when used
+    from .laws import PreRunLaw
 
 DEFAULT_FILE = "prerun_default.json"
 
@@ -34,6 +38,8 @@ def default_path() -> Path:
 
 def load_default(path: str | Path | None = None) -> tuple[PreRunLaw, dict]:
     """The built-in pre-run law (or one saved by ``joulebound fit --save``) and its record."""
+    from .laws import PreRunLaw
+
     p = Path(path) if path else default_path()
     if not p.exists():
         raise JouleboundError(f"coefficients file not found: {p}" + ("" if path else
@@ -53,7 +59,9 @@ def load_default(path: str | Path | None = None) -> tuple[PreRunLaw, dict]:
 
 def law_record(df: pd.DataFrame, data_desc: str, k: int = 5) -> dict:
     """Fit the pre-run law on ``df``, measure its grouped K-fold error, return the JSON record."""
-    from .evaluate import conformal_quantile, cross_validate
+    from .evaluate import cross_validate
+    from .laws import PreRunLaw
+    from .metrics import conformal_quantile
 
     law = PreRunLaw().fit(df)
     cv = cross_validate(df, "prerun", k=k)
@@ -169,8 +177,9 @@ def predict_job(tokens: float, law: PreRunLaw | None = None, q90_log: float | No
     t_step = float(law.eff_.time(d)[0] / (d["gpus"].iloc[0] * par[0]))
     steps = float(tokens) / float(d["batch"].iloc[0] * d["seq"].iloc[0])
     q = float(q90_log or 0.0)
-    warn = [w for w in law.warnings_ if not w.startswith("strategy")]
-    if len(warn) < len(law.warnings_):
+    law_warnings = law.prediction_warnings(df)
+    warn = [w for w in law_warnings if not w.startswith("strategy")]
+    if len(warn) < len(law_warnings):
         warn.append("Ψ(strategy) = 0: this law was fitted without multi-GPU energy runs (none in the "
                     "open data); the strategy enters only through the predicted η̂_par")
     if coefficients is None and (d["params"].iloc[0] > 1.5e8 or d["gpus"].iloc[0] > 1):

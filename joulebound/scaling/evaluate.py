@@ -1,9 +1,9 @@
 """Honest evaluation of the energy laws: one table per dataset.
 
 For each law: in-sample adjusted R² (log E); grouped K-fold held-out R² of log E, RMSE of log E
-and MAPE of E with folds by configuration ``family`` (no family is both fitted and scored); a
-scale-shift test (fit on the smaller half of the models by parameter count, predict the larger
-half); split-conformal 90 % intervals — inside each fold a fifth of the training families is held
+and MAPE of E with scikit-learn's ``GroupKFold`` by configuration ``family`` (no family is both
+fitted and scored); a scale-shift test (fit on the smaller half of the models by parameter count,
+predict the larger half); split-conformal 90 % intervals — inside each fold a fifth of the training families is held
 out to calibrate |log residual|, the interval exp(log Ê ± q) is scored on the test fold — with their
 empirical coverage. All figures are "modeled" (a model's error against "measured" energy).
 
@@ -16,7 +16,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .laws import make_law, prepare
+from .laws import EnergyLaw, make_law, prepare
+from .metrics import adjusted_r2, conformal_quantile, mape, r2, rmse
+
+__all__ = ["DEFAULT_LAWS", "PUBLISHED", "adjusted_r2", "conformal_quantile", "cross_validate",
+           "evaluate", "mape", "r2", "rmse", "scale_shift"]
 
 PUBLISHED = {
     "citation": "Zoubeirou a Mayaki, The Energy Consumption of Transformer Fine-Tuning: A "
@@ -30,73 +34,50 @@ DEFAULT_LAWS = ("roofline", "powerlaw", "paper-no-eta", "paper", "prerun", "devi
                 "config-only", "hgb")
 
 
-def r2(y: np.ndarray, p: np.ndarray) -> float:
-    y, p = np.asarray(y, float), np.asarray(p, float)
-    return float(1 - np.sum((y - p) ** 2) / np.sum((y - y.mean()) ** 2))
-
-
-def rmse(y: np.ndarray, p: np.ndarray) -> float:
-    return float(np.sqrt(np.mean((np.asarray(y, float) - np.asarray(p, float)) ** 2)))
-
-
-def mape(e: np.ndarray, e_hat: np.ndarray) -> float:
-    e = np.asarray(e, float)
-    return float(np.mean(np.abs(np.asarray(e_hat, float) - e) / e))
-
-
-def adjusted_r2(r2_value: float, n: int, p: int) -> float:
-    """1 − (1 − R²)(n − 1)/(n − p − 1) for ``p`` regressors (without the intercept)."""
-    return float(1 - (1 - r2_value) * (n - 1) / max(n - p - 1, 1))
-
-
-def conformal_quantile(abs_resid: np.ndarray, alpha: float = 0.1) -> float:
-    """Split-conformal quantile: the ⌈(n+1)(1−α)⌉-th smallest |residual| (inf when n is small)."""
-    r = np.sort(np.asarray(abs_resid, float))
-    k = int(np.ceil((len(r) + 1) * (1 - alpha)))
-    return float(r[k - 1]) if 1 <= k <= len(r) else float("inf")
-
-
-def group_folds(groups: np.ndarray, k: int, seed: int = 0) -> list[np.ndarray]:
-    """Assign whole groups to ``k`` folds (shuffled, balanced by size); returns test indices."""
-    uniq, counts = np.unique(groups, return_counts=True)
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(uniq))
-    order = order[np.argsort(-counts[order], kind="stable")]
-    sizes, assign = np.zeros(k), {}
-    for j in order:
-        f = int(np.argmin(sizes))
-        assign[uniq[j]] = f
-        sizes[f] += counts[j]
-    fold = np.array([assign[g] for g in groups])
-    return [np.flatnonzero(fold == f) for f in range(k) if np.any(fold == f)]
-
-
-def cross_validate(df: pd.DataFrame, law: str, k: int = 5, alpha: float = 0.1,
+def cross_validate(df: pd.DataFrame, law: str | EnergyLaw, k: int = 5, alpha: float = 0.1,
                    seed: int = 0) -> dict:
-    """Grouped K-fold held-out metrics of ``law`` plus split-conformal coverage."""
+    """Grouped K-fold held-out metrics of ``law`` (a ``--law`` name or an unfitted estimator)
+    plus split-conformal coverage.
+
+    Folds are scikit-learn's :class:`~sklearn.model_selection.GroupKFold` over ``family`` (whole
+    families, balanced by size), run by :func:`sklearn.model_selection.cross_validate` on clones
+    of the law. Inside each fold a fifth of the training families
+    (:class:`~sklearn.model_selection.GroupShuffleSplit`, seeded by ``seed``) is held out to
+    calibrate the conformal quantile of |log residual| (:func:`~joulebound.scaling.metrics.
+    conformal_quantile` at level 1 − ``alpha``) of a law fitted on the rest."""
+    from sklearn.base import clone
+    from sklearn.model_selection import GroupKFold, GroupShuffleSplit
+    from sklearn.model_selection import cross_validate as sk_cross_validate
+
+    name = law if isinstance(law, str) else law.name
     d = df.reset_index(drop=True)
     groups = d["family"].astype(str).to_numpy()
     k = min(k, len(np.unique(groups)))
     if k < 2:
-        return {"law": law, "k": k, "note": "fewer than 2 families: no held-out evaluation"}
-    y = np.log(d["energy_j"].to_numpy(float))
+        return {"law": name, "k": k, "note": "fewer than 2 families: no held-out evaluation"}
+    est = make_law(law) if isinstance(law, str) else law
+    energy = d["energy_j"].to_numpy(float)
+    y = np.log(energy)
+    cv = sk_cross_validate(est, d, energy, groups=groups, cv=GroupKFold(n_splits=k),
+                           return_estimator=True, return_indices=True, error_score="raise")
     pred = np.full(len(d), np.nan)
     lo, hi = np.full(len(d), np.nan), np.full(len(d), np.nan)
-    rng = np.random.default_rng(seed)
-    for te in group_folds(groups, k, seed):
-        tr = np.setdiff1d(np.arange(len(d)), te)
-        pred[te] = make_law(law).fit(d.iloc[tr]).predict_log(d.iloc[te])
+    rng = np.random.RandomState(seed)
+    for fitted, tr, te in zip(cv["estimator"], cv["indices"]["train"], cv["indices"]["test"],
+                              strict=True):
+        pred[te] = fitted.predict_log(d.iloc[te])
         fams = np.unique(groups[tr])
         if len(fams) >= 5:
-            cal_f = rng.choice(fams, size=max(1, len(fams) // 5), replace=False)
-            cal = tr[np.isin(groups[tr], cal_f)]
-            fit = tr[~np.isin(groups[tr], cal_f)]
-            m = make_law(law).fit(d.iloc[fit])
+            split = GroupShuffleSplit(n_splits=1, test_size=max(1, len(fams) // 5),
+                                      random_state=rng)
+            fit_i, cal_i = next(split.split(tr, groups=groups[tr]))
+            m = clone(est).fit(d.iloc[tr[fit_i]])
+            cal = tr[cal_i]
             q = conformal_quantile(np.abs(y[cal] - m.predict_log(d.iloc[cal])), alpha)
             p_te = m.predict_log(d.iloc[te])
             lo[te], hi[te] = p_te - q, p_te + q
     cov = np.isfinite(lo)
-    return {"law": law, "k": k, "r2_log": r2(y, pred), "rmse_log": rmse(y, pred),
+    return {"law": name, "k": k, "r2_log": r2(y, pred), "rmse_log": rmse(y, pred),
             "mape": mape(np.exp(y), np.exp(pred)),
             "conformal_coverage": float(np.mean((y[cov] >= lo[cov]) & (y[cov] <= hi[cov]))) if cov.any() else None,
             "conformal_median_width_factor": float(np.exp(np.median(hi[cov] - lo[cov]) / 2)) if cov.any() else None,

@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from .defaults import config_frame, load_default
+from .design import prepare
 from .hardware import HW, get_hw
-from .laws import prepare
 
 PATTERSON = "Patterson et al. 2021, arXiv 2104.10350, Table 4"
 

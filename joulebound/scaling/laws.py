@@ -1,6 +1,10 @@
-"""Energy laws as scikit-learn-style estimators: ``fit(df)``, ``predict(df)`` (J), ``score(df)``.
+"""Energy laws as scikit-learn estimators: ``fit(X, y)``, ``predict(X)`` (J), ``score(X, y)``.
 
-``df`` is a common-schema frame (:mod:`joulebound.scaling.datasets`); proxies are added inside.
+``X`` is a common-schema frame (:mod:`joulebound.scaling.datasets`), one row per configuration;
+proxies are added inside. ``y`` is the measured energy per unit of work (J); without it ``fit``
+and ``score`` read ``X["energy_j"]``. Each law is a ``BaseEstimator`` + ``RegressorMixin``: its
+constructor takes only hyper-parameters, everything learned is set by ``fit`` (names ending in
+``_``), so ``sklearn.clone``, ``GroupKFold`` and ``cross_validate`` work on it.
 All log laws regress ``log E`` (E in J per unit of work, summed over GPUs) with statsmodels OLS and
 robust standard errors (cluster-robust by ``family`` when there are ≥ 10 families, else HC3).
 
@@ -27,240 +31,152 @@ law (``--law``)          form                                                   
 
 "Device terms" are indicator columns per GPU model (first one is the reference) when the
 training data has more than one; Ψ likewise per strategy. A category unseen in training gets the
-reference level and ``predict`` records it in ``self.warnings_``.
+reference level; :meth:`EnergyLaw.prediction_warnings` says so (``predict`` changes nothing).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import warnings
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils.validation import check_is_fitted
 
 from ..errors import JouleboundError, did_you_mean
-from .proxies import add_proxies, dtype_bytes
-from .speedup import check_gpus, normalize_strategy
+from .design import EfficiencyModel, dummies, measured_eta, parallel_eta, prepare
+from .metrics import adjusted_r2, r2
 
-# --------------------------------------------------------------------------------------------
-# helpers
-
-
-def prepare(df: pd.DataFrame, need_energy: bool = True) -> pd.DataFrame:
-    """Validate, normalise strategies, add proxies. Raises naming the missing column."""
-    from .datasets import validate
-
-    need = ("layers", "hidden", "heads", "seq", "batch", "device", "peak_flops", "strategy", "gpus")
-    validate(df, df.attrs.get("source", "dataset"), need + (("energy_j",) if need_energy else ()))
-    out = df.copy()
-    out["strategy"] = [normalize_strategy(s) for s in out["strategy"]]
-    check_gpus(out["gpus"])
-    if "dtype" not in out:
-        out["dtype"] = "fp32"
-    if "tdp_w" not in out or "mem_bw" not in out:
-        from .hardware import get_hw
-
-        hws = {d: get_hw(d) for d in out["device"].unique()}
-        out["tdp_w"] = out["device"].map(lambda d: hws[d].tdp_w)
-        out["mem_bw"] = out["device"].map(lambda d: hws[d].mem_bw)
-    if "family" not in out:
-        out["family"] = "all"
-    return add_proxies(out)
-
-
-def measured_eta(df: pd.DataFrame) -> np.ndarray:
-    """Post-run efficiency η = F_train / (N · peak · t): the model-FLOPs utilization (MFU).
-
-    On one GPU this is the hardware efficiency (the ECAI paper's HEF of the whole step); on N GPUs
-    it is hardware efficiency × parallel efficiency S(N)/N."""
-    return (df["F_train"] / (df["gpus"] * df["peak_flops"] * df["time_s"])).to_numpy(float)
-
-
-def _dummies(values: pd.Series, levels: list[str], prefix: str) -> tuple[np.ndarray, list[str]]:
-    cols = [np.asarray(values == lv, dtype=float) for lv in levels[1:]]
-    names = [f"{prefix}[{lv}]" for lv in levels[1:]]
-    return (np.column_stack(cols) if cols else np.empty((len(values), 0))), names
-
-
-# --------------------------------------------------------------------------------------------
-# hardware-efficiency model (pre-run)
-
-
-class EfficiencyModel:
-    """Pre-run step time on one GPU, hence hardware efficiency η̂_hw = F_train/(peak·t̂).
-
-    ``t̂ = θ1·F_dense/peak + θ2·F_attn/peak + θ3·A·b/BW + θ4·L + θ5``  (s), θ ≥ 0 by NNLS with
-    relative-error weights, pooled over devices (peak and bandwidth normalise them), where A is
-    the attention-matrix elements per step and b bytes per element. Physically: 1/θ1 is the
-    achieved fraction of peak on the weight matmuls, 1/θ2 on the attention products, θ3 the
-    passes over the score matrices, θ4 the per-layer launch/overhead time and θ5 the per-step
-    overhead. Fitted on single-GPU-equivalent time t·N·η̂_par of the training rows only.
-    """
-
-    names = ("theta_dense", "theta_attn", "theta_attn_mem", "t_layer_s", "t_step_s")
-
-    @staticmethod
-    def _X(df: pd.DataFrame) -> np.ndarray:
-        nb = np.array([dtype_bytes(x) for x in df["dtype"]], dtype=float)
-        return np.column_stack([df["F_dense"] / df["peak_flops"], df["F_attn"] / df["peak_flops"],
-                                df["A_elems"] * nb / df["mem_bw"], df["layers"].astype(float),
-                                np.ones(len(df))])
-
-    def fit(self, df: pd.DataFrame, t1: np.ndarray) -> EfficiencyModel:
-        """NNLS on the training rows (relative-error weights).
-
-        Terms that the training rows cannot tell apart (e.g. the per-layer term when every row has
-        the same L, or the attention terms when S and h never vary) are left out — greedily, in
-        the order θ1, θ5, θ2, θ3, θ4 — so that an unidentifiable split cannot explode when the law
-        extrapolates; ``self.active_`` lists the terms kept."""
-        from scipy.optimize import nnls
-
-        X = self._X(df)
-        sc = np.maximum(np.abs(X).max(axis=0), 1e-300)
-        w = 1.0 / t1
-        Xw = X / sc * w[:, None]
-        active: list[int] = []
-        for j in (0, 4, 1, 2, 3):
-            trial = active + [j]
-            sv = np.linalg.svd(Xw[:, trial], compute_uv=False)
-            if sv[-1] > 1e-7 * sv[0]:
-                active = trial
-        c = np.zeros(X.shape[1])
-        c[active], _ = nnls(Xw[:, active], t1 * w)
-        self.active_ = [self.names[j] for j in sorted(active)]
-        self.theta_ = c / sc
-        return self
-
-    def time(self, df: pd.DataFrame) -> np.ndarray:
-        """Predicted 1-GPU time of one unit of work (s)."""
-        return np.maximum(self._X(df) @ self.theta_, 1e-12)
-
-    def eta(self, df: pd.DataFrame) -> np.ndarray:
-        return (df["F_train"] / (df["peak_flops"] * self.time(df))).to_numpy(float)
-
-    def to_json(self) -> dict[str, float]:
-        return dict(zip(self.names, map(float, self.theta_), strict=True))
-
-    @classmethod
-    def from_json(cls, d: dict[str, float]) -> EfficiencyModel:
-        m = cls()
-        m.theta_ = np.array([d[k] for k in cls.names], dtype=float)
-        return m
-
-
-def parallel_eta(df: pd.DataFrame, t1: np.ndarray, speedup_fits: dict | None = None) -> np.ndarray:
-    """Pre-run η̂_par per row: a fitted speedup law for the row's strategy when given, else the
-    communication model (:func:`~joulebound.scaling.comm.predicted_efficiency`) with the row's
-    predicted 1-GPU time ``t1`` as compute time. 1 for single-GPU rows."""
-    from .comm import predicted_efficiency
-
-    out = np.ones(len(df))
-    for i, (_, r) in enumerate(df.iterrows()):
-        n = float(r["gpus"])
-        if n <= 1 or r["strategy"] == "single":
-            continue
-        fit = (speedup_fits or {}).get(r["strategy"])
-        if fit is not None:
-            out[i] = float(fit.efficiency(n))
-            continue
-        flops = float(r["F_train"])
-        eff = flops / (float(r["peak_flops"]) * float(t1[i]))
-        out[i] = float(predicted_efficiency(
-            r["strategy"], n, flops=flops, params=float(r["params"]), B=float(r["batch"]),
-            S=float(r["seq"]), d=float(r["hidden"]), L=float(r["layers"]), device=r["device"],
-            dtype=str(r["dtype"]), compute_eff=eff))
-    return np.clip(out, 1e-3, 1.0)
-
+__all__ = ["LAWS", "AdditiveRoofline", "ConfigOnly", "DeviceSeconds", "EfficiencyModel",
+           "EnergyLaw", "HGBLaw", "PaperLaw", "PowerLaw", "PreRunLaw", "make_law",
+           "measured_eta", "parallel_eta", "prepare"]
 
 # --------------------------------------------------------------------------------------------
 # estimators
 
 
-class EnergyLaw:
-    """Base class: log-linear OLS on a design built by :meth:`design`."""
+def _with_energy(X: pd.DataFrame, y: Any) -> pd.DataFrame:
+    """``X`` with ``energy_j`` taken from ``y`` when given (J per unit of work)."""
+    if y is None:
+        return X
+    out = X.copy()
+    out["energy_j"] = np.asarray(y, dtype=float)
+    return out
 
-    name = "base"
-    post_run = False
-    description = ""
 
-    def __init__(self) -> None:
-        self.warnings_: list[str] = []
+def _levels(values: pd.Series) -> list[str]:
+    """Category levels of a column, sorted; one GPU (``single``) is the reference of Ψ."""
+    lv = sorted(values.astype(str).unique())
+    if "single" in lv:
+        lv.remove("single")
+        lv.insert(0, "single")
+    return lv
 
-    # subclasses build their columns
-    def columns(self, df: pd.DataFrame, fitting: bool) -> tuple[list[np.ndarray], list[str]]:
+
+class EnergyLaw(RegressorMixin, BaseEstimator):
+    """Base class: log-linear OLS of ``log E`` on the columns a law builds (:meth:`_columns`).
+
+    Fitted attributes: ``terms_`` (kept design columns, ``"const"`` first), ``coef_``, ``keep_``
+    (mask of the design columns kept), ``res_`` (statsmodels results), ``cov_type_``, ``n_``,
+    ``rsquared_adj_`` and ``<column>_levels_`` per categorical column."""
+
+    name: ClassVar[str] = "base"
+    post_run: ClassVar[bool] = False
+    description: ClassVar[str] = ""
+    #: categorical columns that get indicator terms (first level = reference)
+    categoricals: ClassVar[tuple[str, ...]] = ("device",)
+
+    # -- design ---------------------------------------------------------------------------------
+    def _fit_state(self, df: pd.DataFrame) -> None:
+        """Learn what the columns need besides the category levels (prepared training rows)."""
+
+    def _columns(self, df: pd.DataFrame) -> tuple[list[np.ndarray], list[str]]:
+        """The law's own regressors of the prepared rows ``df`` (from fitted state only)."""
         raise NotImplementedError
 
-    def _cats(self, df: pd.DataFrame, fitting: bool, which: tuple[str, ...] = ("device",)
-              ) -> tuple[list[np.ndarray], list[str]]:
-        cols, names = [], []
-        for col in which:
-            if fitting:
-                lv = sorted(df[col].astype(str).unique())
-                if "single" in lv:  # one GPU is the reference level of Ψ
-                    lv.remove("single")
-                    lv.insert(0, "single")
-                setattr(self, f"{col}_levels_", lv)
-            levels = getattr(self, f"{col}_levels_")
-            unseen = sorted(set(df[col].astype(str)) - set(levels))
-            if unseen and not fitting:
-                self.warnings_.append(f"{col} {unseen} not in the training data: reference level "
-                                      f"{levels[0]!r} used")
-            X, n = _dummies(df[col].astype(str), levels, col)
+    def _dummies(self, df: pd.DataFrame) -> tuple[list[np.ndarray], list[str]]:
+        cols: list[np.ndarray] = []
+        names: list[str] = []
+        for col in self.categoricals:
+            X, n = dummies(df[col].astype(str), getattr(self, f"{col}_levels_"), col)
             cols += list(X.T)
             names += n
         return cols, names
 
-    def design(self, df: pd.DataFrame, fitting: bool = False) -> np.ndarray:
-        cols, names = self.columns(df, fitting)
-        X = np.column_stack([np.ones(len(df))] + [np.asarray(c, float) for c in cols])
-        if fitting:
-            self.terms_ = ["const"] + names
-        return X
+    def _design(self, df: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+        cols, names = self._columns(df)
+        cat, cat_names = self._dummies(df)
+        X = np.column_stack([np.ones(len(df))] + [np.asarray(c, float) for c in cols + cat])
+        return X, ["const"] + names + cat_names
 
-    def fit(self, df: pd.DataFrame) -> EnergyLaw:
+    # -- estimator API --------------------------------------------------------------------------
+    def fit(self, X: pd.DataFrame, y: Any = None) -> EnergyLaw:
+        """Fit on the rows of ``X`` with energy ``y`` (J; default ``X["energy_j"]``)."""
         import statsmodels.api as sm
 
-        d = prepare(df)
-        y = np.log(d["energy_j"].to_numpy(float))
-        X = self.design(d, fitting=True)
-        keep = np.ones(X.shape[1], bool)
+        d = prepare(_with_energy(X, y))
+        logy = np.log(d["energy_j"].to_numpy(float))
+        self._fit_state(d)
+        for col in self.categoricals:
+            setattr(self, f"{col}_levels_", _levels(d[col]))
+        A, terms = self._design(d)
+        keep = np.ones(A.shape[1], bool)
         # drop (near-)constant columns, e.g. log η on 1-GPU data; < 1 % spread in a log term
         # carries no information and only makes the fit ill-conditioned
-        keep[1:] = X[:, 1:].std(axis=0) > 1e-2
-        self.keep_ = keep
-        self.terms_ = [t for t, k in zip(self.terms_, keep, strict=True) if k]
+        keep[1:] = A[:, 1:].std(axis=0) > 1e-2
         fam = d["family"].astype(str)
-        import warnings
-
-        model = sm.OLS(y, X[:, keep])
-        warnings.filterwarnings("ignore", message=".*rank-deficient.*")
-        if fam.nunique() >= 10:
-            codes = pd.factorize(fam)[0]
-            self.cov_type_ = "cluster(family)"
-            self.res_ = model.fit(cov_type="cluster", cov_kwds={"groups": codes})
-        else:
-            self.cov_type_ = "HC3"
-            self.res_ = model.fit(cov_type="HC3")
-        self.coef_ = np.asarray(self.res_.params)
-        self.n_ = len(y)
-        self.rsquared_adj_ = float(self.res_.rsquared_adj)
+        with warnings.catch_warnings():  # this call only: statsmodels on collinear designs
+            warnings.filterwarnings("ignore", message=".*rank-deficient.*")
+            model = sm.OLS(logy, A[:, keep])
+            if fam.nunique() >= 10:
+                cov_type = "cluster(family)"
+                res = model.fit(cov_type="cluster",
+                                cov_kwds={"groups": pd.factorize(fam)[0]})
+            else:
+                cov_type = "HC3"
+                res = model.fit(cov_type="HC3")
+        self.keep_ = keep
+        self.terms_ = [t for t, k in zip(terms, keep, strict=True) if k]
+        self.cov_type_ = cov_type
+        self.res_ = res
+        self.coef_ = np.asarray(res.params)
+        self.n_ = len(logy)
+        self.rsquared_adj_ = float(res.rsquared_adj)
         return self
 
-    def predict_log(self, df: pd.DataFrame) -> np.ndarray:
-        self.warnings_ = []
-        d = prepare(df, need_energy=False)
-        return self.design(d)[:, self.keep_] @ self.coef_
+    def predict_log(self, X: pd.DataFrame) -> np.ndarray:
+        """Predicted ``log E`` (E in J per unit of work, summed over GPUs)."""
+        check_is_fitted(self)
+        d = prepare(X, need_energy=False)
+        return self._design(d)[0][:, self.keep_] @ self.coef_
 
-    def predict(self, df: pd.DataFrame) -> np.ndarray:
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
         """Predicted energy per unit of work, summed over GPUs (J)."""
-        return np.exp(self.predict_log(df))
+        return np.exp(self.predict_log(X))
 
-    def score(self, df: pd.DataFrame) -> float:
-        """R² of log E."""
-        from .evaluate import r2
+    def score(self, X: pd.DataFrame, y: Any = None, sample_weight: Any = None) -> float:
+        """R² of ``log E`` (``y`` in J; default ``X["energy_j"]``)."""
+        e = X["energy_j"] if y is None else y
+        return r2(np.log(np.asarray(e, dtype=float)), self.predict_log(X))
 
-        return r2(np.log(df["energy_j"].to_numpy(float)), self.predict_log(df))
+    def prediction_warnings(self, X: pd.DataFrame) -> list[str]:
+        """What :meth:`predict` assumes for rows of ``X`` unlike the training data: a category
+        level never seen in training gets the reference level."""
+        check_is_fitted(self)
+        d = prepare(X, need_energy=False) if self.categoricals else X
+        out = []
+        for col in self.categoricals:
+            levels = getattr(self, f"{col}_levels_")
+            unseen = sorted(set(d[col].astype(str)) - set(levels))
+            if unseen:
+                out.append(f"{col} {unseen} not in the training data: reference level "
+                           f"{levels[0]!r} used")
+        return out
 
     def coef_table(self) -> pd.DataFrame:
+        check_is_fitted(self)
         ci = np.asarray(self.res_.conf_int(0.05))
         return pd.DataFrame({"term": self.terms_, "coef": self.coef_, "se": np.asarray(self.res_.bse),
                              "ci95_lo": ci[:, 0], "ci95_hi": ci[:, 1], "p": np.asarray(self.res_.pvalues)})
@@ -270,29 +186,44 @@ class PowerLaw(EnergyLaw):
     name = "powerlaw"
     description = "log E on log C_tok, log M (+ device terms)"
 
-    def columns(self, df, fitting):  # noqa: ANN001, ANN201
-        c, n = self._cats(df, fitting)
-        return [np.log(df["C_tok"]), np.log(df["M"])] + c, ["log C", "log M"] + n
+    def _columns(self, df: pd.DataFrame) -> tuple[list[np.ndarray], list[str]]:
+        return [np.log(df["C_tok"]), np.log(df["M"])], ["log C", "log M"]
 
 
 class PaperLaw(EnergyLaw):
-    """The paper's law E = κ·C^αC·M^αM·η^αη·Ψ with measured η (post-run)."""
+    """The paper's law E = κ·C^αC·M^αM·η^αη·Ψ with measured η (post-run).
 
-    name = "paper"
-    post_run = True
-    description = "log E on log C_tok, log M, log η (measured MFU), Ψ(strategy) (+ device terms)"
+    Args:
+        with_eta: include the η term (``False``: ``paper-no-eta``, a pre-run law).
+        eta: ``"mfu"`` (η = F/(N·peak·t), measured) or ``"speedup"`` (η = S(N)/N from the
+            measured work-normalized speedup: ``paper-speedup``).
+    """
+
+    categoricals = ("strategy", "device")
 
     def __init__(self, with_eta: bool = True, eta: str = "mfu") -> None:
-        super().__init__()
-        self.with_eta, self.eta = with_eta, eta
-        if not with_eta:
-            self.name, self.post_run = "paper-no-eta", False
-            self.description = "the paper's law without η"
-        elif eta == "speedup":
-            self.name = "paper-speedup"
-            self.description = "the paper's law with η = S(N)/N from the measured work-normalized speedup"
+        self.with_eta = with_eta
+        self.eta = eta
 
-    def columns(self, df, fitting):  # noqa: ANN001, ANN201
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        if not self.with_eta:
+            return "paper-no-eta"
+        return "paper-speedup" if self.eta == "speedup" else "paper"
+
+    @property
+    def post_run(self) -> bool:  # type: ignore[override]
+        return bool(self.with_eta)
+
+    @property
+    def description(self) -> str:  # type: ignore[override]
+        if not self.with_eta:
+            return "the paper's law without η"
+        if self.eta == "speedup":
+            return "the paper's law with η = S(N)/N from the measured work-normalized speedup"
+        return "log E on log C_tok, log M, log η (measured MFU), Ψ(strategy) (+ device terms)"
+
+    def _columns(self, df: pd.DataFrame) -> tuple[list[np.ndarray], list[str]]:
         cols, names = [np.log(df["C_tok"]), np.log(df["M"])], ["log C", "log M"]
         if self.with_eta and self.eta == "speedup":
             sp = df["speedup"].astype(float).where(df["gpus"] > 1, 1.0) if "speedup" in df else None
@@ -307,20 +238,24 @@ class PaperLaw(EnergyLaw):
                                       "F/(N·peak·t)); use --law prerun for a pre-run prediction")
             cols.append(np.log(measured_eta(df)))
             names.append("log eta")
-        c, n = self._cats(df, fitting, ("strategy", "device"))
-        return cols + c, names + n
+        return cols, names
 
 
 class PreRunLaw(EnergyLaw):
-    """The paper's law with η predicted before the run (see module docstring)."""
+    """The paper's law with η predicted before the run (see module docstring).
+
+    Args:
+        speedup_fits: fitted speedup laws by strategy (:class:`~joulebound.scaling.speedup.
+            SpeedupFit`) for η̂_par; strategies without one use the communication model.
+    """
 
     name = "prerun"
     description = ("log E on log F_train, log C_tok, log M, log η̂ (η̂_hw from a time model fitted on "
                    "other configurations × η̂_par from the comm model or a speedup law), "
                    "log(TDP/peak), Ψ(strategy)")
+    categoricals = ("strategy",)
 
     def __init__(self, speedup_fits: dict | None = None) -> None:
-        super().__init__()
         self.speedup_fits = speedup_fits
 
     def eta_hat(self, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -330,23 +265,25 @@ class PreRunLaw(EnergyLaw):
         par = parallel_eta(df, t1, self.speedup_fits)
         return hw * par, hw, par
 
-    def columns(self, df, fitting):  # noqa: ANN001, ANN201
-        if fitting:
-            if "time_s" not in df or df["time_s"].isna().all():
-                raise JouleboundError("the pre-run law is fitted on measured times of the training "
-                                      "runs (time_s); the dataset has none")
-            # single-GPU-equivalent time: t·N·η̂_par, with η̂_par from a first pass (1 GPU: exact)
-            t = df["time_s"].to_numpy(float)
-            n = df["gpus"].to_numpy(float)
-            eff = EfficiencyModel().fit(df[n == 1] if (n == 1).sum() >= 5 else df, (t * n)[n == 1]
-                                        if (n == 1).sum() >= 5 else t * n)
-            par = parallel_eta(df, eff.time(df), self.speedup_fits)
-            self.eff_ = EfficiencyModel().fit(df, t * n * par)
-            self.multi_device_ = df["device"].nunique() > 1
-            # few families: keep the physics core (log F, log η̂) to avoid fitting noise
-            self.reduced_ = df["family"].nunique() < 10
+    def _fit_state(self, df: pd.DataFrame) -> None:
+        if "time_s" not in df or df["time_s"].isna().all():
+            raise JouleboundError("the pre-run law is fitted on measured times of the training "
+                                  "runs (time_s); the dataset has none")
+        # single-GPU-equivalent time: t·N·η̂_par, with η̂_par from a first pass (1 GPU: exact)
+        t = df["time_s"].to_numpy(float)
+        n = df["gpus"].to_numpy(float)
+        one = n == 1
+        first = (EfficiencyModel().fit(df[one], (t * n)[one]) if one.sum() >= 5
+                 else EfficiencyModel().fit(df, t * n))
+        par = parallel_eta(df, first.time(df), self.speedup_fits)
+        self.eff_ = EfficiencyModel().fit(df, t * n * par)
+        self.multi_device_ = df["device"].nunique() > 1
+        # few families: keep the physics core (log F, log η̂) to avoid fitting noise
+        self.reduced_ = df["family"].nunique() < 10
+
+    def _columns(self, df: pd.DataFrame) -> tuple[list[np.ndarray], list[str]]:
         eta, _, _ = self.eta_hat(df)
-        if getattr(self, "reduced_", False):
+        if self.reduced_:
             cols, names = [np.log(df["F_train"]), np.log(eta)], ["log F", "log eta_hat"]
         else:
             cols = [np.log(df["F_train"]), np.log(df["C_tok"]), np.log(df["M"]), np.log(eta)]
@@ -354,19 +291,20 @@ class PreRunLaw(EnergyLaw):
         if self.multi_device_:
             cols.append(np.log(df["tdp_w"] / df["peak_flops"]))
             names.append("log TDP/peak")
-        c, n = self._cats(df, fitting, ("strategy",))
-        return cols + c, names + n
+        return cols, names
 
     def to_json(self) -> dict[str, Any]:
+        check_is_fitted(self)
         return {"law": self.name, "terms": self.terms_, "coef": [float(c) for c in self.coef_],
                 "se": [float(s) for s in np.asarray(self.res_.bse)], "keep": [bool(k) for k in self.keep_],
                 "strategy_levels": self.strategy_levels_, "multi_device": bool(self.multi_device_),
                 "efficiency_model": self.eff_.to_json(), "cov_type": self.cov_type_,
                 "n": self.n_, "rsquared_adj": self.rsquared_adj_,
-                "reduced": bool(getattr(self, "reduced_", False))}
+                "reduced": bool(self.reduced_)}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> PreRunLaw:
+        """A fitted law from :meth:`to_json` (no statsmodels results: no :meth:`coef_table`)."""
         law = cls()
         law.terms_, law.coef_ = list(d["terms"]), np.array(d["coef"], dtype=float)
         law.keep_ = np.array(d["keep"], dtype=bool)
@@ -384,25 +322,27 @@ class DeviceSeconds(EnergyLaw):
     post_run = True
     description = "log E on log(N·t) (+ device terms): average power × GPU-seconds, post-run"
 
-    def columns(self, df, fitting):  # noqa: ANN001, ANN201
+    def _columns(self, df: pd.DataFrame) -> tuple[list[np.ndarray], list[str]]:
         if "time_s" not in df or df["time_s"].isna().any():
             raise JouleboundError("device-seconds needs each run's measured time_s")
-        c, n = self._cats(df, fitting)
-        return [np.log(df["gpus"] * df["time_s"])] + c, ["log GPU-seconds"] + n
+        return [np.log(df["gpus"] * df["time_s"])], ["log GPU-seconds"]
 
 
 class ConfigOnly(EnergyLaw):
     name = "config-only"
     description = "log E on log L, d, S, B, h, N (+ device and strategy terms)"
+    categoricals = ("strategy", "device")
 
-    def columns(self, df, fitting):  # noqa: ANN001, ANN201
+    def _columns(self, df: pd.DataFrame) -> tuple[list[np.ndarray], list[str]]:
         cols = [np.log(df[c].astype(float)) for c in ("layers", "hidden", "seq", "batch", "heads", "gpus")]
-        c, n = self._cats(df, fitting, ("strategy", "device"))
-        return cols + c, ["log L", "log d", "log S", "log B", "log h", "log N"] + n
+        return cols, ["log L", "log d", "log S", "log B", "log h", "log N"]
 
 
 class AdditiveRoofline(EnergyLaw):
-    """E = ε_C·C + ε_M·M + E0 per device by NNLS (C = F_train FLOP, M = B·S·d·L elements)."""
+    """E = ε_C·C + ε_M·M + E0 per device by NNLS (C = F_train FLOP, M = B·S·d·L elements).
+
+    Fitted: ``coefs_`` (device -> [ε_C J/FLOP, ε_M J/element, E0 J]), ``terms_``, ``n_``,
+    ``rsquared_adj_``."""
 
     name = "roofline"
     description = "E = eps_C*C + eps_M*M + E0 per device (NNLS, relative-error weights)"
@@ -411,77 +351,93 @@ class AdditiveRoofline(EnergyLaw):
     def _X(d: pd.DataFrame) -> np.ndarray:
         return np.column_stack([d["F_train"], d["M"], np.ones(len(d))]).astype(float)
 
-    def fit(self, df: pd.DataFrame) -> AdditiveRoofline:
+    def fit(self, X: pd.DataFrame, y: Any = None) -> AdditiveRoofline:
         from scipy.optimize import nnls
 
-        d = prepare(df)
-        self.coefs_: dict[str, np.ndarray] = {}
+        d = prepare(_with_energy(X, y))
+        coefs: dict[str, np.ndarray] = {}
         for dev, g in d.groupby("device"):
-            X, e = self._X(g), g["energy_j"].to_numpy(float)
-            sc = np.maximum(X.max(axis=0), 1e-300)
-            c, _ = nnls(X / sc / e[:, None], np.ones(len(e)))
-            self.coefs_[str(dev)] = c / sc
+            A, e = self._X(g), g["energy_j"].to_numpy(float)
+            sc = np.maximum(A.max(axis=0), 1e-300)
+            c, _ = nnls(A / sc / e[:, None], np.ones(len(e)))
+            coefs[str(dev)] = c / sc
+        self.coefs_ = coefs
         self.terms_ = ["eps_C (J/FLOP)", "eps_M (J/element)", "E0 (J)"]
         self.n_ = len(d)
-        from .evaluate import adjusted_r2, r2
-
-        y = np.log(d["energy_j"].to_numpy(float))
-        self.rsquared_adj_ = adjusted_r2(r2(y, self.predict_log(d)), self.n_, len(self.coefs_) * 3)
+        logy = np.log(d["energy_j"].to_numpy(float))
+        self.rsquared_adj_ = adjusted_r2(r2(logy, self.predict_log(d)), self.n_, len(coefs) * 3)
         return self
 
-    def predict_log(self, df: pd.DataFrame) -> np.ndarray:
-        self.warnings_ = []
-        d = prepare(df, need_energy=False) if "F_train" not in df else df
+    def predict_log(self, X: pd.DataFrame) -> np.ndarray:
+        check_is_fitted(self)
+        d = prepare(X, need_energy=False) if "F_train" not in X else X
         pooled = np.mean(list(self.coefs_.values()), axis=0)
-        C = np.empty((len(d), 3))
-        for i, dev in enumerate(d["device"].astype(str)):
-            c = self.coefs_.get(dev)
-            if c is None:
-                self.warnings_.append(f"device {dev!r} not in the training data: mean coefficients used")
-                c = pooled
-            C[i] = c
+        C = np.array([self.coefs_.get(dev, pooled) for dev in d["device"].astype(str)],
+                     dtype=float).reshape(len(d), 3)
         out = np.sum(self._X(d) * C, axis=1)
         return np.log(np.maximum(out, 1e-9))
 
+    def prediction_warnings(self, X: pd.DataFrame) -> list[str]:
+        check_is_fitted(self)
+        return [f"device {dev!r} not in the training data: mean coefficients used"
+                for dev in sorted(set(X["device"].astype(str))) if dev not in self.coefs_]
+
     def coef_table(self) -> pd.DataFrame:
+        check_is_fitted(self)
         rows = [{"term": f"{t} [{dev}]", "coef": v, "se": np.nan, "ci95_lo": np.nan, "ci95_hi": np.nan,
                  "p": np.nan} for dev, c in self.coefs_.items() for t, v in zip(self.terms_, c, strict=True)]
         return pd.DataFrame(rows)
 
 
 class HGBLaw(EnergyLaw):
+    """Gradient-boosted trees on the raw configuration → ``log E`` (a flexible baseline).
+
+    Args:
+        max_iter, learning_rate, random_state: of the
+            :class:`~sklearn.ensemble.HistGradientBoostingRegressor`."""
+
     name = "hgb"
     description = "HistGradientBoostingRegressor on L, d, S, B, h, ff, params, N, strategy, peak, TDP → log E"
+    categoricals = ()
+
+    def __init__(self, max_iter: int = 100, learning_rate: float = 0.1,
+                 random_state: int | None = 0) -> None:
+        self.max_iter = max_iter
+        self.learning_rate = learning_rate
+        self.random_state = random_state
 
     def _F(self, d: pd.DataFrame) -> np.ndarray:
         strat = pd.Categorical(d["strategy"], categories=["single", "ddp", "fsdp", "tp", "pp"]).codes
         return np.column_stack([d["layers"], d["hidden"], d["seq"], d["batch"], d["heads"], d["ff"],
                                 d["params"], d["gpus"], strat, np.log(d["peak_flops"]), d["tdp_w"]]).astype(float)
 
-    def fit(self, df: pd.DataFrame) -> HGBLaw:
+    def fit(self, X: pd.DataFrame, y: Any = None) -> HGBLaw:
         from sklearn.ensemble import HistGradientBoostingRegressor
-
-        d = prepare(df)
         from threadpoolctl import threadpool_limits
 
-        self.model_ = HistGradientBoostingRegressor(max_iter=100, learning_rate=0.1, random_state=0)
+        d = prepare(_with_energy(X, y))
+        model = HistGradientBoostingRegressor(max_iter=self.max_iter,
+                                              learning_rate=self.learning_rate,
+                                              random_state=self.random_state)
         with threadpool_limits(1):  # OpenMP threads thrash on small data and busy machines
-            self.model_.fit(self._F(d), np.log(d["energy_j"].to_numpy(float)))
+            model.fit(self._F(d), np.log(d["energy_j"].to_numpy(float)))
+        self.model_ = model
         self.terms_, self.n_, self.rsquared_adj_ = [], len(d), float("nan")
         return self
 
-    def predict_log(self, df: pd.DataFrame) -> np.ndarray:
+    def predict_log(self, X: pd.DataFrame) -> np.ndarray:
         from threadpoolctl import threadpool_limits
 
-        self.warnings_ = []
+        check_is_fitted(self)
         with threadpool_limits(1):
-            return self.model_.predict(self._F(prepare(df, need_energy=False)))
+            return self.model_.predict(self._F(prepare(X, need_energy=False)))
 
     def coef_table(self) -> pd.DataFrame:
         return pd.DataFrame(columns=["term", "coef", "se", "ci95_lo", "ci95_hi", "p"])
 
 
-LAWS: dict[str, Any] = {
+#: ``--law`` name -> a factory of a fresh (unfitted) estimator
+LAWS: dict[str, Callable[[], EnergyLaw]] = {
     "roofline": AdditiveRoofline, "powerlaw": PowerLaw, "paper": PaperLaw,
     "paper-no-eta": lambda: PaperLaw(with_eta=False),
     "paper-speedup": lambda: PaperLaw(eta="speedup"), "prerun": PreRunLaw,

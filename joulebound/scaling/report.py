@@ -10,6 +10,7 @@ except the columns labeled *published*.
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,8 @@ import pandas as pd
 
 from .datasets import load
 from .evaluate import DEFAULT_LAWS, PUBLISHED, cross_validate, evaluate
+
+log = logging.getLogger("joulebound.scaling.report")  # also when run as __main__
 
 
 def _fmt(v, pct: bool = False) -> str:  # noqa: ANN001
@@ -295,9 +298,9 @@ def mechanistic_sections(data: Path, img: Path) -> dict[str, str]:
     prm = fit(prep, base)
     shipped = load_params()
     cs = cuts(prep)
-    print("mechanistic cuts done")
+    log.info("mechanistic cuts done")
     leg = {law: legacy_cuts(prep, law) for law in LEGACY_CUT_LAWS}
-    print("legacy cuts done")
+    log.info("legacy cuts done")
     pv = prm.provenance
     rows = pv["rows"]
     params = md_table(["parameter", "value (this run)", "shipped file", "meaning"], [
@@ -364,7 +367,9 @@ def main() -> None:
     ap.add_argument("--docs", default="docs", type=Path)
     a = ap.parse_args()
     from ..datapath import find_data
+    from ..logs import show_progress
 
+    show_progress()
     a.data = find_data(a.data)
     from .laws import PaperLaw, PreRunLaw
 
@@ -374,7 +379,7 @@ def main() -> None:
         df = load(a.data / name)
         frames[name] = df
         sections[name] = (eval_table(evaluate(df, DEFAULT_LAWS, k=5)), df.attrs.get("dropped", {}))
-        print(f"evaluated {name}")
+        log.info("evaluated %s", name)
     may = frames["mayaki_ecai2025"]
     files = plots(may, a.docs / "img")
     tmpl = (Path(__file__).with_name("report_template.md")).read_text()

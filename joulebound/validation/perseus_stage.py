@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..dvfs.model.calibrate import StageModel, _softmin
+from ..dvfs.model.calibrate import StageModel, softmin
 from .result import CheckResult
 
 GPUS = {"a100_sxm": {"label": "A100-SXM4-80GB", "max_mhz": 1410.0, "board_limit_w": 500.0},
@@ -185,7 +185,7 @@ def in_sample_floor(sd: StageData) -> np.ndarray:
         f, t = sd.freq[m], sd.time[m]
 
         def model(x: np.ndarray, f: np.ndarray = f) -> np.ndarray:
-            return x[0] + x[1] / _softmin(f, x[2], x[3])
+            return x[0] + x[1] / softmin(f, x[2], x[3])
 
         def resid(x: np.ndarray, t: np.ndarray = t, model=model) -> np.ndarray:  # noqa: ANN001
             return model(x) / t - 1

@@ -29,6 +29,7 @@ the script with ``python`` directly, or use the API inside the script); a script
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import runpy
 import sys
@@ -38,7 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JouleboundError
+from ..logs import show_progress
 from .trace import Trace
+
+log = logging.getLogger("joulebound.workload.capture")  # also when run as __main__
 
 
 def _activities() -> list[Any]:
@@ -171,9 +175,9 @@ class StepProfiler:
         self.trace = _to_trace(self._captured[0], self.name, self.chrome_out, self.steps)
         self.trace.save(self.out)
         ks = self.trace
-        print(f"joulebound profile: {len(ks)} kernels over {self.steps} step(s) "
-              f"({ks.meta.get('kind')}, {ks.total_flops:.3g} FLOP modeled from shapes) "
-              f"-> {self.out}", file=sys.stderr)
+        log.info("joulebound profile: %d kernels over %d step(s) (%s, %.3g FLOP modeled from "
+                 "shapes) -> %s", len(ks), self.steps, ks.meta.get("kind"), ks.total_flops,
+                 self.out)
 
     def finish(self) -> None:
         """Called after the script returns: a missing trace is an error that says why."""
@@ -231,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--keep-running", action="store_true")
     p.add_argument("script", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
+    show_progress()
     script = a.script[1:] if a.script[:1] == ["--"] else a.script
     prof = StepProfiler(a.out, steps=a.steps, warmup=a.warmup, skip=a.skip, chrome_out=a.chrome,
                         keep_running=a.keep_running)

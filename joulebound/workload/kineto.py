@@ -37,13 +37,12 @@ per-parameter update ops). ``gpu_memcpy`` / ``gpu_memset`` events are always ``m
 
 FLOPs and bytes
 ---------------
-From the launching op and its recorded shapes (:func:`op_cost`): ``mm``/``addmm``/``bmm``/
-``baddbmm``/``matmul``/``linear`` -> ``2·M·N·K`` (per batch) FLOP and ``(MK + KN + MN)·size``
-bytes; scaled-dot-product attention -> ``4·B·h·S·S_k·d_h`` FLOP forward, 2.5× that backward;
-softmax / layer-norm / elementwise / reductions by element count (FLOP per element as in
-:mod:`joulebound.workload.analytic`). When one op launches several kernels, the op's cost goes to
+From the launching op and its recorded shapes (:func:`op_cost`, the aten cost model of
+:mod:`joulebound.workload.opcost`: GEMMs ``2·M·N·K`` FLOP and ``(MK + KN + MN)·size`` bytes,
+scaled-dot-product attention as FlopCounterMode counts it, softmax / layer-norm / elementwise /
+reductions by element count). When one op launches several kernels, the op's cost goes to
 its longest kernel and the others get 0 (``meta["cost"] = "shared"``). Memcpy / memset events
-carry their ``bytes``. Without shapes, or for ops not listed, FLOPs and bytes are 0 and
+carry their ``bytes``. Without shapes, or for ops not modeled, FLOPs and bytes are 0 and
 ``meta["cost"] = "unknown"`` — the roofline summary then reports the category as ``unknown``.
 """
 
@@ -58,19 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JouleboundError, SchemaError
-from .opcost import (
-    ADAMW_FLOP_PER_PARAM,
-    ELEMENTWISE_FLOP,
-    GELU_BACKWARD_FLOP,
-    GELU_FLOP,
-    LAYERNORM_BACKWARD_FLOP,
-    LAYERNORM_FLOP,
-    SOFTMAX_BACKWARD_FLOP,
-    SOFTMAX_BACKWARD_PASSES,
-    SOFTMAX_FLOP,
-    SOFTMAX_PASSES,
-    gemm_flops,
-)
+from .opcost import ELEMENT_TYPES, Arg, OpCost, aten_cost, element_type
 from .trace import Kernel, Trace
 
 #: (category, regex) in match order; case-insensitive search on the kernel or op name.
@@ -111,12 +98,6 @@ _WHOLE_OPS = re.compile(r"aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_dot_
                         r"scaled_dot_product|convolution|_convolution|cudnn_convolution)",
                         re.IGNORECASE)
 
-_DTYPE = {  # torch "Input type" strings -> (math dtype, bytes per element)
-    "float": ("fp32", 4), "double": ("fp32", 8), "c10::half": ("fp16", 2),
-    "c10::bfloat16": ("bf16", 2), "c10::float8_e4m3fn": ("fp8", 1), "c10::float8_e5m2": ("fp8", 1),
-    "long int": ("fp32", 8), "int": ("fp32", 4), "bool": ("fp32", 1),
-    "unsigned char": ("fp32", 1), "signed char": ("fp32", 1), "short int": ("fp32", 2),
-}
 _COMM_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "In split size",
               "Out split size", "Group size", "dtype", "Process Group Name")
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
@@ -158,39 +139,33 @@ def load_chrome_trace(path: str | Path, *, doc: Any = None, name: str | None = N
 
 
 # -- shapes -> cost ------------------------------------------------------------------------------
-def _numel(dims: Any) -> int:
-    """Elements of one input: a shape ``[a, b]`` or a tensor list ``[[a, b], [c]]``."""
-    if not isinstance(dims, list) or not dims:
-        return 0
-    if all(isinstance(x, int) for x in dims):
-        return math.prod(dims)
-    return sum(_numel(d) for d in dims if isinstance(d, list))
+def op_inputs(dims: Any, types: Any = None) -> list[Arg]:
+    """The tensor inputs of one profiled op for :func:`~joulebound.workload.opcost.aten_cost`.
 
-
-def _shapes(dims: Any) -> list[list[int]]:
+    ``dims`` is the profiler's ``Input Dims`` (one entry per argument: a shape, a list of shapes
+    for a tensor list, ``[]`` for a scalar / ``None`` / 0-d tensor), ``types`` its ``Input type``.
+    A ``[]`` whose type is an element type is a 0-d tensor (shape ``()``); other ``[]`` entries
+    are not tensors and are left out."""
     if not isinstance(dims, list):
         return []
-    return [d if isinstance(d, list) and all(isinstance(x, int) for x in d) else [] for d in dims]
+    types = types if isinstance(types, list) else []
+    out: list[Arg] = []
+    for i, d in enumerate(dims):
+        if not isinstance(d, list):
+            continue
+        if d and all(isinstance(x, int) and not isinstance(x, bool) for x in d):
+            out.append(tuple(d))
+        elif not d:
+            t = types[i] if i < len(types) else None
+            if isinstance(t, str) and t.lower() in ELEMENT_TYPES:
+                out.append(())
+        elif all(isinstance(x, list) for x in d):
+            out.append([tuple(x) for x in d
+                        if all(isinstance(y, int) and not isinstance(y, bool) for y in x)])
+    return out
 
 
-def _dtype(types: Any) -> tuple[str, int]:
-    if isinstance(types, list):
-        for t in types:
-            if isinstance(t, str) and t.lower() in _DTYPE and t.lower() not in (
-                    "long int", "int", "bool", "unsigned char", "signed char", "short int"):
-                return _DTYPE[t.lower()]
-    return ("fp32", 4)
-
-
-_EW_FLOPS = {"gelu": GELU_FLOP, "gelu_backward": GELU_BACKWARD_FLOP, "tanh": 4, "silu": 4,
-             "sigmoid": 4, "exp": 2,
-             "addcmul_": 2, "addcdiv_": 2, "lerp_": 2, "sqrt": 1, "rsqrt": 1, "pow": 1,
-             "dropout": 2, "native_dropout": 2, "fill_": 0, "zero_": 0, "copy_": 0,
-             "_to_copy": 0, "clone": 0, "embedding": 0, "embedding_dense_backward": 1,
-             "embedding_backward": 1}
-
-
-def op_cost(op: str, dims: Any, types: Any = None) -> tuple[float, float, str] | None:
+def op_cost(op: str, dims: Any, types: Any = None) -> OpCost | None:
     """FLOPs, DRAM bytes and math dtype of one aten op from its recorded input shapes.
 
     Args:
@@ -199,99 +174,12 @@ def op_cost(op: str, dims: Any, types: Any = None) -> tuple[float, float, str] |
         types: the profiler's ``Input type`` (``"float"``, ``"c10::BFloat16"``, ...).
 
     Returns:
-        ``(flops, bytes, dtype)`` or ``None`` when the op is not modeled or shapes are missing.
+        ``(flops, bytes, dtype)`` (an :class:`~joulebound.workload.opcost.OpCost`) or ``None``
+        when the op is not modeled or shapes are missing (:func:`~joulebound.workload.opcost.
+        aten_cost` has the rules).
     """
-    raw = dims if isinstance(dims, list) else []
-    sh = _shapes(raw)
-    dtype, s = _dtype(types)
-    base = op.split("::")[-1].lower()
-    if base.startswith("_fused_adam") or base.startswith("_fused_sgd"):
-        p = _numel(raw[0]) if raw else 0  # params (a tensor list)
-        if p == 0:
-            return None
-        # tensor lists record no element type ("TensorList"): bytes assume fp32 states
-        # reads param, grad, m, v; writes param, m, v (AdamW: 12 FLOP per parameter)
-        return float(ADAMW_FLOP_PER_PARAM) * p, 7.0 * p * s, "fp32"
-    if base.startswith("_foreach_"):
-        lists = [_numel(d) for d in raw if isinstance(d, list) and d and isinstance(d[0], list)]
-        if not lists:
-            return None
-        return float(lists[0]), float((sum(lists) + lists[0]) * s), "fp32"
-    if base in ("cat", "stack", "_cat"):  # a tensor list in, one tensor out
-        total = _numel(raw[0]) if raw else 0
-        return (0.0, 2.0 * total * s, dtype) if total else None
-    if isinstance(types, list):  # "[]" with a tensor dtype is a 0-d tensor (one element)
-        sh = [[1] if not d and i < len(types) and str(types[i]).lower() in _DTYPE else d
-              for i, d in enumerate(sh)]
-    if not sh or not any(sh):
-        return None
-    try:
-        if base in ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear"):
-            return _gemm_cost(base, sh, s) + (dtype,)
-        if "scaled_dot_product" in base or "flash_attention" in base or \
-                "efficient_attention" in base:
-            q, k = sh[0], sh[1]
-            b_h = math.prod(q[:-2]) if len(q) > 2 else 1
-            f = float(2 * gemm_flops(q[-2], k[-2], q[-1], batch=b_h))  # Q·Kᵀ and P·V
-            nbytes = float(sum(_numel(d) for d in sh[:3]) * s + _numel(q) * s)
-            if "backward" in base:
-                return 2.5 * f, 2 * nbytes, dtype
-            return f, nbytes, dtype
-    except (IndexError, ValueError):
-        return None
-    n = _numel(sh[0])
-    if n == 0:
-        n = max((_numel(d) for d in sh), default=0)
-    tensors = [d for d in sh if d]
-    if base.endswith("_backward") or base.endswith("_backward_data"):
-        if "softmax" in base:
-            return (float(SOFTMAX_BACKWARD_FLOP) * n, float(SOFTMAX_BACKWARD_PASSES) * n * s,
-                    dtype)
-        if "layer_norm" in base:
-            return float(LAYERNORM_BACKWARD_FLOP) * n, 3.0 * n * s, dtype
-    if "softmax" in base:
-        return float(SOFTMAX_FLOP) * n, float(SOFTMAX_PASSES) * n * s, dtype
-    if "layer_norm" in base or "rms_norm" in base:
-        return float(LAYERNORM_FLOP) * n, 2.0 * n * s, dtype
-    if base in ("sum", "mean", "norm", "linalg_vector_norm", "amax", "max", "min", "var", "std",
-                "nll_loss_forward", "nll_loss", "nll_loss_nd", "nll_loss_backward"):
-        return float(n), float(n * s), dtype
-    if base in ("embedding",):
-        w, idx = (sh + [[], []])[:2]
-        rows = _numel(idx)
-        width = w[-1] if w else 0
-        return 0.0, float(rows * 8 + 2 * rows * width * s), dtype
-    # elementwise: reads every tensor input, writes one output the size of the first
-    inplace = base.endswith("_")
-    flop_per = _EW_FLOPS.get(base, ELEMENTWISE_FLOP)
-    reads = sum(_numel(d) for d in tensors)
-    if base in ("fill_", "zero_"):
-        reads = 0
-    writes = n
-    return float(flop_per * n), float((reads + writes) * s if not inplace or reads else writes * s), \
-        dtype
-
-
-def _gemm_cost(base: str, sh: list[list[int]], s: int) -> tuple[float, float]:
-    if base in ("addmm", "baddbmm"):
-        bias, a, b = sh[0], sh[1], sh[2]
-    elif base == "linear":
-        a, w = sh[0], sh[1]
-        bias = sh[2] if len(sh) > 2 else []
-        b = [w[1], w[0]]  # weight [N, K] used transposed
-    else:
-        bias, a, b = [], sh[0], sh[1]
-    k = a[-1]
-    n = b[-1]
-    m = a[-2] if len(a) >= 2 else 1
-    batch_a = math.prod(a[:-2]) if len(a) > 2 else 1
-    batch_b = math.prod(b[:-2]) if len(b) > 2 else 1
-    batch = max(batch_a, batch_b)
-    if base == "linear" and len(a) > 2:  # [..., K] input flattened to rows
-        m, batch = math.prod(a[:-1]), 1
-    flops = float(gemm_flops(m, n, k, batch, bool(bias)))
-    nbytes = (batch_a * m * k + batch_b * k * n + batch * m * n + _numel(bias)) * s
-    return flops, float(nbytes)
+    dtype, size = element_type(types if isinstance(types, list) else None)
+    return aten_cost(op, op_inputs(dims, types), dtype, size)
 
 
 # -- event tree ----------------------------------------------------------------------------------
@@ -630,7 +518,7 @@ def _gpu_kernels(gpu: list[_Ev], launches: dict[Any, _Ev], flows: dict[Any, _Ev]
             if "Input Dims" in oargs:
                 meta["input_dims"] = oargs["Input Dims"]
                 meta["input_types"] = oargs.get("Input type")
-        dtype = _name_dtype(ev.name) or _dtype(op.args.get("Input type") if op else None)[0]
+        dtype = _name_dtype(ev.name) or element_type(op.args.get("Input type") if op else None)[0]
         flops = nbytes = 0.0
         if ev.cat in ("gpu_memcpy", "gpu_memset", "memcpy", "memset"):
             category = "memcpy"
@@ -694,7 +582,7 @@ def _cpu_kernels(leaves: list[_Ev], phase_of: Any) -> list[Kernel]:
             meta["input_dims"] = args["Input Dims"]
             meta["input_types"] = args.get("Input type")
         if cost is None:
-            flops, nbytes, dtype = 0.0, 0.0, _dtype(args.get("Input type"))[0]
+            flops, nbytes, dtype = 0.0, 0.0, element_type(args.get("Input type"))[0]
             meta["cost"] = "unknown"
         else:
             flops, nbytes, dtype = cost

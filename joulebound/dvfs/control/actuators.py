@@ -256,7 +256,7 @@ def load_nvml(nvml: Any = None) -> Any:
     return gpu_layer.Nvml(nvml).nv
 
 
-class _Closed(Exception):
+class ChannelClosed(Exception):
     """The actuator was closed while a switch was on its way: nothing more is done."""
 
 
@@ -337,12 +337,12 @@ class NvmlActuator(Actuator):
             return False
         try:
             return super().set_clocks(config)
-        except _Closed:
+        except ChannelClosed:
             return False
 
     def _call(self, fn: str, *args: Any) -> None:
         if self._closed:
-            raise _Closed
+            raise ChannelClosed
         try:
             getattr(self.nvml, fn)(self.handle, *args)
         except Exception as exc:  # noqa: BLE001 - NVMLError subclasses

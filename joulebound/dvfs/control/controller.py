@@ -32,70 +32,15 @@ from typing import Any, TextIO
 import numpy as np
 
 from ...clocks import AUTO, ClockConfig
+from ...workload.kineto import categorize
+from ...workload.opcost import aten_cost, element_type
+from ...workload.trace import Kernel, Trace
 from ..plan import Plan
 from ..predict import UNKNOWN, KeyInterner, NextKernelPredictor
 from .actuators import Actuator
-
-
-def lookahead_commands(choice: Sequence[int], kernel_time_s: Sequence[float],
-                       switch_latency_s: float) -> np.ndarray:
-    """Config index to command when op ``j`` is dispatched, for a cyclic iteration.
-
-    ``command[j] = choice[s]`` where ``s`` is the first op (cyclically, in later iterations too)
-    that starts at least ``switch_latency_s`` after op ``j`` starts, i.e. the first op that a
-    switch issued at ``j`` can still reach. With zero latency this is the plan itself. Switches
-    are serial, so a commanded phase shorter than the latency is skipped over (it keeps the
-    clocks before it): such kernels cannot get their own clocks.
-
-    Args:
-        choice: config index per kernel (K,).
-        kernel_time_s: modeled time per kernel at its planned config (s), (K,).
-        switch_latency_s: clock-switch latency (s).
-    """
-    choice = np.asarray(choice, dtype=np.int64)
-    t = np.asarray(kernel_time_s, dtype=float)
-    k = len(choice)
-    if k == 0:
-        return choice.copy()
-    if t.shape != (k,) or np.any(~np.isfinite(t)) or np.any(t < 0):
-        raise ValueError("kernel_time_s must be finite, >= 0, one per kernel")
-    lat = float(switch_latency_s)
-    if lat <= 0:
-        return choice.copy()
-    period = float(t.sum())
-    reps = 3 + (int(np.ceil(lat / period)) if period > 0 else 1)
-    starts = np.concatenate([[0.0], np.cumsum(np.tile(t, reps))])[:-1]
-    s = np.searchsorted(starts, starts[:k] + lat - 1e-15, side="left")
-    s = np.minimum(s, len(starts) - 1)
-    cmd = choice[s % k]
-    return _drop_superseded(cmd, starts, lat)
-
-
-def _drop_superseded(cmd: np.ndarray, starts: np.ndarray, lat: float) -> np.ndarray:
-    """Remove switches whose successor is due before they complete.
-
-    Clock switches are serial (one NVML call at a time, ``lat`` each): a switch issued less than
-    ``lat`` after the previous one would queue behind it and land late. So a change is kept only
-    when the next change comes at least ``lat`` later; otherwise the short phase keeps the
-    previous clocks. Walks three iterations and returns the middle (steady-state) one."""
-    k = len(cmd)
-    n = 3 * k
-    c3 = np.tile(cmd, 3)
-    cur = c3[-1]
-    i = 0
-    while i < n:
-        if c3[i] == cur:
-            i += 1
-            continue
-        i2 = i + 1
-        while i2 < n and c3[i2] == c3[i]:
-            i2 += 1
-        if i2 < n and starts[i2] < starts[i] + lat - 1e-15:
-            c3[i:i2] = cur          # superseded before it could take effect
-        else:
-            cur = c3[i]
-        i = i2
-    return c3[k:2 * k].copy()
+from .hooks import OpStream
+from .lookahead import lookahead_commands
+from .opkeys import parse_key
 
 
 @dataclass
@@ -270,68 +215,29 @@ class Controller:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def hook(self) -> Any:
+    def hook(self) -> OpStream:
         """An :class:`OpStream` that feeds this controller (use as a context manager)."""
-        from .hooks import OpStream
-
         return OpStream(on_op=self.on_op, interner=self.interner)
 
 
-def trace_from_ops(names: Sequence[str], name: str = "recorded") -> Any:
+def trace_from_ops(names: Sequence[str], name: str = "recorded") -> Trace:
     """A :class:`~joulebound.workload.trace.Trace` with one kernel per recorded op key.
 
-    FLOPs and bytes are estimated from the key's shapes (matmul-like ops: 2·M·N·K FLOP; others:
-    one FLOP per output element; bytes: inputs + output at the key's element size) so a device
-    model can characterize them; the kernel's math dtype is the key's (``bfloat16`` -> ``bf16``,
-    so tensor-core peaks apply); the names are the keys, so a plan over this trace drives the
-    controller.
+    FLOPs and bytes come from the key's op, shapes and dtype through the aten cost model
+    (:func:`~joulebound.workload.opcost.aten_cost`, the one the profiler-trace importer uses;
+    ops it does not model get 0), the category from the importer's name rules
+    (:func:`~joulebound.workload.kineto.categorize`), the kernel's dtype from the key (``bfloat16``
+    -> ``bf16``, so tensor-core peaks apply to its GEMMs); the names are the keys, so a plan over this trace drives the controller.
     """
-    from ...workload.trace import Kernel, Trace
-
     kernels = []
     for n in names:
-        op, shapes = _parse_key(n)
-        dtype, size = _TORCH_DTYPES.get(n.rsplit("]", 1)[-1], ("fp32", 4))
-        flops, nbytes, cat = _estimate(op, shapes, size)
-        kernels.append(Kernel(name=n, category=cat, phase="other", layer=None, flops=flops,
-                              bytes=nbytes, dtype=dtype))
+        op, inputs, dtype_text = parse_key(n)
+        dtype, size = element_type(dtype_text)
+        cost = aten_cost(op, inputs, dtype, size)
+        category = categorize(op)
+        kernels.append(Kernel(name=n, category=category, phase="other", layer=None,
+                              flops=cost.flops if cost else 0.0,
+                              bytes=cost.bytes if cost else 0.0,
+                              dtype=dtype,
+                              meta={"cost": "shapes" if cost else "unknown"}))
     return Trace(kernels=kernels, name=name, meta={"source": "joulebound.dvfs.control.hooks"})
-
-
-def _parse_key(name: str) -> tuple[str, list[list[int]]]:
-    op, _, rest = name.partition("[")
-    body = rest.rsplit("]", 1)[0]
-    shapes: list[list[int]] = []
-    for part in body.replace("(", "").replace(")", "").split(","):
-        part = part.strip()
-        if part and part != "scalar":
-            try:
-                shapes.append([int(x) for x in part.split("x")])
-            except ValueError:
-                continue
-    return op, shapes
-
-
-#: torch dtype name (as in an op key) -> (math dtype of the device model, bytes per element)
-_TORCH_DTYPES: dict[str, tuple[str, int]] = {
-    "float32": ("fp32", 4), "float64": ("fp32", 8), "float16": ("fp16", 2),
-    "bfloat16": ("bf16", 2), "float8_e4m3fn": ("fp8", 1), "float8_e5m2": ("fp8", 1),
-}
-
-
-def _estimate(op: str, shapes: list[list[int]], size: int = 4) -> tuple[float, float, str]:
-    numel = [float(np.prod(s)) if s else 1.0 for s in shapes]
-    nbytes = float(size) * (sum(numel) + (max(numel) if numel else 0.0))
-    base = op.split(".")[1] if "." in op else op
-    if base in ("mm", "addmm", "bmm", "matmul", "linear") and len(shapes) >= 2:
-        a, b = shapes[-2], shapes[-1]
-        m = float(np.prod(a[:-1])) if len(a) > 1 else 1.0
-        flops = 2.0 * m * a[-1] * (b[-1] if len(b) > 1 else 1.0)
-        return flops, nbytes, "gemm"
-    if "attention" in base:
-        q = shapes[0] if shapes else [1]
-        s = q[-2] if len(q) >= 2 else 1
-        return 4.0 * float(np.prod(q)) * s, nbytes, "attention"
-    if "foreach" in base or "adam" in base:
-        return (max(numel) if numel else 0.0), nbytes, "optimizer"
-    return (max(numel) if numel else 0.0), nbytes, "elementwise"

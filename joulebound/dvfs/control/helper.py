@@ -67,7 +67,7 @@ from typing import Any
 from ...clocks import AUTO, ClockConfig
 from ...devices import gpu as gpu_layer
 from ...errors import JouleboundError
-from .actuators import PERMISSION_HELP, Actuator, SwitchRecord, _Closed
+from .actuators import PERMISSION_HELP, Actuator, ChannelClosed, SwitchRecord
 from .guard import STOP_SIGNALS, guard
 
 log = logging.getLogger(__name__)
@@ -766,23 +766,23 @@ class HelperActuator(Actuator):
     def _request(self, req: dict[str, Any]) -> dict[str, Any]:
         with self._io:
             if self._closed and req.get("op") != "hello":
-                raise _Closed
+                raise ChannelClosed
             try:
                 self.sock.sendall((json.dumps(req) + "\n").encode())
             except OSError as exc:
                 if self._closed:
-                    raise _Closed from None
+                    raise ChannelClosed from None
                 why = self._parting_words()   # the helper may have said why it hung up
                 raise JouleboundError(f"the clock helper connection failed: {why or exc}") from exc
             try:
                 line = self._rf.readline(1 << 20)
             except OSError as exc:
                 if self._closed:
-                    raise _Closed from None
+                    raise ChannelClosed from None
                 raise JouleboundError(f"the clock helper connection failed: {exc}") from exc
         if not line:
             if self._closed:
-                raise _Closed
+                raise ChannelClosed
             raise JouleboundError("the clock helper closed the connection")
         resp = json.loads(line)
         if not resp.get("ok") and resp.get("code") != "rate_limited":
@@ -811,7 +811,7 @@ class HelperActuator(Actuator):
                 return False
         try:
             return super().set_clocks(config)
-        except _Closed:
+        except ChannelClosed:
             return False
         except _Deferred:
             return False
@@ -875,7 +875,7 @@ class HelperActuator(Actuator):
             self.notes.append(note)
         try:
             if self.current != AUTO:
-                with contextlib.suppress(_Closed, JouleboundError):
+                with contextlib.suppress(ChannelClosed, JouleboundError):
                     self._request({"op": "release", "gpu": self.uuid})
                 self.switches.append(SwitchRecord(time.monotonic() - self._t0, AUTO, self.n_ops))
                 self.current = AUTO

@@ -20,13 +20,16 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...clocks import ClockConfig
 from ..predict import KeyInterner
+from .lookahead import lookahead_commands
+from .opkeys import OpKey, dtype_name, key_str
 
-OpKey = tuple[str, tuple, str]
+__all__ = ["EventAligner", "OpKey", "OpStream", "PeriodicSchedule", "key_str",
+           "launches_no_kernel", "op_key"]
 
 
 def _shapes_dtype(args: Sequence[Any], tensor_type: type) -> tuple[tuple, Any]:
@@ -46,11 +49,6 @@ def _shapes_dtype(args: Sequence[Any], tensor_type: type) -> tuple[tuple, Any]:
     return tuple(out), dtype
 
 
-def _dtype_name(dtype: Any) -> str:
-    """``torch.float32`` -> ``"float32"``; ``None`` -> ``"-"``."""
-    return "-" if dtype is None else str(dtype).removeprefix("torch.")
-
-
 def op_key(func: Any, args: Sequence[Any]) -> OpKey:
     """Key of one dispatched op: ``(name, input shapes, dtype)``.
 
@@ -61,24 +59,7 @@ def op_key(func: Any, args: Sequence[Any]) -> OpKey:
     import torch
 
     shapes, dtype = _shapes_dtype(args, torch.Tensor)
-    return (str(func), shapes, _dtype_name(dtype))
-
-
-def key_str(key: Hashable) -> str:
-    """Stable text form of a key, used as ``Kernel.name`` / ``Plan.kernel_names``.
-
-    ``("aten.mm.default", ((8, 64), (64, 192)), "float32")`` ->
-    ``"aten.mm.default[8x64,64x192]float32"``."""
-    if isinstance(key, str):
-        return key
-    name, shapes, dtype = key  # type: ignore[misc]
-
-    def fmt(s: Any) -> str:
-        if s and isinstance(s[0], tuple):
-            return "(" + ",".join(fmt(x) for x in s) + ")"
-        return "x".join(map(str, s)) if s else "scalar"
-
-    return f"{name}[{','.join(fmt(s) for s in shapes)}]{dtype}"
+    return (str(func), shapes, dtype_name(dtype))
 
 
 _NO_KERNEL = frozenset({"aten._unsafe_view", "aten.empty", "aten.empty_like",
@@ -97,15 +78,21 @@ def launches_no_kernel(func: Any) -> bool:
 
 # The current process id, refreshed in forked children. A forked child (e.g. a DataLoader worker)
 # inherits the dispatch mode of the thread that forked; its ops must not drive the parent's
-# controller or actuator, so OpStream compares its creator's pid with this one.
+# controller or actuator, so OpStream compares its creator's pid with this one. The fork hook is
+# registered when the first OpStream starts, not at import.
 _PID = [os.getpid()]
+_FORK_HOOK = [False]
 
 
 def _after_fork_in_child() -> None:
     _PID[0] = os.getpid()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+def _watch_forks() -> None:
+    if not _FORK_HOOK[0]:
+        _FORK_HOOK[0] = True
+        _PID[0] = os.getpid()
+        os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _dispatch_mode_base() -> type:
@@ -164,7 +151,7 @@ class OpStream:
         key = (func, shapes, dtype)
         kid = self._cache.get(key)
         if kid is None:
-            kid = self.interner.intern(key_str((str(func), shapes, _dtype_name(dtype))))
+            kid = self.interner.intern(key_str((str(func), shapes, dtype_name(dtype))))
             self._cache[key] = kid
         self.n_ops += 1
         if self.record:
@@ -185,6 +172,7 @@ class OpStream:
                     stream._on_dispatch(func, args)
                 return func(*args, **(kwargs or {}))
 
+        _watch_forks()
         self._pid = _PID[0]
         self._mode = _Mode()
         self._mode.__enter__()
@@ -228,8 +216,6 @@ class PeriodicSchedule:
         the previous step), and phases shorter than the latency are skipped.
         ``kernel_time_s[k]``: modeled time of kernel ``k`` at its planned config (s)."""
         import numpy as np
-
-        from .controller import lookahead_commands
 
         t = np.asarray(kernel_time_s, float)
         starts = np.concatenate([[0.0], np.cumsum(t)])[:-1]

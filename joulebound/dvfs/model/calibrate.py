@@ -36,7 +36,7 @@ from .params import DeviceParams
 from .vf import VFCurve
 
 
-def _softmin(f: np.ndarray, f_cap: np.ndarray, n: float) -> np.ndarray:
+def softmin(f: np.ndarray, f_cap: np.ndarray, n: float) -> np.ndarray:
     """``(f**-n + f_cap**-n)**(-1/n)`` evaluated as ``f · exp(-log(1 + (f/f_cap)**n) / n)`` so that
     large ``n`` neither underflows (``1740**-100`` is below the float range) nor overflows."""
     f = np.asarray(f, float)
@@ -93,7 +93,7 @@ class StageModel:
         S = f3.shape[0]
         f_cap = np.full(S, np.inf)
         for _ in range(40):
-            x = 1.0 / _softmin(f3[:, :2], f_cap[:, None], n)
+            x = 1.0 / softmin(f3[:, :2], f_cap[:, None], n)
             W = (t3[:, 0] - t3[:, 1]) / (x[:, 0] - x[:, 1])
             t0 = t3[:, 1] - W * x[:, 1]
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -116,7 +116,7 @@ class StageModel:
         Pc = p3[:, 0] - A * s_lo
         capped = p3[:, 2] >= self.cap_frac * self.board_limit_w
         P_cap = np.where(capped, p3[:, 2], np.inf)
-        f_star = np.where(capped, _softmin(f3[:, 2], f_cap, self.sharpness), f3[:, 2])
+        f_star = np.where(capped, softmin(f3[:, 2], f_cap, self.sharpness), f3[:, 2])
         resid = (Pc + A * vf.dynamic_scale(f_star)) / p3[:, 2] - 1.0
         # a power-capped stage whose times show no slow-down (noisy profile): the uncapped curve
         # must merely reach the cap by the highest clock (one-sided constraint)
@@ -195,8 +195,8 @@ class StageModel:
         f = np.asarray(freq_mhz, float)
         i = self._index(groups, len(f))
         st = self.stage_
-        t = st.t0[i] + st.W[i] / _softmin(f, st.f_cap[i], self.sharpness)
-        p = _softmin(st.Pc[i] + st.A[i] * self.vf_.dynamic_scale(f), st.P_cap[i],
+        t = st.t0[i] + st.W[i] / softmin(f, st.f_cap[i], self.sharpness)
+        p = softmin(st.Pc[i] + st.A[i] * self.vf_.dynamic_scale(f), st.P_cap[i],
                      self.sharpness)
         return t, p * t
 
@@ -208,7 +208,7 @@ class StageModel:
     def compute_fraction(self) -> np.ndarray:
         """Fraction of each stage's time at the top clock that scales with the core clock."""
         st = self.stage_
-        tc = st.W / _softmin(np.full_like(st.W, self.max_mhz), st.f_cap, self.sharpness)
+        tc = st.W / softmin(np.full_like(st.W, self.max_mhz), st.f_cap, self.sharpness)
         return tc / (st.t0 + tc)
 
 

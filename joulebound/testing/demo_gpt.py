@@ -5,7 +5,7 @@ Real PyTorch: token + position embeddings, pre-LayerNorm blocks with causal mult
 tests, the benchmark and ``docs/runtime.md``'s example run it under the controller; it is also a
 runnable script::
 
-    python -m joulebound.dvfs.control.demo_gpt --steps 20 --eval-every 10
+    python -m joulebound.testing.demo_gpt --steps 20 --eval-every 10
 """
 
 from __future__ import annotations
