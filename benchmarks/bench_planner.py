@@ -90,7 +90,7 @@ if case == "distinct":
 rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 w0, c0 = time.perf_counter(), time.process_time()
 if case == "dp":
-    from joulebound.dvfs.switching import plan_switch_aware
+    from joulebound.dvfs.solve.switching import plan_switch_aware
     p = plan_switch_aware(ch, slowdown=0.01, switch_latency_s=6e-3)
 else:
     from joulebound.dvfs.solve import solve
@@ -123,7 +123,7 @@ def scale() -> str:
 
 def run() -> str:
     load = os.getloadavg()[0]
-    return "\n\n".join(["## Planner (`joulebound.dvfs.solve`, `joulebound.dvfs.switching`)",
+    return "\n\n".join(["## Planner (`joulebound.dvfs.solve`, `joulebound.dvfs.solve.switching`)",
                         f"Load average when started: {load:.1f} on {os.cpu_count()} cores. "
                         "All energy/time deltas are modeled (RTX 3080 Ti model).",
                         milp_vs_fast(), scale()])

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from joulebound.dvfs.solve import solve
-from joulebound.dvfs.switching import (
+from joulebound.dvfs.solve.switching import (
     dp_lagrangian,
     min_block_end,
     parse_duration,

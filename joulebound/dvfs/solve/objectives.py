@@ -24,21 +24,21 @@ from ...workload.trace import Trace
 from ..characterization import Characterization
 from ..plan import Plan
 from .hull import pareto_options
-from .mckp import FastMCKP, MCKPSolution
+from .mckp import FastMCKP
 from .milp import solve_milp
-from .problem import aggregate, baseline_column, baseline_totals, granularity_groups
+from .problem import (
+    aggregate,
+    baseline_column,
+    baseline_totals,
+    granularity_groups,
+    planning_columns,
+)
+from .solution import MCKPSolution
 
 OBJECTIVES: tuple[str, ...] = ("waste", "relaxed", "edp", "ed2p", "time")
 #: relative slack on budgets for float summation order (sums over groups vs. over kernels)
 REL_TOL = 1e-12
 METHODS: tuple[str, ...] = ("fast", "milp")
-
-
-def _columns(char: Characterization, allow_auto: bool) -> np.ndarray:
-    cols = np.arange(char.n_configs)
-    if not allow_auto and char.auto_index is not None and char.n_configs > 1:
-        cols = cols[cols != char.auto_index]
-    return cols
 
 
 def _infeasible(what: str, need: float, have: float, base: float, granularity: str,
@@ -91,7 +91,7 @@ def _grouped(char: Characterization, granularity: str, trace: Trace | None, grou
     groups = np.asarray(groups, np.int64)
     if groups.shape != (char.n_kernels,):
         raise JouleboundError(f"groups has shape {groups.shape}, expected ({char.n_kernels},)")
-    cols = _columns(char, allow_auto)
+    cols = planning_columns(char, allow_auto)
     if granularity == "kernel" and not tie and np.array_equal(groups, np.arange(char.n_kernels)):
         if len(cols) == char.n_configs:          # no copy of a possibly large table
             t, e = char.time_s, char.energy_j
@@ -211,7 +211,7 @@ def solve_local(char: Characterization, slowdown: float = 0.0, allow_auto: bool 
     """
     t0 = time.perf_counter()
     b = baseline_column(char)
-    cols = _columns(char, allow_auto)
+    cols = planning_columns(char, allow_auto)
     choice = np.empty(char.n_kernels, np.int64)
     for lo in range(0, char.n_kernels, chunk_rows):
         t = char.time_s[lo:lo + chunk_rows]

@@ -33,11 +33,12 @@ import time as _time
 
 import numpy as np
 
-from ..errors import JouleboundError
-from .characterization import Characterization
-from .plan import Plan
-from .solve.objectives import REL_TOL, _columns, plan_provenance
-from .solve.problem import baseline_column, baseline_totals
+from ...errors import JouleboundError
+from ..characterization import Characterization
+from ..plan import Plan
+from .hull import unique_rows
+from .objectives import REL_TOL, plan_provenance, solve
+from .problem import baseline_column, baseline_totals, planning_columns
 
 #: published clock-switch latencies (s) usable as presets (DESIGN.md; Spaan et al. and others)
 LATENCY_PRESETS: dict[str, float] = {
@@ -48,7 +49,7 @@ LATENCY_PRESETS: dict[str, float] = {
 def parse_duration(text: str | float) -> float:
     """Seconds from ``"10ms"``, ``"150 ms"``, ``"1.5s"``, ``"200us"`` or a number (seconds);
     see :func:`joulebound.units.parse_duration`."""
-    from ..units import parse_duration as _parse
+    from ...units import parse_duration as _parse
 
     return _parse(text)
 
@@ -176,8 +177,6 @@ def useful_columns(t: np.ndarray, e: np.ndarray, max_work: float = 3e8) -> np.nd
     a phase can only get shorter). Checked on the distinct rows; skipped (all columns kept) when
     rows × columns² exceeds ``max_work``.
     """
-    from .solve.hull import unique_rows
-
     reps, _ = unique_rows(t, e)
     c_n = t.shape[1]
     if len(reps) * c_n * c_n > max_work:
@@ -263,8 +262,6 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
         ``meta`` holds the dwell, switch costs, multiplier and the number of DP passes.
     """
     t_start = _time.perf_counter()
-    from .solve import solve
-
     dwell = max(switch_latency_s, min_dwell_s)
     tb, eb = baseline_totals(char)
     budget = (1.0 + slowdown) * tb * (1.0 + REL_TOL)
@@ -276,7 +273,7 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
         plan.granularity = "phase"
         plan.meta.update(base_meta, dp="separable: switches are free, solved as the knapsack")
         return plan
-    cols = _columns(char, allow_auto)
+    cols = planning_columns(char, allow_auto)
     cols = cols[useful_columns(char.time_s[:, cols], char.energy_j[:, cols])]
     t = char.time_s[:, cols]
     e = char.energy_j[:, cols]
