@@ -1,0 +1,80 @@
+"""The paths rewritten for scale compute what they computed before.
+
+* ``characterize`` models rows a chunk at a time (and distinct rows in place): cell for cell the
+  figures of the whole-table model (:func:`evaluate_work` expanded), on GPT-3-XL × RTX 3080 Ti
+  and on a 10^4-kernel trace with measured durations (every row distinct, as imported traces are).
+* ``Trace.save`` writes every field of every kernel, as the dataclass has them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from joulebound.devices.catalog import get_device
+from joulebound.dvfs.model import characterize
+from joulebound.dvfs.model.characterize import evaluate_work, planning_configs, resolve_clocks, trace_work
+from joulebound.dvfs.model.params import params_for
+from joulebound.workload.analytic import build_trace
+from joulebound.workload.trace import Trace
+
+
+def _whole_table(trace: Trace, device: str) -> tuple[np.ndarray, np.ndarray, float]:
+    """The previous implementation: the model over the distinct rows at once, expanded."""
+    spec = get_device(device)
+    prm = params_for(spec)
+    cfgs, _ = planning_configs(spec, prm)
+    rc = resolve_clocks(spec, cfgs, prm)
+    out, inverse, _ = evaluate_work(trace_work(trace, spec, prm), rc, spec, prm)
+    return out["time_s"][inverse], out["energy_j"][inverse], float(out["capped"].mean())
+
+
+def _measured_trace(iterations: int) -> Trace:
+    tr = build_trace("gpt3-xl", iterations=iterations)
+    rng = np.random.default_rng(3)
+    dur = 1e-5 + rng.lognormal(-9.5, 1.2, len(tr))           # every kernel its own duration
+    return dataclasses.replace(tr, kernels=[dataclasses.replace(k, duration_s=float(d))
+                                            for k, d in zip(tr.kernels, dur, strict=True)])
+
+
+@pytest.mark.parametrize("case", ["gpt3-xl", "measured-10k"])
+def test_chunked_characterize_is_identical_to_the_whole_table_model(case) -> None:
+    tr = build_trace("gpt3-xl") if case == "gpt3-xl" else _measured_trace(11)
+    t_ref, e_ref, capped_ref = _whole_table(tr, "rtx3080ti")
+    for chunk in (1 << 20, 40_000):        # default, and chunks of 76 rows (a partial last one)
+        ch = characterize(tr, "rtx3080ti", chunk_cells=chunk)
+        assert np.array_equal(ch.time_s, t_ref) and np.array_equal(ch.energy_j, e_ref)
+        assert ch.meta["capped_cells_fraction"] == capped_ref
+    assert ch.meta["n_unique_kernels"] == (28 if case == "gpt3-xl" else len(tr))
+    if case == "measured-10k":
+        assert len(tr) > 10_000 and capped_ref > 0     # the power-cap bisection is exercised
+
+
+def test_trace_file_has_every_kernel_field() -> None:
+    tr = _measured_trace(1)
+    tr.kernels[3].meta["op"] = "aten::mm"
+    doc = tr.to_json()
+    assert doc["kernels"] == [dataclasses.asdict(k) for k in tr.kernels]
+
+
+def test_kernel_time_is_the_two_power_formula_bit_for_bit() -> None:
+    """kernel_time computes ``big·((tc/big)^p + (tm/big)^p)^(1/p)`` with one power fewer: the
+    same floats, including ties (tc == tm), zero parts and no work at all."""
+    from joulebound.dvfs.model.kernel import KernelWork, kernel_time
+
+    prm = params_for(get_device("rtx3080ti"))
+    rng = np.random.default_rng(0)
+    tc = np.concatenate([rng.lognormal(-9, 2, 4000), [0.0, 1e-5, 0.0, 3e-4]])[:, None]
+    tm = np.concatenate([rng.lognormal(-9, 2, 4000), [0.0, 0.0, 2e-6, 3e-4]])[:, None]
+    f = np.linspace(210, 2100, 37)[None, :]
+    m = np.repeat([405.0, 5001.0, 9501.0], 37 // 3 + 1)[None, :37]
+    t, tc_f, tm_f = kernel_time(KernelWork(tc, tm, lam=np.full_like(tc, 0.3)), f, m, 2100.0,
+                                9501.0, prm)
+    p = prm.overlap_p
+    big = np.maximum(tc_f, tm_f)
+    safe = np.where(big > 0, big, 1.0)
+    ref = prm.launch_overhead_s + np.where(
+        big > 0, safe * ((tc_f / safe) ** p + (tm_f / safe) ** p) ** (1.0 / p), 0.0)
+    assert np.array_equal(t, ref)
