@@ -78,3 +78,46 @@ def test_kernel_time_is_the_two_power_formula_bit_for_bit() -> None:
     ref = prm.launch_overhead_s + np.where(
         big > 0, safe * ((tc_f / safe) ** p + (tm_f / safe) ** p) ** (1.0 / p), 0.0)
     assert np.array_equal(t, ref)
+
+
+def _repeated(n_types: int, copies: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n_types`` distinct rows of the planner tests' smooth-roofline generator, each repeated
+    ``copies`` times in a shuffled order (a trace's layers and iterations)."""
+    from _plan_synth import synth_char
+
+    ch = synth_char(n_types, seed=seed)
+    rows = np.random.default_rng(seed).permutation(np.repeat(np.arange(n_types), copies))
+    return ch.time_s[rows], ch.energy_j[rows]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fast_solver_on_repeated_rows_never_expands_them_and_stays_near_optimal(seed) -> None:
+    from joulebound.dvfs.solve import FastMCKP, solve_milp
+    from joulebound.dvfs.solve.hull import pareto_options
+
+    t, e = _repeated(9, 24, seed)                               # 216 groups, 9 distinct rows
+    o = pareto_options(t, e)
+    assert o.n_rows == 9 and o.n_groups == 216 and len(o.t) < 9 * t.shape[1]
+    dedup, per_group = FastMCKP(options=o), FastMCKP(options=pareto_options(t, e, dedup=False))
+    for eps in (0.003, 0.02, 0.08):
+        budget = (1 + eps) * t[:, 0].sum()
+        a = dedup.solve(budget)
+        b = per_group.solve(budget)
+        exact = solve_milp(t, e, budget)
+        rows = np.arange(len(t))
+        for sol in (a, b):
+            assert t[rows, sol.choice].sum() <= budget * (1 + 1e-12)
+            assert e[rows, sol.choice].sum() == pytest.approx(sol.energy, rel=1e-12)
+            assert sol.lower_bound <= exact.energy * (1 + 1e-9)       # a true lower bound
+            assert sol.energy <= exact.energy * (1 + 1e-3)
+        assert a.lower_bound == pytest.approx(b.lower_bound, rel=1e-9)   # the same LP
+    # the LP path: vertices per distinct move; every integer point lies between two of them
+    pt, pe = dedup.path()
+    qt, qe = per_group.path()
+    assert pt[0] == pytest.approx(qt[0]) and pt[-1] == pytest.approx(qt[-1])
+    assert np.all(np.diff(pt) <= 0) and np.all(np.diff(pe) >= 0)
+    assert len(pt) < len(qt)
+    for n in (0, 17, dedup.n_path // 2, dedup.n_path):
+        sel = dedup.sel_at_prefix(n)
+        assert dedup.totals(sel)[0] == pytest.approx(float(np.interp(
+            n, [dedup.vertex_prefix(i) for i in range(len(pt))], pt)), rel=1e-9)

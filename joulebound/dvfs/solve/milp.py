@@ -94,7 +94,7 @@ def solve_milp(time_gc: np.ndarray, energy_gc: np.ndarray, budget: float, *,
 
     Raises ``ValueError`` when the budget is infeasible or HiGHS returns no solution.
     """
-    o = pareto_options(time_gc, energy_gc)
+    o = pareto_options(time_gc, energy_gc, dedup=False)   # one binary per option of every group
     tmin = float(o.t[o.fastest()].sum())
     if budget < tmin:
         raise ValueError(f"budget {budget!r} below the fastest possible total {tmin!r}")

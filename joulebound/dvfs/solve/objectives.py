@@ -171,13 +171,16 @@ def solve(char: Characterization, *, objective: str = "waste", slowdown: float |
         if cap_t < tmin:
             raise _infeasible("time budget (s)", tmin, cap_t, tb, granularity, "--slowdown")
         fast = FastMCKP(gp.t, gp.e)
+        # E·T^n along one straight piece of the LP path is least at one of its ends (for n = 1
+        # a concave parabola, for n = 2 a cubic whose interior turning point is a maximum), so
+        # the path's vertices hold the best of all its integer points
         pt, pe = fast.path()
         score = pe * pt**power
         score[pt > cap_t * (1 + 1e-12)] = np.inf
         i = int(np.argmin(score))
-        best_sel = fast.sel_at_prefix(i)
+        best_sel = fast.sel_at_prefix(fast.vertex_prefix(i))
         best = MCKPSolution(fast.choice(best_sel), *fast.totals(best_sel), float("nan"),
-                            float(fast.seg_rate[i - 1]) if i > 0 else 0.0, "hull-path")
+                            float(fast.s_rate[i - 1]) if i > 0 else 0.0, "hull-path")
         # polish: the least energy within the best point's time (repair uses non-hull options)
         for b in {pt[i], pt[max(i - 1, 0)], pt[min(i + 1, len(pt) - 1)]}:
             if b < tmin or b > cap_t:
