@@ -15,7 +15,12 @@ import pytest
 
 from joulebound.devices.catalog import get_device
 from joulebound.dvfs.model import characterize
-from joulebound.dvfs.model.characterize import evaluate_work, planning_configs, resolve_clocks, trace_work
+from joulebound.dvfs.model.characterize import (
+    evaluate_work,
+    planning_configs,
+    resolve_clocks,
+    trace_work,
+)
 from joulebound.dvfs.model.params import params_for
 from joulebound.workload.analytic import build_trace
 from joulebound.workload.trace import Trace
