@@ -126,3 +126,60 @@ def test_fast_solver_on_repeated_rows_never_expands_them_and_stays_near_optimal(
         sel = dedup.sel_at_prefix(n)
         assert dedup.totals(sel)[0] == pytest.approx(float(np.interp(
             n, [dedup.vertex_prefix(i) for i in range(len(pt))], pt)), rel=1e-9)
+
+
+def _stream(n_iters: int, perturbed: bool) -> list[int]:
+    from joulebound.dvfs.predict import DEFAULT_PERTURBATION, Perturbation, perturbed_stream
+
+    iteration = list(range(300))
+    spec = DEFAULT_PERTURBATION if perturbed else Perturbation()
+    keys, _ = perturbed_stream(iteration, n_iters, spec, seed=5)
+    return keys.tolist()
+
+
+def test_predictor_compaction_is_incremental_and_bounded(monkeypatch) -> None:
+    """The history stays under ``max_history`` at every op, each op copies and frees at most a
+    few hundred entries (no whole-history rebuild inside one observe()), and the bounded predictor
+    predicts as an unbounded one does."""
+    import joulebound.dvfs.predict as P
+
+    copied: list[int] = []
+    real_copy = P._Migration.copy
+
+    def copy(self, hist, labels, lo, hi):
+        copied.append(hi - lo)
+        return real_copy(self, hist, labels, lo, hi)
+
+    monkeypatch.setattr(P._Migration, "copy", copy)
+    keys = _stream(40, perturbed=False)                          # 12,000 ops, steady
+    small, big = P.NextKernelPredictor(max_history=2000), P.NextKernelPredictor()
+    longest, swaps, last = 0, 0, 0
+    for k in keys:
+        assert small.prediction == big.prediction
+        small.observe(k)
+        big.observe(k)
+        longest = max(longest, len(small))
+        swaps += len(small) < last
+        last = len(small)
+        assert sum(len(x) for x in small._trash) <= 3 * 2000   # freed, a chunk per op
+    assert swaps >= 8 and longest <= 2000
+    assert copied and max(copied) <= P._STEP + small._margin + P._STEP
+    assert small.stats.accuracy == big.stats.accuracy
+
+
+def test_predictor_compaction_keeps_labels_and_perturbed_accuracy() -> None:
+    from joulebound.dvfs.predict import NextKernelPredictor
+
+    keys = _stream(80, perturbed=True)      # ~25,000 ops; an epoch (its odd last batch) is 7,500
+    small, big = NextKernelPredictor(max_history=20_000), NextKernelPredictor()
+    for k in keys:
+        small.observe(k)
+        big.observe(k)
+    assert len(small) <= 20_000 < len(big)
+    assert small.stats.accuracy >= big.stats.accuracy - 0.005  # the dropped half is rarely needed
+    labelled = NextKernelPredictor(max_history=1500)
+    for i, k in enumerate(keys):
+        labelled.observe(k)
+        labelled.set_last_label(i % 1000)    # the controller writes the newest op's label
+    tail = labelled._labels[-labelled._margin:]
+    assert tail == [i % 1000 for i in range(len(keys) - len(tail), len(keys))]   # none lost
