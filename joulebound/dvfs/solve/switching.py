@@ -241,7 +241,7 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
                       switch_latency_s: float = 0.0, min_dwell_s: float = 0.0,
                       switch_energy_j: float = 0.0, switch_time_s: float = 0.0,
                       allow_auto: bool = True, n_lambda: int = 12, rounds: int = 2,
-                      repair: bool = True) -> Plan:
+                      repair: bool = True, dp_columns: int = 0) -> Plan:
     """Least-energy phases within ``(1 + slowdown) · T_auto`` under switch latency and dwell.
 
     Args:
@@ -251,6 +251,8 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
         min_dwell_s: an extra minimum phase duration (s); the rule uses max(L, min_dwell_s).
         switch_energy_j / switch_time_s: energy (J) and stall (s) charged per switch.
         n_lambda, rounds: multipliers per DP pass and refinement passes of the λ search.
+        dp_columns: at most this many configurations as DP states (evenly spaced over the useful
+            ones; 0: all); the phase repair then considers every useful configuration.
 
     Returns:
         A :class:`Plan` with ``granularity="phase"``; predicted totals include switch costs;
@@ -272,8 +274,6 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
     cols = cols[useful_columns(char.time_s[:, cols], char.energy_j[:, cols])]
     t = char.time_s[:, cols]
     e = char.energy_j[:, cols]
-    # the planner's dwell is a hair longer than the rule so float sums never undercut it
-    block_end = min_block_end(t, dwell * (1 + 1e-9))
     candidates: list[np.ndarray] = []
     # one phase: the best single configuration within budget (always includes the baseline)
     tot_t, tot_e = t.sum(0), e.sum(0)
@@ -283,10 +283,22 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
         raise JouleboundError(
             f"no clock plan meets the time budget {budget:.6g} s; the smallest feasible slowdown "
             f"is {tmin / tb - 1:+.4%}")
-    candidates.append(np.full(char.n_kernels, feas[np.argmin(tot_e[feas])], np.int64))
-    # multiplier scale: the switch-free critical multiplier, else average power
+    one = int(feas[np.argmin(tot_e[feas])])
+    candidates.append(np.full(char.n_kernels, one, np.int64))
+    # the DP's states: every useful configuration, or an evenly spaced share of them (plus the
+    # one-phase best) when there are more than dp_columns; the phase repair below then moves
+    # each phase to the best of *all* useful configurations, so a plan is never worse for it
+    sub = np.arange(len(cols))
+    if dp_columns and len(cols) > dp_columns:
+        sub = np.union1d(np.linspace(0, len(cols) - 1, dp_columns).round().astype(np.int64), [one])
+    ts, es = (t, e) if len(sub) == len(cols) else (t[:, sub], e[:, sub])
+    # the planner's dwell is a hair longer than the rule so float sums never undercut it
+    block_end = min_block_end(ts, dwell * (1 + 1e-9))
+    # multiplier scale: the switch-free critical multiplier (the LP's: no exact core re-solve,
+    # which would only polish a plan that is not used), else average power
     try:
-        free = solve(char, objective="relaxed", slowdown=slowdown, allow_auto=allow_auto)
+        free = solve(char, objective="relaxed", slowdown=slowdown, allow_auto=allow_auto,
+                     tol=float("inf"))
         lam0 = float(free.meta.get("multiplier_j_per_s") or 0.0)
     except JouleboundError:
         lam0 = 0.0
@@ -297,7 +309,8 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
     passes = 0
     found: list[tuple[float, np.ndarray]] = []
     for r in range(rounds + 2):
-        ch, _ = dp_lagrangian(t, e, lams, dwell, switch_energy_j, switch_time_s, block_end)
+        ch, _ = dp_lagrangian(ts, es, lams, dwell, switch_energy_j, switch_time_s, block_end)
+        ch = sub[ch]
         passes += 1
         for lam, c in zip(lams, ch, strict=True):
             tt, ee, _ = _totals(t, e, c, switch_energy_j, switch_time_s)
@@ -327,5 +340,6 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
                 baseline_time_s=tb, baseline_energy_j=eb, provenance=prov,
                 meta={**base_meta, "baseline_config": char.configs[baseline_column(char)].label,
                       "dp_passes": passes, "lambda_bracket_j_per_s": [lo, hi],
+                      "dp_columns": len(sub), "useful_columns": len(cols),
                       "budget_s": budget, "n_switches": n_sw,
                       "solve_time_s": _time.perf_counter() - t_start})
