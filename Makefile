@@ -35,6 +35,7 @@ browser:
 	  else echo "note: no chromium and not root: the browser checks of the HTML reports will be skipped"; fi; }
 
 bench: $(STAMP)
+	$(BIN)/pip install --quiet -e ".[bench]"
 	$(BIN)/python -m benchmarks.run_all
 
 lint: $(STAMP)

@@ -17,14 +17,12 @@ import numpy as np
 
 
 def _fake_pynvml(n_gpus: int = 1) -> types.ModuleType:
+    """The real ``pynvml``'s constants and error classes with instant stand-ins for the calls a
+    meter makes: one fake for joulebound and the peers (Zeus needs the constants)."""
+    import pynvml as real
+
     nv = types.ModuleType("pynvml")
-
-    class NVMLError(Exception):
-        value = 0
-
-    nv.NVMLError = NVMLError
-    nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_NO_PERMISSION = 3, 4
-    nv.NVML_DEVICE_MIG_ENABLE = 1
+    nv.__dict__.update({k: v for k, v in real.__dict__.items() if not k.startswith("__")})
     state = {"e": 0}
 
     def energy(h):
@@ -35,7 +33,9 @@ def _fake_pynvml(n_gpus: int = 1) -> types.ModuleType:
     nv.nvmlDeviceGetCount = lambda: n_gpus
     nv.nvmlDeviceGetHandleByIndex = lambda i: i
     nv.nvmlDeviceGetUUID = lambda h: f"GPU-fake-{h}"
-    nv.nvmlDeviceGetName = lambda h: "fake"
+    nv.nvmlDeviceGetName = lambda h: "NVIDIA A100-SXM4-80GB"
+    nv.nvmlDeviceGetArchitecture = lambda h: 7
+    nv.nvmlSystemGetDriverVersion = lambda: "550.00"
     nv.nvmlDeviceGetMigMode = lambda h: [0, 0]
     nv.nvmlDeviceGetTotalEnergyConsumption = energy
     nv.nvmlDeviceGetPowerUsage = lambda h: 250_000
@@ -53,6 +53,70 @@ def _pair_us(meter, n: int = 3000) -> float:
         reps.append((time.perf_counter() - t0) / n * 1e6)
         meter.results.clear()
     return float(np.median(reps))
+
+
+def _pair_cpu(begin, end, n: int = 2000, repeats: int = 7) -> tuple[float, float, float]:
+    """(median, min, max) CPU µs of one begin + end pair over ``repeats`` runs of ``n`` pairs."""
+    for _ in range(200):
+        begin()
+        end()
+    reps = []
+    for _r in range(repeats):
+        c0 = time.process_time()
+        for _i in range(n):
+            begin()
+            end()
+        reps.append((time.process_time() - c0) / n * 1e6)
+    return float(np.median(reps)), min(reps), max(reps)
+
+
+def _peer_rows() -> list[tuple[str, tuple[float, float, float] | str]]:
+    """joulebound and Zeus (1 and 8 GPUs) and CodeCarbon (tasks), in this run, same fake NVML."""
+    import logging
+
+    from joulebound.energy.meter import EnergyMeter
+
+    rows: list[tuple[str, tuple[float, float, float] | str]] = []
+    for n in (1, 8):
+        m = EnergyMeter("nvml", gpus=list(range(n)), interval_s=0)
+        rows.append((f"joulebound EnergyMeter, {n} GPU(s), sync off",
+                     _pair_cpu(lambda m=m: m.begin_window("w", sync=False),
+                               lambda m=m: (m.end_window("w", sync=False), m.results.clear()))))
+        m.close()
+        try:
+            logging.getLogger("zeus").setLevel(logging.ERROR)
+            from zeus.monitor import ZeusMonitor
+
+            z = ZeusMonitor(gpu_indices=list(range(n)), cpu_indices=[], approx_instant_energy=False)
+            rows.append((f"Zeus {_version('zeus')} ZeusMonitor, {n} GPU(s), sync off",
+                         _pair_cpu(lambda z=z: z.begin_window("w", sync_execution=False),
+                                   lambda z=z: z.end_window("w", sync_execution=False))))
+        except Exception as exc:  # noqa: BLE001 - a peer missing is reported, not fatal
+            rows.append((f"Zeus, {n} GPU(s)", f"not measured ({type(exc).__name__}: {exc})"))
+    try:
+        logging.getLogger("codecarbon").setLevel(logging.ERROR)
+        from codecarbon import OfflineEmissionsTracker
+
+        with tempfile.TemporaryDirectory() as d:
+            cc = OfflineEmissionsTracker(country_iso_code="USA", save_to_file=False,
+                                         output_dir=d, log_level="error", gpu_ids=[0])
+            cc.start()
+            rows.append((f"CodeCarbon {_version('codecarbon')} start_task/stop_task, 1 GPU",
+                         _pair_cpu(lambda: cc.start_task("w"), lambda: cc.stop_task("w"),
+                                   n=20, repeats=5)))
+            cc.stop()
+    except Exception as exc:  # noqa: BLE001
+        rows.append(("CodeCarbon", f"not measured ({type(exc).__name__}: {exc})"))
+    return rows
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import version
+
+    try:
+        return version(dist)
+    except Exception:  # noqa: BLE001
+        return "?"
 
 
 def _sampler_cpu(meter_factory, hz: float, seconds: float = 3.0) -> tuple[float, float]:
@@ -92,6 +156,7 @@ def run() -> str:
                          _pair_us(m, n=500)))
             m.close()
 
+        peers = _peer_rows()
         cpu_rows = []
         for label, gpus, store in (("1 GPU", [0], False), ("8 GPUs", list(range(8)), False),
                                    ("8 GPUs + SQLite store", list(range(8)), True)):
@@ -114,6 +179,11 @@ def run() -> str:
            "without the driver call.", "",
            "| backend | µs per begin/end pair |", "|---|---:|"]
     out += [f"| {b} | {us:.1f} |" for b, us in rows]
+    out += ["", "Side by side, the same fake `pynvml`, CPU time per begin + end pair "
+            "(median (min–max) of 7 runs of 2000 pairs; CodeCarbon 5 × 20; measured in this run):",
+            "", "| meter | µs per begin/end pair |", "|---|---:|"]
+    for label, r in peers:
+        out.append(f"| {label} | {r if isinstance(r, str) else f'{r[0]:.1f} ({r[1]:.1f}–{r[2]:.1f})'} |")
     out += ["", "Background sampler CPU use over 3 s (process CPU time while the main thread "
             "sleeps, % of one core; measured), fake `pynvml`:", "",
             "| channels | target Hz | CPU % of one core | achieved Hz |", "|---|---:|---:|---:|"]

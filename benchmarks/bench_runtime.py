@@ -216,7 +216,7 @@ def latency_table() -> list[str]:
     from joulebound.dvfs.control.session import plan_kernel_times
     from joulebound.dvfs.model import characterize
     from joulebound.dvfs.simulate import simulate
-    from joulebound.dvfs.switching import plan_switch_aware
+    from joulebound.dvfs.solve.switching import plan_switch_aware
     from joulebound.workload.analytic import build_trace
 
     char = characterize(build_trace("gpt3-xl"), "rtx3080ti")

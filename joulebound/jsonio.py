@@ -31,14 +31,20 @@ def read_json(path: str | Path) -> Any:
         raise SchemaError(p, "<file>", f"cannot be read: {exc}") from exc
 
 
-def write_json(path: str | Path, obj: Any) -> Path:
-    """Write ``obj`` as indented JSON (gzip when the name ends in ``.gz``); returns the path."""
+def write_json(path: str | Path, obj: Any, indent: int | None = 1) -> Path:
+    """Write ``obj`` as JSON (gzip when the name ends in ``.gz``); returns the path.
+
+    ``indent=None`` writes compact JSON with the C encoder (large files: traces); the default
+    indents for people reading the file."""
     p = Path(path)
-    text = json.dumps(obj, indent=1, default=json_default) + "\n"  # serialise first: no half file
-    opener = gzip.open if p.suffix == ".gz" else open
+    text = json.dumps(obj, indent=indent, default=json_default) + "\n"  # serialise first: no half file
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        with opener(p, "wt", encoding="utf-8") as fh:
+        if p.suffix == ".gz":
+            fh = gzip.open(p, "wt", encoding="utf-8", compresslevel=6)
+        else:
+            fh = open(p, "w", encoding="utf-8")  # noqa: SIM115 - closed by the with below
+        with fh:
             fh.write(text)
     except IsADirectoryError as exc:
         raise JouleboundError(f"{p}: is a folder; give a file name to write to") from exc

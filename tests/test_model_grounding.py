@@ -98,7 +98,7 @@ def test_every_shipped_parameter_is_sourced_or_listed_as_default():
 
 
 def test_plan_intervals_come_from_draws():
-    from joulebound.dvfs.solve.study import run_study
+    from joulebound.dvfs.study import run_study
     from joulebound.dvfs.uncertainty import study_intervals
 
     spec = get_device("rtx3080ti")

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from joulebound.dvfs.solve import solve
-from joulebound.dvfs.switching import (
+from joulebound.dvfs.solve.switching import (
     dp_lagrangian,
     min_block_end,
     parse_duration,
@@ -164,3 +164,17 @@ def test_switch_aware_and_switch_free_plans_agree_on_provenance() -> None:
     char.measured[0, :] = False           # a chosen cell is modeled
     assert solve(char, slowdown=0.02).provenance == "modeled"
     assert plan_switch_aware(char, slowdown=0.02).provenance == "modeled"
+
+
+def test_dp_on_a_share_of_the_configurations_keeps_budget_dwell_and_beats_one_phase() -> None:
+    ch = synth_char(trace=synth_trace(n_layers=6), n_core=12, n_mem=3, seed=8)
+    lat = 1e-4
+    full = plan_switch_aware(ch, slowdown=0.02, switch_latency_s=lat)
+    part = plan_switch_aware(ch, slowdown=0.02, switch_latency_s=lat, dp_columns=8)
+    assert part.meta["dp_columns"] <= 9 < full.meta["dp_columns"] == full.meta["useful_columns"]
+    one = solve(ch, objective="relaxed", slowdown=0.02, granularity="iteration", method="milp")
+    for p in (full, part):
+        assert p.predicted_time_s <= 1.02 * p.baseline_time_s * (1 + 1e-9)
+        _check_dwell(ch, p, lat)
+        assert p.predicted_energy_j <= one.predicted_energy_j * (1 + 1e-12)
+    assert part.predicted_energy_j <= full.predicted_energy_j * 1.02   # repair over all columns

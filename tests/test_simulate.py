@@ -13,7 +13,7 @@ from joulebound.dvfs.characterization import Characterization
 from joulebound.dvfs.plan import Plan
 from joulebound.dvfs.simulate import simulate
 from joulebound.dvfs.solve import solve
-from joulebound.dvfs.switching import plan_switch_aware
+from joulebound.dvfs.solve.switching import plan_switch_aware
 from joulebound.errors import JouleboundError
 
 SETTINGS = settings(max_examples=15, deadline=None, derandomize=True,

@@ -22,7 +22,7 @@ pytest.importorskip("transformers")
 
 from joulebound.cli import main  # noqa: E402
 from joulebound.sweep.grid import Grid, preset  # noqa: E402
-from joulebound.sweep.runner import run_sweep  # noqa: E402
+from joulebound.sweep.runner import plan_launches, run_sweep  # noqa: E402
 from joulebound.sweep.store import load_results  # noqa: E402
 
 RTOL = 1e-5
@@ -41,7 +41,13 @@ def test_tiny_sweep_strategies_agree_failures_are_recorded_and_resume_skips(tmp_
     configs = tiny + gpt
     crash = next(c for c in tiny if c.strategy == "ddp" and c.layers == 1)   # rank 1 dies
     broken = next(c for c in gpt if c.strategy == "fsdp")                     # raises on all ranks
-    monkeypatch.setenv("JOULEBOUND_SWEEP_FAULT", f"{crash.config_id}=exit@1,{broken.config_id}=raise")
+    # rank 0 is slow to report the configuration before the crash done: rank 1 must still not
+    # start (and die in) the next one before it is marked in flight (the cause of a flaky third
+    # launch, which blamed the finished configuration and ran the crashing one again)
+    (_, launch), = [g for g in plan_launches(configs) if crash in g[1]]
+    before = launch[launch.index(crash) - 1]
+    monkeypatch.setenv("JOULEBOUND_SWEEP_FAULT", f"{crash.config_id}=exit@1,{broken.config_id}=raise,"
+                                                 f"{before.config_id}=lag@0")
     summary = run_sweep(configs, db, "tiny", progress=False, device="cpu")
     assert summary["planned"] == summary["ran"] == len(configs) == 11
     assert summary["launches"] == 2  # one 2-rank launch (single packed in) + relaunch after the crash

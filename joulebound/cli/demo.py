@@ -72,7 +72,7 @@ def demo_command(
     from contextlib import nullcontext
 
     from ..dvfs.model import characterize, params_for, resolve_device
-    from ..dvfs.solve.study import run_study
+    from ..dvfs.study import run_study
     from ..dvfs.uncertainty import study_intervals
     from ..report.html import write_report
     from ..workload.analytic import build_trace

@@ -171,7 +171,7 @@ def _run(target, device, slowdown, objective, grans, lat, characterization, tie,
     from ..dvfs.characterization import Characterization
     from ..dvfs.model import characterize, params_for, resolve_device
     from ..dvfs.solve import align
-    from ..dvfs.solve.study import run_study
+    from ..dvfs.study import run_study
     from ..dvfs.uncertainty import study_intervals
     from ..workload import load_trace
     from ._common import console
@@ -202,7 +202,7 @@ def _run(target, device, slowdown, objective, grans, lat, characterization, tie,
 
 
 def study_json(study, target, objective, slowdown, lat, label) -> dict:
-    from ..dvfs.solve.study import category_savings, kernel_clocks
+    from ..dvfs.study import category_savings, kernel_clocks
 
     main = study.row(label)
     return {
@@ -266,7 +266,7 @@ def published_table(study, title: str | None = None):
     """
     from rich.table import Table
 
-    from ..dvfs.solve.study import PUBLISHED_CITATION
+    from ..dvfs.study import PUBLISHED_CITATION
 
     if not study.published:
         return None
@@ -289,7 +289,7 @@ def category_table(study, label: str, title: str | None = None):
     """Energy saved per kernel category for one plan of the study (provenance in the title)."""
     from rich.table import Table
 
-    from ..dvfs.solve.study import category_savings
+    from ..dvfs.study import category_savings
 
     r = study.row(label)
     cats = category_savings(study.trace, study.char, r.plan)

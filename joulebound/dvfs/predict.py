@@ -135,8 +135,10 @@ class NextKernelPredictor:
         max_candidates: earlier occurrences of the current key examined per resync.
         relock_window: ops after a lost lock during which :meth:`_relock` may re-lock near the
             expected position (0 disables it).
-        max_history: history length that triggers compaction (the oldest half is dropped;
-            amortised O(1) per op).
+        max_history: bound of the history length. From about 11/12 of it the older half is
+            dropped *incrementally*: the newer half is copied a few entries per op into fresh
+            lists (and the old ones freed a few hundred entries per op), then swapped in, so no
+            single :meth:`observe` does more than a bounded amount of work at any stream length.
 
     The matched case (the pointer was right) does O(1) work: three list appends and a few
     integer updates. The Markov counts are computed on demand from the per-key position index,
@@ -166,6 +168,15 @@ class NextKernelPredictor:
         self.warm = max(1, int(warm))
         self.max_candidates = max(1, int(max_candidates))
         self.max_history = max(8 * self.max_match + 16, int(max_history))
+        # entries this recent may still get their label changed (relock, controller): they are
+        # copied at the swap itself, never earlier
+        self._margin = 2 * self.relock_window + 16
+        self._start_at = max(self.max_history - self.max_history // 12 - self._margin - _STEP,
+                             self.max_history // 2 + 2 * self._margin)
+        self._work_at = self._start_at      # history length from which observe() does upkeep
+        self._mig: _Migration | None = None
+        self._trash: list[list] = []        # old lists being freed a chunk per op
+        self._trash_dicts: list[dict] = []
         self._hist: list[int] = []
         self._labels: list[int] = []
         self._where: dict[int, list[int]] = {}           # key -> history positions
@@ -254,6 +265,9 @@ class NextKernelPredictor:
         if expect_start and len(keys):
             self._p = start
             self._run = 0
+        if len(self._hist) >= self._work_at:
+            self._upkeep()
+        if expect_start and len(keys) and self._p is not None:
             self._set_pred_from_pointer()
 
     def observe(self, key: int) -> bool:
@@ -282,8 +296,7 @@ class NextKernelPredictor:
             self._nk = h[p]
             self._nl = labels[p]
             self._nc = 1.0 if run >= self.warm else run / self.warm
-            if n + 1 >= self.max_history:
-                self._compact()
+            if n + 1 >= self._work_at and self._upkeep():
                 if self._p is not None:
                     self._set_pred_from_pointer()
                 else:
@@ -308,6 +321,8 @@ class NextKernelPredictor:
             self._lost = 0
         if not self._relock(key):
             self._resync()
+        if len(self._hist) >= self._work_at:
+            self._upkeep()                  # pointers move with the history; predict after it
         if self._p is not None:
             self._set_pred_from_pointer()
         elif self._expect is not None and self._expect < len(self._hist):
@@ -429,8 +444,6 @@ class NextKernelPredictor:
             self._where[key] = [n]
         else:
             w.append(n)
-        if n + 1 >= self.max_history:
-            self._compact()
 
     def _resync(self) -> None:
         """Point after the earlier occurrence of the current key with the longest common suffix.
@@ -513,22 +526,95 @@ class NextKernelPredictor:
                 self._ns = _MARKOV
                 return
 
-    def _compact(self) -> None:
-        """Drop the oldest half of the history and re-index."""
-        cut = len(self._hist) // 2
-        self._hist = self._hist[cut:]
-        self._labels = self._labels[cut:]
-        where: dict[int, list[int]] = {}
-        for i, k in enumerate(self._hist):
-            where.setdefault(k, []).append(i)
-        self._where = where
-        self._skipped = []
+    def _upkeep(self) -> bool:
+        """A bounded share of the history compaction (see ``max_history``); True when the new
+        history was swapped in (pointers moved with it)."""
+        if self._trash or self._trash_dicts:
+            self._free_some()
+        h = self._hist
+        n = len(h)
+        m = self._mig
+        if m is None:
+            if n < self._start_at:
+                self._work_at = 0 if (self._trash or self._trash_dicts) else self._start_at
+                return False
+            m = self._mig = _Migration(n // 2)
+            self._work_at = 0
+        stop = min(m.cursor + _STEP, n - self._margin)
+        if stop > m.cursor:
+            m.copy(h, self._labels, m.cursor, stop)
+        if m.cursor < n - self._margin:
+            return False
+        m.copy(h, self._labels, m.cursor, n)       # the newest entries, labels as they are now
+        self._swap(m)
+        return True
+
+    def _swap(self, m: _Migration) -> None:
+        """Replace the history by its newer half (built by :class:`_Migration`)."""
+        cut = m.cut
+        self._trash += [self._hist, self._labels]
+        self._trash_dicts.append(self._where)
+        self._hist, self._labels, self._where = m.hist, m.labels, m.where
+        self._mig = None
+        self._work_at = 0                           # free the old lists, a chunk per op
+        self._skipped = [c - cut for c in self._skipped if c >= cut]
         if self._expect is not None:
             self._expect = self._expect - cut if self._expect >= cut else None
         if self._p is not None:
             self._p = self._p - cut if self._p >= cut else None
             if self._p is None:
                 self._run = 0
+
+    def _free_some(self, budget: int = 512) -> None:
+        """Release up to ``budget`` entries of the old history (a large list freed at once would
+        stall one op for milliseconds)."""
+        while budget > 0 and self._trash_dicts:
+            d = self._trash_dicts[-1]
+            if not d:
+                self._trash_dicts.pop()
+                continue
+            _, lst = d.popitem()
+            self._trash.append(lst)
+            budget -= 16
+        while budget > 0 and self._trash:
+            lst = self._trash[-1]
+            k = min(budget, len(lst))
+            del lst[len(lst) - k:]
+            budget -= k
+            if not lst:
+                self._trash.pop()
+
+
+#: history entries copied per op while a compaction is under way
+_STEP = 8
+
+
+class _Migration:
+    """The newer half of the history (from ``cut``), copied into fresh lists a few entries per op;
+    positions in ``where`` are already relative to the new lists."""
+
+    __slots__ = ("cursor", "cut", "hist", "labels", "where")
+
+    def __init__(self, cut: int) -> None:
+        self.cut = cut
+        self.cursor = cut
+        self.hist: list[int] = []
+        self.labels: list[int] = []
+        self.where: dict[int, list[int]] = {}
+
+    def copy(self, hist: list[int], labels: list[int], lo: int, hi: int) -> None:
+        nh, nl, nw = self.hist, self.labels, self.where
+        cut = self.cut
+        for i in range(lo, hi):
+            k = hist[i]
+            nh.append(k)
+            nl.append(labels[i])
+            w = nw.get(k)
+            if w is None:
+                nw[k] = [i - cut]
+            else:
+                w.append(i - cut)
+        self.cursor = hi
 
 
 def accuracy(keys: Sequence[int], skip: int = 0, predictor: NextKernelPredictor | None = None

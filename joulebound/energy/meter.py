@@ -47,6 +47,7 @@ import contextlib
 import functools
 import os
 import socket
+import sys
 import threading
 import time
 import uuid as uuidlib
@@ -86,7 +87,7 @@ def _make_clock() -> Callable[[], float]:
 def _cuda_sync(devices: Sequence[int]) -> Callable[[], None] | None:
     """A function synchronising each metered CUDA device (all of them when ``devices`` is empty)
     when torch is already imported and CUDA is initialised; else ``None`` (nothing to wait for)."""
-    torch = __import__("sys").modules.get("torch")
+    torch = sys.modules.get("torch")
     if torch is None:
         return None
     try:
@@ -244,6 +245,14 @@ class EnergyMeter:
                                                   s.power_w, s.energy_j) for s in batch])
         self._counter_channels = [i for i in self.channels if self.backend.has_counter(i)]
         self._power_channels = [i for i in self.channels if not self.backend.has_counter(i)]
+        # what every window needs about the channels, looked up once
+        self._chan_info = [(i, self.backend.channels[i], self.backend.has_counter(i))
+                           for i in self.channels]
+        self._gpu_metered = any(ch.kind == "gpu" for _, ch, _ in self._chan_info)
+        self._gpu_indices = [ch.index for _, ch, _ in self._chan_info if ch.kind == "gpu"]
+        self._backend_sync = (None if type(self.backend).sync is Backend.sync
+                              else self.backend.sync)
+        self._mig_notes = (-1, False)          # (len(notes) when checked, any MIG note)
         self.sampler = Sampler(self.backend, self.channels, self.clock,
                                interval_s=interval_s or 1.0, sink=sink)
         if self.channels and interval_s > 0:
@@ -292,12 +301,13 @@ class EnergyMeter:
     def _sync(self) -> None:
         if not self.sync_enabled:
             return
-        self.backend.sync()
+        if self._backend_sync is not None:
+            self._backend_sync()
         fn = self._cuda_sync_fn
         if fn is None:  # look again until CUDA is initialised; from then on it stays so
-            fn = self._cuda_sync_fn = _cuda_sync(
-                [self.backend.channels[i].index for i in self.channels
-                 if self.backend.channels[i].kind == "gpu"])
+            if "torch" not in sys.modules:          # no torch: nothing queued to wait for
+                return
+            fn = self._cuda_sync_fn = _cuda_sync(self._gpu_indices)
         if fn is not None:
             fn()
 
@@ -311,7 +321,8 @@ class EnergyMeter:
             self._sync()
         t = self.clock()
         edges = self._counter_edges(t)
-        self._edge_power(t)
+        if self._power_channels:
+            self._edge_power(t)
         self.sampler.watch(name)
         power = self.sampler.power_edges(self.channels, t)
         fails = {i: self.sampler.failures.get(i, 0) for i in self.channels}
@@ -321,13 +332,20 @@ class EnergyMeter:
     def _counter_edges(self, t: float) -> dict[int, EdgeValue | None]:
         """Read every counter channel at ``t``; its apportioned value (``None``: read failed)."""
         samples = []
-        for i in self._counter_channels:
-            e = self._read_energy(i, t)
-            p = None
-            track = self.sampler.tracks.get(i)
-            if e is not None and track is not None and not track.has_rate:
-                p = self._read_power(i, t, quiet=True)   # seeds the rate until two steps are seen
-            samples.append(Sample(t, i, p, e))
+        tracks = self.sampler.tracks
+        backend = self.backend
+        with backend.lock:                      # one acquisition for all channels (re-entrant)
+            for i in self._counter_channels:
+                try:
+                    e = backend.read_energy_j(i, t)
+                except Exception as exc:
+                    self.sampler.record_failure(i, "energy counter", exc)
+                    e = None
+                p = None
+                track = tracks.get(i)
+                if e is not None and track is not None and not track.has_rate:
+                    p = self._read_power(i, t, quiet=True)   # seeds the rate until 2 steps seen
+                samples.append(Sample(t, i, p, e))
         return self.sampler.counter_edges(samples, t)
 
     def _read_energy(self, i: int, t: float) -> float | None:
@@ -359,45 +377,62 @@ class EnergyMeter:
 
     def end_window(self, name: str, sync: bool = True, cancel: bool = False) -> WindowResult:
         """End window ``name`` and return its :class:`WindowResult` (committed to the store)."""
+        st = self._pop_window(name, sync)
+        t1 = self.clock()
+        t0 = st.start
+        dur = max(t1 - t0, 0.0)
+        flags: list[str] = []
+        if not self._gpu_metered:
+            flags.append("no_energy_sensor")   # no GPU sensor: energy_j is None
+        if dur == 0.0:
+            flags.append("zero_length")
+        edges1 = self._counter_edges(t1)
+        if self._power_channels:
+            self._edge_power(t1)
+        stats = self.sampler.unwatch(name)
+        devices = self._device_energies(st, t1, dur, edges1, stats, flags)
+        self._event_flags(st, flags)
+        res = self._result(name, t0, t1, dur, devices, flags)
+        if cancel:
+            return res
+        self._keep(res)
+        return res
+
+    def _pop_window(self, name: str, sync: bool) -> _Open:
+        """The open window ``name``, removed from the open ones (after syncing the device)."""
         if name not in self._open:
             choices = list(self._open)
             hint = did_you_mean(name, choices) if choices else " No window is open."
             raise JouleboundError(f"no open window named {name!r}.{hint}")
         if sync:
             self._sync()
-        t1 = self.clock()
         with self._lock:
-            st = self._open.pop(name)
-        t0 = st.start
-        dur = max(t1 - t0, 0.0)
-        flags: list[str] = []
+            return self._open.pop(name)
 
+    def _device_energies(self, st: _Open, t1: float, dur: float,
+                         edges1: dict[int, EdgeValue | None], stats: Any,
+                         flags: list[str]) -> list[DeviceEnergy]:
+        """Energy of every metered channel over the window: counter edges apportioned, else the
+        power integral; flags what the figures need to be read with."""
         def flag(f: str) -> None:
             if f not in flags:
                 flags.append(f)
 
-        if not any(self.backend.channels[i].kind == "gpu" for i in self.channels):
-            flag("no_energy_sensor")   # no GPU sensor: energy_j is None
-        if dur == 0.0:
-            flag("zero_length")
-        edges1 = self._counter_edges(t1)
-        self._edge_power(t1)
-        stats = self.sampler.unwatch(name)
         devices: list[DeviceEnergy] = []
-        for i in self.channels:
-            ch = self.backend.channels[i]
+        failures = self.sampler.failures
+        for i, ch, counter in self._chan_info:
             if ch.sensor_period_s is not None and 0 < dur < ch.sensor_period_s:
                 flag("short_window")
             source = ch.source
             energy: float | None
             unc: float | None
-            if self.backend.has_counter(i) and st.edges.get(i) is not None and \
-                    edges1.get(i) is not None:
-                v0, v1 = st.edges[i], edges1[i]
-                energy = max(v1.energy_j - v0.energy_j, 0.0)  # type: ignore[union-attr]
-                unc = window_uncertainty(v0, v1, dur)        # type: ignore[arg-type]
+            v0 = st.edges.get(i) if counter else None
+            v1 = edges1.get(i) if counter else None
+            if v0 is not None and v1 is not None:
+                energy = max(v1.energy_j - v0.energy_j, 0.0)
+                unc = window_uncertainty(v0, v1, dur)
             else:
-                if self.backend.has_counter(i):   # the counter failed at an edge: power instead
+                if counter:   # the counter failed at an edge: power instead
                     p = self._read_power(i, t1)
                     if p is not None:
                         edge = Sample(t1, i, p, None)
@@ -405,7 +440,7 @@ class EnergyMeter:
                         stats.update(edge)
                     source = f"{source}->power_integration"
                 energy, unc = self._power_energy(i, st, t1, dur, flag)
-            if self.sampler.failures.get(i, 0) > st.failures.get(i, 0):
+            if failures.get(i, 0) > st.failures.get(i, 0):
                 flag("read_error")
             devices.append(DeviceEnergy(
                 uuid=ch.uuid, index=ch.index, energy_j=energy,
@@ -413,11 +448,27 @@ class EnergyMeter:
                 peak_power_w=stats.peak_w.get(i), source=source, kind=ch.kind,
                 n_samples=stats.n.get(i, 0), provenance=self.backend.channel_provenance(i),
                 uncertainty_j=None if energy is None or unc is None else float(unc)))
-        for ev in self.backend.events[st.events_seen:]:
-            flag({"reset": "counter_reset", "glitch": "counter_glitch"}.get(ev.kind,
-                                                                          "counter_wraparound"))
-        if any(n.startswith("MIG") for n in self.backend.notes) and self.channels:
-            flag("mig")
+        return devices
+
+    def _event_flags(self, st: _Open, flags: list[str]) -> None:
+        """Counter resets / wraparounds / glitches seen since the window began, and MIG."""
+        events = self.backend.events
+        if len(events) > st.events_seen:
+            for ev in events[st.events_seen:]:
+                f = {"reset": "counter_reset", "glitch": "counter_glitch"}.get(
+                    ev.kind, "counter_wraparound")
+                if f not in flags:
+                    flags.append(f)
+        notes = self.backend.notes
+        if self._mig_notes[0] != len(notes):   # notes only grow: look again when they did
+            self._mig_notes = (len(notes), any(n.startswith("MIG") for n in notes))
+        if self._mig_notes[1] and self.channels and "mig" not in flags:
+            flags.append("mig")
+
+    def _result(self, name: str, t0: float, t1: float, dur: float, devices: list[DeviceEnergy],
+                flags: list[str]) -> WindowResult:
+        """The window's result: GPU total (``None`` unless every GPU's energy is known), CPU
+        total, uncertainty."""
         gpu = [d for d in devices if d.kind == "gpu"]
         cpu = [d.energy_j for d in devices if d.kind != "gpu"]
         known = bool(gpu) and all(d.energy_j is not None for d in gpu)
@@ -430,9 +481,11 @@ class EnergyMeter:
             energy_uncertainty_j=float(sum(d.uncertainty_j or 0.0 for d in gpu)) if known
             else None)
         if gpu and res.energy_j is None and "no_energy_sensor" not in flags:
-            flag("energy_unavailable")
-        if cancel:
-            return res
+            flags.append("energy_unavailable")
+        return res
+
+    def _keep(self, res: WindowResult) -> None:
+        """Add ``res`` to :attr:`results` (bounded) and commit it to the store."""
         self.results.append(res)
         over = 0 if self.keep_results is None else len(self.results) - self.keep_results
         if over > 0:
@@ -444,8 +497,8 @@ class EnergyMeter:
             except Exception as exc:  # a full disk must not stop training; it is reported
                 self.windows_not_stored += 1
                 self.store_error = f"{type(exc).__name__}: {exc}"
-                flag("not_stored")
-        return res
+                if "not_stored" not in res.flags:
+                    res.flags.append("not_stored")
 
     def _power_energy(self, i: int, st: _Open, t1: float, dur: float,
                       flag: Callable[[str], None]) -> tuple[float | None, float | None]:
@@ -524,8 +577,6 @@ def _close_at_exit(ref: weakref.ReferenceType[EnergyMeter]) -> None:
     meter = ref()
     if meter is None or meter._closed:
         return
-    import sys
-
     exc = getattr(sys, "last_value", None)
     if exc is not None:
         meter.backend.notes.append(f"closed at interpreter exit after an uncaught "

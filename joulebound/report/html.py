@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from ..dvfs.solve.study import PUBLISHED_CITATION, Study, category_savings
+from ..dvfs.study import PUBLISHED_CITATION, Study, category_savings
 from ..fmt import fmt_pct
 from . import plots
 

@@ -143,7 +143,8 @@ def _inject_fault(cfg: SweepConfig, rank: int, where: str) -> None:
     configuration fail, to exercise the failure paths for real. Kinds: ``raise`` (a RuntimeError on
     every rank at model build, like an out-of-memory error), ``exit`` (the rank's process dies with
     status 3 at model build, like an OOM-kill), ``sleep`` (60 s inside the measured window, so a
-    test can kill the sweep mid-configuration)."""
+    test can kill the sweep mid-configuration), ``lag`` (1 s between storing the configuration's
+    row and reporting it done, like a slow disk)."""
     spec = os.environ.get(FAULT_ENV, "")
     for item in filter(None, (x.strip() for x in spec.split(","))):
         pattern, _, kind = item.partition("=")
@@ -156,6 +157,8 @@ def _inject_fault(cfg: SweepConfig, rank: int, where: str) -> None:
             os._exit(3)
         if kind == "sleep" and where == "measure":
             time.sleep(60.0)
+        if kind == "lag" and where == "record":
+            time.sleep(1.0)
 
 
 def run_config(cfg: SweepConfig, rank: int, device: Any, meter: Any) -> dict[str, Any]:
@@ -282,6 +285,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"{cfg.config_id} needs {cfg.world_size} ranks; launch has {world}")
             if rank == 0 and args.current:
                 Path(args.current).write_text(cfg.config_id)
+            if world > 1:
+                # no rank starts a configuration (and may die in it) before rank 0 has reported
+                # the previous one done and marked this one in flight: a launch that dies is then
+                # blamed on the configuration that was running, never on the one before it
+                dist.barrier(group=ctrl)
             mine: dict[str, Any] | None = None
             err: str | None = None
             if cfg.world_size == world or rank == 0:
@@ -322,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
                              tokens=job["tokens"], padded_tokens=job["padded_tokens"],
                              peak_mem_bytes=job["peak_mem_bytes"], env=row_env)
                 status = "ok"
+            _inject_fault(cfg, rank, "record")
             if args.progress:
                 with open(args.progress, "a") as fh:
                     fh.write(json.dumps({"config_id": cfg.config_id, "status": status}) + "\n")

@@ -48,6 +48,7 @@ carry their ``bytes``. Without shapes, or for ops not modeled, FLOPs and bytes a
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -105,13 +106,20 @@ _LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "runtime"}
 _STACK_CATS = {"cpu_op", "user_annotation", "python_function", "operator"}
 
 
-def categorize(name: str, phase: str | None = None) -> str:
-    """Category of a kernel or op ``name`` by :data:`CATEGORY_RULES` (see the module docs)."""
-    cat = "elementwise"
+@functools.lru_cache(maxsize=4096)
+def _name_category(name: str) -> str:
+    """The first :data:`CATEGORY_RULES` category whose regex matches ``name`` (else
+    ``elementwise``); cached per name: a trace repeats a few dozen kernel names thousands of
+    times."""
     for c, rx in _RULES:
         if rx.search(name):
-            cat = c
-            break
+            return c
+    return "elementwise"
+
+
+def categorize(name: str, phase: str | None = None) -> str:
+    """Category of a kernel or op ``name`` by :data:`CATEGORY_RULES` (see the module docs)."""
+    cat = _name_category(name)
     if phase == "optimizer" and cat in ("elementwise", "reduction", "memcpy"):
         return "optimizer"
     return cat

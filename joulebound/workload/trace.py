@@ -9,7 +9,7 @@ written to DRAM), seconds.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -147,12 +147,17 @@ class Trace:
 
     # -- files --------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "version": VERSION, "name": self.name, "meta": self.meta,
-                "kernels": [asdict(k) for k in self.kernels]}
+        """The trace as a JSON document (kernels as plain dicts; ``meta`` dicts shallow-copied)."""
+        return {"schema": SCHEMA, "version": VERSION, "name": self.name, "meta": dict(self.meta),
+                "kernels": [{"name": k.name, "category": k.category, "phase": k.phase,
+                             "layer": k.layer, "flops": k.flops, "bytes": k.bytes,
+                             "dtype": k.dtype, "duration_s": k.duration_s, "meta": dict(k.meta)}
+                            for k in self.kernels]}
 
     def save(self, path: str | Path) -> Path:
-        """Write the trace as versioned JSON (``.json`` or ``.json.gz``)."""
-        return write_json(path, self.to_json())
+        """Write the trace as versioned JSON (``.json`` or ``.json.gz``), compact: a trace of
+        10^5 kernels is tens of MB, written by the C encoder (an indented file takes seconds)."""
+        return write_json(path, self.to_json(), indent=None)
 
     @classmethod
     def load(cls, path: str | Path) -> Trace:

@@ -170,7 +170,7 @@ def characterize(trace: Trace, device: str | DeviceSpec,
                  configs: Sequence[ClockConfig] | None = None, include_auto: bool = True,
                  params: DeviceParams | None = None,
                  work: KernelWork | None = None,
-                 allow_untested: bool = False) -> Characterization:
+                 allow_untested: bool = False, chunk_cells: int = 1 << 20) -> Characterization:
     """Modeled time (s) and energy (J) of every kernel of ``trace`` at every clock config.
 
     Args:
@@ -187,6 +187,8 @@ def characterize(trace: Trace, device: str | DeviceSpec,
             fits them to measured cells).
         allow_untested: with ``configs=None``, also include memory clocks never measured on the
             device's memory technology.
+        chunk_cells: kernel × config cells modeled at a time (bounds the temporaries; the result
+            does not depend on it).
 
     Returns:
         A :class:`Characterization` with every cell ``modeled`` (``measured`` all False); ``meta``
@@ -209,20 +211,80 @@ def characterize(trace: Trace, device: str | DeviceSpec,
     rc = resolve_clocks(spec, cfgs, prm)
     if work is None:
         work = trace_work(trace, spec, prm)
-    out, inverse, n_unique = evaluate_work(work, rc, spec, prm)
-    time_s = out["time_s"][inverse]
-    energy_j = out["energy_j"][inverse]
+    time_s, energy_j, n_unique, capped = model_table(work, rc, spec, prm, chunk_cells)
     meta = {
         "trace": trace.name, "model": MODEL_VERSION, "params_calibration": prm.calibration,
         "params_sources": prm.sources, "power_limit_w": prm.power_limit_w,
         "n_unique_kernels": n_unique,
-        "capped_cells_fraction": float(out["capped"].mean()),
+        "capped_cells_fraction": capped,
         "untested_mem_mhz_excluded": excluded,
     }
     return Characterization(
         kernel_names=trace.names(), configs=cfgs, time_s=time_s, energy_j=energy_j,
         measured=np.zeros(time_s.shape, bool), device=spec.name, meta=meta,
     )
+
+
+def _work_keys(work: KernelWork, params: DeviceParams) -> np.ndarray:
+    """(K, 4) model inputs per kernel: compute time, memory time, activity, memory-time share
+    following the core clock (identical rows model identically)."""
+    n = len(work.tc_max)
+    act = np.ones(n) if work.activity is None else np.asarray(work.activity, float)
+    lam = (np.full(n, params.lam("other")) if work.lam is None
+           else np.asarray(work.lam, float))
+    return np.stack([np.asarray(work.tc_max, float), np.asarray(work.tm_max, float), act, lam],
+                    axis=1)
+
+
+def _model_rows(keys: np.ndarray, rc: ResolvedClocks, spec: DeviceSpec, params: DeviceParams
+                ) -> dict[str, np.ndarray]:
+    """:func:`kernel_time_energy` of the kernels with model inputs ``keys`` (R, 4) at ``rc``."""
+    w = KernelWork(keys[:, :1], keys[:, 1:2], keys[:, 2:3], keys[:, 3:4])
+    return kernel_time_energy(w, rc.core_mhz[None, :], rc.mem_mhz[None, :], spec.max_core_mhz,
+                              spec.max_mem_mhz, params, core_auto=rc.core_auto[None, :],
+                              mem_auto=rc.mem_auto[None, :])
+
+
+def model_table(work: KernelWork, rc: ResolvedClocks, spec: DeviceSpec, params: DeviceParams,
+                chunk_cells: int = 1 << 20) -> tuple[np.ndarray, np.ndarray, int, float]:
+    """Time (s) and energy (J) of every kernel of ``work`` at the clocks ``rc``: (K, C) each.
+
+    Rows are modeled a chunk of ``chunk_cells`` cells at a time, so the temporaries of the model
+    (and of the power-cap bisection, which runs on the capped cells only) stay small next to the
+    result. When most kernels repeat (an analytic trace: every layer and iteration), the
+    distinct rows are modeled once and copied out; when most are distinct (a profiled trace with
+    measured durations), every row is modeled in place, with no second table. Cell for cell the
+    same figures as :func:`evaluate_work`.
+
+    Returns ``(time_s, energy_j, n_unique, capped_fraction)``: the share of power-capped cells
+    is counted over the distinct rows.
+    """
+    keys = _work_keys(work, params)
+    n, c_n = len(keys), len(rc.core_mhz)
+    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    n_unique = len(first)
+    rows = max(1, int(chunk_cells) // max(c_n, 1))
+    time_s = np.empty((n, c_n))
+    energy_j = np.empty((n, c_n))
+    capped = 0
+    if n_unique <= n // 2:
+        uniq = keys[first]
+        tu, eu = np.empty((n_unique, c_n)), np.empty((n_unique, c_n))
+        for lo in range(0, n_unique, rows):
+            out = _model_rows(uniq[lo:lo + rows], rc, spec, params)
+            tu[lo:lo + rows], eu[lo:lo + rows] = out["time_s"], out["energy_j"]
+            capped += int(out["capped"].sum())
+        np.take(tu, inverse, axis=0, out=time_s)
+        np.take(eu, inverse, axis=0, out=energy_j)
+    else:
+        is_first = np.zeros(n, bool)
+        is_first[first] = True
+        for lo in range(0, n, rows):
+            out = _model_rows(keys[lo:lo + rows], rc, spec, params)
+            time_s[lo:lo + rows], energy_j[lo:lo + rows] = out["time_s"], out["energy_j"]
+            capped += int(out["capped"][is_first[lo:lo + rows]].sum())
+    return time_s, energy_j, n_unique, capped / max(n_unique * c_n, 1)
 
 
 def evaluate_work(work: KernelWork, rc: ResolvedClocks, spec: DeviceSpec, params: DeviceParams

@@ -91,7 +91,10 @@ def kernel_time(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: f
     p = params.overlap_p
     big = np.maximum(tc, tm)
     safe = np.where(big > 0, big, 1.0)
-    body = np.where(big > 0, safe * ((tc / safe) ** p + (tm / safe) ** p) ** (1.0 / p), 0.0)
+    # (tc/big)**p + (tm/big)**p with one of the two ratios exactly 1.0 (the larger part over
+    # itself): 1 + (small/big)**p is the same float, at one fractional power per cell, not two
+    small = np.minimum(tc, tm) / safe
+    body = np.where(big > 0, safe * (1.0 + small ** p) ** (1.0 / p), 0.0)
     return params.launch_overhead_s + body, tc, tm
 
 

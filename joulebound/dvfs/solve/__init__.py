@@ -7,14 +7,14 @@
   ``method="milp"`` (exact, scipy HiGHS);
 * :func:`solve_local` — each kernel alone within its own time bound;
 * :func:`pareto_frontier` — least energy over a range of allowed slowdowns;
-* switch-aware phases live in :mod:`joulebound.dvfs.switching`.
+* :func:`plan_switch_aware` — switch-aware phases (:mod:`.switching`: a DP over clock states).
 
 All functions are pure: they read a :class:`~joulebound.dvfs.characterization.Characterization`
 and return a :class:`~joulebound.dvfs.plan.Plan` (or arrays).
 """
 
 from .hull import Options, pareto_options
-from .mckp import FastMCKP, MCKPSolution
+from .mckp import FastMCKP
 from .milp import solve_milp
 from .objectives import METHODS, OBJECTIVES, Frontier, pareto_frontier, solve, solve_local
 from .problem import (
@@ -24,10 +24,14 @@ from .problem import (
     baseline_column,
     baseline_totals,
     granularity_groups,
+    planning_columns,
 )
+from .solution import MCKPSolution
+from .switching import LATENCY_PRESETS, plan_switch_aware
 
 __all__ = [
-    "GRANULARITIES", "METHODS", "OBJECTIVES", "FastMCKP", "Frontier", "MCKPSolution", "Options",
-    "aggregate", "align", "baseline_column", "baseline_totals", "granularity_groups",
-    "pareto_frontier", "pareto_options", "solve", "solve_local", "solve_milp",
+    "GRANULARITIES", "LATENCY_PRESETS", "METHODS", "OBJECTIVES", "FastMCKP", "Frontier",
+    "MCKPSolution", "Options", "aggregate", "align", "baseline_column", "baseline_totals",
+    "granularity_groups", "pareto_frontier", "pareto_options", "plan_switch_aware",
+    "planning_columns", "solve", "solve_local", "solve_milp",
 ]

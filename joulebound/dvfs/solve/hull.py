@@ -12,7 +12,10 @@ groups at once with vectorized numpy — no Python loop over groups:
    (slope in >= slope out). A point that fails the test is never a hull vertex, so dropping all
    of them at once is safe; a few passes reach the hull.
 
-Storage is CSR: ``ptr[g]:ptr[g+1]`` indexes the points of group ``g``, ordered fastest first.
+Storage is CSR: ``ptr[r]:ptr[r+1]`` indexes the points of row ``r``, ordered fastest first. Rows
+are the distinct (time, energy) rows of the input when it repeats rows (every layer and iteration
+of a transformer runs the same kernels), with ``type_of`` giving each group its row: repeated rows
+are never expanded back into per-group points.
 """
 
 from __future__ import annotations
@@ -24,14 +27,16 @@ import numpy as np
 
 @dataclass
 class Options:
-    """Pareto-efficient options of every group, fastest first within a group.
+    """Pareto-efficient options of every row, fastest first within a row.
 
     Attributes:
-        ptr: (G+1,) offsets into the point arrays.
+        ptr: (R+1,) offsets into the point arrays.
         t: (N,) time of each point (s).
         e: (N,) energy of each point (J).
         col: (N,) column (configuration index) of each point.
-        hull: (N,) True where the point is a vertex of its group's lower convex hull.
+        hull: (N,) True where the point is a vertex of its row's lower convex hull.
+        type_of: (G,) row of every group when rows were deduplicated (groups with identical
+            options share a row); ``None``: one row per group.
     """
 
     ptr: np.ndarray
@@ -39,25 +44,29 @@ class Options:
     e: np.ndarray
     col: np.ndarray
     hull: np.ndarray
-    #: when built with dedup: type (distinct row) of every group and the options of the types
     type_of: np.ndarray | None = None
-    types: Options | None = None
 
     @property
-    def n_groups(self) -> int:
+    def n_rows(self) -> int:
+        """Number of rows of options (distinct rows when deduplicated)."""
         return len(self.ptr) - 1
 
     @property
+    def n_groups(self) -> int:
+        """Number of groups the options describe."""
+        return self.n_rows if self.type_of is None else len(self.type_of)
+
+    @property
     def group(self) -> np.ndarray:
-        """(N,) group id of each point."""
-        return np.repeat(np.arange(self.n_groups), np.diff(self.ptr))
+        """(N,) row of each point (its group when ``type_of`` is None)."""
+        return np.repeat(np.arange(self.n_rows), np.diff(self.ptr))
 
     def fastest(self) -> np.ndarray:
-        """(G,) index (into the point arrays) of each group's fastest option."""
+        """(R,) index (into the point arrays) of each row's fastest option."""
         return self.ptr[:-1].copy()
 
     def cheapest(self) -> np.ndarray:
-        """(G,) index of each group's lowest-energy option (the slowest Pareto point)."""
+        """(R,) index of each row's lowest-energy option (the slowest Pareto point)."""
         return self.ptr[1:] - 1
 
 
@@ -107,8 +116,8 @@ def pareto_options(time_s: np.ndarray, energy_j: np.ndarray, chunk_rows: int = 8
 
     Non-finite cells (NaN, inf) are treated as unavailable. Every row needs at least one finite
     cell. Works in float64 internally; inputs may be float32. With ``dedup`` (default), identical
-    rows — every layer and iteration of a transformer repeats the same kernels — are solved once
-    and the result is copied (exact).
+    rows — every layer and iteration of a transformer repeats the same kernels — are solved once:
+    the result holds the distinct rows' options and ``type_of`` (exact).
     """
     time_s = np.asarray(time_s)
     energy_j = np.asarray(energy_j)
@@ -116,7 +125,8 @@ def pareto_options(time_s: np.ndarray, energy_j: np.ndarray, chunk_rows: int = 8
         reps, inverse = unique_rows(time_s, energy_j, chunk_rows)
         if len(reps) < 0.5 * time_s.shape[0]:
             o = pareto_options(time_s[reps], energy_j[reps], chunk_rows, dedup=False)
-            return _expand(o, inverse)
+            o.type_of = inverse
+            return o
     G, C = time_s.shape
     parts_row, parts_col, parts_t, parts_e = [], [], [], []
     for lo in range(0, G, chunk_rows):
@@ -157,16 +167,6 @@ def pareto_options(time_s: np.ndarray, energy_j: np.ndarray, chunk_rows: int = 8
     np.cumsum(counts, out=ptr[1:])
     hull = _hull_flags(row, pt, pe)
     return Options(ptr=ptr, t=pt, e=pe, col=col, hull=hull)
-
-
-def _expand(o: Options, inverse: np.ndarray) -> Options:
-    """Options of rows ``inverse`` (types) from the options of the distinct rows ``o``."""
-    counts = np.diff(o.ptr)[inverse]
-    ptr = np.zeros(len(inverse) + 1, np.int64)
-    np.cumsum(counts, out=ptr[1:])
-    idx = np.repeat(o.ptr[:-1][inverse] - ptr[:-1], counts) + np.arange(ptr[-1])
-    return Options(ptr=ptr, t=o.t[idx], e=o.e[idx], col=o.col[idx], hull=o.hull[idx],
-                   type_of=inverse, types=o)
 
 
 def _hull_flags(row: np.ndarray, t: np.ndarray, e: np.ndarray) -> np.ndarray:

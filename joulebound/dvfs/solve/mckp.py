@@ -20,57 +20,21 @@ The fast solver works on each group's lower convex hull (:mod:`.hull`):
 
 The returned :class:`MCKPSolution` always meets the budget (totals recomputed from the chosen
 options) and carries the LP lower bound, so every solve reports its own optimality-gap bound.
+
+Repeated rows (groups of one *type*: identical options) are never expanded. Their hull moves have
+equal rates, so in the greedy order all copies of a type's move are adjacent: the LP path is kept
+per type move with its number of copies, a prefix of it is "every move before s, and the first q
+copies of move s", and the repair works on classes (type, current option) with their counts.
+Work and memory are O(groups + distinct rows' options), not O(groups × options).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from .hull import Options, pareto_options
-
-
-@dataclass
-class MCKPSolution:
-    """Result of one MCKP solve.
-
-    Attributes:
-        choice: (G,) chosen column (configuration index) per group.
-        time: total time of the choice (s, or the constrained quantity's unit).
-        energy: total energy (J, or the minimised quantity's unit).
-        lower_bound: LP-relaxation lower bound on the optimal energy (J); NaN when not computed.
-        multiplier: critical Lagrange multiplier (J per s); 0 when the budget does not bind.
-        method: how the returned solution was obtained (``"greedy"``, ``"greedy+repair"``,
-            ``"core-milp"``, ``"milp"``, ``"unconstrained"``).
-    """
-
-    choice: np.ndarray
-    time: float
-    energy: float
-    lower_bound: float
-    multiplier: float
-    method: str
-
-    @property
-    def gap_bound(self) -> float:
-        """Relative distance to the LP lower bound (>= the true optimality gap)."""
-        if not np.isfinite(self.lower_bound) or self.lower_bound <= 0:
-            return float("nan")
-        return max(0.0, self.energy / self.lower_bound - 1.0)
-
-
-def _segments(o: Options, hv: np.ndarray | None = None,
-              hg: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-    """Hull moves of every group: (group, time saved, energy added, energy per time saved)."""
-    if hv is None or hg is None:
-        hv = np.flatnonzero(o.hull)
-        hg = o.group[hv]
-    same = hg[1:] == hg[:-1]
-    fast_pt, slow_pt = hv[:-1][same], hv[1:][same]
-    dt = o.t[slow_pt] - o.t[fast_pt]
-    de = o.e[fast_pt] - o.e[slow_pt]
-    return hg[:-1][same], dt, de, de / dt
+from .milp import milp_points
+from .solution import MCKPSolution
 
 
 class FastMCKP:
@@ -79,6 +43,9 @@ class FastMCKP:
     Args:
         time_gc, energy_gc: (G, C) arrays; non-finite cells are unavailable options.
         options: precomputed :func:`~.hull.pareto_options` of the same arrays (optional).
+
+    Selections (``sel``) are (G,) arrays of point indices into the options' (distinct-row)
+    point arrays: ``opts.t[sel]`` is the time of each group's chosen option.
     """
 
     def __init__(self, time_gc: np.ndarray | None = None, energy_gc: np.ndarray | None = None,
@@ -88,50 +55,68 @@ class FastMCKP:
                 raise ValueError("pass time_gc and energy_gc, or options")
             options = pareto_options(time_gc, energy_gc)
         o = self.opts = options
-        self.G = o.n_groups
-        self.point_group = o.group
+        n_t = self.T = o.n_rows
+        self.type_of = (np.arange(n_t, dtype=np.int64) if o.type_of is None
+                        else np.asarray(o.type_of, np.int64))
+        self.G = len(self.type_of)
+        cnt = self.count = np.bincount(self.type_of, minlength=n_t)
+        self.members = np.argsort(self.type_of, kind="stable")      # groups of each type, in order
+        self.tptr = np.zeros(n_t + 1, np.int64)
+        np.cumsum(cnt, out=self.tptr[1:])
+        self.point_type = o.group
         hv = np.flatnonzero(o.hull)
-        hg = self.point_group[hv]
-        self.hptr = np.zeros(self.G + 1, np.int64)
-        np.cumsum(np.bincount(hg, minlength=self.G), out=self.hptr[1:])
+        hg = self.point_type[hv]
+        self.hptr = np.zeros(n_t + 1, np.int64)
+        np.cumsum(np.bincount(hg, minlength=n_t), out=self.hptr[1:])
         self.hv = hv
-        if o.types is not None and o.type_of is not None:
-            # sort the distinct rows' hull moves once, then give each move to every group of
-            # its type (equal rates stay adjacent; same order as sorting all copies)
-            u_grp, u_dt, u_de, u_rate = _segments(o.types)
-            order = np.argsort(u_rate, kind="stable")
-            u_grp, u_dt, u_de, u_rate = u_grp[order], u_dt[order], u_de[order], u_rate[order]
-            by_type = np.argsort(o.type_of, kind="stable")
-            tptr = np.zeros(o.types.n_groups + 1, np.int64)
-            np.cumsum(np.bincount(o.type_of, minlength=o.types.n_groups), out=tptr[1:])
-            n_copy = tptr[u_grp + 1] - tptr[u_grp]
-            total = int(n_copy.sum())
-            base = np.repeat(tptr[u_grp] - np.concatenate([[0], np.cumsum(n_copy)[:-1]]), n_copy)
-            self.seg_group = by_type[base + np.arange(total)]
-            self.seg_dt = np.repeat(u_dt, n_copy)
-            self.seg_de = np.repeat(u_de, n_copy)
-            self.seg_rate = np.repeat(u_rate, n_copy)
-        else:
-            grp, dt, de, rate = _segments(o, hv, hg)
-            order = np.argsort(rate, kind="stable")
-            self.seg_group, self.seg_dt = grp[order], dt[order]
-            self.seg_de, self.seg_rate = de[order], rate[order]
-        self.cum_dt = np.cumsum(self.seg_dt)
-        self.cum_de = np.cumsum(self.seg_de)
-        cheap = o.cheapest()
-        fast = o.fastest()
+        self.n_moves = self.hptr[1:] - self.hptr[:-1] - 1            # hull moves per type
+        # hull moves of every type, by increasing energy per second saved (stable: a type's moves
+        # keep their order, copies of one move stay adjacent)
+        same = hg[1:] == hg[:-1]
+        fast_pt, slow_pt = hv[:-1][same], hv[1:][same]
+        dt = o.t[slow_pt] - o.t[fast_pt]
+        de = o.e[fast_pt] - o.e[slow_pt]
+        rate = de / dt
+        order = np.argsort(rate, kind="stable")
+        self.s_type = hg[:-1][same][order]
+        self.s_dt, self.s_de, self.s_rate = dt[order], de[order], rate[order]
+        self.s_n = cnt[self.s_type]
+        self.cum_n = np.cumsum(self.s_n)                    # expanded moves up to each type move
+        self.cum_dt = np.cumsum(self.s_dt * self.s_n)
+        self.cum_de = np.cumsum(self.s_de * self.s_n)
+        cheap = o.cheapest()[self.type_of]
+        fast = o.fastest()[self.type_of]
         self.t0 = float(o.t[cheap].sum())
         self.e0 = float(o.e[cheap].sum())
         self.tmin = float(o.t[fast].sum())
         self.emax_at_tmin = float(o.e[fast].sum())
 
     # -- helpers ------------------------------------------------------------------------------
+    @property
+    def n_path(self) -> int:
+        """Number of (expanded) hull moves: prefixes 0..n_path are the LP path's integer points."""
+        return int(self.cum_n[-1]) if len(self.cum_n) else 0
+
+    def _copies(self, u: int) -> np.ndarray:
+        return self.members[self.tptr[u]:self.tptr[u + 1]]
+
+    def _moves(self, s_full: int, q: int = 0) -> np.ndarray:
+        """(G,) hull moves per group: every type move before ``s_full``, plus the first ``q``
+        copies of move ``s_full``."""
+        m_type = np.bincount(self.s_type[:s_full], minlength=self.T)
+        moves = m_type[self.type_of]
+        if q > 0 and s_full < len(self.s_type):
+            moves[self._copies(int(self.s_type[s_full]))[:q]] += 1
+        return moves
+
+    def _split(self, n: int) -> tuple[int, int]:
+        """Expanded prefix length ``n`` as (type moves taken whole, copies of the next one)."""
+        s = int(np.searchsorted(self.cum_n, n, side="right"))
+        return s, n - (int(self.cum_n[s - 1]) if s > 0 else 0)
+
     def _sel_from_moves(self, moves: np.ndarray) -> np.ndarray:
         """Point index per group after ``moves[g]`` hull moves from the cheapest vertex."""
-        return self.hv[self.hptr[1:] - 1 - moves]
-
-    def _moves_of_prefix(self, n: int) -> np.ndarray:
-        return np.bincount(self.seg_group[:n], minlength=self.G)
+        return self.hv[self.hptr[self.type_of + 1] - 1 - moves]
 
     def totals(self, sel: np.ndarray) -> tuple[float, float]:
         """Exact (time, energy) of a selection of point indices."""
@@ -141,77 +126,103 @@ class FastMCKP:
         return self.opts.col[sel].astype(np.int64)
 
     def path(self) -> tuple[np.ndarray, np.ndarray]:
-        """(time, energy) after each prefix of hull moves: the integer points of the LP path."""
+        """(time, energy) at the LP path's vertices: before any move and after each type move with
+        all its copies. The integer points between two vertices lie on the straight line joining
+        them (the copies of one move change time and energy by equal steps)."""
         t = np.concatenate([[self.t0], self.t0 - self.cum_dt])
         e = np.concatenate([[self.e0], self.e0 + self.cum_de])
         return t, e
 
+    def vertex_prefix(self, i: int) -> int:
+        """Expanded prefix length at path vertex ``i`` (of :meth:`path`)."""
+        return int(self.cum_n[i - 1]) if i > 0 else 0
+
     def sel_at_prefix(self, n: int) -> np.ndarray:
-        return self._sel_from_moves(self._moves_of_prefix(n))
+        """Selection after the first ``n`` (expanded) hull moves of the greedy order."""
+        return self._sel_from_moves(self._moves(*self._split(n)))
 
     def repair(self, sel: np.ndarray, budget: float, rounds: int = 8) -> np.ndarray:
-        """Spend leftover slack on energy-lowering option changes (any Pareto option)."""
+        """Spend leftover slack on energy-lowering option changes (any Pareto option).
+
+        Groups on the same option of the same type form a class; each round takes, biggest
+        saving first, every class's best change that fits the slack, for as many of its groups as
+        fit (the first ones by index)."""
         o = self.opts
-        g_of = self.point_group
-        n = len(o.t)
         sel = sel.copy()
-        pool = np.arange(n)
         for _ in range(rounds):
             slack = budget - float(o.t[sel].sum())
-            if slack <= 0 or len(pool) == 0:
+            if slack <= 0:
                 break
-            gp = g_of[pool]
-            dt = o.t[pool] - o.t[sel[gp]]
-            de = o.e[pool] - o.e[sel[gp]]
+            cls, inv, n_cls = np.unique(sel, return_inverse=True, return_counts=True)
+            inv = inv.reshape(-1)
+            ty = self.point_type[cls]
+            n_opt = self.opts.ptr[ty + 1] - self.opts.ptr[ty]
+            ci = np.repeat(np.arange(len(cls)), n_opt)                   # class of each candidate
+            cand = np.repeat(self.opts.ptr[ty] - np.concatenate([[0], np.cumsum(n_opt)[:-1]]),
+                             n_opt) + np.arange(int(n_opt.sum()))
+            dt = o.t[cand] - o.t[cls[ci]]
+            de = o.e[cand] - o.e[cls[ci]]
             ok = (dt <= slack) & (de < 0)
-            idx, dt, de = pool[ok], dt[ok], de[ok]
-            if len(idx) == 0:
+            if not ok.any():
                 break
-            order = np.argsort(de, kind="stable")               # biggest saving first
-            idx, dt, de = idx[order], dt[order], de[order]
-            gi = g_of[idx]
-            first_pos = np.full(self.G, len(idx))
-            np.minimum.at(first_pos, gi, np.arange(len(idx)))   # best change per group
-            first = np.sort(first_pos[first_pos < len(idx)])
-            best, bdt = idx[first], dt[first]                   # still sorted by saving
-            fits = np.cumsum(bdt) <= slack
-            if not fits[0]:
+            ci, cand, dt, de = ci[ok], cand[ok], dt[ok], de[ok]
+            order = np.lexsort((cand, de))                               # biggest saving first
+            ci, cand, dt, de = ci[order], cand[order], dt[order], de[order]
+            _, first = np.unique(ci, return_index=True)                  # best change per class
+            first = np.sort(first)                                       # still by saving
+            bc, bpt, bdt = ci[first], cand[first], dt[first]
+            take = np.minimum(n_cls[bc], np.floor(slack / bdt)).astype(np.int64)
+            used = np.cumsum(take * bdt)
+            # a prefix of the changes (group by group) that fits: whole classes, then part of one
+            whole = used <= slack
+            k = int(np.argmin(whole)) if not whole.all() else len(bc)
+            take[k:] = 0
+            if k < len(bc):
+                left = slack - (float(used[k - 1]) if k > 0 else 0.0)
+                take[k] = min(int(n_cls[bc[k]]), int(np.floor(left / bdt[k])))
+            if take.sum() == 0:
                 break
-            take = best[fits]
-            sel[g_of[take]] = take
-            # next round: the remaining candidates plus every option of the changed groups
-            changed = np.zeros(self.G, bool)
-            changed[g_of[take]] = True
-            mask = changed[g_of]
-            mask[idx] = True
-            pool = np.flatnonzero(mask)
+            new_pt = np.full(len(cls), -1, np.int64)
+            full = take == n_cls[bc]
+            new_pt[bc[full & (take > 0)]] = bpt[full & (take > 0)]
+            mask = new_pt[inv] >= 0
+            sel[mask] = new_pt[inv[mask]]
+            for j in np.flatnonzero(~full & (take > 0)):                 # at most one class
+                groups = np.flatnonzero(inv == bc[j])[:take[j]]
+                sel[groups] = bpt[j]
         return sel
+
+    def _core_groups(self, f: int, n_core: int) -> np.ndarray:
+        """The groups whose hull moves lie nearest the critical (expanded) move ``f``."""
+        if self.G <= n_core:
+            return np.arange(self.G)
+        lo, hi = max(0, f - n_core), min(self.n_path, f + n_core)
+        pos = np.arange(lo, hi)
+        s = np.searchsorted(self.cum_n, pos, side="right")
+        copy = pos - np.where(s > 0, self.cum_n[np.maximum(s - 1, 0)], 0)
+        window = self.members[self.tptr[self.s_type[s]] + copy]
+        order = np.argsort(np.abs(pos - f), kind="stable")
+        _, first = np.unique(window[order], return_index=True)
+        return window[order][np.sort(first)][:n_core]
 
     def _core_milp(self, sel: np.ndarray, budget: float, f: int, n_core: int,
                    time_limit_s: float) -> np.ndarray | None:
         """Re-solve the groups whose hull moves are nearest the critical one exactly."""
-        from .milp import milp_points
-
-        if self.G <= n_core:
-            core = np.arange(self.G)
-        else:
-            lo, hi = max(0, f - n_core), min(len(self.seg_group), f + n_core)
-            window = self.seg_group[lo:hi]
-            dist = np.abs(np.arange(lo, hi) - f)
-            order = np.argsort(dist, kind="stable")
-            _, first = np.unique(window[order], return_index=True)
-            core = window[order][np.sort(first)][:n_core]
+        core = self._core_groups(f, n_core)
         o = self.opts
         mask = np.zeros(self.G, bool)
         mask[core] = True
         fixed_t = float(o.t[sel[~mask]].sum())
-        pts = np.flatnonzero(mask[self.point_group])
-        sub = milp_points(self.point_group[pts], o.t[pts], o.e[pts], budget - fixed_t,
-                          time_limit_s=time_limit_s)
+        ty = self.type_of[core]
+        n_opt = o.ptr[ty + 1] - o.ptr[ty]
+        gid = np.repeat(core, n_opt)
+        pts = np.repeat(o.ptr[ty] - np.concatenate([[0], np.cumsum(n_opt)[:-1]]), n_opt) \
+            + np.arange(int(n_opt.sum()))
+        sub = milp_points(gid, o.t[pts], o.e[pts], budget - fixed_t, time_limit_s=time_limit_s)
         if sub is None:
             return None
         new = sel.copy()
-        new[self.point_group[pts[sub]]] = pts[sub]
+        new[gid[sub]] = pts[sub]
         return new
 
     # -- solve --------------------------------------------------------------------------------
@@ -225,43 +236,39 @@ class FastMCKP:
         o = self.opts
         if budget < self.tmin:
             raise ValueError(f"budget {budget!r} below the fastest possible total {self.tmin!r}")
-        if self.t0 <= budget:
-            sel = o.cheapest()
+        if self.t0 <= budget or not len(self.cum_dt):
+            sel = o.cheapest()[self.type_of]
             t, e = self.totals(sel)
             return MCKPSolution(self.choice(sel), t, e, e, 0.0, "unconstrained")
         need = self.t0 - budget
-        f = int(np.searchsorted(self.cum_dt, need, side="left"))
-        f = min(f, len(self.cum_dt) - 1)
-        prev_dt = self.cum_dt[f - 1] if f > 0 else 0.0
-        prev_de = self.cum_de[f - 1] if f > 0 else 0.0
-        frac = min(1.0, max(0.0, (need - prev_dt) / self.seg_dt[f]))
-        lower = self.e0 + prev_de + frac * self.seg_de[f]
-        lam = float(self.seg_rate[f])
+        s = min(int(np.searchsorted(self.cum_dt, need, side="left")), len(self.cum_dt) - 1)
+        before_dt = float(self.cum_dt[s - 1]) if s > 0 else 0.0
+        before_de = float(self.cum_de[s - 1]) if s > 0 else 0.0
+        dt_s, de_s, n_s = float(self.s_dt[s]), float(self.s_de[s]), int(self.s_n[s])
+        # the crossing copy j of move s: the first whose cumulative time saving reaches ``need``
+        j = int(min(max(np.ceil((need - before_dt) / dt_s) - 1, 0), n_s - 1))
+        prev_dt, prev_de = before_dt + j * dt_s, before_de + j * de_s
+        frac = min(1.0, max(0.0, (need - prev_dt) / dt_s))
+        lower = self.e0 + prev_de + frac * de_s
+        lam = float(self.s_rate[s])
+        f = self.vertex_prefix(s) + j                   # expanded index of the crossing move
 
         candidates: list[tuple[np.ndarray, str]] = []
         # "up": take the crossing move whole (and further moves if rounding left us over)
         n = f + 1
         sel_up = self.sel_at_prefix(n)
-        while self.totals(sel_up)[0] > budget and n < len(self.cum_dt):
+        while self.totals(sel_up)[0] > budget and n < self.n_path:
             n += 1
             sel_up = self.sel_at_prefix(n)
         if self.totals(sel_up)[0] > budget:
-            sel_up = o.fastest()
+            sel_up = o.fastest()[self.type_of]
         candidates.append((sel_up, "greedy"))
         # "down": skip the crossing move, cover the rest with later moves of other groups
-        if f + 1 < len(self.seg_group):
-            gf = self.seg_group[f]
-            later = np.flatnonzero(self.seg_group[f + 1:] != gf) + f + 1
-            cum = np.cumsum(self.seg_dt[later])
-            k = int(np.searchsorted(cum, need - prev_dt, side="left"))
-            if k < len(later):
-                moves = self._moves_of_prefix(f) + np.bincount(self.seg_group[later[:k + 1]],
-                                                               minlength=self.G)
-                sel_down = self._sel_from_moves(np.minimum(moves, self.hptr[1:] - self.hptr[:-1] - 1))
-                if self.totals(sel_down)[0] <= budget:
-                    candidates.append((sel_down, "greedy"))
+        sel_down = self._down(s, j, need - prev_dt)
+        if sel_down is not None and self.totals(sel_down)[0] <= budget:
+            candidates.append((sel_down, "greedy"))
         if repair:
-            candidates = [(self.repair(s, budget), "greedy+repair") for s, _ in candidates]
+            candidates = [(self.repair(c, budget), "greedy+repair") for c, _ in candidates]
         sel, method = min(candidates, key=lambda c: self.totals(c[0])[1])
         t, e = self.totals(sel)
         if core and lower > 0 and e / lower - 1.0 > tol:
@@ -271,3 +278,29 @@ class FastMCKP:
                 if tb <= budget and eb < e:
                     sel, method, t, e = better, "core-milp", tb, eb
         return MCKPSolution(self.choice(sel), t, e, float(lower), lam, method)
+
+    def _down(self, s: int, j: int, rest: float) -> np.ndarray | None:
+        """Without copy ``j`` of move ``s`` (group ``gf``): the first ``j`` copies of ``s`` and
+        every move before it, plus the following moves of groups other than ``gf`` until they
+        save ``rest`` more seconds; ``None`` when they cannot."""
+        u = int(self.s_type[s])
+        gf = int(self._copies(u)[j])
+        # copies after j in move s, then every later move, each weighted by its copies but gf's
+        w = self.s_n[s + 1:] - (self.s_type[s + 1:] == u)
+        cum = np.concatenate([[(self.s_n[s] - j - 1) * self.s_dt[s]],
+                              (self.s_n[s] - j - 1) * self.s_dt[s]
+                              + np.cumsum(w * self.s_dt[s + 1:])])
+        k = int(np.searchsorted(cum, rest, side="left"))
+        if k >= len(cum):
+            return None
+        if k == 0:                                   # within move s: copies j+1 .. j+c
+            c = int(np.ceil(rest / self.s_dt[s]))
+            moves = self._moves(s, min(j + 1 + c, int(self.s_n[s])))
+        else:                                        # up to move s+k: its first c copies but gf's
+            sk = s + k
+            c = int(np.ceil((rest - cum[k - 1]) / self.s_dt[sk]))
+            if int(self.s_type[sk]) == u and np.flatnonzero(self._copies(u) == gf)[0] < c:
+                c += 1
+            moves = self._moves(sk, min(c, int(self.s_n[sk])))
+        moves[gf] = int(np.count_nonzero(self.s_type[:s] == u))   # gf keeps its moves before s
+        return self._sel_from_moves(np.minimum(moves, self.n_moves[self.type_of]))

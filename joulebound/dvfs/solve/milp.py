@@ -8,16 +8,12 @@ Coefficients are scaled to O(1) so HiGHS's absolute tolerances act as relative o
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import os
-import sys
-from collections.abc import Iterator
+import warnings
 
 import numpy as np
 
 from .hull import pareto_options
-from .mckp import MCKPSolution
+from .solution import MCKPSolution
 
 
 def milp_points(group: np.ndarray, t: np.ndarray, e: np.ndarray, budget: float, *,
@@ -72,10 +68,15 @@ def _highs(gid: np.ndarray, n_groups: int, extra: np.ndarray, e: np.ndarray, sla
     a_eq = csr_array((np.ones(n), (g, np.arange(n))), shape=(n_groups, n))
     cons = [LinearConstraint(a_eq, 1.0, 1.0),
             LinearConstraint(csr_array((x_t / scale_t)[None, :]), -np.inf, slack / scale_t)]
-    options: dict = {"mip_rel_gap": rel_gap, "disp": False}
+    # HiGHS's own switches silence it (scipy passes options it does not know to HiGHS verbatim,
+    # with a RuntimeWarning saying so): nothing reaches the process's stdout, which may carry a
+    # table or --json, and nothing of the process's output is redirected meanwhile
+    options: dict = {"mip_rel_gap": rel_gap, "disp": False, "output_flag": False,
+                     "log_to_console": False}
     if time_limit_s is not None:
         options["time_limit"] = float(time_limit_s)
-    with _native_stdout_silenced():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Unrecognized options", category=RuntimeWarning)
         res = milp(c=x_e / e_scale, constraints=cons, integrality=np.ones(n), bounds=Bounds(0, 1),
                    options=options)
     if res.x is None:
@@ -87,39 +88,13 @@ def _highs(gid: np.ndarray, n_groups: int, extra: np.ndarray, e: np.ndarray, sla
     return usable[order[first]]
 
 
-@contextlib.contextmanager
-def _native_stdout_silenced() -> Iterator[None]:
-    """Discard what native code prints on file descriptor 1 meanwhile.
-
-    Some HiGHS builds print debug lines (``HighsMipSolverData::...``) with C ``printf`` even with
-    ``disp=False``; they would interleave with joulebound's tables and ``--json`` output.
-    """
-    fd = 1  # native code writes to the process's fd 1 whatever sys.stdout is
-    libc = ctypes.CDLL(None)
-    sys.stdout.flush()
-    libc.fflush(None)
-    try:
-        saved = os.dup(fd)
-    except OSError:  # no fd 1 (closed stdout): nothing to silence
-        yield
-        return
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), fd)
-        yield
-    finally:
-        libc.fflush(None)
-        os.dup2(saved, fd)
-        os.close(saved)
-
-
 def solve_milp(time_gc: np.ndarray, energy_gc: np.ndarray, budget: float, *,
                time_limit_s: float | None = None, rel_gap: float = 1e-6) -> MCKPSolution:
     """Exact minimum-energy choice per row of (G, C) arrays with total time <= ``budget``.
 
     Raises ``ValueError`` when the budget is infeasible or HiGHS returns no solution.
     """
-    o = pareto_options(time_gc, energy_gc)
+    o = pareto_options(time_gc, energy_gc, dedup=False)   # one binary per option of every group
     tmin = float(o.t[o.fastest()].sum())
     if budget < tmin:
         raise ValueError(f"budget {budget!r} below the fastest possible total {tmin!r}")

@@ -24,21 +24,21 @@ from ...workload.trace import Trace
 from ..characterization import Characterization
 from ..plan import Plan
 from .hull import pareto_options
-from .mckp import FastMCKP, MCKPSolution
+from .mckp import FastMCKP
 from .milp import solve_milp
-from .problem import aggregate, baseline_column, baseline_totals, granularity_groups
+from .problem import (
+    aggregate,
+    baseline_column,
+    baseline_totals,
+    granularity_groups,
+    planning_columns,
+)
+from .solution import MCKPSolution
 
 OBJECTIVES: tuple[str, ...] = ("waste", "relaxed", "edp", "ed2p", "time")
 #: relative slack on budgets for float summation order (sums over groups vs. over kernels)
 REL_TOL = 1e-12
 METHODS: tuple[str, ...] = ("fast", "milp")
-
-
-def _columns(char: Characterization, allow_auto: bool) -> np.ndarray:
-    cols = np.arange(char.n_configs)
-    if not allow_auto and char.auto_index is not None and char.n_configs > 1:
-        cols = cols[cols != char.auto_index]
-    return cols
 
 
 def _infeasible(what: str, need: float, have: float, base: float, granularity: str,
@@ -91,7 +91,7 @@ def _grouped(char: Characterization, granularity: str, trace: Trace | None, grou
     groups = np.asarray(groups, np.int64)
     if groups.shape != (char.n_kernels,):
         raise JouleboundError(f"groups has shape {groups.shape}, expected ({char.n_kernels},)")
-    cols = _columns(char, allow_auto)
+    cols = planning_columns(char, allow_auto)
     if granularity == "kernel" and not tie and np.array_equal(groups, np.arange(char.n_kernels)):
         if len(cols) == char.n_configs:          # no copy of a possibly large table
             t, e = char.time_s, char.energy_j
@@ -171,13 +171,16 @@ def solve(char: Characterization, *, objective: str = "waste", slowdown: float |
         if cap_t < tmin:
             raise _infeasible("time budget (s)", tmin, cap_t, tb, granularity, "--slowdown")
         fast = FastMCKP(gp.t, gp.e)
+        # E·T^n along one straight piece of the LP path is least at one of its ends (for n = 1
+        # a concave parabola, for n = 2 a cubic whose interior turning point is a maximum), so
+        # the path's vertices hold the best of all its integer points
         pt, pe = fast.path()
         score = pe * pt**power
         score[pt > cap_t * (1 + 1e-12)] = np.inf
         i = int(np.argmin(score))
-        best_sel = fast.sel_at_prefix(i)
+        best_sel = fast.sel_at_prefix(fast.vertex_prefix(i))
         best = MCKPSolution(fast.choice(best_sel), *fast.totals(best_sel), float("nan"),
-                            float(fast.seg_rate[i - 1]) if i > 0 else 0.0, "hull-path")
+                            float(fast.s_rate[i - 1]) if i > 0 else 0.0, "hull-path")
         # polish: the least energy within the best point's time (repair uses non-hull options)
         for b in {pt[i], pt[max(i - 1, 0)], pt[min(i + 1, len(pt) - 1)]}:
             if b < tmin or b > cap_t:
@@ -211,7 +214,7 @@ def solve_local(char: Characterization, slowdown: float = 0.0, allow_auto: bool 
     """
     t0 = time.perf_counter()
     b = baseline_column(char)
-    cols = _columns(char, allow_auto)
+    cols = planning_columns(char, allow_auto)
     choice = np.empty(char.n_kernels, np.int64)
     for lo in range(0, char.n_kernels, chunk_rows):
         t = char.time_s[lo:lo + chunk_rows]

@@ -34,6 +34,15 @@ def baseline_column(char: Characterization) -> int:
     return max(range(char.n_configs), key=key)
 
 
+def planning_columns(char: Characterization, allow_auto: bool = True) -> np.ndarray:
+    """Columns a plan may choose: every configuration, without the governor ("auto") when
+    ``allow_auto`` is False (and another configuration exists)."""
+    cols = np.arange(char.n_configs)
+    if not allow_auto and char.auto_index is not None and char.n_configs > 1:
+        cols = cols[cols != char.auto_index]
+    return cols
+
+
 def baseline_totals(char: Characterization) -> tuple[float, float]:
     """Modeled (time_s, energy_j) of one iteration at the baseline column."""
     b = baseline_column(char)

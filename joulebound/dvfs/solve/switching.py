@@ -15,8 +15,9 @@ Method: Lagrangian relaxation of the time budget. For a multiplier ``λ`` (J/s) 
 ``Σ (e + λ t) + n_switches · (E_sw + λ T_sw)`` exactly over all phase structures meeting the dwell
 rule. States are the clock configurations; entering configuration ``c`` at kernel ``j`` commits
 the minimum block ``j..m(j, c)`` (the first ``m`` whose duration reaches ``D``), whose cost is two
-prefix-sum lookups, and the switch comes from the best other state — the "stay vs. switch from
-best" trick makes each step O(C) (best and second-best per step), O(K·C) overall. ``λ`` is
+prefix-sum lookups, and the switch comes from the best state — the "stay vs. switch from best"
+trick makes each step O(C), O(K·C) overall. Each state carries the start of its phase and each
+step records the best state's, so the plan is read back phase by phase (O(K) pointers, no copies). ``λ`` is
 searched on a grid refined around the budget (several ``λ`` per DP pass, vectorized), the best
 feasible plan is kept, and a repair pass moves whole phases to cheaper configurations while
 slack remains. The iteration-level plan (one phase) is always a candidate, so the result is never
@@ -33,11 +34,12 @@ import time as _time
 
 import numpy as np
 
-from ..errors import JouleboundError
-from .characterization import Characterization
-from .plan import Plan
-from .solve.objectives import REL_TOL, _columns, plan_provenance
-from .solve.problem import baseline_column, baseline_totals
+from ...errors import JouleboundError
+from ..characterization import Characterization
+from ..plan import Plan
+from .hull import unique_rows
+from .objectives import REL_TOL, plan_provenance, solve
+from .problem import baseline_column, baseline_totals, planning_columns
 
 #: published clock-switch latencies (s) usable as presets (DESIGN.md; Spaan et al. and others)
 LATENCY_PRESETS: dict[str, float] = {
@@ -48,7 +50,7 @@ LATENCY_PRESETS: dict[str, float] = {
 def parse_duration(text: str | float) -> float:
     """Seconds from ``"10ms"``, ``"150 ms"``, ``"1.5s"``, ``"200us"`` or a number (seconds);
     see :func:`joulebound.units.parse_duration`."""
-    from ..units import parse_duration as _parse
+    from ...units import parse_duration as _parse
 
     return _parse(text)
 
@@ -70,17 +72,25 @@ def min_block_end(t: np.ndarray, dwell_s: float) -> np.ndarray:
 
 def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float,
                   switch_energy_j: float = 0.0, switch_time_s: float = 0.0,
-                  block_end: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  block_end: np.ndarray | None = None,
+                  chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
     """Exact minimiser of ``Σ e + λ Σ t + n_sw (E_sw + λ T_sw)`` under the dwell rule, per ``λ``.
 
     Args:
         t, e: (K, C) time (s) and energy (J) per kernel × configuration.
-        lams: (L,) multipliers (J/s).
+        lams: (L,) multipliers (J/s), >= 0.
         dwell_s: minimum duration of every phase but the first (s).
         block_end: precomputed :func:`min_block_end` (optional).
+        chunk: kernels whose step costs are prepared at once (memory ``chunk × C × L``).
 
     Returns:
         ``(choice, value)``: (L, K) configuration column per kernel, and (L,) optimal values.
+
+    A phase entered at kernel ``j`` comes from the best state at ``j - 1`` (any configuration:
+    with switch costs >= 0, "switching" to the configuration one is already in is never better
+    than staying, so excluding it changes nothing). Each state keeps the start of its current
+    phase; each step records the best state and the start of *its* phase. Backtracking then
+    jumps phase by phase: O(K·L) memory for the pointers and O(phases) time, with no copies.
     """
     t = np.asarray(t, np.float64)
     e = np.asarray(e, np.float64)
@@ -99,73 +109,59 @@ def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float
     np.cumsum(e, axis=0, out=pe[1:])
     blk_t = np.where(valid, pt[end1, cols] - pt[:-1], 0.0)
     blk_e = np.where(valid, pe[end1, cols] - pe[:-1], np.inf)
-    del pt, pe
-    sw = (switch_energy_j + lams * switch_time_s)[:, None]            # (L, 1)
-    lam_col = lams[:, None]
+    del pt, pe, end1
+    sw = switch_energy_j + lams * switch_time_s                      # (L,)
     # pending entries live in a ring buffer of W rows: a block started at j ends by j + W - 1
     span = (block_end - np.arange(k_n)[:, None])[valid]
     w = int(span.max()) + 1 if span.size else 1
     slots = np.where(valid, block_end, 0) % w
-    ring = np.full((w, c_n, n_l), np.inf)
-    from_pending = np.zeros((k_n, n_l, c_n), bool)
-    improved = np.zeros((k_n, n_l, c_n), bool)     # emission at step k (block start k+1) improved
-    best1 = np.zeros((k_n, n_l), np.int64)
-    best2 = np.zeros((k_n, n_l), np.int64)
+    ring = np.full((w, c_n, n_l), np.inf)            # best entry arriving at a slot, per state
+    ring_start = np.zeros((w, c_n, n_l), np.int64)   # ... and the kernel its phase started at
+    best_c = np.zeros((k_n, n_l), np.int32)          # best state after kernel k
+    best_start = np.zeros((k_n, n_l), np.int64)      # ... and the start of its phase
     ar_l = np.arange(n_l)
-    v = e[0][None, :] + lam_col * t[0][None, :]
-    for k in range(k_n):
-        if k > 0:
-            slot = k % w
-            pk = ring[slot].T
-            stay = v + e[k] + lam_col * t[k]
-            fp = pk < stay
-            v = np.where(fp, pk, stay)
-            from_pending[k] = fp
-            ring[slot] = np.inf
-        b1 = np.argmin(v, axis=1)
-        v1 = v[ar_l, b1]
-        v[ar_l, b1] = np.inf
-        b2 = np.argmin(v, axis=1)
-        v2 = v[ar_l, b2]
-        v[ar_l, b1] = v1
-        best1[k], best2[k] = b1, b2
-        j = k + 1
-        if j >= k_n:
-            break
-        cand = v1[:, None] + sw + blk_e[j] + lam_col * blk_t[j]          # (L, C)
-        cand[ar_l, b1] += v2 - v1                  # entering the best state comes from the 2nd
-        sl = slots[j]
-        cur = ring[sl, cols]                       # (C, L)
-        better = cand.T < cur
-        ring[sl, cols] = np.where(better, cand.T, cur)
-        improved[k] = better.T
-    values = v.min(axis=1)
+    v = e[0][:, None] + t[0][:, None] * lams[None, :]                 # (C, L)
+    start = np.zeros((c_n, n_l), np.int64)
+    for lo in range(0, k_n, chunk):
+        hi = min(k_n, lo + chunk)
+        step = e[lo:hi, :, None] + t[lo:hi, :, None] * lams[None, None, :]      # (S, C, L)
+        jhi = min(k_n, hi + 1)
+        enter = (blk_e[lo + 1:jhi, :, None] + blk_t[lo + 1:jhi, :, None] * lams[None, None, :]
+                 + sw[None, None, :])                                           # block at k+1
+        for k in range(lo, hi):
+            if k > 0:
+                slot = k % w
+                pk = ring[slot]
+                stay = v + step[k - lo]
+                fp = pk < stay
+                v = np.where(fp, pk, stay)
+                start = np.where(fp, ring_start[slot], start)
+                pk.fill(np.inf)
+            b = v.argmin(axis=0)                                          # (L,)
+            h = v[b, ar_l]
+            best_c[k] = b
+            best_start[k] = start[b, ar_l]
+            j = k + 1
+            if j >= k_n:
+                break
+            cand = enter[k - lo] + h[None, :]                             # (C, L)
+            sl = slots[j]
+            cur = ring[sl, cols]
+            better = cand < cur
+            ring[sl, cols] = np.where(better, cand, cur)
+            ring_start[sl, cols] = np.where(better, j, ring_start[sl, cols])
+    values = v.min(axis=0)
     choice = np.empty((n_l, k_n), np.int64)
     for li in range(n_l):
-        c = int(np.argmin(v[li]))
-        k = k_n - 1
-        while k >= 0:
-            if k > 0 and from_pending[k, li, c]:
-                # the block ending at k was entered at the last start j with this end that improved
-                col = block_end[:, c]
-                lo = int(np.searchsorted(col, k, side="left"))
-                hi = int(np.searchsorted(col, k, side="right"))
-                starts = np.arange(max(lo, 1), hi)
-                j = int(starts[improved[starts - 1, li, c]][-1])
-                choice[li, j:k + 1] = c
-                b = int(best1[j - 1, li])
-                c = b if b != c else int(best2[j - 1, li])
-                k = j - 1
-            else:
-                # a run of stays: jump back to the kernel where this phase's block ended
-                hits = np.flatnonzero(from_pending[1:k + 1, li, c])
-                if len(hits) == 0:
-                    choice[li, :k + 1] = c
-                    k = -1
-                else:
-                    s = int(hits[-1]) + 1
-                    choice[li, s + 1:k + 1] = c
-                    k = s
+        c = int(np.argmin(v[:, li]))
+        end = k_n
+        s0 = int(start[c, li])
+        while True:
+            choice[li, s0:end] = c
+            if s0 == 0:
+                break
+            end = s0
+            c, s0 = int(best_c[s0 - 1, li]), int(best_start[s0 - 1, li])
     return choice, values
 
 
@@ -176,8 +172,6 @@ def useful_columns(t: np.ndarray, e: np.ndarray, max_work: float = 3e8) -> np.nd
     a phase can only get shorter). Checked on the distinct rows; skipped (all columns kept) when
     rows × columns² exceeds ``max_work``.
     """
-    from .solve.hull import unique_rows
-
     reps, _ = unique_rows(t, e)
     c_n = t.shape[1]
     if len(reps) * c_n * c_n > max_work:
@@ -247,7 +241,7 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
                       switch_latency_s: float = 0.0, min_dwell_s: float = 0.0,
                       switch_energy_j: float = 0.0, switch_time_s: float = 0.0,
                       allow_auto: bool = True, n_lambda: int = 12, rounds: int = 2,
-                      repair: bool = True) -> Plan:
+                      repair: bool = True, dp_columns: int = 0) -> Plan:
     """Least-energy phases within ``(1 + slowdown) · T_auto`` under switch latency and dwell.
 
     Args:
@@ -257,14 +251,14 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
         min_dwell_s: an extra minimum phase duration (s); the rule uses max(L, min_dwell_s).
         switch_energy_j / switch_time_s: energy (J) and stall (s) charged per switch.
         n_lambda, rounds: multipliers per DP pass and refinement passes of the λ search.
+        dp_columns: at most this many configurations as DP states (evenly spaced over the useful
+            ones; 0: all); the phase repair then considers every useful configuration.
 
     Returns:
         A :class:`Plan` with ``granularity="phase"``; predicted totals include switch costs;
         ``meta`` holds the dwell, switch costs, multiplier and the number of DP passes.
     """
     t_start = _time.perf_counter()
-    from .solve import solve
-
     dwell = max(switch_latency_s, min_dwell_s)
     tb, eb = baseline_totals(char)
     budget = (1.0 + slowdown) * tb * (1.0 + REL_TOL)
@@ -276,12 +270,10 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
         plan.granularity = "phase"
         plan.meta.update(base_meta, dp="separable: switches are free, solved as the knapsack")
         return plan
-    cols = _columns(char, allow_auto)
+    cols = planning_columns(char, allow_auto)
     cols = cols[useful_columns(char.time_s[:, cols], char.energy_j[:, cols])]
     t = char.time_s[:, cols]
     e = char.energy_j[:, cols]
-    # the planner's dwell is a hair longer than the rule so float sums never undercut it
-    block_end = min_block_end(t, dwell * (1 + 1e-9))
     candidates: list[np.ndarray] = []
     # one phase: the best single configuration within budget (always includes the baseline)
     tot_t, tot_e = t.sum(0), e.sum(0)
@@ -291,10 +283,22 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
         raise JouleboundError(
             f"no clock plan meets the time budget {budget:.6g} s; the smallest feasible slowdown "
             f"is {tmin / tb - 1:+.4%}")
-    candidates.append(np.full(char.n_kernels, feas[np.argmin(tot_e[feas])], np.int64))
-    # multiplier scale: the switch-free critical multiplier, else average power
+    one = int(feas[np.argmin(tot_e[feas])])
+    candidates.append(np.full(char.n_kernels, one, np.int64))
+    # the DP's states: every useful configuration, or an evenly spaced share of them (plus the
+    # one-phase best) when there are more than dp_columns; the phase repair below then moves
+    # each phase to the best of *all* useful configurations, so a plan is never worse for it
+    sub = np.arange(len(cols))
+    if dp_columns and len(cols) > dp_columns:
+        sub = np.union1d(np.linspace(0, len(cols) - 1, dp_columns).round().astype(np.int64), [one])
+    ts, es = (t, e) if len(sub) == len(cols) else (t[:, sub], e[:, sub])
+    # the planner's dwell is a hair longer than the rule so float sums never undercut it
+    block_end = min_block_end(ts, dwell * (1 + 1e-9))
+    # multiplier scale: the switch-free critical multiplier (the LP's: no exact core re-solve,
+    # which would only polish a plan that is not used), else average power
     try:
-        free = solve(char, objective="relaxed", slowdown=slowdown, allow_auto=allow_auto)
+        free = solve(char, objective="relaxed", slowdown=slowdown, allow_auto=allow_auto,
+                     tol=float("inf"))
         lam0 = float(free.meta.get("multiplier_j_per_s") or 0.0)
     except JouleboundError:
         lam0 = 0.0
@@ -305,7 +309,8 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
     passes = 0
     found: list[tuple[float, np.ndarray]] = []
     for r in range(rounds + 2):
-        ch, _ = dp_lagrangian(t, e, lams, dwell, switch_energy_j, switch_time_s, block_end)
+        ch, _ = dp_lagrangian(ts, es, lams, dwell, switch_energy_j, switch_time_s, block_end)
+        ch = sub[ch]
         passes += 1
         for lam, c in zip(lams, ch, strict=True):
             tt, ee, _ = _totals(t, e, c, switch_energy_j, switch_time_s)
@@ -335,5 +340,6 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
                 baseline_time_s=tb, baseline_energy_j=eb, provenance=prov,
                 meta={**base_meta, "baseline_config": char.configs[baseline_column(char)].label,
                       "dp_passes": passes, "lambda_bracket_j_per_s": [lo, hi],
+                      "dp_columns": len(sub), "useful_columns": len(cols),
                       "budget_s": budget, "n_switches": n_sw,
                       "solve_time_s": _time.perf_counter() - t_start})

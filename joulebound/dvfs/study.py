@@ -11,13 +11,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...workload.trace import Trace
-from ..characterization import Characterization
-from ..plan import Plan
-from ..simulate import SimResult, simulate
-from ..switching import plan_switch_aware
-from .objectives import Frontier, pareto_frontier, solve
-from .problem import baseline_column, baseline_totals
+from ..workload.trace import Trace
+from .characterization import Characterization
+from .plan import Plan
+from .simulate import SimResult, simulate
+from .solve import (
+    Frontier,
+    baseline_column,
+    baseline_totals,
+    pareto_frontier,
+    plan_switch_aware,
+    solve,
+)
 
 #: Spaan, Chen, Varbanescu, "Reducing Compute Waste in LLMs through Kernel-Level DVFS",
 #: arXiv 2601.08539 (ACM Computing Frontiers 2026): GPT-3-XL on an RTX 3080 Ti.

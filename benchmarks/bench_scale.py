@@ -1,0 +1,109 @@
+"""Scaling of the planner's stages with the number of kernels: fast solver (rows repeat, as in a
+trace of many iterations), switch-aware DP (L = 6 ms) and ``characterize`` on distinct kernels
+(every kernel its own measured duration, as a profiled trace). GPT-3-XL on the RTX 3080 Ti model,
+524 clock configurations, 947 kernels per iteration.
+
+Each cell is a fresh child process (one thread: OMP/BLAS pinned to 1) doing only that case: CPU
+time of the stage (``time.process_time``), its peak RSS above the process before the stage
+(``ru_maxrss`` delta; for ``characterize`` the table it returns is part of it) and the size of the
+characterization table (time + energy + measured-flags arrays). Slopes are least-squares fits of
+log CPU time on log kernels over the sizes >= 10^4.
+
+``JOULEBOUND_BENCH_MAX_KERNELS`` (default 1.1 × 10^6) caps the sizes; the DP is capped at
+``JOULEBOUND_BENCH_MAX_DP_KERNELS`` (default 1.1 × 10^5).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+ITERATIONS = (1, 11, 106, 1056)        # 947, 10,417, 100,382, 1,000,032 kernels
+
+CHILD = r"""
+import dataclasses, json, resource, sys, time
+import numpy as np
+from joulebound.workload.analytic import build_trace
+from joulebound.dvfs.model import characterize
+case, it = sys.argv[1], int(sys.argv[2])
+tr = build_trace("gpt3-xl", iterations=it)
+rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+if case == "char":
+    rng = np.random.default_rng(0)
+    dur = 1e-5 + rng.lognormal(-9.5, 1.2, len(tr))
+    tr = dataclasses.replace(tr, kernels=[dataclasses.replace(k, duration_s=float(d))
+                                          for k, d in zip(tr.kernels, dur)])
+    r0, c0 = rss(), time.process_time()
+    ch = characterize(tr, "rtx3080ti")
+    cpu, peak, extra = time.process_time() - c0, rss() - r0, ch.meta["n_unique_kernels"]
+else:
+    ch = characterize(tr, "rtx3080ti")
+    r0, c0 = rss(), time.process_time()
+    if case == "dp":
+        from joulebound.dvfs.solve import plan_switch_aware
+        p = plan_switch_aware(ch, slowdown=0.01, switch_latency_s=6e-3)
+    else:
+        from joulebound.dvfs.solve import solve
+        p = solve(ch, objective="relaxed", slowdown=0.01)
+    cpu, peak, extra = time.process_time() - c0, rss() - r0, round(p.energy_delta, 6)
+table = (ch.time_s.nbytes + ch.energy_j.nbytes + ch.measured.nbytes) / 2**20
+print(json.dumps({"kernels": ch.n_kernels, "cpu": cpu, "peak_mib": max(peak, 0.0),
+                  "table_mib": table, "extra": extra}))
+"""
+
+CASES = (("fast", "fast solver, ε = 1 % (rows repeat)", "< 10 s, < 2 GiB at 10^6"),
+         ("dp", "switch-aware DP, L = 6 ms, ε = 1 %", "< 30 s at 10^6"),
+         ("char", "characterize, every kernel distinct", "< 30 s, peak ≤ 1.5 × table at 10^6"))
+
+
+def _slope(ks: list[int], ts: list[float]) -> float | None:
+    pts = [(k, t) for k, t in zip(ks, ts, strict=True) if k >= 10_000 and t > 0]
+    if len(pts) < 2:
+        return None
+    x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def run() -> str:
+    cap = int(os.environ.get("JOULEBOUND_BENCH_MAX_KERNELS", 1_100_000))
+    cap_dp = int(os.environ.get("JOULEBOUND_BENCH_MAX_DP_KERNELS", 110_000))
+    lines = ["## Scaling with the number of kernels (`bench_scale`)", "",
+             f"Load average when started: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores. "
+             "One child process per cell, one thread; CPU s / peak RSS above the process before the "
+             "stage (MiB) / table = time + energy + measured arrays (MiB). Measured.", "",
+             "| stage | kernels | CPU s | peak MiB | table MiB | result | target |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    slopes = []
+    for case, label, target in CASES:
+        ks, ts = [], []
+        for it in ITERATIONS:
+            n = 947 * it
+            if n > (cap_dp if case == "dp" else cap):
+                continue
+            out = subprocess.run([sys.executable, "-c", CHILD, case, str(it)], capture_output=True,
+                                 text=True, env=ENV)
+            if out.returncode != 0:
+                lines.append(f"| {label} | ~{n:,} | failed: {out.stderr.strip().splitlines()[-1]} "
+                             "| | | | |")
+                continue
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            ks.append(r["kernels"])
+            ts.append(r["cpu"])
+            res = (f"{r['extra']:,} distinct" if case == "char" else f"ΔE {r['extra']:+.2%}")
+            lines.append(f"| {label} | {r['kernels']:,} | {r['cpu']:.2f} | {r['peak_mib']:.0f} | "
+                         f"{r['table_mib']:.0f} | {res} | {target} |")
+        s = _slope(ks, ts)
+        slopes.append(f"{label}: {'n/a' if s is None else f'{s:.2f}'}"
+                      f" (sizes {', '.join(f'{k:,}' for k in ks if k >= 10_000)})")
+    lines += ["", "Log-log slope of CPU time vs kernels from 10^4 up (target ≤ 1.1):", ""]
+    lines += [f"- {s}" for s in slopes]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(run())

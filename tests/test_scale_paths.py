@@ -1,0 +1,185 @@
+"""The paths rewritten for scale compute what they computed before.
+
+* ``characterize`` models rows a chunk at a time (and distinct rows in place): cell for cell the
+  figures of the whole-table model (:func:`evaluate_work` expanded), on GPT-3-XL × RTX 3080 Ti
+  and on a 10^4-kernel trace with measured durations (every row distinct, as imported traces are).
+* ``Trace.save`` writes every field of every kernel, as the dataclass has them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from joulebound.devices.catalog import get_device
+from joulebound.dvfs.model import characterize
+from joulebound.dvfs.model.characterize import (
+    evaluate_work,
+    planning_configs,
+    resolve_clocks,
+    trace_work,
+)
+from joulebound.dvfs.model.params import params_for
+from joulebound.workload.analytic import build_trace
+from joulebound.workload.trace import Trace
+
+
+def _whole_table(trace: Trace, device: str) -> tuple[np.ndarray, np.ndarray, float]:
+    """The previous implementation: the model over the distinct rows at once, expanded."""
+    spec = get_device(device)
+    prm = params_for(spec)
+    cfgs, _ = planning_configs(spec, prm)
+    rc = resolve_clocks(spec, cfgs, prm)
+    out, inverse, _ = evaluate_work(trace_work(trace, spec, prm), rc, spec, prm)
+    return out["time_s"][inverse], out["energy_j"][inverse], float(out["capped"].mean())
+
+
+def _measured_trace(iterations: int) -> Trace:
+    tr = build_trace("gpt3-xl", iterations=iterations)
+    rng = np.random.default_rng(3)
+    dur = 1e-5 + rng.lognormal(-9.5, 1.2, len(tr))           # every kernel its own duration
+    return dataclasses.replace(tr, kernels=[dataclasses.replace(k, duration_s=float(d))
+                                            for k, d in zip(tr.kernels, dur, strict=True)])
+
+
+@pytest.mark.parametrize("case", ["gpt3-xl", "measured-10k"])
+def test_chunked_characterize_is_identical_to_the_whole_table_model(case) -> None:
+    tr = build_trace("gpt3-xl") if case == "gpt3-xl" else _measured_trace(11)
+    t_ref, e_ref, capped_ref = _whole_table(tr, "rtx3080ti")
+    for chunk in (1 << 20, 40_000):        # default, and chunks of 76 rows (a partial last one)
+        ch = characterize(tr, "rtx3080ti", chunk_cells=chunk)
+        assert np.array_equal(ch.time_s, t_ref) and np.array_equal(ch.energy_j, e_ref)
+        assert ch.meta["capped_cells_fraction"] == capped_ref
+    assert ch.meta["n_unique_kernels"] == (28 if case == "gpt3-xl" else len(tr))
+    if case == "measured-10k":
+        assert len(tr) > 10_000 and capped_ref > 0     # the power-cap bisection is exercised
+
+
+def test_trace_file_has_every_kernel_field() -> None:
+    tr = _measured_trace(1)
+    tr.kernels[3].meta["op"] = "aten::mm"
+    doc = tr.to_json()
+    assert doc["kernels"] == [dataclasses.asdict(k) for k in tr.kernels]
+
+
+def test_kernel_time_is_the_two_power_formula_bit_for_bit() -> None:
+    """kernel_time computes ``big·((tc/big)^p + (tm/big)^p)^(1/p)`` with one power fewer: the
+    same floats, including ties (tc == tm), zero parts and no work at all."""
+    from joulebound.dvfs.model.kernel import KernelWork, kernel_time
+
+    prm = params_for(get_device("rtx3080ti"))
+    rng = np.random.default_rng(0)
+    tc = np.concatenate([rng.lognormal(-9, 2, 4000), [0.0, 1e-5, 0.0, 3e-4]])[:, None]
+    tm = np.concatenate([rng.lognormal(-9, 2, 4000), [0.0, 0.0, 2e-6, 3e-4]])[:, None]
+    f = np.linspace(210, 2100, 37)[None, :]
+    m = np.repeat([405.0, 5001.0, 9501.0], 37 // 3 + 1)[None, :37]
+    t, tc_f, tm_f = kernel_time(KernelWork(tc, tm, lam=np.full_like(tc, 0.3)), f, m, 2100.0,
+                                9501.0, prm)
+    p = prm.overlap_p
+    big = np.maximum(tc_f, tm_f)
+    safe = np.where(big > 0, big, 1.0)
+    ref = prm.launch_overhead_s + np.where(
+        big > 0, safe * ((tc_f / safe) ** p + (tm_f / safe) ** p) ** (1.0 / p), 0.0)
+    assert np.array_equal(t, ref)
+
+
+def _repeated(n_types: int, copies: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n_types`` distinct rows of the planner tests' smooth-roofline generator, each repeated
+    ``copies`` times in a shuffled order (a trace's layers and iterations)."""
+    from _plan_synth import synth_char
+
+    ch = synth_char(n_types, seed=seed)
+    rows = np.random.default_rng(seed).permutation(np.repeat(np.arange(n_types), copies))
+    return ch.time_s[rows], ch.energy_j[rows]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fast_solver_on_repeated_rows_never_expands_them_and_stays_near_optimal(seed) -> None:
+    from joulebound.dvfs.solve import FastMCKP, solve_milp
+    from joulebound.dvfs.solve.hull import pareto_options
+
+    t, e = _repeated(9, 24, seed)                               # 216 groups, 9 distinct rows
+    o = pareto_options(t, e)
+    assert o.n_rows == 9 and o.n_groups == 216 and len(o.t) < 9 * t.shape[1]
+    dedup, per_group = FastMCKP(options=o), FastMCKP(options=pareto_options(t, e, dedup=False))
+    for eps in (0.003, 0.02, 0.08):
+        budget = (1 + eps) * t[:, 0].sum()
+        a = dedup.solve(budget)
+        b = per_group.solve(budget)
+        exact = solve_milp(t, e, budget)
+        rows = np.arange(len(t))
+        for sol in (a, b):
+            assert t[rows, sol.choice].sum() <= budget * (1 + 1e-12)
+            assert e[rows, sol.choice].sum() == pytest.approx(sol.energy, rel=1e-12)
+            assert sol.lower_bound <= exact.energy * (1 + 1e-9)       # a true lower bound
+            assert sol.energy <= exact.energy * (1 + 1e-3)
+        assert a.lower_bound == pytest.approx(b.lower_bound, rel=1e-9)   # the same LP
+    # the LP path: vertices per distinct move; every integer point lies between two of them
+    pt, pe = dedup.path()
+    qt, qe = per_group.path()
+    assert pt[0] == pytest.approx(qt[0]) and pt[-1] == pytest.approx(qt[-1])
+    assert np.all(np.diff(pt) <= 0) and np.all(np.diff(pe) >= 0)
+    assert len(pt) < len(qt)
+    for n in (0, 17, dedup.n_path // 2, dedup.n_path):
+        sel = dedup.sel_at_prefix(n)
+        assert dedup.totals(sel)[0] == pytest.approx(float(np.interp(
+            n, [dedup.vertex_prefix(i) for i in range(len(pt))], pt)), rel=1e-9)
+
+
+def _stream(n_iters: int, perturbed: bool) -> list[int]:
+    from joulebound.dvfs.predict import DEFAULT_PERTURBATION, Perturbation, perturbed_stream
+
+    iteration = list(range(300))
+    spec = DEFAULT_PERTURBATION if perturbed else Perturbation()
+    keys, _ = perturbed_stream(iteration, n_iters, spec, seed=5)
+    return keys.tolist()
+
+
+def test_predictor_compaction_is_incremental_and_bounded(monkeypatch) -> None:
+    """The history stays under ``max_history`` at every op, each op copies and frees at most a
+    few hundred entries (no whole-history rebuild inside one observe()), and the bounded predictor
+    predicts as an unbounded one does."""
+    import joulebound.dvfs.predict as P
+
+    copied: list[int] = []
+    real_copy = P._Migration.copy
+
+    def copy(self, hist, labels, lo, hi):
+        copied.append(hi - lo)
+        return real_copy(self, hist, labels, lo, hi)
+
+    monkeypatch.setattr(P._Migration, "copy", copy)
+    keys = _stream(40, perturbed=False)                          # 12,000 ops, steady
+    small, big = P.NextKernelPredictor(max_history=2000), P.NextKernelPredictor()
+    longest, swaps, last = 0, 0, 0
+    for k in keys:
+        assert small.prediction == big.prediction
+        small.observe(k)
+        big.observe(k)
+        longest = max(longest, len(small))
+        swaps += len(small) < last
+        last = len(small)
+        assert sum(len(x) for x in small._trash) <= 3 * 2000   # freed, a chunk per op
+    assert swaps >= 8 and longest <= 2000
+    assert copied and max(copied) <= P._STEP + small._margin + P._STEP
+    assert small.stats.accuracy == big.stats.accuracy
+
+
+def test_predictor_compaction_keeps_labels_and_perturbed_accuracy() -> None:
+    from joulebound.dvfs.predict import NextKernelPredictor
+
+    keys = _stream(80, perturbed=True)      # ~25,000 ops; an epoch (its odd last batch) is 7,500
+    small, big = NextKernelPredictor(max_history=20_000), NextKernelPredictor()
+    for k in keys:
+        small.observe(k)
+        big.observe(k)
+    assert len(small) <= 20_000 < len(big)
+    assert small.stats.accuracy >= big.stats.accuracy - 0.005  # the dropped half is rarely needed
+    labelled = NextKernelPredictor(max_history=1500)
+    for i, k in enumerate(keys):
+        labelled.observe(k)
+        labelled.set_last_label(i % 1000)    # the controller writes the newest op's label
+    tail = labelled._labels[-labelled._margin:]
+    assert tail == [i % 1000 for i in range(len(keys) - len(tail), len(keys))]   # none lost
