@@ -17,12 +17,6 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "joulebound"
 
-#: edges of a cycle that another change removes (issue 17 moves the MILP / MCKP split apart)
-KNOWN_CYCLE_EDGES = {("joulebound.dvfs.solve.mckp", "joulebound.dvfs.solve.milp")}
-#: private names imported across modules, pending the same change (issue 17 moves
-#: switching.py into dvfs/solve and gives it the objective helpers it needs)
-KNOWN_PRIVATE_IMPORTS = {("joulebound.dvfs.switching", "_columns")}
-
 
 def _modules() -> dict[str, tuple[Path, bool]]:
     out = {}
@@ -99,8 +93,7 @@ def test_the_walker_sees_function_level_imports() -> None:
 
 
 def test_no_import_cycles() -> None:
-    g = {m: {d for d in deps if (m, d) not in KNOWN_CYCLE_EDGES}
-         for m, deps in import_graph().items()}
+    g = import_graph()
     try:
         graphlib.TopologicalSorter(g).prepare()
     except graphlib.CycleError as exc:
@@ -111,21 +104,12 @@ def test_no_import_cycles() -> None:
                              + "; ".join(where)) from None
 
 
-def test_known_cycle_exception_is_still_needed() -> None:
-    """When issue 17's change lands the exception must go (this test then fails: delete it and
-    the entry in KNOWN_CYCLE_EDGES)."""
-    g = import_graph()
-    for a, b in KNOWN_CYCLE_EDGES:
-        assert b in g[a] and _reaches(g, b, a), (a, b)
-
-
 def test_no_private_names_imported_across_modules() -> None:
     bad = []
     for mod in MODULES:
         for target, names, line in _imports(mod):
             for n in names:
-                if n.startswith("_") and not n.startswith("__") and \
-                        (mod, n) not in KNOWN_PRIVATE_IMPORTS:
+                if n.startswith("_") and not n.startswith("__"):
                     bad.append(f"{mod}:{line} imports {target}.{n}")
     assert bad == []
 
