@@ -129,7 +129,7 @@ def test_fast_solver_on_repeated_rows_never_expands_them_and_stays_near_optimal(
 
 
 def _stream(n_iters: int, perturbed: bool) -> list[int]:
-    from joulebound.dvfs.predict import DEFAULT_PERTURBATION, Perturbation, perturbed_stream
+    from joulebound.testing.streams import DEFAULT_PERTURBATION, Perturbation, perturbed_stream
 
     iteration = list(range(300))
     spec = DEFAULT_PERTURBATION if perturbed else Perturbation()
