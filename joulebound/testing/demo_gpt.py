@@ -122,8 +122,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--eval-every", type=int, default=0)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=32)
     args = ap.parse_args(argv)
-    cfg = TinyGPTConfig(layers=args.layers, hidden=args.hidden)
+    cfg = TinyGPTConfig(layers=args.layers, hidden=args.hidden, batch=args.batch, seq=args.seq)
     train_step, eval_step = make_step(cfg)
     for i in range(args.steps):
         loss = train_step()

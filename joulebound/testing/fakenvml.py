@@ -120,6 +120,9 @@ class FakeGPU:
         mig: MIG mode enabled.
         mig_uuids: UUIDs of the MIG devices.
         name: ``nvmlDeviceGetName``.
+        temperature_c: ``nvmlDeviceGetTemperature`` (°C).
+        default_clocks: ``(SM MHz, memory MHz)`` that ``nvmlDeviceGetClockInfo`` reports for an
+            unlocked domain (0: the top of the supported table).
         clock: when given (e.g. ``time.perf_counter``, s), the counter also advances at
             ``power_mw`` with this clock from the GPU's creation: a GPU drawing constant power.
     """
@@ -133,6 +136,8 @@ class FakeGPU:
     mig_uuids: tuple[str, ...] = ()
     name: str = "NVIDIA H200"
     clock: Callable[[], float] | None = None
+    temperature_c: int = 40
+    default_clocks: tuple[int, int] = (0, 0)
     _t0: float = field(default=0.0, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -359,6 +364,31 @@ class FakeNvml(types.ModuleType):
         if g.power == "lost":
             raise NVMLError(NVML_ERROR_GPU_IS_LOST)
         return g.power_mw
+
+    NVML_TEMPERATURE_GPU = 0
+    NVML_CLOCK_GRAPHICS = 0
+    NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
+
+    @_api
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int = 0) -> int:  # noqa: N802
+        """GPU temperature, °C."""
+        return int(self.gpus[h].temperature_c)
+
+    @_api
+    def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int:  # noqa: N802
+        """Current clock (MHz): the locked clock, else the GPU's default (top of the table)."""
+        if kind == self.NVML_CLOCK_MEM:
+            lock = self._locks("mem_lock")[h]
+            return int(lock[1]) if lock else int(self.gpus[h].default_clocks[1]
+                                                 or max(self.supported))
+        lock = self._locks("core_lock")[h]
+        if lock:
+            return int(lock[1])
+        mem = self._locks("mem_lock")[h]
+        top = max(self.supported[mem[1]] if mem and mem[1] in self.supported
+                  else self.supported[max(self.supported)])
+        return int(self.gpus[h].default_clocks[0] or top)
 
     # -- MIG --------------------------------------------------------------------------------
     @_api

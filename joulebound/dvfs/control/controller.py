@@ -220,7 +220,8 @@ class Controller:
         return OpStream(on_op=self.on_op, interner=self.interner)
 
 
-def trace_from_ops(names: Sequence[str], name: str = "recorded") -> Trace:
+def trace_from_ops(names: Sequence[str], name: str = "recorded",
+                   arg_specs: dict[str, dict] | None = None) -> Trace:
     """A :class:`~joulebound.workload.trace.Trace` with one kernel per recorded op key.
 
     FLOPs and bytes come from the key's op, shapes and dtype through the aten cost model
@@ -239,5 +240,7 @@ def trace_from_ops(names: Sequence[str], name: str = "recorded") -> Trace:
                               flops=cost.flops if cost else 0.0,
                               bytes=cost.bytes if cost else 0.0,
                               dtype=dtype,
-                              meta={"cost": "shapes" if cost else "unknown"}))
+                              meta={"cost": "shapes" if cost else "unknown",
+                                    **({"replay": arg_specs[n]} if arg_specs and n in arg_specs
+                                       else {})}))
     return Trace(kernels=kernels, name=name, meta={"source": "joulebound.dvfs.control.hooks"})

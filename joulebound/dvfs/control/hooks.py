@@ -112,6 +112,9 @@ class OpStream:
         record: keep the key ids in :attr:`keys` (to build a trace/plan from a recorded loop).
         kernels_only: ignore ops that launch no kernel (:func:`launches_no_kernel`: views,
             aliases, allocation-only ops, profiler markers); they carry no GPU time or energy.
+        capture_args: keep, for each distinct key, the argument specs of its first call
+            (:func:`joulebound.workload.opspec.call_spec`: shapes, strides, dtypes, scalar
+            arguments) in :attr:`arg_specs` (key id -> spec), so the op can be replayed.
 
     Usage::
 
@@ -122,8 +125,10 @@ class OpStream:
 
     def __init__(self, on_op: Callable[[int], None] | None = None,
                  interner: KeyInterner | None = None, record: bool = False,
-                 kernels_only: bool = True) -> None:
+                 kernels_only: bool = True, capture_args: bool = False) -> None:
         self.on_op = on_op
+        self.capture_args = capture_args
+        self.arg_specs: dict[int, dict[str, Any]] = {}
         self.interner = interner if interner is not None else KeyInterner()
         self.record = record
         self.kernels_only = kernels_only
@@ -139,7 +144,7 @@ class OpStream:
     def name(self, key_id: int) -> str:
         return str(self.interner.key(key_id))
 
-    def _on_dispatch(self, func: Any, args: Sequence[Any]) -> None:
+    def _on_dispatch(self, func: Any, args: Sequence[Any], kwargs: Any = None) -> None:
         if self.kernels_only:
             skip = self._skip.get(func)
             if skip is None:
@@ -153,6 +158,10 @@ class OpStream:
         if kid is None:
             kid = self.interner.intern(key_str((str(func), shapes, dtype_name(dtype))))
             self._cache[key] = kid
+            if self.capture_args and kid not in self.arg_specs:
+                from ...workload.opspec import call_spec
+
+                self.arg_specs[kid] = call_spec(args, kwargs)
         self.n_ops += 1
         if self.record:
             self.keys.append(kid)
@@ -169,7 +178,7 @@ class OpStream:
         class _Mode(base):  # type: ignore[misc, valid-type]
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
                 if stream._pid == _PID[0]:
-                    stream._on_dispatch(func, args)
+                    stream._on_dispatch(func, args, kwargs)
                 return func(*args, **(kwargs or {}))
 
         _watch_forks()

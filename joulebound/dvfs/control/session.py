@@ -399,7 +399,7 @@ def _run(cmd: Sequence[str], plan: Plan | None, actuator: str, *, char: Any,
 
         step_marks: list[int] = []   # ops seen when each optimizer step returned
         with _optimizer_steps(lambda: step_marks.append(len(keys))), \
-                OpStream(on_op=on_op, interner=interner):
+                OpStream(on_op=on_op, interner=interner, capture_args=True) as stream:
             _run_stoppable(res, kind, target, argv, quiet_stdout)
         res.duration_s = time.monotonic() - t0
         res.actuator = "none (recording)"
@@ -432,7 +432,8 @@ def _run(cmd: Sequence[str], plan: Plan | None, actuator: str, *, char: Any,
             res.notes.append("no torch.optim optimizer step was seen: the recorded iteration is "
                              "the repeating op pattern found, not checked against steps")
         names = [str(interner.key(k)) for k in keys[end - period:end]]
-        trace = trace_from_ops(names, name=Path(target).stem)
+        specs = {str(interner.key(k)): v for k, v in stream.arg_specs.items()}
+        trace = trace_from_ops(names, name=Path(target).stem, arg_specs=specs)
         trace.meta.update({"command": list(cmd), "period_ops": period})
         trace.save(record_path)
         res.recorded_trace, res.recorded_ops, res.period_ops = str(record_path), period, period

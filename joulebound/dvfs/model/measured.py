@@ -209,14 +209,30 @@ def characterize_with_measurements(trace, device, path: str | Path,  # type: ign
     and power activity are fitted to its measured cells (:func:`~joulebound.dvfs.model.calibrate.
     fit_trace_work`), every cell is then modeled from the fitted work, and measured cells replace
     the modeled ones (``measured = True``)."""
-    from .calibrate import fit_trace_work
-    from .characterize import characterize, planning_configs, resolve_device
+    from .characterize import resolve_device
     from .params import params_for
 
     spec = resolve_device(device)
     prm = params if params is not None else params_for(spec)
     table = read_table(path, spec)
     _check_kernels(table, Path(path), trace.names())     # before fitting
+    return characterize_from_table(trace, spec, table, params=prm, source=Path(path))
+
+
+def characterize_from_table(trace, device, table: dict,  # type: ignore[no-untyped-def]
+                            params=None, source: str | Path = "<measured>") -> Characterization:
+    """:func:`characterize_with_measurements` on a table already in memory
+    (``(kernel, config) -> (time s, energy J, time sd, energy sd, repeats)``, the form of
+    :func:`read_table`; ``joulebound calibrate`` measures it): every measured kernel's work and
+    activity are fitted to its cells, every cell is modeled from the fitted work, and the measured
+    cells replace the modeled ones (``measured = True``)."""
+    from .calibrate import fit_trace_work
+    from .characterize import characterize, planning_configs, resolve_device
+    from .params import params_for
+
+    spec = resolve_device(device)
+    prm = params if params is not None else params_for(spec)
+    _check_kernels(table, Path(source), trace.names())
     work, fitted = fit_trace_work(trace, spec, prm, table)
     # the planning configs plus every measured clock (measured there: tested by definition)
     cfgs, _ = planning_configs(spec, prm)
@@ -224,4 +240,4 @@ def characterize_with_measurements(trace, device, path: str | Path,  # type: ign
     cfgs += [c for c in dict.fromkeys(c for _, c in table) if c not in have]
     base = characterize(trace, spec, params=prm, work=work, configs=cfgs)
     base.meta["calibrated_kernels"] = fitted
-    return _overlay(table, Path(path), base)
+    return _overlay(table, Path(source), base)

@@ -1,0 +1,83 @@
+"""Clock control for calibration: one validated pair at a time, the defaults restored on every way
+out.
+
+:class:`ClockSession` wraps one of the project's actuators — the privileged clock helper's client
+(:class:`~joulebound.dvfs.control.helper.HelperActuator`), in-process NVML with root
+(:class:`~joulebound.dvfs.control.actuators.NvmlActuator`: GPU lock, signal guard, reset at exit)
+or the simulated GPU's (:class:`~.simulated.SimulatedGpuActuator`). Every pair is checked against
+the card's supported table before it is requested; closing the session (also on an exception,
+``KeyboardInterrupt`` or a stop signal, through the actuators' own guard) resets both clock
+domains. Read-only calibration (``--clocks auto``) makes no session at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..clocks import ClockConfig
+from ..errors import JouleboundError
+from .design import validate_pair
+
+log = logging.getLogger(__name__)
+
+
+class ClockSession:
+    """Lock one clock pair at a time through ``actuator``; a context manager that restores the
+    defaults.
+
+    Args:
+        actuator: an :class:`~joulebound.dvfs.control.actuators.Actuator`.
+        supported: the card's supported table (memory MHz -> core MHz).
+    """
+
+    def __init__(self, actuator: Any, supported: Mapping[int, Sequence[int]]) -> None:
+        self.actuator = actuator
+        self.supported = {int(m): [int(c) for c in v] for m, v in supported.items()}
+        self.switches = 0
+
+    def set(self, config: ClockConfig) -> None:
+        """Validate ``config`` against the supported table, then apply it."""
+        validate_pair(config, self.supported)
+        if self.actuator.closed:
+            raise JouleboundError("the clock session is closed (the defaults were restored)")
+        if self.actuator.set_clocks(config):
+            self.switches += 1
+            log.debug("clocks -> %s", config.label)
+
+    def close(self) -> None:
+        """Back to the defaults and release the GPU (idempotent)."""
+        try:
+            self.actuator.reset()
+        finally:
+            self.actuator.close()
+
+    def __enter__(self) -> ClockSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_actuator(backend: str, gpu: int | str = 0, helper: str | None = None, nvml: Any = None,
+                  sim: Any = None) -> Any:
+    """The actuator for ``backend``: ``"simulated"`` (needs ``sim``), ``"nvml"`` with ``helper``
+    (a socket path: the privileged clock helper) or without (in-process NVML, needs root)."""
+    if backend == "simulated":
+        from .simulated import SimulatedGpuActuator
+
+        return SimulatedGpuActuator(sim)
+    if helper:
+        from pathlib import Path
+
+        from ..dvfs.control.helper import HelperActuator
+
+        if not Path(helper).exists():
+            raise JouleboundError(
+                f"no clock helper at {helper}: start it once with `sudo joulebound clock-helper "
+                f"--socket {helper} --group $(id -gn)`, or measure read-only with --clocks auto")
+        return HelperActuator(helper, gpu=gpu)
+    from ..dvfs.control.actuators import NvmlActuator
+
+    return NvmlActuator(gpu=gpu, nvml=nvml, owner="joulebound calibrate")
