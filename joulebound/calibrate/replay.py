@@ -225,7 +225,9 @@ def _value(spec: dict[str, Any], device: Any, gen: Any) -> Any:
         return _dtype(spec["dtype"])
     if "device" in spec:
         return torch.device(device)
-    if "generator" in spec:
+    if "generator" in spec:    # a fresh generator (none on the meta device: nothing is drawn)
+        if str(device) == "meta":
+            return None
         return torch.Generator(device=torch.device(device)).manual_seed(int(gen.initial_seed()))
     if "enum" in spec:
         name = spec["enum"].removeprefix("torch.")

@@ -240,4 +240,10 @@ def characterize_from_table(trace, device, table: dict,  # type: ignore[no-untyp
     cfgs += [c for c in dict.fromkeys(c for _, c in table) if c not in have]
     base = characterize(trace, spec, params=prm, work=work, configs=cfgs)
     base.meta["calibrated_kernels"] = fitted
+    names = trace.names()
+    first = {n: i for i, n in reversed(list(enumerate(names)))}
+    act = work.activity if work.activity is not None else np.ones(len(names))
+    base.meta["fitted_work"] = {k: {"tc_max_s": float(work.tc_max[first[k]]),
+                                    "tm_max_s": float(work.tm_max[first[k]]),
+                                    "activity": float(act[first[k]])} for k in fitted}
     return _overlay(table, Path(source), base)
