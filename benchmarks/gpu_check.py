@@ -33,7 +33,7 @@ Rehearsal without a GPU: ``--rehearse`` puts :class:`joulebound.testing.fakenvml
 GPU drawing a steady 150 W) behind the read-only proxy, so the NVML sections (info, update periods,
 idle) run on CPU before device time is spent; the CUDA sections are recorded as skipped.
 
-Run: ``python benchmarks/gpu_check.py --out "$OUT"`` (about 1-2 minutes); ``--quick`` shortens
+Run: ``python benchmarks/gpu_check.py --out "$OUT"`` (about 3-4 minutes, the read-only calibration included); ``--quick`` shortens
 every timed section (idle 2 s, load 4 s, 1 s update-period polls, 20 short windows, 10 metered BERT
 steps) so that it and ``benchmarks/gpu_sweep.py --budget-s 150`` fit together in about 5 minutes.
 Every section is guarded: a failure is recorded in the JSON and the next section runs.
@@ -361,6 +361,71 @@ def bert_step(out: Path, steps: int = 20) -> dict[str, Any]:
     return d
 
 
+# -- 6. read-only calibration -------------------------------------------------------------------
+def calibrate_auto(nv: Any, gpu: Any, out: Path, budget_s: float, rehearse: bool) -> dict[str, Any]:
+    """``joulebound calibrate --clocks auto`` through this script's read-only NVML proxy."""
+    import torch
+
+    from joulebound.calibrate.backends import NvmlBackend
+    from joulebound.calibrate.calibration import calibrate
+    from joulebound.calibrate.measure import WindowSettings
+    from joulebound.dvfs.control.controller import trace_from_ops
+    from joulebound.dvfs.control.hooks import OpStream
+
+    if rehearse:
+        from joulebound.testing.demo_gpt import TinyGPTConfig, make_step
+
+        step_fn, _ = make_step(TinyGPTConfig())
+        steps = [lambda: step_fn()] * 3
+        device, torch_device = "h200-sxm", "cpu"
+    else:
+        from transformers import BertConfig, BertForMaskedLM
+
+        torch.manual_seed(0)
+        model = BertForMaskedLM(BertConfig()).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        ids = torch.randint(0, 30522, (8, 512), device="cuda")
+
+        def one() -> None:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        steps = [one] * 3
+        device, torch_device = "h200-sxm", "cuda:0"
+    for s in steps[:-1]:
+        s()
+    with OpStream(record=True, capture_args=True) as rec:
+        steps[-1]()
+    if torch_device.startswith("cuda"):
+        torch.cuda.synchronize()
+    specs = {rec.name(k): v for k, v in rec.arg_specs.items()}
+    trace = trace_from_ops([rec.name(k) for k in rec.keys], "bert-base-b8-s512-step", specs)
+    trace.save(out / "calibrate_ops.json")
+    be = NvmlBackend(0, nvml=nv, torch_device=torch_device)
+    try:
+        ws = WindowSettings(sensor_period_s=be.sensor_period_s, k_periods=5, repeats=1,
+                            warmup_s=0.1)
+        res = calibrate(trace, device, be, clocks="auto", budget_s=budget_s, window=ws)
+    finally:
+        be.close()
+    res.char.save(out / "calibrate_auto.npz")
+    d = res.to_json()
+    (out / "calibrate_auto.json").write_text(json.dumps(d, indent=1, default=str))
+    err = d["model_error_at_auto"]
+    return {k: d[k] for k in ("gpu", "distinct_kernels", "replayable_kernels", "measured_cells",
+                              "gpu_seconds", "wall_s", "clock_switches", "not_measured_budget")} | {
+        "time_mape": err.get("time_mape"), "energy_mape": err.get("energy_mape"),
+        "worst": [{k: w[k] for k in ("name", "time_error", "energy_error")}
+                  for w in err.get("worst", [])],
+        "not_replayable": [(u["name"], u["reason"]) for u in d["not_replayable"]],
+        "temperature_c": [c["temperature_c"] for c in d["cells"][:5]],
+        "sm_mhz": sorted({c["sm_mhz"] for c in d["cells"] if c["sm_mhz"] is not None})[-3:],
+        "ops_recorded": len(trace)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=os.environ.get("OUT", "gpu_check_out"))
@@ -372,7 +437,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="shorter sections (about half the time), for a device budget shared with "
                         "gpu_sweep.py")
     p.add_argument("--skip", action="append", default=[],
-                   help="section(s) to skip: info, periods, idle, load, short, bert")
+                   help="section(s) to skip: info, periods, idle, load, short, bert, calibrate")
+    p.add_argument("--calibrate-budget-s", type=float, default=None,
+                   help="device time for the read-only calibration (s; 120, --quick 60, "
+                        "--rehearse 5)")
     p.add_argument("--rehearse", action="store_true",
                    help="no GPU: a fake NVML (joulebound.testing.fakenvml) behind the read-only "
                         "proxy; the CUDA sections (load, periods_load, short, bert) are skipped")
@@ -430,6 +498,9 @@ def main(argv: list[str] | None = None) -> int:
     section("periods_load", periods_load)
     section("short", short_windows, dev, 20 if a.quick else 40)
     section("bert", bert_step, out, 10 if a.quick else 20)
+    cal_budget = a.calibrate_budget_s if a.calibrate_budget_s is not None else (
+        5.0 if a.rehearse else 60.0 if a.quick else 120.0)
+    section("calibrate_auto", calibrate_auto, nv, dev, out, cal_budget, a.rehearse)
     session.close()
     print(json.dumps({k: v for k, v in results.items() if k != "info"}, indent=1, default=str))
     return 0

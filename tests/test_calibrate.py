@@ -128,8 +128,9 @@ def test_integer_inputs_stay_in_their_recorded_range(gpt_step) -> None:  # noqa:
     assert emb
     idx = emb[0].spec["args"][1]
     assert idx["T"] == "int64" and 0 <= idx["lo"] <= idx["hi"] < 256
-    from joulebound.calibrate.replay import make_tensor
     import torch
+
+    from joulebound.calibrate.replay import make_tensor
 
     t = make_tensor(idx, "cpu", torch.Generator().manual_seed(1))
     assert int(t.min()) >= idx["lo"] and int(t.max()) <= idx["hi"]

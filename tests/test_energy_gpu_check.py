@@ -106,7 +106,8 @@ def test_info_section_reads_clock_table_on_a_fake(tmp_path, monkeypatch):
     assert d["name"] == "fake" and d["uuid"] == "GPU-fake"
     assert d["supported_clocks"] == {"3201": [1980, 1965, 345], "405": [405]}
     assert d["supported_clocks_summary"]["3201"] == {"n": 3, "min": 345, "max": 1980}
-    assert str(d["sm_clock_mhz"]).startswith("unavailable")  # not in the fake: recorded, no crash
+    assert d["sm_clock_mhz"] == 1980                         # the fake's default (top) clock
+    assert str(d["driver"]).startswith("unavailable")  # not in the fake: recorded, no crash
     assert (tmp_path / "supported_clocks.json").exists()
     assert (tmp_path / "nvidia-smi-supported-clocks.xml").read_text().strip() == "<xml/>"
     assert "mem_clocks_match" in d["catalog_h200_sxm"]
@@ -128,3 +129,6 @@ def test_rehearsal_runs_the_nvml_sections_without_a_gpu(tmp_path):
     assert idle["avg_power_w_counter"] == pytest.approx(150, rel=0.02)
     assert idle["meter_j"] == pytest.approx(idle["counter_j"], rel=0.1)
     assert res["bert"] == {"skipped": "rehearsal without a GPU"}
+    cal = res["calibrate_auto"]           # read-only calibration, replayed on CPU against the fake
+    assert "error" not in cal, cal
+    assert cal["measured_cells"] > 0 and cal["clock_switches"] == 0

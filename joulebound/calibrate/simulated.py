@@ -39,8 +39,8 @@ import numpy as np
 
 from ..clocks import ClockConfig
 from ..devices.spec import DeviceSpec
-from ..errors import JouleboundError
 from ..dvfs.control.actuators import Actuator
+from ..errors import JouleboundError
 from ..workload.trace import Trace
 
 

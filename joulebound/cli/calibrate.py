@@ -66,7 +66,6 @@ def calibrate_cmd(
     against the card's table) and the defaults are restored on every way out. Then:
     `joulebound plan ops.json -d DEVICE --characterization char.npz`.
     """
-    from ..calibrate.calibration import calibrate
     from ..calibrate.measure import WindowSettings
     from ..devices.catalog import get_device
     from ..errors import JouleboundError
@@ -108,8 +107,14 @@ def calibrate_cmd(
 
 
 def _run(tr, device, be, clocks, budget_s, ws, quiet):  # type: ignore[no-untyped-def]
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from ..calibrate.calibration import calibrate
 
