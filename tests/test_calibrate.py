@@ -292,6 +292,57 @@ def test_a_failure_mid_calibration_leaves_nothing_locked(fake_gpu) -> None:  # n
     assert fake.is_default(0)
 
 
+def test_calibration_through_the_clock_helper_restores_the_defaults(fake_gpu, tmp_path) -> None:  # noqa: ANN001
+    from joulebound.dvfs.control.helper import ClockHelper
+
+    trace, sim, fake = fake_gpu
+    helper = ClockHelper(tmp_path / "clocks.sock", nvml=fake, check_privileges=False,
+                         burst=2, min_interval_s=0.01).start()
+    try:
+        be = _FakeNvmlBackend(sim, fake, helper=str(helper.path))
+        res = calibrate(trace, "a100-sxm4-80gb", be, window=WindowSettings(0.1, **FAST))
+        be.close()
+        # the rate limit (burst 2) deferred switches: they were retried, never measured wrongly
+        for c in res.cells:
+            if c.config.core_mhz is not None:
+                assert c.sm_mhz == c.config.core_mhz
+        assert fake.count("nvmlDeviceSetGpuLockedClocks") >= 2
+        assert fake.is_default(0)
+    finally:
+        helper.close()
+
+
+def test_full_mode_measures_every_supported_pair(gpt_step) -> None:  # noqa: ANN001
+    trace, _ = gpt_step
+    names = [o.name for o in replay_set(trace).ops if o.op == "aten.mm.default"][:2]
+    small = Trace([k for k in trace.kernels if k.name in names][:2], "two-gemms", trace.meta)
+    be = SimulatedBackend(small, "h200-sxm", seed=2)
+    res = calibrate(small, "h200-sxm", be, clocks="full", window=WindowSettings(0.1, **FAST))
+    d = res.to_json()
+    n_pairs = sum(len(v) for v in be.spec.supported_clocks.values())
+    assert d["pairs_per_kernel_max"] == n_pairs + 1          # every pair and auto
+    assert d["measured_cells"] == d["full_sweep_cells"] == 2 * (n_pairs + 1)
+    assert d["gpu_seconds"] == pytest.approx(d["full_sweep_gpu_seconds"], rel=1e-9)
+
+
+def test_pairs_outside_the_supported_table_are_refused_before_any_call(fake_gpu) -> None:  # noqa: ANN001
+    from joulebound.calibrate.clocks import ClockSession
+    from joulebound.dvfs.control.actuators import NvmlActuator
+
+    _, sim, fake = fake_gpu
+    sup = {int(m): list(v) for m, v in sim.spec.supported_clocks.items()}
+    with ClockSession(NvmlActuator(0, nvml=fake, install_signal_handlers=False), sup) as cs:
+        top = max(sup)
+        with pytest.raises(JouleboundError, match="not supported"):
+            cs.set(ClockConfig(max(sup[top]) + 7, top))
+        with pytest.raises(JouleboundError, match="memory clock 1234 MHz is not supported"):
+            cs.set(ClockConfig(None, 1234))
+        assert fake.count("nvmlDeviceSetGpuLockedClocks") == 0
+        cs.set(ClockConfig(min(sup[top]), top))
+        assert fake.core_lock[0] == (min(sup[top]), min(sup[top]))
+    assert fake.is_default(0)
+
+
 # -- bad input ----------------------------------------------------------------------------------
 def test_a_trace_without_replayable_kernels_is_a_clear_error_and_changes_nothing(fake_gpu) -> None:  # noqa: ANN001
     _, sim, fake = fake_gpu

@@ -13,6 +13,7 @@ domains. Read-only calibration (``--clocks auto``) makes no session at all.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,12 +38,22 @@ class ClockSession:
         self.supported = {int(m): [int(c) for c in v] for m, v in supported.items()}
         self.switches = 0
 
-    def set(self, config: ClockConfig) -> None:
-        """Validate ``config`` against the supported table, then apply it."""
+    def set(self, config: ClockConfig, timeout_s: float = 30.0) -> None:
+        """Validate ``config`` against the supported table, then apply it; a switch the clock
+        helper defers (its rate limit) is retried until it is applied (measuring at the previous
+        clocks would mislabel every cell), at most ``timeout_s``."""
         validate_pair(config, self.supported)
         if self.actuator.closed:
             raise JouleboundError("the clock session is closed (the defaults were restored)")
-        if self.actuator.set_clocks(config):
+        changed = self.actuator.set_clocks(config)
+        deadline = time.monotonic() + timeout_s
+        while self.actuator.current != config:
+            if time.monotonic() > deadline or self.actuator.closed:
+                raise JouleboundError(f"clocks {config.label} were not applied within "
+                                      f"{timeout_s:g} s (clock helper rate limit?)")
+            time.sleep(0.02)
+            changed = self.actuator.set_clocks(config) or changed
+        if changed:
             self.switches += 1
             log.debug("clocks -> %s", config.label)
 
