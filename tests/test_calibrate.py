@@ -212,6 +212,25 @@ def test_the_simulated_counter_is_quantized_and_updates_once_per_sensor_period(g
     assert 0 <= sim.energy_j - sim.counter_mj() / 1000 <= 0.1 * p_max + 1e-3
 
 
+def test_without_an_energy_counter_power_readings_are_integrated(gpt_step) -> None:  # noqa: ANN001
+    from joulebound.calibrate.measure import SimProbe, measure_cell
+
+    trace, _ = gpt_step
+    be = SimulatedBackend(trace, "a100-sxm4-80gb", seed=4, sensor_period_s=0.05)
+    gemm = next(o.name for o in replay_set(trace).ops if o.op == "aten.mm.default")
+
+    class NoCounter(SimProbe):
+        def energy_mj(self):  # noqa: ANN202
+            return None
+
+    runner = SimRunner(be.sim, [gemm])
+    cell = measure_cell(runner, NoCounter(be.sim), 0, gemm, ClockConfig(),
+                        WindowSettings(0.05, k_periods=20, repeats=1))
+    t, e = be.sim.true_cell(gemm, ClockConfig())
+    assert cell.energy_source == "power-integration"
+    assert cell.time_s == pytest.approx(t, rel=0.02) and cell.energy_j == pytest.approx(e, rel=0.05)
+
+
 # -- through the real NvmlActuator on the fake NVML ----------------------------------------------
 class _FakeNvmlBackend(NvmlBackend):
     """The nvml backend on a fake NVML in front of the simulated GPU: clocks through the real
