@@ -378,6 +378,25 @@ def test_a_trace_without_replayable_kernels_is_a_clear_error_and_changes_nothing
                                                             "custom"]
 
 
+def test_on_a_gpu_recording_host_only_ops_are_not_replayed() -> None:
+    def t(dev: str, shape: list[int]) -> dict:
+        return {"T": "float32", "shape": shape, "stride": None, "offset": 0, "dev": dev}
+
+    gpu = Kernel("aten.mul.Tensor[4x4,scalar]float32", "elementwise", "other", None, 16, 128,
+                 meta={"replay": {"args": [t("cuda", [4, 4]), t("cpu", [])], "kwargs": {}}})
+    host = Kernel("aten.add_.Tensor[scalar]float32", "elementwise", "other", None, 1, 8,
+                  meta={"replay": {"args": [t("cpu", []), {"V": 1}], "kwargs": {}}})
+    rs = replay_set(Trace([gpu, host], "mixed", {"source": "joulebound.dvfs.control.hooks"}))
+    assert [o.name for o in rs.ops] == [gpu.name]
+    assert rs.skipped[0].name == host.name and "host" in rs.skipped[0].reason
+    # the 0-d CPU operand of a device op stays on the CPU when rebuilt
+    import torch
+
+    from joulebound.calibrate.replay import make_tensor
+
+    assert make_tensor(t("cpu", []), "cpu", torch.Generator()).device.type == "cpu"
+
+
 def test_a_profiled_kineto_trace_lists_its_kernels_as_not_replayable() -> None:
     from joulebound.workload import load_trace
 

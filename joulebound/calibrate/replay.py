@@ -106,8 +106,18 @@ def _base(op: str) -> str:
     return ".".join(parts[:2]) if len(parts) >= 2 else op
 
 
-def why_not_replayable(op: str, category: str = "", spec: dict[str, Any] | None = None) -> str | None:
-    """The reason an op cannot be replayed, or ``None`` when it can be tried."""
+def _tensor_devices(spec: dict[str, Any]) -> set[str]:
+    out: set[str] = set()
+    for a in [*spec.get("args", []), *spec.get("kwargs", {}).values()]:
+        for t in ([a] if "T" in a else a.get("L", [])):
+            out.add(str(t.get("dev", "?")))
+    return out
+
+
+def why_not_replayable(op: str, category: str = "", spec: dict[str, Any] | None = None,
+                       on_gpu: bool = False) -> str | None:
+    """The reason an op cannot be replayed, or ``None`` when it can be tried (``on_gpu``: the
+    recording ran on a GPU, so an op on CPU tensors only is host work)."""
     low = op.lower()
     if category == "communication" or any(c in low for c in COMMUNICATION):
         return "communication (needs the other ranks)"
@@ -115,6 +125,8 @@ def why_not_replayable(op: str, category: str = "", spec: dict[str, Any] | None 
         return "custom kernel (not an ATen op)"
     if _base(op) in DATA_DEPENDENT:
         return "data-dependent output shape or host sync"
+    if spec is not None and on_gpu and _tensor_devices(spec) <= {"cpu"}:
+        return "runs on the host (CPU tensors only): no GPU kernel"
     if spec is not None:
         for a in [*spec.get("args", []), *spec.get("kwargs", {}).values()]:
             if "X" in a:
@@ -136,6 +148,8 @@ def replay_set(trace: Trace) -> ReplaySet:
         counts[k.name] = counts.get(k.name, 0) + 1
         first.setdefault(k.name, k)
     out = ReplaySet()
+    on_gpu = any("cuda" in _tensor_devices(k.meta["replay"]) for k in first.values()
+                 if "replay" in k.meta)
     profiled = trace.meta.get("source") not in (None, "joulebound.dvfs.control.hooks") \
         and not any("replay" in k.meta for k in trace.kernels)
     for name, k in first.items():
@@ -147,7 +161,7 @@ def replay_set(trace: Trace) -> ReplaySet:
                 "stream (record it with `joulebound run --record ops.json -- python train.py`)",
                 counts[name]))
             continue
-        reason = why_not_replayable(op, k.category, spec)
+        reason = why_not_replayable(op, k.category, spec, on_gpu)
         if reason is None and spec is None and "[" not in name:
             reason = "no recorded arguments"
         if reason is not None:
@@ -191,6 +205,8 @@ def make_tensor(spec: dict[str, Any], device: Any, gen: Any) -> Any:
     offset = int(spec.get("offset", 0))
     if str(device) == "meta":      # shapes and schema only, no values
         return torch.empty_strided(shape, stride, dtype=dt, device="meta")
+    if spec.get("dev") == "cpu" and not shape:
+        device = "cpu"             # a 0-d CPU tensor beside device tensors (a scalar) stays there
     extent = 1 + sum((n - 1) * abs(s) for n, s in zip(shape, stride, strict=True)) \
         if all(n > 0 for n in shape) else 0
     size = offset + extent

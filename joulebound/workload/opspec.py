@@ -5,9 +5,10 @@ A *spec* is a JSON-able description of one dispatched op's arguments, recorded b
 ``capture_args=True``) in each kernel's ``meta["replay"]`` and read back by the kernel replay of
 ``joulebound calibrate`` (:mod:`joulebound.calibrate.replay`). Forms:
 
-``{"T": dtype, "shape": [...], "stride": [...], "offset": n}``
-    a tensor (``dtype`` as torch names it, e.g. ``"bfloat16"``); integer and bool tensors also
-    carry ``"lo"``/``"hi"``, the range of the recorded values (indices must stay in range).
+``{"T": dtype, "shape": [...], "stride": [...], "offset": n, "dev": type}``
+    a tensor (``dtype`` as torch names it, e.g. ``"bfloat16"``; ``dev`` its device type,
+    ``"cuda"`` / ``"cpu"``); integer and bool tensors also carry ``"lo"``/``"hi"``, the range of
+    the recorded values (indices must stay in range).
 ``{"L": [spec, ...]}``
     a list of tensors (``aten.cat``, ``_foreach_*``).
 ``{"V": value}``
@@ -45,7 +46,8 @@ def tensor_spec(t: Any) -> Spec:
     import torch
 
     d: Spec = {"T": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
-               "stride": list(t.stride()), "offset": int(t.storage_offset())}
+               "stride": list(t.stride()), "offset": int(t.storage_offset()),
+               "dev": t.device.type}
     if (not t.dtype.is_floating_point and not t.dtype.is_complex and t.numel() > 0
             and t.layout == torch.strided):
         try:
