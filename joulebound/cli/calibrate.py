@@ -23,6 +23,18 @@ JSON_HELP = ("Print JSON (keys in docs/calibrate.md): device, gpu, backend, cloc
              "plan_energy_gap_vs_full_sweep.")
 
 
+HELP = """Measure the recorded iteration's distinct kernels on the GPU and write a characterization
+whose measured cells are labeled measured (the rest modeled from each kernel's fit).
+
+Each distinct op is rebuilt on fresh tensors of its recorded shapes, strides and dtypes and
+run back to back for at least K energy-counter updates, with warm-up and repeats; time from
+CUDA events, energy from the NVML counter (power integration without one); temperature and
+clocks are kept beside each measurement. Clock pairs are locked one at a time (validated
+against the card's table) and the defaults are restored on every way out. Then:
+`joulebound plan ops.json -d DEVICE --characterization char.npz`.
+"""
+
+
 def calibrate_cmd(
     trace: Path = typer.Argument(..., help="The recorded iteration: `joulebound run --record "
                                  "ops.json -- python train.py` output (a profiled Kineto trace "
@@ -56,16 +68,7 @@ def calibrate_cmd(
                                 "for `joulebound plan --characterization`."),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Measure the recorded iteration's distinct kernels on the GPU and write a characterization
-    whose measured cells are labeled measured (the rest modeled from each kernel's fit).
-
-    Each distinct op is rebuilt on fresh tensors of its recorded shapes, strides and dtypes and
-    run back to back for at least K energy-counter updates, with warm-up and repeats; time from
-    CUDA events, energy from the NVML counter (power integration without one); temperature and
-    clocks are kept beside each measurement. Clock pairs are locked one at a time (validated
-    against the card's table) and the defaults are restored on every way out. Then:
-    `joulebound plan ops.json -d DEVICE --characterization char.npz`.
-    """
+    """``joulebound calibrate`` (help: :data:`HELP`)."""
     from ..calibrate.measure import WindowSettings
     from ..devices.catalog import get_device
     from ..errors import JouleboundError
@@ -170,4 +173,6 @@ def _summary(d: dict, output: Path) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("calibrate")(calibrate_cmd)
+    from ._common import reflow
+
+    app.command("calibrate", help=reflow(HELP))(calibrate_cmd)
