@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JouleboundError
+from ..provenance import MEASURED, MODELED
 from .meter import EnergyMeter
 from .results import WindowResult
 from .status import FAILED, from_returncode
@@ -91,7 +92,7 @@ class CommandResult:
     def cpu_energy_interval_j(self) -> tuple[float, float] | None:
         """``(low, high)`` of a modeled CPU+DRAM energy (J); ``None`` when measured or absent."""
         w = self.window
-        if self.cpu_tdp_w is None or w.cpu_energy_j is None or w.cpu_provenance != "modeled":
+        if self.cpu_tdp_w is None or w.cpu_energy_j is None or w.cpu_provenance != MODELED:
             return None
         from .cpu_model import cpu_energy_interval_j
 
@@ -105,7 +106,7 @@ class CommandResult:
         gpu = [d for d in w.devices if d.kind == "gpu"]
         ci = self.carbon
         return {"command": self.command, "exit_code": self.exit_code, "signal": self.signal,
-                "duration_s": w.duration_s, "duration_provenance": "measured",
+                "duration_s": w.duration_s, "duration_provenance": MEASURED,
                 "energy_j": w.energy_j, "energy_uncertainty_j": w.energy_uncertainty_j,
                 "cpu_energy_j": w.cpu_energy_j, "cpu_provenance": w.cpu_provenance,
                 "cpu_energy_interval_j": self.cpu_energy_interval_j,

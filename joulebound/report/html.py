@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..dvfs.study import PUBLISHED_CITATION, Study, category_savings
 from ..fmt import fmt_pct
+from ..provenance import MODELED
 from . import plots
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
@@ -88,7 +89,7 @@ def write_report(study: Study, out_dir: str | Path, *, title: str | None = None,
         figs.append(("Figure: what clock-switch latency costs", lat))
 
     e = html.escape
-    provs = " / ".join(sorted({r.plan.provenance for r in study.rows})) or "modeled"
+    provs = " / ".join(sorted({r.plan.provenance for r in study.rows})) or MODELED
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
              f"<style>{CSS}</style></head><body><h1>{e(title)}</h1>",
              f"<p class=conclusion>{e(conclusion)}</p>" if conclusion else "",

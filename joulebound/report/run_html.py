@@ -18,6 +18,7 @@ from typing import Any
 from ..energy.results import WindowResult
 from ..energy.store import Store
 from ..errors import JouleboundError
+from ..provenance import MEASURED
 
 MAX_WINDOW_ROWS = 200
 
@@ -175,7 +176,7 @@ def write_run_report(data: RunData, out_dir: str | Path, carbon: Any = None) -> 
     row("backend", r.get("backend") or "–")
     row("host / rank", f"{r.get('host')} / {r.get('rank')}")
     if w is not None:
-        row(f"duration ({w.name})", f"{w.duration_s:,.3f} s", "measured")
+        row(f"duration ({w.name})", f"{w.duration_s:,.3f} s", MEASURED)
         row("GPU energy", f"{_f(w.energy_j)} J", w.provenance if w.energy_j is not None else
             "no GPU sensor")
         if w.avg_power_w is not None:

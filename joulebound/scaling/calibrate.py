@@ -60,6 +60,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import JouleboundError
+from ..provenance import MEASURED
 from .job import Job, resolve
 from .mechanistic import (
     MechParams,
@@ -212,7 +213,7 @@ def sweep_obs(db: Path, device: str | None = None, skipped: list[str] | None = N
     df = load_sweep(db, device)
     out = []
     for r in df.itertuples():
-        if r.device == "cpu" or not (r.energy_j == r.energy_j) or r.energy_provenance != "measured":
+        if r.device == "cpu" or not (r.energy_j == r.energy_j) or r.energy_provenance != MEASURED:
             continue
         job = Job(layers=int(r.layers), hidden=int(r.hidden), heads=int(r.heads), seq=int(r.seq),
                   arch="gpt" if r.arch == "gpt" else "bert", ff=int(r.ff), global_batch=int(r.batch),
@@ -611,7 +612,7 @@ def legacy_frame(prep: Prepared):  # -> pandas.DataFrame
                      "peak_flops": hw.peak_for("fp16" if r.dtype in ("fp16", "bf16") else "fp32"),
                      "strategy": "pp" if r.pp > 1 else ("single" if r.gpus == 1 else r.strategy),
                      "gpus": r.gpus, "time_s": o.time_s, "energy_j": o.energy_j,
-                     "energy_provenance": "measured", "speedup": np.nan})
+                     "energy_provenance": MEASURED, "speedup": np.nan})
     return pd.DataFrame(rows)
 
 

@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import JouleboundError
+from ..provenance import MODELED
 from .collectives import Fabric, allgather, allreduce, reduce_scatter, sendrecv
 from .host import DEFAULT_HOST, HostPower
 from .job import Job, MemoryEstimate, Resolved, layer_params, memory, resolve
@@ -200,7 +201,7 @@ class Prediction:
     warnings: list[str]
     covers: str
     params: dict
-    provenance: str = "modeled"
+    provenance: str = MODELED
     predictor: str = "mechanistic"
 
     def to_json(self) -> dict:

@@ -30,6 +30,7 @@ import numpy as np
 
 from ...clocks import AUTO
 from ...errors import JouleboundError
+from ...provenance import MEASURED, MODELED
 from ..plan import Plan
 from ..predict import KeyInterner, NextKernelPredictor
 from .guard import SignalExit, stop_signals_raise
@@ -70,8 +71,8 @@ class RunResult:
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
-        d["duration_provenance"] = "measured"
-        d["modeled_provenance"] = "modeled" if self.modeled_energy_j is not None else None
+        d["duration_provenance"] = MEASURED
+        d["modeled_provenance"] = MODELED if self.modeled_energy_j is not None else None
         return d
 
 
