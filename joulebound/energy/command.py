@@ -254,35 +254,9 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
         meter.close(status=FAILED, exit_code=code)
         raise CommandNotRunnable(f"{cmd[0]}: {exc.strerror or exc}", code) from exc
     fwd = _Forwarder(proc, own_group)
-    old = {}
-    for s in FORWARDED:
-        try:
-            if signal.getsignal(s) is signal.SIG_IGN:
-                continue          # inherited as ignored: the caller does not want it to stop us
-            old[s] = signal.signal(s, fwd.handler)
-        except ValueError:  # not the main thread
-            pass
-    killed = False
+    old = _forward_signals(fwd)
     try:
-        rc: int | None = None
-        while True:
-            try:
-                rc = proc.wait(timeout=0.1) if rc is None else rc
-            except subprocess.TimeoutExpired:
-                pass
-            if fwd.t_signal is None:
-                if rc is not None:
-                    break
-                continue
-            if not fwd.alive():
-                break
-            if not killed and time.monotonic() - fwd.t_signal >= kill_after_s:
-                fwd.kill()
-                killed = True
-            if killed and rc is not None and time.monotonic() - fwd.t_signal > kill_after_s + 5:
-                break       # unkillable leftovers (another user's?): stop waiting for them
-            if rc is not None:
-                time.sleep(0.05)
+        killed = _wait(proc, fwd, kill_after_s)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -305,6 +279,47 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
                          notes=notes, run_id=meter.run_id,
                          db=str(db) if db is not None else None, cpu_tdp_w=tdp,
                          losses=meter.losses, stopped_by=stopped, killed=killed)
+
+
+def _forward_signals(fwd: _Forwarder) -> dict[int, Any]:
+    """Route :data:`FORWARDED` signals to ``fwd`` (those inherited as ignored stay ignored: the
+    caller does not want them to stop us); returns the handlers to restore."""
+    old = {}
+    for s in FORWARDED:
+        try:
+            if signal.getsignal(s) is signal.SIG_IGN:
+                continue
+            old[s] = signal.signal(s, fwd.handler)
+        except ValueError:  # not the main thread
+            pass
+    return old
+
+
+def _wait(proc: subprocess.Popen, fwd: _Forwarder, kill_after_s: float) -> bool:
+    """Wait until the command ended, or, once a stop signal was passed on, until its whole
+    process group did; SIGKILL the group ``kill_after_s`` after the signal. Returns whether it
+    had to be killed."""
+    killed = False
+    rc: int | None = None
+    while True:
+        try:
+            rc = proc.wait(timeout=0.1) if rc is None else rc
+        except subprocess.TimeoutExpired:
+            pass
+        if fwd.t_signal is None:
+            if rc is not None:
+                break
+            continue
+        if not fwd.alive():
+            break
+        if not killed and time.monotonic() - fwd.t_signal >= kill_after_s:
+            fwd.kill()
+            killed = True
+        if killed and rc is not None and time.monotonic() - fwd.t_signal > kill_after_s + 5:
+            break       # unkillable leftovers (another user's?): stop waiting for them
+        if rc is not None:
+            time.sleep(0.05)
+    return killed
 
 
 def _modeled_tdp(backend: Any) -> float | None:
