@@ -16,6 +16,8 @@ MEASURED: Provenance = "measured"
 MODELED: Provenance = "modeled"
 PUBLISHED: Provenance = "published"
 ALL: tuple[Provenance, ...] = (MEASURED, MODELED, PUBLISHED)
+#: a table (a characterization, a plan's cells) holding both measured and modeled figures
+MEASURED_AND_MODELED = "measured+modeled"
 
 
 def check(value: str) -> Provenance:

@@ -104,3 +104,19 @@ def test_reset_clocks_uses_nvml_reset(monkeypatch, capsys):
     rep, = json.loads(capsys.readouterr().out)["reset"]
     assert (rep["gpu"], rep["uuid"], rep["ok"]) == ("1", "GPU-fake-1", True)
     assert nv.is_default()
+
+
+def test_a_recording_is_refused_unless_its_iteration_is_one_training_step():
+    from joulebound.dvfs.control.session import MIN_RECORD_STEPS, _check_recorded_iteration
+    from joulebound.errors import JouleboundError
+
+    steps = [100 * (i + 1) for i in range(MIN_RECORD_STEPS)]   # 100 ops per optimizer step
+    _check_recorded_iteration(steps, end=steps[-1], period=100)
+    _check_recorded_iteration(steps, end=steps[-1], period=200)   # two steps whole: accepted
+    _check_recorded_iteration([], end=500, period=100)           # no optimizer: not checked
+    with pytest.raises(JouleboundError, match=f"recording needs at least {MIN_RECORD_STEPS}"):
+        _check_recorded_iteration(steps[:MIN_RECORD_STEPS - 1], end=steps[-2], period=100)
+    with pytest.raises(JouleboundError, match="no repeating iteration"):
+        _check_recorded_iteration(steps, end=50, period=100)
+    with pytest.raises(JouleboundError, match=r"\(70 ops\) is not one training step \(100 ops"):
+        _check_recorded_iteration(steps, end=steps[-1], period=70)

@@ -13,6 +13,7 @@ from joulebound.dvfs.control import Controller, DryRunActuator, lookahead_comman
 from joulebound.dvfs.control.controller import trace_from_ops
 from joulebound.dvfs.control.hooks import EventAligner, PeriodicSchedule, key_str
 from joulebound.dvfs.plan import Plan
+from joulebound.dvfs.predict import NextKernelPredictor
 
 A, B = ClockConfig(1410, 1593), ClockConfig(1005, 1593)
 
@@ -65,6 +66,71 @@ def test_controller_follows_plan_goes_safe_and_returns():
     assert ctl.stats.safe_ops >= 15
     ctl.close()
     assert act.current == AUTO and ctl.log[-1]["reason"] == "close"
+
+
+def _earned_confidence(stream, keys, warm=8):
+    """Confidence a stream has earned at each op, from the stream alone (not from any
+    predictor): the run of consecutive ops that follow the plan's order, over ``warm``."""
+    pos = {k: i for i, k in enumerate(keys)}
+    out, run, prev = [], 0, None
+    for k in stream:
+        i = pos.get(k)
+        run = 0 if i is None else run + 1 if prev is not None and i == (prev + 1) % len(keys) else 1
+        prev = i
+        out.append(min(1.0, run / warm))
+    return out
+
+
+class _Overconfident(NextKernelPredictor):
+    """A broken predictor: right labels, but always sure (confidence 1)."""
+
+    def observe(self, key):
+        hit = super().observe(key)
+        self._nc = 1.0
+        return hit
+
+
+def _gate_violations(predictor, min_confidence):
+    """Ops at which the controller's command disagrees with the gate: the plan's config is
+    commanded exactly where the stream has earned ``min_confidence``, the safe pair elsewhere.
+    The stream: two iterations from a cold start, an evaluation step of 10 unknown ops, then
+    the loop resumes mid-iteration (op 4), where labels come back before the lock is trusted."""
+    names = [f"op{i}" for i in range(20)]
+    choice = np.array([1] * 10 + [2] * 10)
+    plan = _plan(names, choice)
+    ctl = Controller(plan, DryRunActuator(), min_confidence=min_confidence, predictor=predictor)
+    ids = [ctl.interner.intern(n) for n in names]
+    stray = ctl.interner.intern("eval-op")
+    stream = ids * 2 + [stray] * 10 + ids[4:] + ids * 2
+    earned = _earned_confidence(stream, ids)
+    bad, gated = [], 0
+    for i, k in enumerate(stream):
+        ctl.on_op(k)
+        label = ctl.predictor.last_label
+        want = plan.configs[choice[label]] if earned[i] >= min_confidence else AUTO
+        gated += label >= 0 and want is AUTO  # a known label that the gate must not follow
+        if ctl.commanded != want:
+            bad.append((i, label, ctl.commanded.label, want.label))
+    return bad, gated, ctl
+
+
+@pytest.mark.parametrize("min_confidence", [0.5, 0.75])
+def test_the_confidence_gate_holds_the_safe_pair_until_the_lock_is_earned(min_confidence):
+    """With labels known but the lock young (a cold start, the resume after an evaluation step)
+    the controller runs the safe pair, and follows the plan from the op at which the predictor's
+    run of matches reaches ``min_confidence`` (warm = 8: the 4th / 6th op in order)."""
+    bad, gated, ctl = _gate_violations(NextKernelPredictor(), min_confidence)
+    assert bad == []
+    wait = round(min_confidence * 8) - 1  # ops in order before the run reaches the gate
+    assert gated >= wait + 1  # the cold start's and at least one at the resume
+    first = next(r for r in ctl.log if r["reason"] == "plan")
+    assert first["op"] == wait and first["label"] == wait
+    resumed = [r for r in ctl.log if r["reason"] == "plan" and 50 <= r["op"] < 70]
+    assert resumed[0]["op"] == 50 + wait  # op 4 resumes the loop at stream op 50
+    assert ctl.stats.safe_ops == 2 * wait + 10
+    # a predictor that is always sure follows the plan from the first labelled op: caught
+    over, _, _ = _gate_violations(_Overconfident(), min_confidence)
+    assert over and over[0][0] == 0 and over[0][2] == A.label
 
 
 def test_controller_with_latency_switches_early():

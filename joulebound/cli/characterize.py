@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from ..provenance import MEASURED, MODELED
 from ._common import console, print_json
 
 JSON_HELP = ("Print JSON: device, trace, n_kernels, n_configs, provenance (modeled | measured | "
@@ -199,7 +200,7 @@ def write_csv(char, trace, path: Path) -> None:  # noqa: ANN001
                             "auto" if c.core_mhz is None else c.core_mhz,
                             "auto" if c.mem_mhz is None else c.mem_mhz,
                             f"{char.time_s[i, j]:.6e}", f"{char.energy_j[i, j]:.6e}",
-                            "measured" if char.measured[i, j] else "modeled"])
+                            MEASURED if char.measured[i, j] else MODELED])
 
 
 def register(app: typer.Typer) -> None:

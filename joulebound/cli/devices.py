@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from ..provenance import PUBLISHED
 from ._common import reflow
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ def _row(spec: DeviceSpec) -> dict[str, Any]:
         "switch_latency_s": spec.switch_latency_s,
         "tables": "constructed" if spec.tables_constructed else "real",
         "estimates": sorted(k for k in spec.sources if _is_estimate(spec, k)),
-        "provenance": "published",
+        "provenance": PUBLISHED,
     }
 
 
@@ -185,7 +186,7 @@ def show_command(
         doc["aliases"] = device_aliases(spec.name)
         doc["origin"] = device_origin(spec.name)
         doc["ridge_point_flop_per_byte"] = spec.ridge_point
-        doc["provenance"] = "published"
+        doc["provenance"] = PUBLISHED
         doc["estimates"] = sorted(k for k in spec.sources if _is_estimate(spec, k))
         doc["model_params"] = model_params_json(spec)
         print_json(doc)

@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from ..provenance import MODELED
+
 HELP = """Run CMD, sample GPU power meanwhile, and print the energy per device and in total,
 average and peak power, and the duration. The child's exit code is passed through (127: command
 not found, 126: not executable, as in a shell). SIGTERM, SIGHUP, SIGQUIT and SIGINT sent to
@@ -148,7 +150,7 @@ def render(res, console) -> None:  # type: ignore[no-untyped-def]
             span = (f"; interval {iv[0]:,.1f}–{iv[1]:,.1f} J (without / with an idle floor of "
                     "half the TDP; no held-out error: no RAPL counter to check it against)"
                     if iv else "")
-            label = ("[yellow]modeled[/], not measured" if w.cpu_provenance == "modeled"
+            label = ("[yellow]modeled[/], not measured" if w.cpu_provenance == MODELED
                      else w.cpu_provenance)
             console.print(f"CPU+DRAM: {w.cpu_energy_j:,.1f} J = {w.cpu_energy_j / 3.6e6:.6f} kWh "
                           f"({label}{span})"

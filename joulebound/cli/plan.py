@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ..fmt import fmt_pct, fmt_range
+from ..provenance import MODELED
 
 HELP = """Plan GPU clocks for one training iteration and compare with the auto governor.
 
@@ -249,7 +250,7 @@ def interval_note(study) -> str:
 
 def provenance_of(rows) -> str:
     """One provenance word for a set of study rows (``modeled`` unless rows differ)."""
-    return " / ".join(sorted({r.plan.provenance for r in rows})) or "modeled"
+    return " / ".join(sorted({r.plan.provenance for r in rows})) or MODELED
 
 
 def baseline_line(study) -> str:

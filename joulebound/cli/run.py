@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from ..provenance import MEASURED, MODELED
+
 HELP = """Run a PyTorch training script with a clock plan applied while it trains.
 
 The script runs in-process (runpy) inside a TorchDispatchMode that shows every op (forward,
@@ -102,7 +104,7 @@ def run_command(
         t.add_column("provenance")
         t.add_row("exit code", str(res.exit_code) + (f" (stopped by {res.stopped_by})"
                                                      if res.stopped_by else ""), "")
-        t.add_row("duration", f"{res.duration_s:.3f} s", "measured")
+        t.add_row("duration", f"{res.duration_s:.3f} s", MEASURED)
         t.add_row("ops seen", f"{res.ops:,}", "")
         if res.recorded_trace:
             if res.recorded_steps:
@@ -116,27 +118,27 @@ def run_command(
         if res.predictor_accuracy is not None:
             # hits / predictions over this run's op stream: observed, so measured
             t.add_row("next-op prediction accuracy", f"{res.predictor_accuracy * 100:.2f} %",
-                      "measured")
+                      MEASURED)
         ps = res.plan_summary
         if ps is not None:
             t.add_row("plan: energy per iteration",
-                      f"{ps['energy_j']:.4f} J vs {ps['baseline_energy_j']:.4f} J", "modeled")
+                      f"{ps['energy_j']:.4f} J vs {ps['baseline_energy_j']:.4f} J", MODELED)
             t.add_row("plan: energy / time change", f"{fmt_pct(ps['energy_delta'])} / "
-                      f"{fmt_pct(ps['time_delta'])}", "modeled")
+                      f"{fmt_pct(ps['time_delta'])}", MODELED)
             t.add_row("plan: switches per iteration",
                       f"{ps['switches']} (planned for L = {ps['switch_latency_s'] * 1e3:g} ms)", "")
         if res.modeled_energy_j is not None:
-            t.add_row("GPU time (plan's kernels)", f"{res.modeled_time_s:.6f} s", "modeled")
-            t.add_row("GPU energy (plan's kernels)", f"{res.modeled_energy_j:.4f} J", "modeled")
+            t.add_row("GPU time (plan's kernels)", f"{res.modeled_time_s:.6f} s", MODELED)
+            t.add_row("GPU energy (plan's kernels)", f"{res.modeled_energy_j:.4f} J", MODELED)
             if res.baseline_energy_j is not None:
                 t.add_row("same ops at default clocks", f"{res.baseline_energy_j:.4f} J, "
-                          f"{res.baseline_time_s:.6f} s", "modeled")
+                          f"{res.baseline_time_s:.6f} s", MODELED)
             if res.modeled_energy_delta is not None:
                 t.add_row("this run: energy / time change", f"{fmt_pct(res.modeled_energy_delta)}"
-                          f" / {fmt_pct(res.modeled_time_delta)}", "modeled")
+                          f" / {fmt_pct(res.modeled_time_delta)}", MODELED)
             if res.modeled_iteration_energy_j is not None:
                 t.add_row("energy per iteration (median)",
-                          f"{res.modeled_iteration_energy_j:.4f} J", "modeled")
+                          f"{res.modeled_iteration_energy_j:.4f} J", MODELED)
         if res.switch_log:
             t.add_row("switch log", res.switch_log, "")
         console.print(t)

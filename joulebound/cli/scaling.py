@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import JouleboundError
+from ..provenance import MODELED
 from ._common import console, print_json, reflow
 
 FIT_HELP = """Fit an energy law (and speedup laws) to measured data and print the evaluation table.
@@ -137,11 +138,11 @@ def _fit_one(df, law_name: str, laws: tuple[str, ...], k: int) -> dict:  # noqa:
         rec["notes"].append("no runtimes over GPU counts (with a 1-GPU run of the same shape): "
                             "speedup laws not fitted")
     has_e = df["energy_j"].notna() & (df["energy_j"] > 0)
-    if "energy_provenance" in df and (has_e & (df["energy_provenance"] == "modeled")).any():
-        n_mod = int((has_e & (df["energy_provenance"] == "modeled")).sum())
+    if "energy_provenance" in df and (has_e & (df["energy_provenance"] == MODELED)).any():
+        n_mod = int((has_e & (df["energy_provenance"] == MODELED)).sum())
         rec["notes"].append(f"{n_mod} rows have modeled (simulated-meter) energy: left out, the energy "
                             "laws are fitted on measured energy only")
-        has_e &= df["energy_provenance"] != "modeled"
+        has_e &= df["energy_provenance"] != MODELED
     if df["peak_flops"].isna().any() and has_e.any():
         rec["notes"].append(f"{int(df['peak_flops'].isna().sum())} CPU rows have no GPU peak: left out "
                             "of the energy laws")
@@ -384,7 +385,7 @@ def fit(
 
             de = df[df["energy_j"].notna() & (df["energy_j"] > 0) & df["peak_flops"].notna()]
             if "energy_provenance" in de:
-                de = de[de["energy_provenance"] != "modeled"]
+                de = de[de["energy_provenance"] != MODELED]
             if de.empty:
                 raise JouleboundError("--save needs rows with measured energy; this data has none")
             rec = law_record(de.reset_index(drop=True), f"{data} ({len(de)} rows with measured energy)",
@@ -586,7 +587,7 @@ def _legacy_predict(law: str, o: dict, gpus: int, strategy: str, coefficients, d
         steps = float(job.tokens) / (r.global_batch * job.seq)
         p = {"energy_j": e_step * steps, "energy_lo_j": None, "energy_hi_j": None, "time_s": None,
              "steps": steps, "energy_per_step_j": e_step, "law": f"{law} (fitted on {root})",
-             "provenance": "modeled", "warnings": m.prediction_warnings(row)}
+             "provenance": MODELED, "warnings": m.prediction_warnings(row)}
     p["predictor"] = f"legacy law {law}"
     if as_json:
         print_json(p)
@@ -790,7 +791,7 @@ def _advise_table(path: Path, o: dict, deadline, max_gpus: int, strat: tuple, pr
             st = tuple(s for s in str(extra.get("strategies", ",".join(strat))).replace(";", ",").split(",") if s)
             best, opts = advisor.advise(job, _parse_duration(dl), mg, st, prm)
             out.append({"row": i, "name": job.name, "error": "", **{k: v for k, v in asdict(best).items()},
-                        "strategy": best.label, "provenance": "modeled",
+                        "strategy": best.label, "provenance": MODELED,
                         "candidates": [asdict(c) for c in opts]})
         except JouleboundError as exc:
             out.append({"row": i, "name": job.name, "error": str(exc)})

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ..provenance import MEASURED, MODELED
 from ._common import reflow
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def render_summary(summary: RooflineSummary, trace: Trace, device: DeviceSpec | 
     else:
         head = f"[bold]{trace.name}[/] — imported trace (source: {src})"
     console.print(head, highlight=False)
-    label = "modeled" if src == "analytic" else "modeled from recorded shapes"
+    label = MODELED if src == "analytic" else "modeled from recorded shapes"
     console.print(f"{summary.kernels} kernels, {si(summary.flops, 'FLOP')} ({label}), "
                   f"{si(summary.bytes, 'B')} DRAM traffic, intensity "
                   f"{summary.intensity or float('nan'):.1f} FLOP/B", highlight=False)
@@ -189,9 +190,9 @@ def summary_json(summary: RooflineSummary, trace: Trace) -> dict[str, Any]:
     doc = summary.to_json()
     doc["meta"] = trace.meta
     doc["provenance"] = {
-        "flops_bytes": "modeled",  # formulas (on recorded shapes for imports)
-        "roofline_time_s": "modeled",
-        "measured_time_s": "measured",
+        "flops_bytes": MODELED,  # formulas (on recorded shapes for imports)
+        "roofline_time_s": MODELED,
+        "measured_time_s": MEASURED,
     }
     return doc
 

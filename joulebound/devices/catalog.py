@@ -146,13 +146,24 @@ def _table(obj: Any, path: str) -> dict[int, list[int]]:
     return out
 
 
-def spec_from_dict(doc: Any, path: str | Path) -> tuple[DeviceSpec, list[str]]:
-    """Validate one entry (a parsed TOML document); returns the spec and its aliases.
+def _pos_int(f: Fields, p: str, key: str, default: Any = ...) -> int:
+    v = f.get(key, int, default, nonneg=True)
+    if v is not None and v <= 0:
+        raise SchemaError(p, key, f"must be > 0, got {v}")
+    return v
 
-    Raises :class:`SchemaError` naming ``path`` and the offending field.
-    """
-    p = str(path)
-    f = Fields(doc, p)
+
+def _num(f: Fields, p: str, key: str, default: Any = ..., positive: bool = True) -> float:
+    v = f.get(key, (int, float), default, nonneg=True)
+    if v is not None:
+        v = float(v)
+        if not math.isfinite(v) or (positive and v <= 0):
+            raise SchemaError(p, key, f"must be a finite number > 0, got {v}")
+    return v
+
+
+def _identity(f: Fields, p: str) -> tuple[str, list[str]]:
+    """Schema, version, name and aliases of an entry."""
     schema = f.get("schema", str, SCHEMA)
     if schema != SCHEMA:
         raise SchemaError(p, "schema", f"expected {SCHEMA!r}, got {schema!r}")
@@ -167,7 +178,11 @@ def spec_from_dict(doc: Any, path: str | Path) -> tuple[DeviceSpec, list[str]]:
     aliases = f.get("aliases", list, [])
     if not all(isinstance(a, str) and a.strip() for a in aliases):
         raise SchemaError(p, "aliases", "expected a list of non-empty strings")
+    return name, aliases
 
+
+def _clock_table(f: Fields, p: str) -> tuple[dict[int, list[int]], bool]:
+    """The clock table (memory MHz -> core MHz, descending) and whether it came from ranges."""
     has_table = "supported_clocks" in f.obj
     has_ranges = "clock_ranges" in f.obj
     if has_table == has_ranges:
@@ -178,39 +193,33 @@ def spec_from_dict(doc: Any, path: str | Path) -> tuple[DeviceSpec, list[str]]:
         _expand_ranges(f.obj["clock_ranges"], p)
     if not table:
         raise SchemaError(p, "supported_clocks", "empty clock table")
+    return table, has_ranges
 
-    def pos_int(key: str, default: Any = ...) -> int:
-        v = f.get(key, int, default, nonneg=True)
-        if v is not None and v <= 0:
-            raise SchemaError(p, key, f"must be > 0, got {v}")
-        return v
 
-    def num(key: str, default: Any = ..., positive: bool = True) -> float:
-        v = f.get(key, (int, float), default, nonneg=True)
-        if v is not None:
-            v = float(v)
-            if not math.isfinite(v) or (positive and v <= 0):
-                raise SchemaError(p, key, f"must be a finite number > 0, got {v}")
-        return v
-
-    max_mem = pos_int("max_mem_mhz", max(table))
+def _clock_limits(f: Fields, p: str, table: dict[int, list[int]]) -> tuple[int, int, int, int]:
+    """``(max_mem, default_mem, max_core, default_core)`` MHz, checked against the table."""
+    max_mem = _pos_int(f, p, "max_mem_mhz", max(table))
     if max_mem not in table:
         raise SchemaError(p, "max_mem_mhz", f"{max_mem} MHz is not a memory clock of the table "
                           f"({sorted(table, reverse=True)})")
-    default_mem = pos_int("default_mem_mhz", max_mem)
+    default_mem = _pos_int(f, p, "default_mem_mhz", max_mem)
     if default_mem not in table:
         raise SchemaError(p, "default_mem_mhz", f"{default_mem} MHz is not a memory clock of the "
                           f"table ({sorted(table, reverse=True)})")
     top_core = max(max(v) for v in table.values())
-    max_core = pos_int("max_core_mhz", top_core)
+    max_core = _pos_int(f, p, "max_core_mhz", top_core)
     if max_core != top_core:
         raise SchemaError(p, "max_core_mhz", f"{max_core} MHz differs from the top of the clock "
                           f"table ({top_core} MHz)")
-    default_core = pos_int("default_core_mhz", max_core)
+    default_core = _pos_int(f, p, "default_core_mhz", max_core)
     if default_core > max_core:
         raise SchemaError(p, "default_core_mhz", f"{default_core} MHz is above max_core_mhz "
                           f"{max_core}")
+    return max_mem, default_mem, max_core, default_core
 
+
+def _peak_flops(f: Fields, p: str) -> dict[str, float]:
+    """Dense FLOP/s per dtype (``fp32`` required)."""
     peaks_obj = Fields(f.get("peak_flops", dict), p, "peak_flops")
     peaks: dict[str, float] = {}
     for k in peaks_obj.obj:
@@ -221,42 +230,81 @@ def spec_from_dict(doc: Any, path: str | Path) -> tuple[DeviceSpec, list[str]]:
             raise SchemaError(p, f"peak_flops.{k}", f"must be a finite number > 0 FLOP/s, got {peaks[k]}")
     if "fp32" not in peaks:
         raise SchemaError(p, "peak_flops.fp32", "missing (dense FP32 FLOP/s at max_core_mhz)")
+    return peaks
 
-    pl_min = num("power_limit_min_w")
-    pl_max = num("power_limit_max_w")
-    pl_def = num("power_limit_default_w")
+
+def _power_limits(f: Fields, p: str) -> tuple[float, float, float]:
+    """``(min, max, default)`` power limits (W), ordered min <= default <= max."""
+    pl_min = _num(f, p, "power_limit_min_w")
+    pl_max = _num(f, p, "power_limit_max_w")
+    pl_def = _num(f, p, "power_limit_default_w")
     if not pl_min <= pl_def <= pl_max:
         raise SchemaError(p, "power_limit_default_w",
                           f"need power_limit_min_w <= default <= max, got {pl_min} <= {pl_def} "
                           f"<= {pl_max}")
+    return pl_min, pl_max, pl_def
+
+
+def _vf_curve(f: Fields, p: str) -> list[tuple[int, float]] | None:
     vf = f.get("vf_curve", list, None)
-    if vf is not None:
-        try:
-            vf = [(int(a), float(b)) for a, b in vf]
-        except (TypeError, ValueError):
-            raise SchemaError(p, "vf_curve", "expected [[core_mhz, relative_voltage], ...]") from None
+    if vf is None:
+        return None
+    try:
+        return [(int(a), float(b)) for a, b in vf]
+    except (TypeError, ValueError):
+        raise SchemaError(p, "vf_curve", "expected [[core_mhz, relative_voltage], ...]") from None
+
+
+def _memory_type(f: Fields, p: str) -> str:
+    """The memory technology in :data:`~joulebound.dvfs.model.memory.TECHS`' spelling, or ``""``."""
+    mem_type = f.get("memory_type", str, "").strip()
+    if not mem_type:
+        return mem_type
+    from ..dvfs.model.memory import TECHS
+
+    match = [k for k in TECHS if k.lower() == mem_type.lower()]
+    if not match:
+        raise SchemaError(p, "memory_type", f"unknown memory type {mem_type!r}; use one of "
+                          f"{', '.join(TECHS)}")
+    return match[0]
+
+
+def _interconnect(f: Fields, p: str) -> str | None:
+    """The GPU-to-GPU link's canonical name (:mod:`joulebound.devices.links`), or ``None``."""
+    link = f.get("interconnect", str, None)
+    if link is None:
+        return None
+    from .links import get_link
+
+    try:
+        return get_link(link, scope="intra").name
+    except JouleboundError as exc:
+        raise SchemaError(p, "interconnect", str(exc)) from None
+
+
+def spec_from_dict(doc: Any, path: str | Path) -> tuple[DeviceSpec, list[str]]:
+    """Validate one entry (a parsed TOML document); returns the spec and its aliases.
+
+    Fields are checked in a fixed order (identity, clock table, clock limits, peak FLOP/s, power
+    limits, the optional fields, then the rest); the first error found is raised.
+
+    Raises :class:`SchemaError` naming ``path`` and the offending field.
+    """
+    p = str(path)
+    f = Fields(doc, p)
+    name, aliases = _identity(f, p)
+    table, has_ranges = _clock_table(f, p)
+    max_mem, default_mem, max_core, default_core = _clock_limits(f, p, table)
+    peaks = _peak_flops(f, p)
+    pl_min, pl_max, pl_def = _power_limits(f, p)
+    vf = _vf_curve(f, p)
     sources = f.get("sources", dict, {})
     if not all(isinstance(v, str) for v in sources.values()):
         raise SchemaError(p, "sources", "every source must be a string")
     sm = f.get("sm_count", int, 0, nonneg=True)
     boost = f.get("boost_core_mhz", int, None, nonneg=True)
-    mem_type = f.get("memory_type", str, "").strip()
-    if mem_type:
-        from ..dvfs.model.memory import TECHS
-
-        match = [k for k in TECHS if k.lower() == mem_type.lower()]
-        if not match:
-            raise SchemaError(p, "memory_type", f"unknown memory type {mem_type!r}; use one of "
-                              f"{', '.join(TECHS)}")
-        mem_type = match[0]
-    link = f.get("interconnect", str, None)
-    if link is not None:
-        from .links import get_link
-
-        try:
-            link = get_link(link, scope="intra").name
-        except JouleboundError as exc:
-            raise SchemaError(p, "interconnect", str(exc)) from None
+    mem_type = _memory_type(f, p)
+    link = _interconnect(f, p)
 
     spec = DeviceSpec(
         name=name,
@@ -268,15 +316,15 @@ def spec_from_dict(doc: Any, path: str | Path) -> tuple[DeviceSpec, list[str]]:
         default_mem_mhz=default_mem,
         max_mem_mhz=max_mem,
         peak_flops=peaks,
-        mem_bandwidth_bps=num("mem_bandwidth_bps"),
+        mem_bandwidth_bps=_num(f, p, "mem_bandwidth_bps"),
         power_limit_default_w=pl_def,
         power_limit_min_w=pl_min,
         power_limit_max_w=pl_max,
-        idle_power_w=num("idle_power_w"),
-        memory_bytes=num("memory_bytes", 0.0, positive=False),
+        idle_power_w=_num(f, p, "idle_power_w"),
+        memory_bytes=_num(f, p, "memory_bytes", 0.0, positive=False),
         sm_count=sm,
-        switch_latency_s=num("switch_latency_s", None),
-        sensor_period_s=num("sensor_period_s", None),
+        switch_latency_s=_num(f, p, "switch_latency_s", None),
+        sensor_period_s=_num(f, p, "sensor_period_s", None),
         vf_curve=vf,
         tables_constructed=f.get("tables_constructed", bool, has_ranges),
         boost_core_mhz=boost,

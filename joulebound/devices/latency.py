@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..provenance import PUBLISHED
 from .spec import DeviceSpec
 
-PUBLISHED = "published"
 ESTIMATE = "estimate"
 
 

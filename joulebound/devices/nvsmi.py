@@ -158,15 +158,8 @@ def _text(gpu: ET.Element, tag: str) -> str | None:
     return None if el is None or el.text is None else el.text.strip()
 
 
-def _gpu(gpu: ET.Element, index: int, path: str) -> NvsmiGpu:
-    where = f"gpu[{index}]"
-    notes: list[str] = []
-    product = _text(gpu, "product_name")
-    if not product:  # e.g. `nvidia-smi -q -x -d SUPPORTED_CLOCKS` output
-        product = "unknown"
-        notes.append("product_name missing: pass --name and --like when importing")
-    arch = _text(gpu, "product_architecture") or "unknown"
-
+def _supported_clocks(gpu: ET.Element, where: str, path: str) -> dict[int, list[int]]:
+    """``<supported_clocks>``: memory MHz -> core MHz (descending); N/A entries dropped."""
     table: dict[int, list[int]] = {}
     sc = gpu.find("supported_clocks")
     if sc is None:
@@ -191,13 +184,19 @@ def _gpu(gpu: ET.Element, index: int, path: str) -> NvsmiGpu:
         raise SchemaError(path, f"{where}/supported_clocks",
                           "no supported clocks listed (the driver printed N/A: the board does not "
                           "support application clocks)")
+    return table
 
-    def clock(section: str, tag: str) -> int | None:
-        v = _value(_text(gpu, f"{section}/{tag}"), "MHz", path, f"{where}/{section}/{tag}")
-        return None if v is None else int(v)
 
-    max_core = clock("max_clocks", "graphics_clock")
-    max_mem = clock("max_clocks", "mem_clock")
+def _clock(gpu: ET.Element, section: str, tag: str, where: str, path: str) -> int | None:
+    v = _value(_text(gpu, f"{section}/{tag}"), "MHz", path, f"{where}/{section}/{tag}")
+    return None if v is None else int(v)
+
+
+def _max_clocks(gpu: ET.Element, table: dict[int, list[int]], where: str, path: str,
+                notes: list[str]) -> tuple[int, int]:
+    """``(max core, max memory)`` MHz; the table's top where the driver says N/A (noted)."""
+    max_core = _clock(gpu, "max_clocks", "graphics_clock", where, path)
+    max_mem = _clock(gpu, "max_clocks", "mem_clock", where, path)
     top_mem = max(table)
     if max_mem is None:
         max_mem = top_mem
@@ -209,19 +208,32 @@ def _gpu(gpu: ET.Element, index: int, path: str) -> NvsmiGpu:
         notes.append(f"max memory clock {max_mem} MHz is not in the supported table; "
                      f"using the table's top {top_mem} MHz")
         max_mem = top_mem
+    return max_core, max_mem
+
+
+def _watts(pw: ET.Element | None, tag: str, where: str, path: str) -> float | None:
+    if pw is None:
+        return None
+    return _value(_text(pw, tag), "W", path, f"{where}/{pw.tag}/{tag}")
+
+
+def _gpu(gpu: ET.Element, index: int, path: str) -> NvsmiGpu:
+    where = f"gpu[{index}]"
+    notes: list[str] = []
+    product = _text(gpu, "product_name")
+    if not product:  # e.g. `nvidia-smi -q -x -d SUPPORTED_CLOCKS` output
+        product = "unknown"
+        notes.append("product_name missing: pass --name and --like when importing")
+    arch = _text(gpu, "product_architecture") or "unknown"
+    table = _supported_clocks(gpu, where, path)
+    max_core, max_mem = _max_clocks(gpu, table, where, path, notes)
 
     pw = gpu.find("gpu_power_readings")
     if pw is None:
         pw = gpu.find("power_readings")
-
-    def watts(tag: str) -> float | None:
-        if pw is None:
-            return None
-        return _value(_text(pw, tag), "W", path, f"{where}/{pw.tag}/{tag}")
-
-    draw = watts("power_draw")
+    draw = _watts(pw, "power_draw", where, path)
     if draw is None:
-        draw = watts("instant_power_draw")
+        draw = _watts(pw, "instant_power_draw", where, path)
     pstate = None if pw is None else _text(pw, "power_state")
     if pstate is not None and not re.fullmatch(r"P\d+", pstate):
         pstate = _text(gpu, "performance_state")
@@ -237,11 +249,12 @@ def _gpu(gpu: ET.Element, index: int, path: str) -> NvsmiGpu:
         supported_clocks=table,
         max_core_mhz=max_core,
         max_mem_mhz=max_mem,
-        default_app_core_mhz=clock("default_applications_clocks", "graphics_clock"),
-        default_app_mem_mhz=clock("default_applications_clocks", "mem_clock"),
-        power_limit_default_w=watts("default_power_limit"),
-        power_limit_min_w=watts("min_power_limit"),
-        power_limit_max_w=watts("max_power_limit"),
+        default_app_core_mhz=_clock(gpu, "default_applications_clocks", "graphics_clock", where,
+                                    path),
+        default_app_mem_mhz=_clock(gpu, "default_applications_clocks", "mem_clock", where, path),
+        power_limit_default_w=_watts(pw, "default_power_limit", where, path),
+        power_limit_min_w=_watts(pw, "min_power_limit", where, path),
+        power_limit_max_w=_watts(pw, "max_power_limit", where, path),
         power_draw_w=draw,
         pstate=pstate,
         memory_bytes=None if mem_mib is None else mem_mib * 2**20,

@@ -17,6 +17,7 @@ import numpy as np
 from ..clocks import ClockConfig
 from ..errors import JouleboundError, SchemaError
 from ..jsonio import check_header
+from ..provenance import MEASURED, MEASURED_AND_MODELED, MODELED
 
 SCHEMA = "joulebound.characterization"
 VERSION = 1
@@ -86,8 +87,8 @@ class Characterization:
         one configuration's ``column``."""
         cells = self.measured if column is None else self.measured[:, column]
         if cells.all():
-            return "measured"
-        return "measured+modeled" if cells.any() else "modeled"
+            return MEASURED
+        return MEASURED_AND_MODELED if cells.any() else MODELED
 
     # -- files --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:

@@ -16,6 +16,7 @@ import numpy as np
 from ..clocks import ClockConfig
 from ..errors import SchemaError
 from ..jsonio import Fields, check_header, read_json, write_json
+from ..provenance import MODELED
 
 SCHEMA = "joulebound.plan"
 VERSION = 1
@@ -62,7 +63,7 @@ class Plan:
     predicted_energy_j: float = float("nan")
     baseline_time_s: float = float("nan")
     baseline_energy_j: float = float("nan")
-    provenance: str = "modeled"
+    provenance: str = MODELED
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -144,5 +145,5 @@ class Plan:
             predicted_energy_j=f.get("predicted_energy_j", float, nan),
             baseline_time_s=f.get("baseline_time_s", float, nan),
             baseline_energy_j=f.get("baseline_energy_j", float, nan),
-            provenance=f.get("provenance", str, "modeled"), meta=f.get("meta", dict, {}),
+            provenance=f.get("provenance", str, MODELED), meta=f.get("meta", dict, {}),
         )

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import JouleboundError
+from ..provenance import MODELED
 from .characterization import Characterization
 from .plan import Plan
 from .solve.problem import baseline_column
@@ -81,7 +82,7 @@ class SimResult:
     sensor_energy_j: float
     switch_latency_s: float
     lookahead: bool
-    provenance: str = "modeled"
+    provenance: str = MODELED
     meta: dict = field(default_factory=dict)
 
     def summary(self) -> dict:

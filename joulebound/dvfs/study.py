@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import provenance
 from ..workload.trace import Trace
 from .characterization import Characterization
 from .plan import Plan
@@ -42,7 +43,8 @@ def published_for(trace: Trace, device: str) -> list[dict]:
     """The published reference figures that apply to this trace and device (else none)."""
     name = (trace.name or "").lower()
     if "gpt3-xl" in name and device.lower() in ("rtx3080ti", "rtx 3080 ti"):
-        return [dict(r, provenance="published", source=PUBLISHED_CITATION) for r in PUBLISHED]
+        return [dict(r, provenance=provenance.PUBLISHED, source=PUBLISHED_CITATION)
+                for r in PUBLISHED]
     return []
 
 

@@ -16,6 +16,8 @@ import threading
 from dataclasses import dataclass
 from typing import Literal
 
+from ..provenance import MEASURED, MODELED
+
 Kind = Literal["gpu", "cpu", "dram"]
 
 
@@ -63,7 +65,7 @@ class Backend:
     """
 
     name: str = "base"
-    provenance: str = "measured"
+    provenance: str = MEASURED
 
     def __init__(self) -> None:
         #: serialises reads from the meter and the sampler thread (counter unwrapping has state)
@@ -99,7 +101,7 @@ class NoneBackend(Backend):
     """No energy sensor: windows record time only (``energy_j`` is ``None``, never 0)."""
 
     name = "none"
-    provenance = "measured"  # the duration is measured; there is no energy figure at all
+    provenance = MEASURED  # the duration is measured; there is no energy figure at all
 
     def __init__(self, reason: str = "no energy sensor selected (backend='none')") -> None:
         super().__init__()
@@ -121,7 +123,7 @@ class CompositeBackend(Backend):
         # the window's provenance is the GPU energy's: that of the parts with GPU channels
         gpu_parts = [p for p in parts if any(c.kind == "gpu" for c in p.channels)] or parts
         provs = {p.provenance for p in gpu_parts}
-        self.provenance = provs.pop() if len(provs) == 1 else "modeled"
+        self.provenance = provs.pop() if len(provs) == 1 else MODELED
         self._map: list[tuple[Backend, int]] = []
         self._seen = [0] * len(parts)
         for p in parts:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JouleboundError
+from ..provenance import MEASURED, MODELED
 from .meter import EnergyMeter
 from .results import WindowResult
 from .status import FAILED, from_returncode
@@ -91,7 +92,7 @@ class CommandResult:
     def cpu_energy_interval_j(self) -> tuple[float, float] | None:
         """``(low, high)`` of a modeled CPU+DRAM energy (J); ``None`` when measured or absent."""
         w = self.window
-        if self.cpu_tdp_w is None or w.cpu_energy_j is None or w.cpu_provenance != "modeled":
+        if self.cpu_tdp_w is None or w.cpu_energy_j is None or w.cpu_provenance != MODELED:
             return None
         from .cpu_model import cpu_energy_interval_j
 
@@ -105,7 +106,7 @@ class CommandResult:
         gpu = [d for d in w.devices if d.kind == "gpu"]
         ci = self.carbon
         return {"command": self.command, "exit_code": self.exit_code, "signal": self.signal,
-                "duration_s": w.duration_s, "duration_provenance": "measured",
+                "duration_s": w.duration_s, "duration_provenance": MEASURED,
                 "energy_j": w.energy_j, "energy_uncertainty_j": w.energy_uncertainty_j,
                 "cpu_energy_j": w.cpu_energy_j, "cpu_provenance": w.cpu_provenance,
                 "cpu_energy_interval_j": self.cpu_energy_interval_j,
@@ -253,35 +254,9 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
         meter.close(status=FAILED, exit_code=code)
         raise CommandNotRunnable(f"{cmd[0]}: {exc.strerror or exc}", code) from exc
     fwd = _Forwarder(proc, own_group)
-    old = {}
-    for s in FORWARDED:
-        try:
-            if signal.getsignal(s) is signal.SIG_IGN:
-                continue          # inherited as ignored: the caller does not want it to stop us
-            old[s] = signal.signal(s, fwd.handler)
-        except ValueError:  # not the main thread
-            pass
-    killed = False
+    old = _forward_signals(fwd)
     try:
-        rc: int | None = None
-        while True:
-            try:
-                rc = proc.wait(timeout=0.1) if rc is None else rc
-            except subprocess.TimeoutExpired:
-                pass
-            if fwd.t_signal is None:
-                if rc is not None:
-                    break
-                continue
-            if not fwd.alive():
-                break
-            if not killed and time.monotonic() - fwd.t_signal >= kill_after_s:
-                fwd.kill()
-                killed = True
-            if killed and rc is not None and time.monotonic() - fwd.t_signal > kill_after_s + 5:
-                break       # unkillable leftovers (another user's?): stop waiting for them
-            if rc is not None:
-                time.sleep(0.05)
+        killed = _wait(proc, fwd, kill_after_s)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -304,6 +279,47 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
                          notes=notes, run_id=meter.run_id,
                          db=str(db) if db is not None else None, cpu_tdp_w=tdp,
                          losses=meter.losses, stopped_by=stopped, killed=killed)
+
+
+def _forward_signals(fwd: _Forwarder) -> dict[int, Any]:
+    """Route :data:`FORWARDED` signals to ``fwd`` (those inherited as ignored stay ignored: the
+    caller does not want them to stop us); returns the handlers to restore."""
+    old = {}
+    for s in FORWARDED:
+        try:
+            if signal.getsignal(s) is signal.SIG_IGN:
+                continue
+            old[s] = signal.signal(s, fwd.handler)
+        except ValueError:  # not the main thread
+            pass
+    return old
+
+
+def _wait(proc: subprocess.Popen, fwd: _Forwarder, kill_after_s: float) -> bool:
+    """Wait until the command ended, or, once a stop signal was passed on, until its whole
+    process group did; SIGKILL the group ``kill_after_s`` after the signal. Returns whether it
+    had to be killed."""
+    killed = False
+    rc: int | None = None
+    while True:
+        try:
+            rc = proc.wait(timeout=0.1) if rc is None else rc
+        except subprocess.TimeoutExpired:
+            pass
+        if fwd.t_signal is None:
+            if rc is not None:
+                break
+            continue
+        if not fwd.alive():
+            break
+        if not killed and time.monotonic() - fwd.t_signal >= kill_after_s:
+            fwd.kill()
+            killed = True
+        if killed and rc is not None and time.monotonic() - fwd.t_signal > kill_after_s + 5:
+            break       # unkillable leftovers (another user's?): stop waiting for them
+        if rc is not None:
+            time.sleep(0.05)
+    return killed
 
 
 def _modeled_tdp(backend: Any) -> float | None:

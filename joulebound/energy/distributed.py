@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..devices.gpu import visible_device_ids
+from ..provenance import MODELED
 from .meter import EnergyMeter
 from .ranks import default_gpus
 from .results import DeviceEnergy, WindowResult
@@ -89,7 +90,7 @@ def combine(per_rank: Sequence[Sequence[WindowResult | dict[str, Any]]]) -> list
             name=key[0], start_s=start, end_s=end, duration_s=end - start,
             energy_j=float(sum(gpu)) if gpu and all(e is not None for e in gpu) else None,  # type: ignore[arg-type]
             devices=devices,
-            provenance="modeled" if "modeled" in provs else provs[0],
+            provenance=MODELED if MODELED in provs else provs[0],
             flags=flags,
             cpu_energy_j=float(sum(cpu)) if cpu and all(e is not None for e in cpu) else None,  # type: ignore[arg-type]
             rank=-1, host=",".join(sorted({w.host for w in ws})),

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..provenance import MEASURED
 from .meter import EnergyMeter
 from .results import WindowResult
 
@@ -72,7 +73,7 @@ def window_metrics(w: WindowResult, prefix: str = "energy", carbon: Any = None,
 
 def summary(w: WindowResult, carbon: Any = None, **extra: Any) -> dict[str, Any]:
     """A plain summary of a whole run's window (for ``trainer.state`` and JSON)."""
-    d: dict[str, Any] = {"duration_s": w.duration_s, "duration_provenance": "measured",
+    d: dict[str, Any] = {"duration_s": w.duration_s, "duration_provenance": MEASURED,
                          "gpu_energy_j": w.energy_j, "gpu_provenance":
                              w.provenance if any(x.kind == "gpu" for x in w.devices) else None,
                          "gpu_avg_power_w": w.avg_power_w,

@@ -13,15 +13,16 @@ Tables:
 Times are seconds since the Unix epoch; energy J; power W. The same file may hold other helpers'
 tables (e.g. ``sweep_results``). Several processes may write one file (WAL + busy timeout).
 
-Integrity: every open runs ``PRAGMA quick_check``; a damaged file is refused with a message
-(never written into, never a raw sqlite traceback). ``PRAGMA user_version`` records the schema
-version (:data:`SCHEMA_VERSION`); a file from a newer joulebound is refused, an unversioned one from
-before versioning is stamped on its first write.
+Opening, integrity and versions are :mod:`joulebound.sqlitedb`'s, shared with the sweep store:
+every open runs ``PRAGMA quick_check``; a damaged file is refused with a message (never written
+into, never a raw sqlite traceback). The schema version (:data:`SCHEMA_VERSION`) is recorded in the
+file's ``joulebound_schema`` table as component ``energy`` (and, for older releases, as ``PRAGMA
+user_version``); a file from a newer joulebound is refused, an unversioned one from before
+versioning is stamped when it is opened for writing.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sqlite3
 import threading
@@ -29,6 +30,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import sqlitedb
 from ..errors import JouleboundError
 from .results import DeviceEnergy, WindowResult
 
@@ -50,26 +52,10 @@ CREATE TABLE IF NOT EXISTS samples (
 CREATE INDEX IF NOT EXISTS samples_run ON samples(run_id, t_s);
 """
 TABLES = ("runs", "windows", "samples")
-#: ``PRAGMA user_version`` of the tables above
+#: this store's name in the file's schema table (:mod:`joulebound.sqlitedb`)
+COMPONENT = "energy"
+#: schema version of the tables above (also written as ``PRAGMA user_version``)
 SCHEMA_VERSION = 1
-
-
-def check_integrity(con: sqlite3.Connection, path: str | Path, what: str = "store") -> None:
-    """Refuse a damaged SQLite file (``PRAGMA quick_check``) with a message saying what to do.
-
-    Raises:
-        JouleboundError: the file is not a database or fails the check.
-    """
-    try:
-        rows = [r[0] for r in con.execute("PRAGMA quick_check(5)").fetchall()]
-    except sqlite3.DatabaseError as exc:
-        raise JouleboundError(f"{what} {path}: not an SQLite database, or not a usable one "
-                              f"({exc}); record to a new file instead (e.g. --db new.db)") from None
-    if rows != ["ok"]:
-        raise JouleboundError(f"{what} {path} is damaged (SQLite quick_check: "
-                              f"{'; '.join(str(r) for r in rows)}); it was not written to. Keep it "
-                              f"for inspection, record to a new file (e.g. --db new.db), and try "
-                              f"`sqlite3 {path} .recover` to salvage its rows")
 
 
 class Store:
@@ -83,57 +69,45 @@ class Store:
         self.path = Path(path)
         if self.path.parent and not self.path.parent.exists():
             raise JouleboundError(f"store {self.path}: folder {self.path.parent} does not exist")
+        self._con = sqlitedb.connect(self.path, what="store", readonly=readonly,
+                                     check_same_thread=False)
         try:
-            if readonly:
-                self._con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30.0,
-                                            check_same_thread=False, isolation_level=None)
-                check_integrity(self._con, self.path)
-                tables = {r[0] for r in self._con.execute(
-                    "SELECT name FROM sqlite_master WHERE type='table'")}
-                if not {"runs", "windows", "samples"} <= tables:
-                    raise JouleboundError(
-                        f"store {self.path}: not a joulebound measurement store (no runs/windows/"
-                        "samples tables); it is written by joulebound measure --db, "
-                        "EnergyMeter(store=...) or the Hugging Face callback")
-                self._check_version()
-            else:
-                self._con = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False,
-                                            isolation_level=None)
-                check_integrity(self._con, self.path)
-                self._check_version()
-                self._con.execute("PRAGMA journal_mode=WAL")
-                self._con.execute("PRAGMA synchronous=NORMAL")
-                self._con.executescript(SCHEMA)
+            if readonly and not set(TABLES) <= sqlitedb.table_names(self._con):
+                raise JouleboundError(
+                    f"store {self.path}: not a joulebound measurement store (no runs/windows/"
+                    "samples tables); it is written by joulebound measure --db, "
+                    "EnergyMeter(store=...) or the Hugging Face callback")
+            sqlitedb.require_schema(
+                sqlitedb.schema_version(self._con, COMPONENT, user_version=True),
+                SCHEMA_VERSION, self.path, "store", "record to a new file (e.g. --db new.db)")
+            if not readonly:
+                sqlitedb.enable_writes(self._con)
+                with sqlitedb.transaction(self._con):  # tables and version in one commit
+                    for stmt in SCHEMA.split(";"):
+                        if stmt.strip():
+                            self._con.execute(stmt)
+                    sqlitedb.stamp_schema(self._con, COMPONENT, SCHEMA_VERSION)
+                # older joulebound releases read the version here
                 self._con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.OperationalError as exc:
+            self._con.close()
             raise JouleboundError(f"store {self.path}: cannot be opened for writing ({exc}); is "
                                   "the disk full or the folder read-only?") from None
         except sqlite3.DatabaseError as exc:
+            self._con.close()
             raise JouleboundError(f"store {self.path}: not a usable SQLite database ({exc}); "
                                   "record to a new file instead (e.g. --db new.db)") from None
+        except BaseException:
+            self._con.close()
+            raise
         self._lock = threading.Lock()
 
-    def _check_version(self) -> None:
-        v = int(self._con.execute("PRAGMA user_version").fetchone()[0])
-        if v > SCHEMA_VERSION:
-            raise JouleboundError(f"store {self.path} was written by a newer joulebound (schema "
-                                  f"version {v}, this one reads up to {SCHEMA_VERSION}); upgrade "
-                                  "joulebound, or record to a new file (e.g. --db new.db)")
-
     def _write(self, sql: str, rows: list[tuple] | tuple) -> None:
-        with self._lock:
-            self._con.execute("BEGIN IMMEDIATE")
-            try:
-                if isinstance(rows, list):
-                    self._con.executemany(sql, rows)
-                else:
-                    self._con.execute(sql, rows)
-                self._con.execute("COMMIT")
-            except BaseException:
-                # SQLite may already have rolled back (e.g. SQLITE_FULL): keep the real error
-                with contextlib.suppress(sqlite3.Error):
-                    self._con.execute("ROLLBACK")
-                raise
+        with sqlitedb.transaction(self._con, self._lock):
+            if isinstance(rows, list):
+                self._con.executemany(sql, rows)
+            else:
+                self._con.execute(sql, rows)
 
     # -- writes -------------------------------------------------------------------------------
     def begin_run(self, run_id: str, *, backend: str = "", provenance: str = "", command: str = "",

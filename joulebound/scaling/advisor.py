@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..errors import JouleboundError
+from ..provenance import MODELED
 from .defaults import config_frame, predict_job
 from .hardware import get_hw
 from .speedup import normalize_strategy
@@ -92,7 +93,7 @@ def advise_law(tokens: float, deadline_s: float, max_gpus: int = 8,
 
 
 def to_json(best: Candidate, cands: list[Candidate]) -> dict:
-    return {"best": asdict(best), "candidates": [asdict(c) for c in cands], "provenance": "modeled"}
+    return {"best": asdict(best), "candidates": [asdict(c) for c in cands], "provenance": MODELED}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,5 +216,5 @@ def advise(job, deadline_s: float, max_gpus: int = 8,  # noqa: ANN001
 
 
 def options_json(best: Option, opts: list[Option]) -> dict:
-    return {"best": asdict(best), "candidates": [asdict(o) for o in opts], "provenance": "modeled",
+    return {"best": asdict(best), "candidates": [asdict(o) for o in opts], "provenance": MODELED,
             "predictor": "mechanistic"}

@@ -53,13 +53,16 @@ import argparse
 import json
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..errors import JouleboundError
+from ..provenance import MEASURED
 from .job import Job, resolve
 from .mechanistic import (
     MechParams,
@@ -212,7 +215,7 @@ def sweep_obs(db: Path, device: str | None = None, skipped: list[str] | None = N
     df = load_sweep(db, device)
     out = []
     for r in df.itertuples():
-        if r.device == "cpu" or not (r.energy_j == r.energy_j) or r.energy_provenance != "measured":
+        if r.device == "cpu" or not (r.energy_j == r.energy_j) or r.energy_provenance != MEASURED:
             continue
         job = Job(layers=int(r.layers), hidden=int(r.hidden), heads=int(r.heads), seq=int(r.seq),
                   arch="gpt" if r.arch == "gpt" else "bert", ff=int(r.ff), global_batch=int(r.batch),
@@ -379,60 +382,23 @@ def fit(prep: Prepared, base: MechParams | None = None, framework_known: bool = 
     derive the interval widths (module docstring). ``framework_known``: the data are the user's
     own runs of the framework they will predict (a sweep store), so the between-data-set term of
     the interval is left out."""
-    from scipy.optimize import least_squares
-
     base = base or MechParams()
     rho, rho_src = wait_ratio_from_blocking()
     base = replace(base, wait_ratio=rho)
     t_meas = prep.col("time_s").astype(float)
-    e_meas = prep.col("energy_j").astype(float)
-    nvml = prep.col("energy_basis") == "nvml"
-    w_t = _weights(prep)
-    fast = _Fast(prep)
     ds = prep.col("dataset")
     dev = np.array([pa.key.device for pa in prep.parts])
     cell_names = sorted({(str(a), str(b)) for a, b in zip(ds, dev, strict=True)})
     cell = np.array([cell_names.index((str(a), str(b))) for a, b in zip(ds, dev, strict=True)])
+    fast = _Fast(prep)
+    sol, make = _fit_times(prep, base, fast, t_meas, cell_names, cell)
     nc = len(cell_names)
-
-    def make(x: np.ndarray) -> MechParams:
-        return replace(base, kappa=float(np.exp(_global_log_kappa(x[:nc], cell_names))),
-                       launch_s=math.exp(x[nc]), step_s=max(x[nc + 1], 0.0))
-
-    def resid(x: np.ndarray) -> np.ndarray:
-        t, _ = fast(make(x), np.exp(x[:nc])[cell])
-        return w_t * np.log(t / t_meas)
-
-    lo = np.r_[np.full(nc, math.log(0.2)), math.log(LAUNCH_BOUNDS[0]), 0.0]
-    hi = np.r_[np.full(nc, math.log(10.0)), math.log(LAUNCH_BOUNDS[1]), 0.5]
-    x0 = np.clip(np.r_[np.full(nc, math.log(base.kappa)), math.log(base.launch_s), base.step_s],
-                 lo + 1e-9, hi - 1e-9)
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(1):  # BLAS threads thrash on an 11-column Jacobian
-        sol = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.2,
-                            x_scale=np.r_[np.full(nc, 0.3), 1.0, 0.01], max_nfev=200)
-    cell_kappa = {f"{a}/{b}": float(math.exp(v)) for (a, b), v in zip(cell_names, sol.x[:nc], strict=True)}
     prm = make(sol.x)
     pr = predicted(prep, prm)
     r_t = np.log(pr["time"] / t_meas)
-    t_cell, _ = fast(prm, np.exp(sol.x[:nc])[cell])
-    r_cell = np.log(t_cell / t_meas)  # residual with each cell's own κ
-    sig = dict(base.sigma)
-    sig["compute"], sig["framework_between"], sig["within"] = _framework_sigma(
-        sol.x[:nc], cell_names, r_cell, cell, framework_known)
-    if nvml.any():
-        r_p = np.log((pr["gpu"] / pr["time"]) / (e_meas / t_meas))[nvml]
-        sig["power"] = _balanced_rms(r_p, ds[nvml])
+    sig = _interval_sigmas(prep, prm, fast, sol.x[:nc], cell_names, cell, pr, r_t,
+                           framework_known)
     devs = np.unique(dev)
-    sig["device"] = _device_sigma(sol.x[:nc], cell_names)
-    pipe = np.array([r.pp > 1 for r in prep.resolved])
-    if pipe.sum() >= 3:
-        sig["pipeline"] = float(max(np.sqrt(np.mean((r_t[pipe] - np.mean(r_t[pipe])) ** 2)), 0.05))
-    ovh = pr["overhead_share"] > 0.2
-    if ovh.sum() >= 5:
-        sig["overhead"] = float(max(np.sqrt(np.mean(r_cell[ovh] ** 2)) / np.mean(pr["overhead_share"][ovh]),
-                                    0.1))
     toks = np.array([r.micro_batch * r.job.seq for r in prep.resolved], float)
     from .mechanistic import kinds
 
@@ -441,6 +407,8 @@ def fit(prep: Prepared, base: MechParams | None = None, framework_known: bool = 
                   strategies_seen=tuple(seen),
                   tokens_range=(float(toks.min()), float(toks.max())),
                   max_gpus_seen=int(max(r.gpus for r in prep.resolved)))
+    cell_kappa = {f"{a}/{b}": float(math.exp(v)) for (a, b), v in zip(cell_names, sol.x[:nc], strict=True)}
+    nvml = prep.col("energy_basis") == "nvml"
     prm.provenance = {
         "calibration": "fit",
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -460,6 +428,65 @@ def fit(prep: Prepared, base: MechParams | None = None, framework_known: bool = 
         "gpu_model": prep.parts[0].model_meta if prep.parts else {},
     }
     return prm
+
+
+def _fit_times(prep: Prepared, base: MechParams, fast: _Fast, t_meas: np.ndarray,
+               cell_names: list[tuple[str, str]], cell: np.ndarray) -> tuple[Any, Callable[[np.ndarray], MechParams]]:
+    """Robust least squares on log step time: one log κ per (data set, GPU) cell, log τ and
+    t_step. Returns scipy's solution and ``make(x) -> MechParams`` (the global κ from the
+    cells')."""
+    from scipy.optimize import least_squares
+    from threadpoolctl import threadpool_limits
+
+    w_t = _weights(prep)
+    nc = len(cell_names)
+
+    def make(x: np.ndarray) -> MechParams:
+        return replace(base, kappa=float(np.exp(_global_log_kappa(x[:nc], cell_names))),
+                       launch_s=math.exp(x[nc]), step_s=max(x[nc + 1], 0.0))
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        t, _ = fast(make(x), np.exp(x[:nc])[cell])
+        return w_t * np.log(t / t_meas)
+
+    lo = np.r_[np.full(nc, math.log(0.2)), math.log(LAUNCH_BOUNDS[0]), 0.0]
+    hi = np.r_[np.full(nc, math.log(10.0)), math.log(LAUNCH_BOUNDS[1]), 0.5]
+    x0 = np.clip(np.r_[np.full(nc, math.log(base.kappa)), math.log(base.launch_s), base.step_s],
+                 lo + 1e-9, hi - 1e-9)
+    with threadpool_limits(1):  # BLAS threads thrash on an 11-column Jacobian
+        sol = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.2,
+                            x_scale=np.r_[np.full(nc, 0.3), 1.0, 0.01], max_nfev=200)
+    return sol, make
+
+
+def _interval_sigmas(prep: Prepared, prm: MechParams, fast: _Fast, log_kappa: np.ndarray,
+                     cell_names: list[tuple[str, str]], cell: np.ndarray,
+                     pr: dict[str, np.ndarray], r_t: np.ndarray,
+                     framework_known: bool) -> dict[str, float]:
+    """The interval's log-scale widths from the residuals of the fitted ``prm`` (its cells'
+    ``log_kappa``; module docstring): compute, between frameworks, within, power, device,
+    pipeline and overhead terms."""
+    t_meas = prep.col("time_s").astype(float)
+    e_meas = prep.col("energy_j").astype(float)
+    nvml = prep.col("energy_basis") == "nvml"
+    ds = prep.col("dataset")
+    t_cell, _ = fast(prm, np.exp(log_kappa)[cell])
+    r_cell = np.log(t_cell / t_meas)  # residual with each cell's own κ
+    sig = dict(prm.sigma)
+    sig["compute"], sig["framework_between"], sig["within"] = _framework_sigma(
+        log_kappa, cell_names, r_cell, cell, framework_known)
+    if nvml.any():
+        r_p = np.log((pr["gpu"] / pr["time"]) / (e_meas / t_meas))[nvml]
+        sig["power"] = _balanced_rms(r_p, ds[nvml])
+    sig["device"] = _device_sigma(log_kappa, cell_names)
+    pipe = np.array([r.pp > 1 for r in prep.resolved])
+    if pipe.sum() >= 3:
+        sig["pipeline"] = float(max(np.sqrt(np.mean((r_t[pipe] - np.mean(r_t[pipe])) ** 2)), 0.05))
+    ovh = pr["overhead_share"] > 0.2
+    if ovh.sum() >= 5:
+        sig["overhead"] = float(max(np.sqrt(np.mean(r_cell[ovh] ** 2)) / np.mean(pr["overhead_share"][ovh]),
+                                    0.1))
+    return sig
 
 
 #: which data constrains which parameter (also in docs/scaling.md)
@@ -611,7 +638,7 @@ def legacy_frame(prep: Prepared):  # -> pandas.DataFrame
                      "peak_flops": hw.peak_for("fp16" if r.dtype in ("fp16", "bf16") else "fp32"),
                      "strategy": "pp" if r.pp > 1 else ("single" if r.gpus == 1 else r.strategy),
                      "gpus": r.gpus, "time_s": o.time_s, "energy_j": o.energy_j,
-                     "energy_provenance": "measured", "speedup": np.nan})
+                     "energy_provenance": MEASURED, "speedup": np.nan})
     return pd.DataFrame(rows)
 
 

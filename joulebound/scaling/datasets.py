@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import JouleboundError, SchemaError
+from ..provenance import MEASURED
 from .hardware import get_hw
 
 REQUIRED = ("layers", "hidden", "heads", "seq", "batch", "device", "peak_flops", "strategy", "gpus",
@@ -198,7 +199,7 @@ def load_mayaki(path: str | Path) -> pd.DataFrame:
         "peak_flops_dataset": num["peak"][ok].astype(float) * 1e12,
         "strategy": "single", "gpus": 1, "unit": "step",
         "time_s": dur[ok].astype(float), "energy_j": en[ok].astype(float),
-        "energy_provenance": "measured", "speedup": np.nan,
+        "energy_provenance": MEASURED, "speedup": np.nan,
     })
     df["family"] = "L" + df["layers"].astype(str) + "_d" + df["hidden"].astype(str)
     df = _hw_cols(df).reset_index(drop=True)
@@ -255,7 +256,7 @@ def load_zeus(path: str | Path) -> pd.DataFrame:
                          "params": 110e6, "seq": meta["seq"], "batch": int(r["batch_size"]),
                          "dtype": "fp32", "device": dev, "strategy": "single", "gpus": 1,
                          "unit": "step", "time_s": t, "energy_j": t * r["average_power"],
-                         "energy_provenance": "measured", "speedup": np.nan})
+                         "energy_provenance": MEASURED, "speedup": np.nan})
     df = _hw_cols(pd.DataFrame(rows))
     df.attrs["dropped"] = dropped
     df.attrs["source"] = str(p)
@@ -336,7 +337,7 @@ def load_perseus(path: str | Path) -> pd.DataFrame:
                      "dtype": "fp16", "device": dev, "strategy": "pp",
                      "gpus": int(r["dp"] * r["pp"] * r["tp"]), "unit": "iteration",
                      "time_s": float(r["iter_time_s"]), "energy_j": float(r["iter_energy_j"]),
-                     "energy_provenance": "measured", "speedup": np.nan, "origin": r["origin"]})
+                     "energy_provenance": MEASURED, "speedup": np.nan, "origin": r["origin"]})
     df = _hw_cols(pd.DataFrame(rows))
     df.attrs["dropped"] = dropped
     df.attrs["source"] = str(p)

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import JouleboundError, did_you_mean
+from ..provenance import MODELED
 from .design import prepare
 from .hardware import HW
 from .speedup import check_gpus, normalize_strategy
@@ -112,7 +113,7 @@ class Prediction:
     eta_hw: float
     eta_par: float
     law: str = "prerun (built-in, fitted on mayaki_ecai2025)"
-    provenance: str = "modeled"
+    provenance: str = MODELED
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:

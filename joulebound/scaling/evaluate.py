@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .. import provenance
 from .laws import EnergyLaw, make_law, prepare
 from .metrics import adjusted_r2, conformal_quantile, mape, r2, rmse
 
@@ -25,7 +26,7 @@ __all__ = ["DEFAULT_LAWS", "PUBLISHED", "adjusted_r2", "conformal_quantile", "cr
 PUBLISHED = {
     "citation": "Zoubeirou a Mayaki, The Energy Consumption of Transformer Fine-Tuning: A "
                 "Roofline-Inspired Scaling Model, arXiv 2606.23546",
-    "provenance": "published",
+    "provenance": provenance.PUBLISHED,
     "adj_r2_with_eta": 0.853, "adj_r2_without_eta": 0.777, "alpha_C": 0.20, "alpha_eta": -1.06,
     "setting": "410 BERT configurations, 8x RTX 2080 Ti, eta measured from the same runs",
 }

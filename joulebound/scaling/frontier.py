@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..provenance import MODELED, PUBLISHED
 from .defaults import config_frame, load_default
 from .design import prepare
 from .hardware import HW, get_hw
@@ -34,7 +35,7 @@ CASES = {
                        ff=4 * 12288, vocab=50257, dtype="fp16", device="v100-sxm2"),
         "tokens": 300e9, "chips": 10_000, "strategy": "tp",
         "published": {"energy_mwh": 1287.0, "flops": 3.14e23, "avg_power_w": 330.0, "pue": 1.10,
-                      "source": PATTERSON, "provenance": "published"},
+                      "source": PATTERSON, "provenance": PUBLISHED},
     },
     "t5-11b": {
         "config": dict(model="t5", layers=48, hidden=1024, heads=128, seq=512, batch=2048,
@@ -42,7 +43,7 @@ CASES = {
         # 2^20 steps x 2^11 sequences x 512 tokens (Raffel et al. 2020, sec. 3.7)
         "tokens": 2**40, "chips": 512, "strategy": "tp",
         "published": {"energy_mwh": 85.7, "flops": 4.05e22, "avg_power_w": 310.0, "pue": 1.10,
-                      "source": PATTERSON, "provenance": "published"},
+                      "source": PATTERSON, "provenance": PUBLISHED},
     },
 }
 
@@ -72,7 +73,7 @@ def check(name: str) -> dict:
             "eta_hw_hat": eta_hw, "law_mwh": law_mwh, "physics_mwh": physics_mwh,
             "published": pub, "law_ratio": law_mwh / pub["energy_mwh"],
             "physics_ratio": physics_mwh / pub["energy_mwh"],
-            "flops_ratio": flops / pub["flops"], "provenance": "modeled",
+            "flops_ratio": flops / pub["flops"], "provenance": MODELED,
             "log10_off_law": float(np.log10(law_mwh / pub["energy_mwh"])),
             "log10_off_physics": float(np.log10(physics_mwh / pub["energy_mwh"]))}
 

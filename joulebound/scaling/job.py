@@ -144,8 +144,27 @@ def model_params(arch: str, layers: int, hidden: int, ff: int, vocab: int, seq: 
 
 
 def resolve(job: Job) -> Resolved:
-    """Check ``job`` and derive its degrees, batch and stages; raises :class:`JouleboundError`."""
+    """Check ``job`` and derive its degrees, batch and stages; raises :class:`JouleboundError`
+    (the checks run in a fixed order: shape, parallelism, batch, then the totals)."""
     warn: list[str] = []
+    arch, L, d, h, S, ff, V, dtype = _shape(job)
+    n = _int("gpus", job.gpus)
+    strategy, dp, tp, pp = _degrees(job, n, L, d, h, ff, warn)
+    sharded = strategy == "fsdp"
+    stages = _stages(job.pp_stages, L, pp)
+    b, ga, gb = _batch(job, dp, pp, warn)
+    if b > LIMITS["batch"]:
+        raise JouleboundError(f"per-GPU micro-batch {b:,} is absurd (limit {LIMITS['batch']:,})")
+    params = model_params(arch, L, d, ff, V, S)
+    _check_totals(job, params)
+    if dp > 1 and gb // dp < 1:
+        raise JouleboundError("global batch smaller than the data-parallel ranks")
+    return Resolved(job, arch, ff, V, dtype, strategy if n > 1 else "single", dp, tp, pp, sharded,
+                    b, ga, gb, stages, float(params), float(gb * S), tuple(warn))
+
+
+def _shape(job: Job) -> tuple[str, int, int, int, int, int, int, str]:
+    """``(arch, layers, hidden, heads, seq, ff, vocab, dtype)`` checked; the optimizer too."""
     arch_key = str(job.arch).strip().lower()
     if arch_key in ("t5", "encoder-decoder", "bart"):
         raise JouleboundError(f"--model {job.arch}: encoder-decoder models are not modeled by the "
@@ -168,7 +187,13 @@ def resolve(job: Job) -> Resolved:
         raise JouleboundError(f"unknown --dtype {job.dtype!r}." + did_you_mean(dtype, DTYPES))
     if job.optimizer not in OPTIMIZERS:
         raise JouleboundError(f"unknown --optimizer {job.optimizer!r}." + did_you_mean(str(job.optimizer), OPTIMIZERS))
-    n = _int("gpus", job.gpus)
+    return arch, L, d, h, S, ff, V, dtype
+
+
+def _degrees(job: Job, n: int, L: int, d: int, h: int, ff: int,
+             warn: list[str]) -> tuple[str, int, int, int]:
+    """``(strategy, dp, tp, pp)`` of ``n`` GPUs, checked against the shape (layers ``L``, hidden
+    ``d``, heads ``h``, ``ff``); notes go to ``warn``."""
     strategy = normalize_strategy(job.strategy)
     tp = _int("tp", job.tp) if job.tp is not None else (n if strategy == "tp" else 1)
     pp = _int("pp", job.pp) if job.pp is not None else (n if strategy == "pp" else 1)
@@ -180,8 +205,7 @@ def resolve(job: Job) -> Resolved:
         raise JouleboundError(f"--gpus {n} is not a multiple of tp·pp = {tp}·{pp}; the data-parallel "
                               "degree dp = gpus/(tp·pp) must be an integer")
     dp = n // (tp * pp)
-    sharded = strategy == "fsdp"
-    if sharded and pp > 1:
+    if strategy == "fsdp" and pp > 1:
         raise JouleboundError("FSDP (ZeRO-3) combined with pipeline parallelism is not modeled; use "
                               "--strategy ddp with --pp for data × pipeline parallelism")
     if tp > 1:
@@ -196,34 +220,18 @@ def resolve(job: Job) -> Resolved:
     if pp > L:
         raise JouleboundError(f"pipeline stages pp={pp} exceed the {L} layers; each stage needs at "
                               "least one layer (use pp <= --layers)")
-    stages = _stages(job.pp_stages, L, pp)
-    # batch semantics
+    return strategy, dp, tp, pp
+
+
+def _batch(job: Job, dp: int, pp: int, warn: list[str]) -> tuple[int, int, int]:
+    """``(micro_batch, grad_accum, global_batch)`` from the two of them the job gives (see the
+    module docstring); notes go to ``warn``."""
     ga = _int("grad_accum", job.grad_accum) if job.grad_accum is not None else None
     if job.batch is None and job.global_batch is None:
         raise JouleboundError("give --batch (sequences per GPU per micro-batch, as Hugging Face's "
                               "per_device_train_batch_size) or --global-batch (sequences per optimizer "
                               "step over all GPUs)")
-    if job.batch is not None:
-        b = _int("batch", job.batch)
-        if job.global_batch is not None:
-            gb = _int("global_batch", job.global_batch)
-            if gb < dp:
-                raise JouleboundError(f"--global-batch {gb} is smaller than the {dp} data-parallel "
-                                      "ranks; every rank needs at least one sequence per step")
-            if gb % (dp * b):
-                raise JouleboundError(f"--global-batch {gb} is not a multiple of dp·batch = {dp}·{b}; "
-                                      f"gradient accumulation needs an integer number of micro-batches")
-            ga2 = gb // (dp * b)
-            if ga is not None and ga != ga2:
-                raise JouleboundError(f"--grad-accum {ga} contradicts --global-batch {gb} = dp {dp} × "
-                                      f"batch {b} × {ga2}; give two of the three")
-            ga = ga2
-        ga = ga or (4 * pp if pp > 1 else 1)
-        if pp > 1 and job.grad_accum is None and job.global_batch is None:
-            warn.append(f"pipeline with {ga} micro-batches per step assumed (4·pp); give --grad-accum "
-                        "or --global-batch")
-        gb = dp * b * ga
-    else:
+    if job.batch is None:
         gb = _int("global_batch", job.global_batch)
         if gb < dp:
             raise JouleboundError(f"--global-batch {gb} is smaller than the {dp} data-parallel ranks; "
@@ -233,10 +241,30 @@ def resolve(job: Job) -> Resolved:
         if gb % (dp * ga):
             raise JouleboundError(f"--global-batch {gb} is not divisible by dp·grad_accum = {dp}·{ga}; "
                                   "give --batch (per GPU) as well")
-        b = gb // (dp * ga)
-    if b > LIMITS["batch"]:
-        raise JouleboundError(f"per-GPU micro-batch {b:,} is absurd (limit {LIMITS['batch']:,})")
-    params = model_params(arch, L, d, ff, V, S)
+        return gb // (dp * ga), ga, gb
+    b = _int("batch", job.batch)
+    if job.global_batch is not None:
+        gb = _int("global_batch", job.global_batch)
+        if gb < dp:
+            raise JouleboundError(f"--global-batch {gb} is smaller than the {dp} data-parallel "
+                                  "ranks; every rank needs at least one sequence per step")
+        if gb % (dp * b):
+            raise JouleboundError(f"--global-batch {gb} is not a multiple of dp·batch = {dp}·{b}; "
+                                  f"gradient accumulation needs an integer number of micro-batches")
+        ga2 = gb // (dp * b)
+        if ga is not None and ga != ga2:
+            raise JouleboundError(f"--grad-accum {ga} contradicts --global-batch {gb} = dp {dp} × "
+                                  f"batch {b} × {ga2}; give two of the three")
+        ga = ga2
+    ga = ga or (4 * pp if pp > 1 else 1)
+    if pp > 1 and job.grad_accum is None and job.global_batch is None:
+        warn.append(f"pipeline with {ga} micro-batches per step assumed (4·pp); give --grad-accum "
+                    "or --global-batch")
+    return b, ga, dp * b * ga
+
+
+def _check_totals(job: Job, params: float) -> None:
+    """Refuse an absurd parameter count, token budget or power limit."""
     if params > MAX_PARAMS:
         raise JouleboundError(f"{params:.3g} parameters is absurd (limit {MAX_PARAMS:.0e}); check "
                               "--layers / --hidden")
@@ -250,10 +278,6 @@ def resolve(job: Job) -> Resolved:
     if job.power_limit_w is not None and not (math.isfinite(float(job.power_limit_w))
                                               and float(job.power_limit_w) > 0):
         raise JouleboundError(f"--power-limit must be > 0 W (got {job.power_limit_w})")
-    if dp > 1 and gb // dp < 1:
-        raise JouleboundError("global batch smaller than the data-parallel ranks")
-    return Resolved(job, arch, ff, V, dtype, strategy if n > 1 else "single", dp, tp, pp, sharded,
-                    b, ga, gb, stages, float(params), float(gb * S), tuple(warn))
 
 
 def _stages(given: tuple[int, ...] | None, layers: int, pp: int) -> tuple[int, ...]:

@@ -21,6 +21,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from ..errors import JouleboundError, did_you_mean
+from ..provenance import MODELED
 from .job import Job
 
 _INT = {"layers", "hidden", "heads", "seq", "batch", "global_batch", "grad_accum", "ff", "vocab",
@@ -124,7 +125,7 @@ def read_jobs(path: str | Path, defaults: dict, advise: bool = False
 def prediction_row(i: int, p, error: str = "") -> dict:  # noqa: ANN001
     """One output row (:data:`PREDICT_COLUMNS`) of a Prediction (or of an error)."""
     if p is None:
-        return {"row": i, "error": error, "provenance": "modeled"}
+        return {"row": i, "error": error, "provenance": MODELED}
     st = p.step
     return {"row": i, "name": p.name, "error": "", "strategy": p.strategy, "gpus": p.gpus,
             "nodes": p.nodes, "device": p.device, "micro_batch": p.micro_batch,
@@ -138,7 +139,7 @@ def prediction_row(i: int, p, error: str = "") -> dict:  # noqa: ANN001
             "energy_per_token_j": p.energy_per_token_j, "step_time_s": st["time_s"],
             "comm_share": st["comm_s"] / st["time_s"], "fits_memory": p.fits_memory,
             "memory_gib": p.memory["total"] / 2**30, "warnings": " | ".join(p.warnings),
-            "provenance": "modeled"}
+            "provenance": MODELED}
 
 
 def write_csv(path: str | Path, rows: list[dict], columns: tuple[str, ...] = PREDICT_COLUMNS) -> None:

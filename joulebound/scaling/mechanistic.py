@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import JouleboundError
+from ..provenance import MODELED
 from .collectives import Fabric, allgather, allreduce, reduce_scatter, sendrecv
 from .host import DEFAULT_HOST, HostPower
 from .job import Job, MemoryEstimate, Resolved, layer_params, memory, resolve
@@ -200,7 +201,7 @@ class Prediction:
     warnings: list[str]
     covers: str
     params: dict
-    provenance: str = "modeled"
+    provenance: str = MODELED
     predictor: str = "mechanistic"
 
     def to_json(self) -> dict:
@@ -279,104 +280,142 @@ def _part(parts: Parts, name: str, kappa: float, tau: float) -> _Part:
     return _Part(*hit)
 
 
-def compose(r: Resolved, parts: Parts, prm: MechParams, fabric: Fabric) -> Step:
-    """One optimizer step of the resolved job (see the module docstring)."""
-    j = r.job
-    kap, tau = prm.kappa, prm.launch_s
-    p_wait = prm.wait_ratio * parts.idle_w
+class _TPComm:
+    """Tensor-parallel all-reduces of the activations on the critical path, per micro-batch (s):
+    per layer forward / backward, the embedding stage's and the head's."""
+
+    __slots__ = ("layer_f", "layer_b", "pre", "post")
+
+    def __init__(self, r: Resolved, fabric: Fabric, detail: dict) -> None:
+        self.layer_f = self.layer_b = self.pre = self.post = 0.0
+        if r.tp <= 1:
+            return
+        j = r.job
+        sa = _bytes(r.dtype)
+        tokens_mb = r.micro_batch * j.seq
+        bw, lat, _ = fabric.group(r.tp, 1)
+        ar = allreduce(tokens_mb * j.hidden * sa, r.tp, bw, lat)
+        small = allreduce(tokens_mb * 4, r.tp, bw, lat)
+        self.layer_f = 2 * ar
+        self.layer_b = (4 if j.recompute else 2) * ar
+        self.pre, self.post = ar, ar + 3 * small
+        detail["tp_allreduce_s"] = ar
+        detail["tp_allreduce_bytes"] = tokens_mb * j.hidden * sa
+
+
+def _stage_work(r: Resolved, parts: Parts, kap: float, tau: float,
+                tpc: _TPComm) -> tuple[list[_Part], list[float]]:
+    """Per pipeline stage, per micro-batch: its compute parts and its tp communication (s)."""
     lf, lb = _part(parts, "layer_f", kap, tau), _part(parts, "layer_b", kap, tau)
     pre_f, pre_b = _part(parts, "pre_f", kap, tau), _part(parts, "pre_b", kap, tau)
     post_f, post_b = _part(parts, "post_f", kap, tau), _part(parts, "post_b", kap, tau)
-    sa = _bytes(r.dtype)
-    tokens_mb = r.micro_batch * j.seq
-    m, p, tp, dp = r.grad_accum, r.pp, r.tp, r.dp
-    detail: dict = {}
-    # tensor-parallel all-reduces of the activations (critical path)
-    tp_layer_f = tp_layer_b = tp_pre = tp_post = 0.0
-    if tp > 1:
-        bw, lat, _ = fabric.group(tp, 1)
-        ar = allreduce(tokens_mb * j.hidden * sa, tp, bw, lat)
-        small = allreduce(tokens_mb * 4, tp, bw, lat)
-        tp_layer_f = 2 * ar
-        tp_layer_b = (4 if j.recompute else 2) * ar
-        tp_pre, tp_post = ar, ar + 3 * small
-        detail["tp_allreduce_s"] = ar
-        detail["tp_allreduce_bytes"] = tokens_mb * j.hidden * sa
-    # per stage, per micro-batch: compute parts and tp communication
     n_st = len(r.stages)
     stage_fb: list[_Part] = []
     stage_comm: list[float] = []
     for s, ell in enumerate(r.stages):
         part = (lf + lb) * ell
-        comm = (tp_layer_f + tp_layer_b) * ell
+        comm = (tpc.layer_f + tpc.layer_b) * ell
         if s == 0:
             part = part + pre_f + pre_b
-            comm += tp_pre
+            comm += tpc.pre
         if s == n_st - 1:
             part = part + post_f + post_b
-            comm += tp_post
+            comm += tpc.post
         stage_fb.append(part)
         stage_comm.append(comm)
+    return stage_fb, stage_comm
+
+
+def _stage_params(r: Resolved) -> tuple[float, float, list[float]]:
+    """``(params per layer, embedding params, params per stage)``; with pp > 1 the last stage
+    holds its own copy of the tied output embedding."""
+    j = r.job
     per_layer = layer_params(j.hidden, r.ff)
     emb_params = r.params - j.layers * per_layer
     stage_params = [ell * per_layer + (emb_params if s == 0 else 0.0) for s, ell in enumerate(r.stages)]
-    if p > 1:  # the last stage holds its own copy of the tied output embedding
+    if r.pp > 1:
         stage_params[-1] += r.vocab * j.hidden
-    shard = dp if r.sharded else 1
-    comm_exposed = 0.0
-    fsdp_mb = 0.0
-    if r.sharded and dp > 1:
-        if p > 1:
-            raise JouleboundError("FSDP (ZeRO-3) combined with pipeline parallelism is not modeled; "
-                                  "use --strategy ddp with --pp for dp × pp")
-        bw, lat, _ = fabric.group(dp, tp)
-        s_p = sa
-        ag_l = allgather(per_layer / tp * s_p, dp, bw, lat)
-        rs_l = reduce_scatter(per_layer / tp * s_p, dp, bw, lat)
-        ag_r = allgather(emb_params / tp * s_p, dp, bw, lat)
-        rs_r = reduce_scatter(emb_params / tp * s_p, dp, bw, lat)
-        L = j.layers
-        f_exp = ag_r + ag_l + (L - 1) * max(0.0, ag_l - (lf.t + tp_layer_f))
-        b_exp = (L - 1) * max(0.0, ag_l + rs_l - (lb.t + tp_layer_b)) + rs_l + rs_r
-        fsdp_mb = f_exp + b_exp
-        detail.update(fsdp_allgather_layer_s=ag_l, fsdp_reduce_scatter_layer_s=rs_l,
-                      fsdp_exposed_per_microbatch_s=fsdp_mb,
-                      fsdp_layer_bytes=per_layer / tp * s_p)
-    p2p = 0.0
-    if p > 1:
-        bw, lat, _ = fabric.group(p, tp * dp)
-        p2p = sendrecv(tokens_mb * j.hidden * sa / tp, bw, lat)
-        detail["pp_p2p_s"] = p2p
-    fb = [sp.t + sc for sp, sc in zip(stage_fb, stage_comm, strict=True)]
+    return per_layer, emb_params, stage_params
+
+
+def _fsdp_exposed(r: Resolved, parts: Parts, kap: float, tau: float, tpc: _TPComm,
+                  fabric: Fabric, per_layer: float, emb_params: float, detail: dict) -> float:
+    """FSDP all-gathers / reduce-scatters not hidden behind the layers' compute, per
+    micro-batch (s); 0 unless sharded over dp > 1."""
+    dp, tp = r.dp, r.tp
+    if not (r.sharded and dp > 1):
+        return 0.0
+    if r.pp > 1:
+        raise JouleboundError("FSDP (ZeRO-3) combined with pipeline parallelism is not modeled; "
+                              "use --strategy ddp with --pp for dp × pp")
+    lf, lb = _part(parts, "layer_f", kap, tau), _part(parts, "layer_b", kap, tau)
+    bw, lat, _ = fabric.group(dp, tp)
+    s_p = _bytes(r.dtype)
+    ag_l = allgather(per_layer / tp * s_p, dp, bw, lat)
+    rs_l = reduce_scatter(per_layer / tp * s_p, dp, bw, lat)
+    ag_r = allgather(emb_params / tp * s_p, dp, bw, lat)
+    rs_r = reduce_scatter(emb_params / tp * s_p, dp, bw, lat)
+    L = r.job.layers
+    f_exp = ag_r + ag_l + (L - 1) * max(0.0, ag_l - (lf.t + tpc.layer_f))
+    b_exp = (L - 1) * max(0.0, ag_l + rs_l - (lb.t + tpc.layer_b)) + rs_l + rs_r
+    fsdp_mb = f_exp + b_exp
+    detail.update(fsdp_allgather_layer_s=ag_l, fsdp_reduce_scatter_layer_s=rs_l,
+                  fsdp_exposed_per_microbatch_s=fsdp_mb,
+                  fsdp_layer_bytes=per_layer / tp * s_p)
+    return fsdp_mb
+
+
+def _pipeline(r: Resolved, fabric: Fabric, fb: list[float], stage_comm: list[float],
+              fsdp_mb: float, detail: dict) -> tuple[float, float, float]:
+    """``(pipeline time, bubble, exposed communication)`` of the step's micro-batches (s): one
+    stage runs them back to back; a 1F1B pipeline waits for its bottleneck stage."""
+    m, p = r.grad_accum, r.pp
     if p == 1:
-        pipe = m * (fb[0] + fsdp_mb)
-        bubble = 0.0
-        comm_exposed += m * (stage_comm[0] + fsdp_mb)
+        return m * (fb[0] + fsdp_mb), 0.0, m * (stage_comm[0] + fsdp_mb)
+    j = r.job
+    bw, lat, _ = fabric.group(p, r.tp * r.dp)
+    p2p = sendrecv(r.micro_batch * j.seq * j.hidden * _bytes(r.dtype) / r.tp, bw, lat)
+    detail["pp_p2p_s"] = p2p
+    bott = max(x + 2 * p2p for x in fb)
+    pipe = sum(fb) + (m - 1) * bott + 2 * (p - 1) * p2p
+    bubble = pipe - m * bott
+    comm = m * stage_comm[int(np.argmax(fb))] + 2 * (p - 1) * p2p + (m - 1) * 2 * p2p
+    return pipe, bubble, comm
+
+
+def _dp_exposed(r: Resolved, parts: Parts, kap: float, tau: float, tpc: _TPComm,
+                fabric: Fabric, stage_params: list[float], detail: dict) -> float:
+    """The data-parallel gradient all-reduce (DDP, or dp across tp/pp groups) not hidden behind
+    the backward pass (s): bucketed, the last bucket always exposed; 0 without it."""
+    dp, tp, p = r.dp, r.tp, r.pp
+    if not (dp > 1 and not r.sharded):
+        return 0.0
+    j = r.job
+    bw, lat, _ = fabric.group(dp, tp)
+    # PyTorch AMP + DDP reduces fp32 gradients; Megatron-style tp/pp frameworks half ones
+    g = max(stage_params) / tp * (4 if (tp, p) == (1, 1) else _bytes(r.dtype))
+    nb = max(1, math.ceil(g / DDP_BUCKET_BYTES))
+    c = allreduce(g / nb, dp, bw, lat)
+    t_ar = nb * c
+    if p == 1:
+        lb = _part(parts, "layer_b", kap, tau)
+        pre_b, post_b = _part(parts, "pre_b", kap, tau), _part(parts, "post_b", kap, tau)
+        b_last = (lb.t + tpc.layer_b) * j.layers + pre_b.t + post_b.t
+        dp_exposed = max(c, t_ar - b_last * (nb - 1) / nb)
     else:
-        bott = max(x + 2 * p2p for x in fb)
-        pipe = sum(fb) + (m - 1) * bott + 2 * (p - 1) * p2p
-        bubble = pipe - m * bott
-        comm_exposed += m * stage_comm[int(np.argmax(fb))] + 2 * (p - 1) * p2p + (m - 1) * 2 * p2p
-    # data-parallel gradient all-reduce (DDP, or dp across tp/pp groups)
-    dp_exposed = 0.0
-    if dp > 1 and not r.sharded:
-        bw, lat, _ = fabric.group(dp, tp)
-        # PyTorch AMP + DDP reduces fp32 gradients; Megatron-style tp/pp frameworks half ones
-        g = max(stage_params) / tp * (4 if (tp, p) == (1, 1) else sa)
-        nb = max(1, math.ceil(g / DDP_BUCKET_BYTES))
-        c = allreduce(g / nb, dp, bw, lat)
-        t_ar = nb * c
-        if p == 1:
-            b_last = (lb.t + tp_layer_b) * j.layers + pre_b.t + post_b.t
-            dp_exposed = max(c, t_ar - b_last * (nb - 1) / nb)
-        else:
-            dp_exposed = t_ar
-        detail.update(dp_allreduce_s=t_ar, dp_buckets=nb, dp_exposed_s=dp_exposed, dp_grad_bytes=g)
-    comm_exposed += dp_exposed
-    # optimizer step on each GPU's parameters: (time incl. launch floor, busy J, gap s)
+        dp_exposed = t_ar
+    detail.update(dp_allreduce_s=t_ar, dp_buckets=nb, dp_exposed_s=dp_exposed, dp_grad_bytes=g)
+    return dp_exposed
+
+
+def _optimizer_steps(r: Resolved, parts: Parts, kap: float, tau: float,
+                     stage_params: list[float]) -> list[tuple[float, float, float]]:
+    """The optimizer step on each stage's GPU: (time incl. launch floor s, busy J, gap s)."""
+    j = r.job
+    shard = r.dp if r.sharded else 1
     opt = []
     for s, ps in enumerate(stage_params):
-        P = ps / tp / shard
+        P = ps / r.tp / shard
         ovh = parts.kernel_overhead_s * (r.stages[s] - 1)  # further layers' AdamW kernels
         base_t = parts.opt_t[0] + parts.opt_t[1] * P
         base_e = parts.opt_e[0] + parts.opt_e[1] * P
@@ -386,11 +425,29 @@ def compose(r: Resolved, parts: Parts, prm: MechParams, fabric: Fabric) -> Step:
             tk, ek = tk * 20 / 28, ek * 20 / 28
         t_opt = max(tk, tau * (r.stages[s] + 3))
         opt.append((t_opt, ek, t_opt - tk))
+    return opt
+
+
+def compose(r: Resolved, parts: Parts, prm: MechParams, fabric: Fabric) -> Step:
+    """One optimizer step of the resolved job (see the module docstring)."""
+    kap, tau = prm.kappa, prm.launch_s
+    p_wait = prm.wait_ratio * parts.idle_w
+    m, p, tp, dp = r.grad_accum, r.pp, r.tp, r.dp
+    detail: dict = {}
+    tpc = _TPComm(r, fabric, detail)
+    stage_fb, stage_comm = _stage_work(r, parts, kap, tau, tpc)
+    per_layer, emb_params, stage_params = _stage_params(r)
+    fsdp_mb = _fsdp_exposed(r, parts, kap, tau, tpc, fabric, per_layer, emb_params, detail)
+    fb = [sp.t + sc for sp, sc in zip(stage_fb, stage_comm, strict=True)]
+    pipe, bubble, comm_exposed = _pipeline(r, fabric, fb, stage_comm, fsdp_mb, detail)
+    dp_exposed = _dp_exposed(r, parts, kap, tau, tpc, fabric, stage_params, detail)
+    comm_exposed += dp_exposed
+    opt = _optimizer_steps(r, parts, kap, tau, stage_params)
     t_opt_max = max(o[0] for o in opt)
     step_t = pipe + dp_exposed + t_opt_max + prm.step_s
     # energy of each stage's GPUs: busy (κ·ΣE_k) + waiting (launch gaps and the rest of the step)
     busy_e = wait_e = 0.0
-    for s in range(n_st):
+    for s in range(len(r.stages)):
         in_kernels = m * stage_fb[s].t + opt[s][0]
         busy_e += tp * dp * (m * stage_fb[s].e + opt[s][1])
         wait_e += tp * dp * p_wait * (m * stage_fb[s].gap + opt[s][2] + max(step_t - in_kernels, 0.0))

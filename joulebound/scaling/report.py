@@ -275,6 +275,62 @@ def mech_figure(prep, img: Path) -> str:  # noqa: ANN001
     return "img/scaling_mechanistic_loo.png"
 
 
+def _params_table(prm, shipped) -> str:  # noqa: ANN001
+    """The fitted parameters beside the shipped file's, with what each means."""
+    return md_table(["parameter", "value (this run)", "shipped file", "meaning"], [
+        ["κ", f"{prm.kappa:.3g}", f"{shipped.kappa:.3g}", "framework factor on kernel time and busy energy"],
+        ["τ", f"{prm.launch_s * 1e6:.3g} µs", f"{shipped.launch_s * 1e6:.3g} µs", "host launch floor per kernel"],
+        ["t_step", f"{prm.step_s * 1e3:.3g} ms", f"{shipped.step_s * 1e3:.3g} ms", "host overhead per optimizer step"],
+        ["ρ", f"{prm.wait_ratio:.3g}", f"{shipped.wait_ratio:.3g}", "waiting power / the GPU model's idle power"],
+        ["host", f"{prm.host.total_w:.3g} W/GPU", f"{shipped.host.total_w:.3g} W/GPU",
+         f"CPU {prm.host.cpu_w:.3g} W + DRAM {prm.host.dram_w:.3g} W ({prm.host.source})"],
+        ["σ compute", f"{prm.sigma['compute']:.2f}", f"{shipped.sigma['compute']:.2f}",
+         f"between data sets {prm.sigma['framework_between']:.2f}, within {prm.sigma['within']:.2f} (log units)"],
+        ["σ device", f"{prm.sigma['device']:.2f}", f"{shipped.sigma['device']:.2f}", "a GPU outside the calibration data"],
+        ["σ pipeline", f"{prm.sigma['pipeline']:.2f}", f"{shipped.sigma['pipeline']:.2f}", "1F1B schedule (Perseus residuals)"],
+        ["σ power", f"{prm.sigma['power']:.2f}", f"{shipped.sigma['power']:.2f}", "busy power (NVML average power residuals)"],
+        ["σ comm / strategy", f"{prm.sigma['comm']:.2f} / {prm.sigma['strategy']:.2f}",
+         f"{shipped.sigma['comm']:.2f} / {shipped.sigma['strategy']:.2f}",
+         "priors: no measured DDP/FSDP/TP run"],
+    ])
+
+
+def _mayaki_power_text(mp: dict) -> str:
+    """Why Mayaki's energy constrains only time-weighted power (its GPU power vs utilization)."""
+    mayaki = "; ".join(f"{d}: GPU power {v['gpu_w_range'][0]:.0f}–{v['gpu_w_range'][1]:.0f} W over model-FLOPs "
+                       f"utilizations {v['mfu_range'][0]:.2f}–{v['mfu_range'][1]:.2f} (correlation "
+                       f"{v['corr_power_mfu']:.2f})" for d, v in mp.items())
+    return ("the GPU's share of the CodeCarbon energy barely moves with the utilization — " + mayaki
+            + " — while an A100 busy at those utilizations draws well over 150 W (the Perseus A100 "
+            "runs: ≈ 270 W per GPU on NVML)")
+
+
+def _targets_summary(cs: list[dict], targets: dict, meets_targets) -> str:  # noqa: ANN001
+    """How many cut × quantity rows meet each accuracy target, and why the others miss."""
+    n_cut = sum(1 for c in cs for q in ("time", "energy") if q in c)
+    n_met = sum(1 for c in cs for q in ("time", "energy") if q in c and meets_targets(c[q]))
+    cov_ok = sum(1 for c in cs for q in ("time", "energy") if q in c and c[q]["coverage90"] >= targets["coverage90"])
+    x2_ok = sum(1 for c in cs for q in ("time", "energy") if q in c and c[q]["within_x2"] >= targets["within_x2"])
+    med_ok = sum(1 for c in cs for q in ("time", "energy") if q in c and c[q]["median_abs_err"] <= targets["median_abs_err"])
+    return (f"**Targets met on {n_met} of {n_cut} cut × quantity rows**: the 90 % interval covers ≥ 80 % "
+            f"of the held-out rows in {cov_ok} of {n_cut}, ≥ 90 % are within ×2 in {x2_ok}, the median "
+            f"|error| is ≤ 20 % in {med_ok}. The misses come from κ differing between data sets and "
+            "GPUs (table above): a predictor that has not seen a framework is off by its κ ratio, and "
+            "the interval — honestly — is wide (about ×/÷2.5–4 at 90 %). That is the price of "
+            "predicting an unseen framework; calibrating κ on one's own measured steps removes it.")
+
+
+def _gpu_model_notes(kc: dict[str, float]) -> str:
+    """What the per-(data set, GPU) κ of Zeus says about the GPU model's defaults."""
+    z = {k.split("/", 1)[1]: v for k, v in kc.items() if k.startswith("zeus")}
+    return ("on Zeus the same BERT-base recipe needs κ = " + ", ".join(f"{v:.2f} on the {k}" for k, v in z.items())
+            + " — a per-GPU spread of the GPU model's efficiency (the uncalibrated default parameters of "
+            "the V100, RTX 6000 and P100) that no job-level constant can absorb; the RTX 2080 Ti's "
+            "`auto` clock is the top of its table (2160 MHz) rather than its sustained boost; the A40's "
+            "modeled slowdown under 150–200 W power limits exceeds the measured one (Zeus rows at those "
+            "limits are over-predicted most).")
+
+
 def mechanistic_sections(data: Path, img: Path) -> dict[str, str]:
     """Template fields of the mechanistic predictor's sections (calibration, cuts, legacy cuts)."""
     from dataclasses import replace
@@ -303,50 +359,12 @@ def mechanistic_sections(data: Path, img: Path) -> dict[str, str]:
     log.info("legacy cuts done")
     pv = prm.provenance
     rows = pv["rows"]
-    params = md_table(["parameter", "value (this run)", "shipped file", "meaning"], [
-        ["κ", f"{prm.kappa:.3g}", f"{shipped.kappa:.3g}", "framework factor on kernel time and busy energy"],
-        ["τ", f"{prm.launch_s * 1e6:.3g} µs", f"{shipped.launch_s * 1e6:.3g} µs", "host launch floor per kernel"],
-        ["t_step", f"{prm.step_s * 1e3:.3g} ms", f"{shipped.step_s * 1e3:.3g} ms", "host overhead per optimizer step"],
-        ["ρ", f"{prm.wait_ratio:.3g}", f"{shipped.wait_ratio:.3g}", "waiting power / the GPU model's idle power"],
-        ["host", f"{prm.host.total_w:.3g} W/GPU", f"{shipped.host.total_w:.3g} W/GPU",
-         f"CPU {prm.host.cpu_w:.3g} W + DRAM {prm.host.dram_w:.3g} W ({prm.host.source})"],
-        ["σ compute", f"{prm.sigma['compute']:.2f}", f"{shipped.sigma['compute']:.2f}",
-         f"between data sets {prm.sigma['framework_between']:.2f}, within {prm.sigma['within']:.2f} (log units)"],
-        ["σ device", f"{prm.sigma['device']:.2f}", f"{shipped.sigma['device']:.2f}", "a GPU outside the calibration data"],
-        ["σ pipeline", f"{prm.sigma['pipeline']:.2f}", f"{shipped.sigma['pipeline']:.2f}", "1F1B schedule (Perseus residuals)"],
-        ["σ power", f"{prm.sigma['power']:.2f}", f"{shipped.sigma['power']:.2f}", "busy power (NVML average power residuals)"],
-        ["σ comm / strategy", f"{prm.sigma['comm']:.2f} / {prm.sigma['strategy']:.2f}",
-         f"{shipped.sigma['comm']:.2f} / {shipped.sigma['strategy']:.2f}",
-         "priors: no measured DDP/FSDP/TP run"],
-    ])
+    params = _params_table(prm, shipped)
     constrains = "\n".join(f"* `{k}`: {v}" for k, v in pv["constrains"].items())
     cells = md_table(["data set / GPU", "κ"], [[k, f"{v:.2f}"] for k, v in pv["kappa_by_dataset_and_gpu"].items()])
-    mp = mayaki_power_check(data)
-    mayaki = "; ".join(f"{d}: GPU power {v['gpu_w_range'][0]:.0f}–{v['gpu_w_range'][1]:.0f} W over model-FLOPs "
-                       f"utilizations {v['mfu_range'][0]:.2f}–{v['mfu_range'][1]:.2f} (correlation "
-                       f"{v['corr_power_mfu']:.2f})" for d, v in mp.items())
-    mayaki = ("the GPU's share of the CodeCarbon energy barely moves with the utilization — " + mayaki
-              + " — while an A100 busy at those utilizations draws well over 150 W (the Perseus A100 "
-              "runs: ≈ 270 W per GPU on NVML)")
-    n_cut = sum(1 for c in cs for q in ("time", "energy") if q in c)
-    n_met = sum(1 for c in cs for q in ("time", "energy") if q in c and meets_targets(c[q]))
-    cov_ok = sum(1 for c in cs for q in ("time", "energy") if q in c and c[q]["coverage90"] >= TARGETS["coverage90"])
-    x2_ok = sum(1 for c in cs for q in ("time", "energy") if q in c and c[q]["within_x2"] >= TARGETS["within_x2"])
-    med_ok = sum(1 for c in cs for q in ("time", "energy") if q in c and c[q]["median_abs_err"] <= TARGETS["median_abs_err"])
-    summary = (f"**Targets met on {n_met} of {n_cut} cut × quantity rows**: the 90 % interval covers ≥ 80 % "
-               f"of the held-out rows in {cov_ok} of {n_cut}, ≥ 90 % are within ×2 in {x2_ok}, the median "
-               f"|error| is ≤ 20 % in {med_ok}. The misses come from κ differing between data sets and "
-               "GPUs (table above): a predictor that has not seen a framework is off by its κ ratio, and "
-               "the interval — honestly — is wide (about ×/÷2.5–4 at 90 %). That is the price of "
-               "predicting an unseen framework; calibrating κ on one's own measured steps removes it.")
-    kc = pv["kappa_by_dataset_and_gpu"]
-    z = {k.split("/", 1)[1]: v for k, v in kc.items() if k.startswith("zeus")}
-    gnotes = ("on Zeus the same BERT-base recipe needs κ = " + ", ".join(f"{v:.2f} on the {k}" for k, v in z.items())
-              + " — a per-GPU spread of the GPU model's efficiency (the uncalibrated default parameters of "
-              "the V100, RTX 6000 and P100) that no job-level constant can absorb; the RTX 2080 Ti's "
-              "`auto` clock is the top of its table (2160 MHz) rather than its sustained boost; the A40's "
-              "modeled slowdown under 150–200 W power limits exceeds the measured one (Zeus rows at those "
-              "limits are over-predicted most).")
+    mayaki = _mayaki_power_text(mayaki_power_check(data))
+    summary = _targets_summary(cs, TARGETS, meets_targets)
+    gnotes = _gpu_model_notes(pv["kappa_by_dataset_and_gpu"])
     leg_rows = [r for law, cs2 in leg.items() for r in cut_rows(cs2, ("energy_own_meter",), law)]
     return {"host": f"{prm.host.total_w:.3g} W per GPU ({prm.host.source})",
             "rows_text": ("Calibrated on " + ", ".join(f"{n} {d} rows" for d, n in rows.items())

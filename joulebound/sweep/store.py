@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .. import sqlitedb
 from ..errors import JouleboundError, SchemaError
 from .grid import SweepConfig
 
@@ -73,36 +74,39 @@ CREATE TABLE IF NOT EXISTS sweep_plan (
 """
 
 
-def _connect(path: str | Path) -> sqlite3.Connection:
-    from ..energy.store import check_integrity
+#: this store's name in the file's schema table (:mod:`joulebound.sqlitedb`)
+COMPONENT = "sweep"
+#: schema version of the tables above
+SCHEMA_VERSION = 1
+_WHAT = "sweep database"
+_FIX = "pass a new file name or a store written by `joulebound sweep --db`"
 
-    con = sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
-    try:
-        check_integrity(con, path, "sweep database")   # a damaged file is refused, not written
-    except BaseException:
-        con.close()
-        raise
-    con.execute("PRAGMA busy_timeout = 60000")
-    return con
+
+def _connect(path: str | Path, readonly: bool = False) -> sqlite3.Connection:
+    return sqlitedb.connect(path, what=_WHAT, readonly=readonly, fix=_FIX)
+
+
+def _check_version(con: sqlite3.Connection, path: str | Path) -> None:
+    sqlitedb.require_schema(sqlitedb.schema_version(con, COMPONENT), SCHEMA_VERSION, path, _WHAT,
+                            "record to a new file (e.g. --db new.db)")
 
 
 def _table_names(path: Path) -> set[str]:
-    """Names of the tables in the SQLite file ``path``, opened read-only (nothing is created).
+    """Names of the tables in the SQLite file ``path``, opened read-only (nothing is created);
+    a file from a newer joulebound is refused.
 
     Raises:
-        JouleboundError: the file is not an SQLite database.
+        JouleboundError: the file is not a usable SQLite database, or is too new.
     """
     if Path(path).is_dir():
         raise JouleboundError(f"{path} is a folder; pass the SQLite file written by `joulebound sweep --db`")
+    con = _connect(path, readonly=True)
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    except sqlite3.Error as exc:
-        raise JouleboundError(f"{path}: cannot be opened ({exc})") from None
-    try:
-        return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        names = sqlitedb.table_names(con)
+        _check_version(con, path)
+        return names
     except sqlite3.DatabaseError as exc:  # includes OperationalError (unreadable file)
-        raise JouleboundError(f"{path}: not an SQLite database ({exc}); pass a store written by "
-                              "`joulebound sweep --db`") from None
+        raise JouleboundError(f"{path}: not an SQLite database ({exc}); {_FIX}") from None
     finally:
         con.close()
 
@@ -131,15 +135,17 @@ class SweepStore:
         if self.path.is_dir():
             raise JouleboundError(f"--db {self.path} is a folder; pass a file name such as "
                                   f"{self.path / 'runs.db'}")
+        con = _connect(self.path)
         try:
-            con = _connect(self.path)
-        except sqlite3.Error as exc:
-            raise JouleboundError(f"--db {self.path}: cannot be opened ({exc})") from None
-        try:
-            con.executescript(_SCHEMA)
+            _check_version(con, self.path)
+            sqlitedb.enable_writes(con)
+            with sqlitedb.transaction(con):  # tables and version in one commit
+                for stmt in _SCHEMA.split(";"):
+                    if stmt.strip():
+                        con.execute(stmt)
+                sqlitedb.stamp_schema(con, COMPONENT, SCHEMA_VERSION)
         except sqlite3.DatabaseError as exc:
-            raise JouleboundError(f"--db {self.path}: not an SQLite database ({exc}); pass a new file "
-                                  "name or a store written by `joulebound sweep`") from None
+            raise JouleboundError(f"--db {self.path}: not an SQLite database ({exc}); {_FIX}") from None
         finally:
             con.close()
 
@@ -148,14 +154,14 @@ class SweepStore:
         """Remember the planned configurations of ``sweep`` (idempotent)."""
         con = _connect(self.path)
         try:
-            con.execute("BEGIN IMMEDIATE")
-            start = con.execute("SELECT COALESCE(MAX(position), -1) + 1 FROM sweep_plan WHERE sweep = ?",
-                                (sweep,)).fetchone()[0]
-            for i, cfg in enumerate(configs):
-                con.execute("INSERT OR IGNORE INTO sweep_plan (sweep, config_id, position, config_json) "
-                            "VALUES (?, ?, ?, ?)",
-                            (sweep, cfg.config_id, start + i, json.dumps(cfg.to_dict(), sort_keys=True)))
-            con.execute("COMMIT")
+            with sqlitedb.transaction(con):
+                start = con.execute("SELECT COALESCE(MAX(position), -1) + 1 FROM sweep_plan "
+                                    "WHERE sweep = ?", (sweep,)).fetchone()[0]
+                for i, cfg in enumerate(configs):
+                    con.execute("INSERT OR IGNORE INTO sweep_plan (sweep, config_id, position, "
+                                "config_json) VALUES (?, ?, ?, ?)",
+                                (sweep, cfg.config_id, start + i,
+                                 json.dumps(cfg.to_dict(), sort_keys=True)))
         finally:
             con.close()
 
@@ -199,37 +205,40 @@ class SweepStore:
         shape_vals = [row[c] for c in SHAPE_COLUMNS]
         con = _connect(self.path)
         try:
-            con.execute("BEGIN IMMEDIATE")
-            if thr is not None:
+            with sqlitedb.transaction(con):
+                if thr is not None:
+                    row["speedup"] = self._speedup_against_single(con, sweep, cfg, thr,
+                                                                  shape_where, shape_vals)
+                cols = ", ".join(COLUMNS)
+                marks = ", ".join("?" for _ in COLUMNS)
+                updates = ", ".join(f"{c} = excluded.{c}" for c in COLUMNS
+                                    if c not in ("sweep", "config_id"))
+                con.execute(f"INSERT INTO sweep_results ({cols}) VALUES ({marks}) "
+                            f"ON CONFLICT (sweep, config_id) DO UPDATE SET {updates}",
+                            [row[c] for c in COLUMNS])
                 if cfg.strategy == "single":
-                    row["speedup"] = 1.0
-                else:
-                    base = con.execute(
-                        f"SELECT throughput_tok_s FROM sweep_results WHERE sweep = ? AND {shape_where} "
-                        "AND strategy = 'single' AND status = 'ok' ORDER BY created_at DESC LIMIT 1",
-                        [sweep, *shape_vals]).fetchone()
-                    if base and base[0]:
-                        row["speedup"] = thr / base[0]
-            cols = ", ".join(COLUMNS)
-            marks = ", ".join("?" for _ in COLUMNS)
-            updates = ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c not in ("sweep", "config_id"))
-            con.execute(f"INSERT INTO sweep_results ({cols}) VALUES ({marks}) "
-                        f"ON CONFLICT (sweep, config_id) DO UPDATE SET {updates}",
-                        [row[c] for c in COLUMNS])
-            if cfg.strategy == "single":
-                con.execute(
-                    f"UPDATE sweep_results SET speedup = CASE WHEN ? IS NULL THEN NULL "
-                    f"ELSE throughput_tok_s / ? END WHERE sweep = ? AND {shape_where} "
-                    "AND strategy != 'single' AND status = 'ok'",
-                    [thr, thr, sweep, *shape_vals])
-            con.execute("COMMIT")
-        except BaseException:
-            if con.in_transaction:
-                con.execute("ROLLBACK")
-            raise
+                    con.execute(
+                        f"UPDATE sweep_results SET speedup = CASE WHEN ? IS NULL THEN NULL "
+                        f"ELSE throughput_tok_s / ? END WHERE sweep = ? AND {shape_where} "
+                        "AND strategy != 'single' AND status = 'ok'",
+                        [thr, thr, sweep, *shape_vals])
         finally:
             con.close()
         return row
+
+    @staticmethod
+    def _speedup_against_single(con: sqlite3.Connection, sweep: str, cfg: SweepConfig,
+                                thr: float, shape_where: str, shape_vals: list[Any]
+                                ) -> float | None:
+        """Work-normalized speedup of a run with throughput ``thr`` against the latest ``ok``
+        single-GPU run of the same shape (1 for a single run; ``None`` before one exists)."""
+        if cfg.strategy == "single":
+            return 1.0
+        base = con.execute(
+            f"SELECT throughput_tok_s FROM sweep_results WHERE sweep = ? AND {shape_where} "
+            "AND strategy = 'single' AND status = 'ok' ORDER BY created_at DESC LIMIT 1",
+            [sweep, *shape_vals]).fetchone()
+        return thr / base[0] if base and base[0] else None
 
     def done_ids(self, sweep: str, include_failed: bool = True) -> set[str]:
         """Config ids of ``sweep`` that already have a row (``ok``, and ``failed`` if asked)."""
@@ -300,7 +309,7 @@ def load_results(path: str | Path, sweep: str | None = None, ok_only: bool = Fal
         raise JouleboundError(f"{path}: no such sweep database (run `joulebound sweep --db {path}` first)")
     if "sweep_results" not in _table_names(path):
         raise JouleboundError(f"{path}: no 'sweep_results' table; is this a joulebound sweep database?")
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    con = _connect(path, readonly=True)
     try:
         have = {r[1] for r in con.execute("PRAGMA table_info(sweep_results)")}
         missing = [c for c in COLUMNS if c not in have]

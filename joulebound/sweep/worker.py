@@ -234,8 +234,7 @@ def _combine(cfg: SweepConfig, results: list[dict[str, Any] | None]) -> dict[str
             "cpu_energy_j": job.cpu_energy_j, "gpus_metered": len(job.devices)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of one rank (see the module docstring)."""
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m joulebound.sweep.worker")
     ap.add_argument("--plan", required=True, help="JSON file: list of configuration dicts")
     ap.add_argument("--db", required=True, help="SQLite store")
@@ -246,10 +245,72 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     ap.add_argument("--timeout-s", type=float, default=600.0, help="training collective timeout (s)")
     ap.add_argument("--watch-pid", type=int, help="exit when this process (the runner) is gone")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def _init_distributed(device: Any, timeout_s: float) -> tuple[str, Any]:
+    """Join the launch's process group; returns the training backend and the control group."""
+    import torch.distributed as dist
+
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    timeout = timedelta(seconds=timeout_s)
+    if device.type == "cuda":
+        dist.init_process_group(backend, timeout=timeout, device_id=device)
+    else:
+        dist.init_process_group(backend, timeout=timeout)
+    # control plane (result gathering, ranks idling while rank 0 runs a single-GPU config):
+    # gloo, so no GPU busy-waits, with a long timeout, since a single config may run for long
+    return backend, dist.new_group(backend="gloo", timeout=timedelta(days=7))
+
+
+def _run_safely(cfg: SweepConfig, rank: int, device: Any, meter: Any
+                ) -> tuple[dict[str, Any] | None, str | None]:
+    """:func:`run_config` with its failure recorded as text (``"out of memory: ..."`` for an
+    OOM) instead of raised, the meter's open windows cancelled and memory released."""
+    import torch
+
+    mine: dict[str, Any] | None = None
+    err: str | None = None
+    try:
+        mine = run_config(cfg, rank, device, meter)
+    except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
+        oom = isinstance(exc, torch.OutOfMemoryError)
+        err = f"{'out of memory: ' if oom else ''}{type(exc).__name__}: {exc}"
+        if os.environ.get("JOULEBOUND_SWEEP_TRACEBACK"):
+            traceback.print_exc()
+        for name in list(meter.open_windows):
+            meter.end_window(name, cancel=True)
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return mine, err
+
+
+def _record_result(store: Any, sweep: str, cfg: SweepConfig, gathered: list[Any],
+                   env: dict[str, Any]) -> str:
+    """Rank 0: one row for ``cfg`` from every rank's ``(result, error)``; returns the status."""
+    errors = [f"rank {r}: {e}" for r, (_, e) in enumerate(gathered) if e]
+    row_env = dict(env, world_size=cfg.world_size, warmup=cfg.warmup, config=cfg.to_dict())
+    if errors:
+        store.record(sweep, cfg, status="failed", error="; ".join(errors), env=row_env)
+        return "failed"
+    job = _combine(cfg, [m for m, _ in gathered])
+    row_env.update(peak_mem_kind=job["peak_mem_kind"], losses=job["losses"],
+                   energy_flags=job["energy_flags"], energy_backend=job["energy_backend"],
+                   cpu_energy_j=job["cpu_energy_j"], gpus_metered=job["gpus_metered"],
+                   time_kind="rank-0 EnergyMeter window between barriers around measured steps")
+    store.record(sweep, cfg, status="ok", time_s=job["time_s"],
+                 energy_j=job["energy_j"], energy_provenance=job["energy_provenance"],
+                 tokens=job["tokens"], padded_tokens=job["padded_tokens"],
+                 peak_mem_bytes=job["peak_mem_bytes"], env=row_env)
+    return "ok"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of one rank (see the module docstring)."""
+    args = _parse_args(argv)
     _die_with(args.watch_pid)
 
-    import torch
     import torch.distributed as dist
 
     from ..energy.meter import EnergyMeter
@@ -264,15 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = None
     ctrl = None
     if world > 1:
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        timeout = timedelta(seconds=args.timeout_s)
-        if device.type == "cuda":
-            dist.init_process_group(backend, timeout=timeout, device_id=device)
-        else:
-            dist.init_process_group(backend, timeout=timeout)
-        # control plane (result gathering, ranks idling while rank 0 runs a single-GPU config):
-        # gloo, so no GPU busy-waits, with a long timeout, since a single config may run for long
-        ctrl = dist.new_group(backend="gloo", timeout=timedelta(days=7))
+        backend, ctrl = _init_distributed(device, args.timeout_s)
     gpus = [device.index] if device.type == "cuda" else None
     meter = EnergyMeter(args.energy, gpus=gpus, interval_s=0.1)
     store = SweepStore(args.db) if rank == 0 else None
@@ -293,18 +346,7 @@ def main(argv: list[str] | None = None) -> int:
             mine: dict[str, Any] | None = None
             err: str | None = None
             if cfg.world_size == world or rank == 0:
-                try:
-                    mine = run_config(cfg, rank, device, meter)
-                except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
-                    oom = isinstance(exc, torch.OutOfMemoryError)
-                    err = f"{'out of memory: ' if oom else ''}{type(exc).__name__}: {exc}"
-                    if os.environ.get("JOULEBOUND_SWEEP_TRACEBACK"):
-                        traceback.print_exc()
-                    for name in list(meter.open_windows):
-                        meter.end_window(name, cancel=True)
-                gc.collect()
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
+                mine, err = _run_safely(cfg, rank, device, meter)
             if cfg.world_size > 1:
                 gathered: list[Any] = [None] * world
                 dist.all_gather_object(gathered, (mine, err), group=ctrl)
@@ -314,22 +356,7 @@ def main(argv: list[str] | None = None) -> int:
                     dist.barrier(group=ctrl)
             if rank != 0:
                 continue
-            errors = [f"rank {r}: {e}" for r, (_, e) in enumerate(gathered) if e]
-            row_env = dict(env, world_size=cfg.world_size, warmup=cfg.warmup, config=cfg.to_dict())
-            if errors:
-                store.record(args.sweep, cfg, status="failed", error="; ".join(errors), env=row_env)
-                status = "failed"
-            else:
-                job = _combine(cfg, [m for m, _ in gathered])
-                row_env.update(peak_mem_kind=job["peak_mem_kind"], losses=job["losses"],
-                               energy_flags=job["energy_flags"], energy_backend=job["energy_backend"],
-                               cpu_energy_j=job["cpu_energy_j"], gpus_metered=job["gpus_metered"],
-                               time_kind="rank-0 EnergyMeter window between barriers around measured steps")
-                store.record(args.sweep, cfg, status="ok", time_s=job["time_s"],
-                             energy_j=job["energy_j"], energy_provenance=job["energy_provenance"],
-                             tokens=job["tokens"], padded_tokens=job["padded_tokens"],
-                             peak_mem_bytes=job["peak_mem_bytes"], env=row_env)
-                status = "ok"
+            status = _record_result(store, args.sweep, cfg, gathered, env)
             _inject_fault(cfg, rank, "record")
             if args.progress:
                 with open(args.progress, "a") as fh:

@@ -466,9 +466,10 @@ def _safe_cost(name: str, args: dict[str, Any]) -> tuple[float, float, str] | No
     return cost
 
 
-def _gpu_kernels(gpu: list[_Ev], launches: dict[Any, _Ev], flows: dict[Any, _Ev],
-                 by_ext: dict[Any, _Ev], cpu: list[_Ev], phase_of: Any) -> list[Kernel]:
-    gpu.sort(key=lambda v: (v.ts, v.idx))
+def _launchers(gpu: list[_Ev], launches: dict[Any, _Ev], flows: dict[Any, _Ev],
+               by_ext: dict[Any, _Ev], cpu: list[_Ev]) -> list[_Ev | None]:
+    """The op that launched each device event: through the runtime launch with the same
+    correlation id, else the flow arrow's start, else the external id; ``None`` when unknown."""
     launcher: list[_Ev | None] = []
     by_key: dict[Any, tuple[list[float], list[_Ev]]] | None = None
     for ev in gpu:
@@ -478,7 +479,7 @@ def _gpu_kernels(gpu: list[_Ev], launches: dict[Any, _Ev], flows: dict[Any, _Ev]
         if corr in launches:
             op = _innermost_op(launches[corr].parent)
         if op is None and corr in flows:
-            if by_key is None:
+            if by_key is None:  # built on first need: per thread, op starts and ops
                 by_key = {}
                 for c in cpu:  # parents-first order: starts are sorted per thread
                     if c.cat == "cpu_op":
@@ -491,8 +492,13 @@ def _gpu_kernels(gpu: list[_Ev], launches: dict[Any, _Ev], flows: dict[Any, _Ev]
         if op is None and ext in by_ext:
             op = by_ext[ext]
         launcher.append(op)
+    return launcher
 
-    # one op's cost goes to its longest kernel
+
+def _cost_owners(gpu: list[_Ev], launcher: list[_Ev | None]
+                 ) -> tuple[dict[int, tuple[_Ev, tuple[float, float, str]]], set[int]]:
+    """One op's cost goes to its longest kernel: ``{kernel index: (op, cost)}`` and the ids of
+    the ops so costed."""
     cost_owner: dict[int, tuple[int, _Ev, tuple[float, float, str]]] = {}
     for i, (ev, op) in enumerate(zip(gpu, launcher, strict=True)):
         if ev.cat != "kernel":
@@ -505,34 +511,51 @@ def _gpu_kernels(gpu: list[_Ev], launches: dict[Any, _Ev], flows: dict[Any, _Ev]
         if cur is None or (ev.end - ev.ts) > (gpu[cur[0]].end - gpu[cur[0]].ts):
             cost_owner[id(cop)] = (i, cop, cost)
     owner_of = {i: (cop, cost) for i, cop, cost in cost_owner.values()}
-    costed_ops = {id(cop) for _, cop, _ in cost_owner.values()}
+    return owner_of, {id(cop) for _, cop, _ in cost_owner.values()}
 
+
+def _kernel_meta(ev: _Ev, op: _Ev | None) -> dict[str, Any]:
+    """A device event's metadata: stream, device, correlation, launch shape, launching op."""
+    args = ev.args
+    meta: dict[str, Any] = {"stream": args.get("stream", ev.e.get("tid")),
+                            "device": args.get("device", ev.e.get("pid")),
+                            "correlation": args.get("correlation")}
+    for key in ("grid", "block"):
+        if key in args:
+            meta[key] = args[key]
+    if op is not None:
+        oargs = op.args
+        meta["op"] = op.name
+        comm = {k: oargs[k] for k in _COMM_ARGS if k in oargs}
+        if comm:  # record_param_comms: collective, message sizes, group size
+            meta["comm"] = comm
+        if "Input Dims" in oargs:
+            meta["input_dims"] = oargs["Input Dims"]
+            meta["input_types"] = oargs.get("Input type")
+    return meta
+
+
+def _memcpy_bytes(args: dict[str, Any]) -> float:
+    """Bytes of a copy/set event (0 when absent or not a plausible count)."""
+    b = args.get("bytes")
+    return float(b) if isinstance(b, int | float) and not isinstance(b, bool) and \
+        math.isfinite(b) and 0 <= b < 1e18 else 0.0
+
+
+def _gpu_kernels(gpu: list[_Ev], launches: dict[Any, _Ev], flows: dict[Any, _Ev],
+                 by_ext: dict[Any, _Ev], cpu: list[_Ev], phase_of: Any) -> list[Kernel]:
+    gpu.sort(key=lambda v: (v.ts, v.idx))
+    launcher = _launchers(gpu, launches, flows, by_ext, cpu)
+    owner_of, costed_ops = _cost_owners(gpu, launcher)
     kernels: list[Kernel] = []
     for i, (ev, op) in enumerate(zip(gpu, launcher, strict=True)):
-        args = ev.args
         phase = phase_of(op)
-        meta: dict[str, Any] = {"stream": args.get("stream", ev.e.get("tid")),
-                                "device": args.get("device", ev.e.get("pid")),
-                                "correlation": args.get("correlation")}
-        for key in ("grid", "block"):
-            if key in args:
-                meta[key] = args[key]
-        if op is not None:
-            oargs = op.args
-            meta["op"] = op.name
-            comm = {k: oargs[k] for k in _COMM_ARGS if k in oargs}
-            if comm:  # record_param_comms: collective, message sizes, group size
-                meta["comm"] = comm
-            if "Input Dims" in oargs:
-                meta["input_dims"] = oargs["Input Dims"]
-                meta["input_types"] = oargs.get("Input type")
+        meta = _kernel_meta(ev, op)
         dtype = _name_dtype(ev.name) or element_type(op.args.get("Input type") if op else None)[0]
         flops = nbytes = 0.0
         if ev.cat in ("gpu_memcpy", "gpu_memset", "memcpy", "memset"):
             category = "memcpy"
-            b = args.get("bytes")
-            nbytes = float(b) if isinstance(b, int | float) and not isinstance(b, bool) and \
-                math.isfinite(b) and 0 <= b < 1e18 else 0.0
+            nbytes = _memcpy_bytes(ev.args)
             meta["cost"] = "bytes" if nbytes else "unknown"
         else:
             category = categorize(ev.name, phase)

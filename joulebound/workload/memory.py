@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..provenance import MODELED
+
 #: CUDA context, allocator reserve and workspaces per GPU (bytes; estimate)
 RUNTIME_RESERVE_BYTES = 1.5 * 2**30
 
@@ -46,7 +48,7 @@ class MemoryEstimate:
 
     def to_json(self) -> dict:
         d = dict(vars(self))
-        d.update(total=self.total, fits=self.fits, provenance="modeled")
+        d.update(total=self.total, fits=self.fits, provenance=MODELED)
         return d
 
     def describe(self) -> str:

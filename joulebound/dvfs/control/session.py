@@ -30,6 +30,7 @@ import numpy as np
 
 from ...clocks import AUTO
 from ...errors import JouleboundError
+from ...provenance import MEASURED, MODELED
 from ..plan import Plan
 from ..predict import KeyInterner, NextKernelPredictor
 from .guard import SignalExit, stop_signals_raise
@@ -70,8 +71,8 @@ class RunResult:
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
-        d["duration_provenance"] = "measured"
-        d["modeled_provenance"] = "modeled" if self.modeled_energy_j is not None else None
+        d["duration_provenance"] = MEASURED
+        d["modeled_provenance"] = MODELED if self.modeled_energy_j is not None else None
         return d
 
 
@@ -376,9 +377,6 @@ def _run(cmd: Sequence[str], plan: Plan | None, actuator: str, *, char: Any,
          switch_log: str | None, switch_latency_s: float | None, min_confidence: float,
          socket_path: str | None, gpu: int | str, record_path: str | None,
          quiet_stdout: bool, force: bool = False) -> RunResult:
-    from .controller import trace_from_ops
-    from .hooks import OpStream
-
     kind, target, argv = split_command(cmd)
     res = RunResult(command=list(cmd), exit_code=0, actuator=actuator, duration_s=0.0,
                     switch_log=switch_log)
@@ -386,60 +384,7 @@ def _run(cmd: Sequence[str], plan: Plan | None, actuator: str, *, char: Any,
     if plan is None:
         if record_path is None:
             raise JouleboundError("give --plan PLAN.json (or --record TRACE.json to record one)")
-        interner = KeyInterner()
-        pred = NextKernelPredictor()
-        keys: list[int] = []
-        locked_end = [0, 0]   # (history length, period) at the last fully confident op
-
-        def on_op(k: int) -> None:
-            pred.observe(k)
-            keys.append(k)
-            if pred.confidence >= 1.0 and pred.period:
-                locked_end[0], locked_end[1] = len(keys), pred.period
-
-        step_marks: list[int] = []   # ops seen when each optimizer step returned
-        with _optimizer_steps(lambda: step_marks.append(len(keys))), \
-                OpStream(on_op=on_op, interner=interner, capture_args=True) as stream:
-            _run_stoppable(res, kind, target, argv, quiet_stdout)
-        res.duration_s = time.monotonic() - t0
-        res.actuator = "none (recording)"
-        end, period = locked_end
-        res.ops = len(keys)
-        res.recorded_steps = len(step_marks)
-        res.predictor_accuracy = pred.stats.accuracy if keys else None
-        if res.stopped_by and (not period or end < period):
-            res.notes.append(f"stopped by {res.stopped_by} before a repeating iteration was "
-                             "found: no trace written")
-            return res
-        if step_marks and len(step_marks) < MIN_RECORD_STEPS:
-            raise JouleboundError(
-                f"the script made {len(step_marks)} optimizer step(s); recording needs at least "
-                f"{MIN_RECORD_STEPS} (the first step differs, and the iteration must repeat to be "
-                f"found): run it for {MIN_RECORD_STEPS} or more training steps while recording")
-        if not period or end < period:
-            raise JouleboundError("no repeating iteration was found in the op stream: run more "
-                                  f"training steps (at least {MIN_RECORD_STEPS}) while recording")
-        if len(step_marks) >= 2:
-            steps = np.diff(step_marks)
-            whole = {int(steps[-k:].sum()) for k in range(1, min(len(steps), 4) + 1)}
-            if period not in whole:
-                raise JouleboundError(
-                    f"the repeating op pattern found ({period} ops) is not one training step "
-                    f"({int(steps[-1])} ops between the last two optimizer steps): the steps "
-                    "differ from each other (evaluation, changing shapes?). Record a run whose "
-                    "steps are alike, e.g. without evaluation")
-        elif not step_marks:
-            res.notes.append("no torch.optim optimizer step was seen: the recorded iteration is "
-                             "the repeating op pattern found, not checked against steps")
-        names = [str(interner.key(k)) for k in keys[end - period:end]]
-        specs = {str(interner.key(k)): v for k, v in stream.arg_specs.items()}
-        trace = trace_from_ops(names, name=Path(target).stem, arg_specs=specs)
-        trace.meta.update({"command": list(cmd), "period_ops": period})
-        trace.save(record_path)
-        res.recorded_trace, res.recorded_ops, res.period_ops = str(record_path), period, period
-        res.notes.append("the recorded iteration starts at an arbitrary op of the cycle; the "
-                         "controller re-synchronises within a few ops")
-        return res
+        return _record(res, cmd, kind, target, argv, record_path, quiet_stdout, t0)
 
     ctl = build_controller(plan, actuator, char=char, switch_log=switch_log,
                            switch_latency_s=switch_latency_s, min_confidence=min_confidence,
@@ -464,18 +409,96 @@ def _run(cmd: Sequence[str], plan: Plan | None, actuator: str, *, char: Any,
     res.predictor_accuracy = ctl.predictor.stats.accuracy if st.ops else None
     res.period_ops = ctl.predictor.period
     if actuator == "simulated":
-        tot = act.totals
-        res.modeled_time_s, res.modeled_energy_j = tot.time_s, tot.energy_j
-        res.baseline_time_s, res.baseline_energy_j = tot.baseline_time_s, tot.baseline_energy_j
-        if tot.baseline_energy_j > 0 and tot.baseline_time_s > 0:
-            res.modeled_energy_delta = tot.energy_j / tot.baseline_energy_j - 1.0
-            res.modeled_time_delta = tot.time_s / tot.baseline_time_s - 1.0
-        res.unknown_ops = tot.unknown_ops
-        if len(tot.per_iteration) >= 2:
-            res.modeled_iteration_energy_j = float(np.median([e for _, e in
-                                                              tot.per_iteration[1:]]))
-        res.notes.append("modeled figures cover the ops that match the plan; "
-                         f"{tot.unknown_ops} other ops have no modeled cost")
+        _add_modeled_totals(res, act.totals)
     if act.current != AUTO:   # pragma: no cover - close() always resets
         res.notes.append("warning: clocks were not back at the default")
     return res
+
+
+def _add_modeled_totals(res: RunResult, tot: Any) -> None:
+    """The simulated actuator's modeled time and energy (and the baseline's) into ``res``."""
+    res.modeled_time_s, res.modeled_energy_j = tot.time_s, tot.energy_j
+    res.baseline_time_s, res.baseline_energy_j = tot.baseline_time_s, tot.baseline_energy_j
+    if tot.baseline_energy_j > 0 and tot.baseline_time_s > 0:
+        res.modeled_energy_delta = tot.energy_j / tot.baseline_energy_j - 1.0
+        res.modeled_time_delta = tot.time_s / tot.baseline_time_s - 1.0
+    res.unknown_ops = tot.unknown_ops
+    if len(tot.per_iteration) >= 2:
+        res.modeled_iteration_energy_j = float(np.median([e for _, e in
+                                                          tot.per_iteration[1:]]))
+    res.notes.append("modeled figures cover the ops that match the plan; "
+                     f"{tot.unknown_ops} other ops have no modeled cost")
+
+
+def _record(res: RunResult, cmd: Sequence[str], kind: str, target: str, argv: list[str],
+            record_path: str, quiet_stdout: bool, t0: float) -> RunResult:
+    """Run the script with no plan, find its repeating iteration in the op stream and save it
+    as a trace at ``record_path``.
+
+    Raises:
+        JouleboundError: too few optimizer steps, no repeating iteration, or one that is not
+            a training step.
+    """
+    from .controller import trace_from_ops
+    from .hooks import OpStream
+
+    interner = KeyInterner()
+    pred = NextKernelPredictor()
+    keys: list[int] = []
+    locked_end = [0, 0]   # (history length, period) at the last fully confident op
+
+    def on_op(k: int) -> None:
+        pred.observe(k)
+        keys.append(k)
+        if pred.confidence >= 1.0 and pred.period:
+            locked_end[0], locked_end[1] = len(keys), pred.period
+
+    step_marks: list[int] = []   # ops seen when each optimizer step returned
+    with _optimizer_steps(lambda: step_marks.append(len(keys))), \
+            OpStream(on_op=on_op, interner=interner, capture_args=True) as stream:
+        _run_stoppable(res, kind, target, argv, quiet_stdout)
+    res.duration_s = time.monotonic() - t0
+    res.actuator = "none (recording)"
+    end, period = locked_end
+    res.ops = len(keys)
+    res.recorded_steps = len(step_marks)
+    res.predictor_accuracy = pred.stats.accuracy if keys else None
+    if res.stopped_by and (not period or end < period):
+        res.notes.append(f"stopped by {res.stopped_by} before a repeating iteration was "
+                         "found: no trace written")
+        return res
+    _check_recorded_iteration(step_marks, end, period)
+    if not step_marks:
+        res.notes.append("no torch.optim optimizer step was seen: the recorded iteration is "
+                         "the repeating op pattern found, not checked against steps")
+    names = [str(interner.key(k)) for k in keys[end - period:end]]
+    specs = {str(interner.key(k)): v for k, v in stream.arg_specs.items()}
+    trace = trace_from_ops(names, name=Path(target).stem, arg_specs=specs)
+    trace.meta.update({"command": list(cmd), "period_ops": period})
+    trace.save(record_path)
+    res.recorded_trace, res.recorded_ops, res.period_ops = str(record_path), period, period
+    res.notes.append("the recorded iteration starts at an arbitrary op of the cycle; the "
+                     "controller re-synchronises within a few ops")
+    return res
+
+
+def _check_recorded_iteration(step_marks: list[int], end: int, period: int) -> None:
+    """Refuse a recording whose repeating op pattern (``period`` ops, last fully locked at op
+    ``end``) is missing or is not one training step (``step_marks``: ops seen at each step)."""
+    if step_marks and len(step_marks) < MIN_RECORD_STEPS:
+        raise JouleboundError(
+            f"the script made {len(step_marks)} optimizer step(s); recording needs at least "
+            f"{MIN_RECORD_STEPS} (the first step differs, and the iteration must repeat to be "
+            f"found): run it for {MIN_RECORD_STEPS} or more training steps while recording")
+    if not period or end < period:
+        raise JouleboundError("no repeating iteration was found in the op stream: run more "
+                              f"training steps (at least {MIN_RECORD_STEPS}) while recording")
+    if len(step_marks) >= 2:
+        steps = np.diff(step_marks)
+        whole = {int(steps[-k:].sum()) for k in range(1, min(len(steps), 4) + 1)}
+        if period not in whole:
+            raise JouleboundError(
+                f"the repeating op pattern found ({period} ops) is not one training step "
+                f"({int(steps[-1])} ops between the last two optimizer steps): the steps "
+                "differ from each other (evaluation, changing shapes?). Record a run whose "
+                "steps are alike, e.g. without evaluation")

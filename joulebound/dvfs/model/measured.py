@@ -28,6 +28,7 @@ import numpy as np
 from ...clocks import ClockConfig
 from ...devices.spec import DeviceSpec
 from ...errors import JouleboundError, SchemaError
+from ...provenance import MEASURED
 from ..characterization import Characterization
 
 COLUMNS = ("kernel", "core", "mem", "time", "energy", "repeats")
@@ -170,7 +171,7 @@ def from_measured(path: str | Path, device: DeviceSpec | None = None,
         return Characterization(kernels, configs, arr[..., 0], arr[..., 1], np.ones((K, C), bool),
                                 device=device.name if device else "", time_spread_s=arr[..., 2],
                                 energy_spread_j=arr[..., 3],
-                                meta={"source": str(p), "provenance": "measured"})
+                                meta={"source": str(p), "provenance": MEASURED})
     return _overlay(table, p, base)
 
 

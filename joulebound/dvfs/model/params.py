@@ -27,6 +27,7 @@ from typing import Any
 
 from ...devices.spec import DeviceSpec
 from ...errors import JouleboundError
+from ...provenance import MODELED
 from . import memory
 from .vf import VFCurve
 
@@ -127,7 +128,7 @@ class DeviceParams:
     auto_core_mhz: float | None = None
     auto_mem_eff: float = 1.0
     auto_power_frac: float = 0.0
-    provenance: str = "modeled"
+    provenance: str = MODELED
     calibration: str = "none"
     sources: dict[str, str] = field(default_factory=dict)
     heldout: dict[str, Any] = field(default_factory=dict)

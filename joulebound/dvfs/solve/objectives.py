@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import JouleboundError
+from ...provenance import MEASURED, MODELED
 from ...workload.trace import Trace
 from ..characterization import Characterization
 from ..plan import Plan
@@ -55,7 +56,7 @@ def plan_provenance(char: Characterization, kernel_choice: np.ndarray) -> str:
     ``"modeled"`` (a plan's totals and deltas are only as measured as all the cells they add)."""
     rows = np.arange(char.n_kernels)
     used = char.measured[rows, kernel_choice]
-    return "measured" if used.all() and char.measured[:, baseline_column(char)].all() else "modeled"
+    return MEASURED if used.all() and char.measured[:, baseline_column(char)].all() else MODELED
 
 
 def _plan(char: Characterization, kernel_choice: np.ndarray, *, granularity: str,
