@@ -18,6 +18,9 @@ PUBLISHED: Provenance = "published"
 ALL: tuple[Provenance, ...] = (MEASURED, MODELED, PUBLISHED)
 #: a table (a characterization, a plan's cells) holding both measured and modeled figures
 MEASURED_AND_MODELED = "measured+modeled"
+#: cells "measured" on the simulated GPU (``calibrate --backend simulated``): the device model
+#: with sensor noise, not hardware -- modeled, whatever the measurement code path
+SIMULATED = "modeled (simulated GPU)"
 
 
 def check(value: str) -> Provenance:

@@ -462,7 +462,11 @@ def test_cli_end_to_end_on_the_simulated_gpu_then_plan_uses_it(gpt_step, tmp_pat
     assert char.meta["source"] == "joulebound calibrate"
     assert main(["plan", str(ops), "-d", "h200-sxm", "--characterization", str(out),
                  "--json"]) == 0
-    assert "measured" in capsys.readouterr().out
+    # a simulated GPU measures nothing: its cells come from the device model, and say so
+    assert d["provenance"]["cells"] == "modeled (simulated GPU)"
+    assert char.provenance() == "modeled"
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["baseline"]["provenance"] == "modeled"
 
 
 def test_cli_unknown_device_and_bad_clocks_are_clear_errors(gpt_step, tmp_path, capsys) -> None:  # noqa: ANN001

@@ -36,6 +36,7 @@ import numpy as np
 from ..clocks import ClockConfig
 from ..dvfs.characterization import Characterization
 from ..errors import JouleboundError
+from ..provenance import MEASURED, MODELED, SIMULATED
 from ..workload.trace import Trace
 from .design import design_pairs
 from .measure import CellMeasurement, WindowSettings, measure_cell
@@ -73,6 +74,7 @@ class CalibrationResult:
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document (keys documented in docs/calibrate.md)."""
         measured_kernels = sorted({c.name for c in self.cells})
+        cell_prov = SIMULATED if self.backend == "simulated" else MEASURED
         d: dict[str, Any] = {
             "device": self.char.device, "gpu": self.gpu_name, "backend": self.backend,
             "clocks": self.mode,
@@ -94,9 +96,9 @@ class CalibrationResult:
             "model_error_at_auto": self.auto_error,
             "cells": [c.to_json() for c in self.cells],
             "notes": self.notes,
-            "provenance": {"cells": "measured", "char_measured_cells": "measured",
+            "provenance": {"cells": cell_prov, "char_measured_cells": cell_prov,
                            "char_other_cells_of_calibrated_kernels": "modeled-from-fit",
-                           "char_cells_of_other_kernels": "modeled",
+                           "char_cells_of_other_kernels": MODELED,
                            "model_error_at_auto": "measured vs modeled (prior model)",
                            "plan_energy_delta": "simulated truth (modeled)"},
         }

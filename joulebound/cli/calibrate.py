@@ -137,21 +137,22 @@ def _run(tr, device, be, clocks, budget_s, ws, quiet):  # type: ignore[no-untype
 
 def _summary(d: dict, output: Path) -> None:
     c = console
+    prov = d["provenance"]["cells"]   # "measured", or modeled on the simulated GPU
     c.print(f"[bold]{d['gpu']}[/] ({d['backend']} backend), model {d['device']}, clocks "
             f"{d['clocks']}")
     c.print(f"distinct kernels {d['distinct_kernels']}: replayed {d['replayable_kernels']}, "
             f"measured {d['measured_kernels']} ({d['measured_cells']} cells, at most "
-            f"{d['pairs_per_kernel_max']} pairs each; measured)")
+            f"{d['pairs_per_kernel_max']} pairs each; {prov})")
     frac = d["gpu_seconds_fraction_of_full_sweep"]
-    c.print(f"GPU time {d['gpu_seconds']:.1f} s (measured"
-            f"{', simulated device time' if d['backend'] == 'simulated' else ''}); a full sweep "
+    c.print(f"GPU time {d['gpu_seconds']:.1f} s "
+            f"({'simulated device time' if d['backend'] == 'simulated' else 'measured'}); a full sweep "
             f"of every supported pair: {d['full_sweep_gpu_seconds']:.0f} s "
             f"({d['full_sweep_cells']} cells; this run {100 * frac:.2f} % of it)"
             if frac is not None else f"GPU time {d['gpu_seconds']:.1f} s")
     err = d["model_error_at_auto"]
     if err:
         c.print(f"model error at the default clocks over {err['kernels']} kernels (prior model "
-                f"vs measured): time MAPE {100 * err['time_mape']:.1f} %, energy MAPE "
+                f"vs {prov}): time MAPE {100 * err['time_mape']:.1f} %, energy MAPE "
                 f"{100 * err['energy_mape']:.1f} %")
         for w in err["worst"][:3]:
             c.print(f"  worst: {w['name'][:70]}  time {100 * w['time_error']:+.0f} %, energy "

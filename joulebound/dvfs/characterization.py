@@ -84,7 +84,10 @@ class Characterization:
 
     def provenance(self, column: int | None = None) -> str:
         """``"measured"``, ``"modeled"`` or ``"measured+modeled"`` for the whole table, or for
-        one configuration's ``column``."""
+        one configuration's ``column``. A table from the simulated GPU (``meta["backend"] ==
+        "simulated"``) is modeled throughout: its "measured" cells come from the device model."""
+        if self.meta.get("backend") == "simulated":
+            return MODELED
         cells = self.measured if column is None else self.measured[:, column]
         if cells.all():
             return MEASURED
