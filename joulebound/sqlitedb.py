@@ -14,12 +14,16 @@ failing mid-transaction).
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import JouleboundError
+
+log = logging.getLogger(__name__)
 
 #: the table that records each store's schema version in a file
 SCHEMA_TABLE = "joulebound_schema"
@@ -66,8 +70,7 @@ def connect(path: str | Path, *, what: str = "store", readonly: bool = False,
     """
     try:
         if readonly:
-            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S,
-                                  isolation_level=None, check_same_thread=check_same_thread)
+            con = _connect_readonly(path, what, check_same_thread)
         else:
             con = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                   check_same_thread=check_same_thread)
@@ -80,6 +83,29 @@ def connect(path: str | Path, *, what: str = "store", readonly: bool = False,
         con.close()
         raise
     return con
+
+
+def _connect_readonly(path: str | Path, what: str, check_same_thread: bool) -> sqlite3.Connection:
+    """``mode=ro``; a WAL store in a folder the reader cannot write (a read-only mount, someone
+    else's results) cannot be opened that way -- SQLite needs its ``-shm`` file -- so such a file,
+    closed cleanly (no ``-wal`` beside it), is opened ``immutable`` (nobody can be writing it)."""
+    kw = {"uri": True, "timeout": BUSY_TIMEOUT_S, "isolation_level": None,
+          "check_same_thread": check_same_thread}
+    con = sqlite3.connect(f"file:{path}?mode=ro", **kw)
+    try:
+        con.execute("PRAGMA schema_version").fetchone()
+        return con
+    except sqlite3.OperationalError as exc:
+        con.close()
+        if "readonly" not in str(exc) or os.access(Path(path).parent, os.W_OK):
+            raise
+        if Path(f"{path}-wal").exists():
+            raise JouleboundError(
+                f"{what} {path}: its last writes are still in {path}-wal and the folder cannot be "
+                "written, so SQLite cannot read them; copy the file and its -wal file to a "
+                "writable folder and open the copy") from None
+        log.info("%s %s: WAL file in a read-only folder, opened immutable", what, path)
+        return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", **kw)
 
 
 def enable_writes(con: sqlite3.Connection) -> None:

@@ -206,3 +206,77 @@ def test_both_stores_wait_for_another_writer_instead_of_failing(tmp_path):
         con = sqlite3.connect(path)
         assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         con.close()
+
+
+def _as_reader_without_write_access(fn):  # noqa: ANN001, ANN202
+    """Run ``fn()`` where the folder cannot be written: as an unprivileged user (a forked child
+    that drops root, no exec needed) or, when not root, after ``chmod 555`` on the folder. Returns
+    ``fn``'s result or the text of the exception it raised."""
+    import os
+    import pickle
+
+    def call():  # noqa: ANN202
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - the test looks at the message
+            return f"error: {exc}"
+
+    if os.geteuid() != 0:
+        return call()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: drop root, answer through the pipe, never return into pytest
+        try:
+            os.close(r)
+            os.setgid(65534)
+            os.setuid(65534)
+            out = pickle.dumps(call())
+        except BaseException as exc:  # noqa: BLE001
+            out = pickle.dumps(f"error: child: {exc}")
+        os.write(w, out)
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return pickle.loads(data)
+
+
+@pytest.mark.parametrize("kind", ["energy", "sweep"])
+def test_a_store_in_a_read_only_folder_can_still_be_read(tmp_path_factory, kind):
+    """WAL mode needs a -shm file beside the database; in a folder the reader cannot write
+    (a read-only mount, a colleague's results) a plain ``mode=ro`` open of a WAL store fails with
+    'attempt to write a readonly database'. The read-only paths open it immutable instead."""
+    import os
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="jb-ro-")   # not under pytest's 0700 base: the reader is 'nobody'
+    db = os.path.join(d, "runs.db")
+    if kind == "energy":
+        with Store(db) as st:
+            st.begin_run("r1", command="python train.py", backend="nvml")
+            st.end_run("r1", status="ok", exit_code=0)
+    else:
+        SweepStore(db)
+    assert not os.path.exists(db + "-wal")   # closed cleanly: nothing pending
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    con.close()
+    assert sorted(os.listdir(d)) == ["runs.db"], os.listdir(d)
+    os.chmod(db, 0o444)
+    os.chmod(d, 0o555)
+    try:
+        def read() -> list:
+            assert os.geteuid() != 0 or os.access(d, os.W_OK) is False, "reader can write"
+            con = sqlitedb.connect(db, readonly=True)
+            try:
+                return sorted(sqlitedb.table_names(con))
+            finally:
+                con.close()
+        got = _as_reader_without_write_access(read)
+    finally:
+        os.chmod(d, 0o755)
+    assert isinstance(got, list), got
+    assert "joulebound_schema" in got
