@@ -95,10 +95,11 @@ def _connect_readonly(path: str | Path, what: str, check_same_thread: bool) -> s
     try:
         con.execute("PRAGMA schema_version").fetchone()
         return con
-    except sqlite3.OperationalError as exc:
+    except sqlite3.Error as exc:
+        if not isinstance(exc, sqlite3.OperationalError) or "readonly" not in str(exc) \
+                or os.access(Path(path).parent, os.W_OK):
+            return con   # not this case: the integrity check names the problem
         con.close()
-        if "readonly" not in str(exc) or os.access(Path(path).parent, os.W_OK):
-            raise
         if Path(f"{path}-wal").exists():
             raise JouleboundError(
                 f"{what} {path}: its last writes are still in {path}-wal and the folder cannot be "
