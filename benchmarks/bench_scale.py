@@ -79,8 +79,10 @@ def run() -> str:
              "| stage | kernels | CPU s | peak MiB | table MiB | result | target |",
              "|---|---:|---:|---:|---:|---:|---|"]
     slopes = []
+    verdicts = []
     for case, label, target in CASES:
         ks, ts = [], []
+        big: dict | None = None
         for it in ITERATIONS:
             n = 947 * it
             if n > (cap_dp if case == "dp" else cap):
@@ -94,15 +96,40 @@ def run() -> str:
             r = json.loads(out.stdout.strip().splitlines()[-1])
             ks.append(r["kernels"])
             ts.append(r["cpu"])
+            if r["kernels"] >= 1_000_000:
+                big = r
             res = (f"{r['extra']:,} distinct" if case == "char" else f"ΔE {r['extra']:+.2%}")
             lines.append(f"| {label} | {r['kernels']:,} | {r['cpu']:.2f} | {r['peak_mib']:.0f} | "
                          f"{r['table_mib']:.0f} | {res} | {target} |")
         s = _slope(ks, ts)
+        verdicts.append(f"{label}: {_verdict(case, big, s)}")
         slopes.append(f"{label}: {'n/a' if s is None else f'{s:.2f}'}"
                       f" (sizes {', '.join(f'{k:,}' for k in ks if k >= 10_000)})")
     lines += ["", "Log-log slope of CPU time vs kernels from 10^4 up (target ≤ 1.1):", ""]
     lines += [f"- {s}" for s in slopes]
+    lines += ["", "Targets at 10^6 kernels × 524 configurations and slope ≤ 1.1:", ""]
+    lines += [f"- {v}" for v in verdicts]
     return "\n".join(lines)
+
+
+def _verdict(case: str, r: dict | None, slope: float | None) -> str:
+    """Which of the stage's targets the measured cells meet."""
+    parts = []
+    if slope is not None:
+        parts.append(f"slope {slope:.2f} {'met' if slope <= 1.1 else 'NOT met'}")
+    if r is None:
+        parts.append("10^6 not measured (size capped; see JOULEBOUND_BENCH_MAX_*)")
+        return "; ".join(parts)
+    cpu, peak, table = r["cpu"], r["peak_mib"], r["table_mib"]
+    if case == "fast":
+        parts.append(f"{cpu:.1f} s < 10 s {'met' if cpu < 10 else 'NOT met'}, "
+                     f"{peak:.0f} MiB < 2 GiB {'met' if peak < 2048 else 'NOT met'}")
+    elif case == "dp":
+        parts.append(f"{cpu:.1f} s < 30 s {'met' if cpu < 30 else 'NOT met'}")
+    else:
+        parts.append(f"{cpu:.1f} s < 30 s {'met' if cpu < 30 else 'NOT met'}, peak "
+                     f"{peak / table:.2f} × table ≤ 1.5 {'met' if peak <= 1.5 * table else 'NOT met'}")
+    return "; ".join(parts)
 
 
 if __name__ == "__main__":  # pragma: no cover
