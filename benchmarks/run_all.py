@@ -42,14 +42,15 @@ def machine() -> str:
 
 
 def commit() -> str:
-    """The checkout's commit (short hash, ``+changes`` when the work tree differs), or ``?``."""
+    """The checkout's commit (short hash, ``+changes`` when the measured code (joulebound/, benchmarks/) differs from it), or ``?``."""
     import subprocess
 
     root = Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
                               capture_output=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                "joulebound", "benchmarks", "pyproject.toml"],
                                cwd=root, text=True, capture_output=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "?"
