@@ -5,7 +5,8 @@ trace of many iterations), switch-aware DP (L = 6 ms) and ``characterize`` on di
 
 Each cell is a fresh child process (one thread: OMP/BLAS pinned to 1) doing only that case: CPU
 time of the stage (``time.process_time``), its peak RSS above the process before the stage
-(``ru_maxrss`` delta; for ``characterize`` the table it returns is part of it) and the size of the
+(the kernel's high-water mark ``VmHWM`` reset through ``/proc/self/clear_refs`` just before
+the stage, minus the RSS then; for ``characterize`` the table it returns is part of it) and the size of the
 characterization table (time + energy + measured-flags arrays). Slopes are least-squares fits of
 log CPU time on log kernels over the sizes >= 10^4.
 
@@ -32,7 +33,25 @@ from joulebound.workload.analytic import build_trace
 from joulebound.dvfs.model import characterize
 case, it = sys.argv[1], int(sys.argv[2])
 tr = build_trace("gpt3-xl", iterations=it)
-rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def rss():
+    # reset the peak (VmHWM) to the current RSS, return the current RSS (MiB); the stage's
+    # peak is then VmHWM afterwards minus this (falls back to ru_maxrss where /proc lacks it)
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return _status("VmRSS")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    raise OSError(key)
+def peak():
+    try:
+        return _status("VmHWM")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 if case == "char":
     rng = np.random.default_rng(0)
     dur = 1e-5 + rng.lognormal(-9.5, 1.2, len(tr))
@@ -40,7 +59,7 @@ if case == "char":
                                           for k, d in zip(tr.kernels, dur)])
     r0, c0 = rss(), time.process_time()
     ch = characterize(tr, "rtx3080ti")
-    cpu, peak, extra = time.process_time() - c0, rss() - r0, ch.meta["n_unique_kernels"]
+    cpu, top, extra = time.process_time() - c0, peak() - r0, ch.meta["n_unique_kernels"]
 else:
     ch = characterize(tr, "rtx3080ti")
     r0, c0 = rss(), time.process_time()
@@ -50,9 +69,9 @@ else:
     else:
         from joulebound.dvfs.solve import solve
         p = solve(ch, objective="relaxed", slowdown=0.01)
-    cpu, peak, extra = time.process_time() - c0, rss() - r0, round(p.energy_delta, 6)
+    cpu, top, extra = time.process_time() - c0, peak() - r0, round(p.energy_delta, 6)
 table = (ch.time_s.nbytes + ch.energy_j.nbytes + ch.measured.nbytes) / 2**20
-print(json.dumps({"kernels": ch.n_kernels, "cpu": cpu, "peak_mib": max(peak, 0.0),
+print(json.dumps({"kernels": ch.n_kernels, "cpu": cpu, "peak_mib": max(top, 0.0),
                   "table_mib": table, "extra": extra}))
 """
 
