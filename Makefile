@@ -21,9 +21,11 @@ demo: $(STAMP)
 	$(BIN)/joulebound demo
 
 # the suite on both cores of the CI machine (pytest-xdist; every test is independent: own tmp
-# dirs, torchrun --standalone on free ports, one GPU-lock dir per test); `pytest -q` alone works too
+# dirs, torchrun --standalone on free ports, one GPU-lock dir per test); `pytest -q` alone works too.
+# worksteal: a worker that runs out takes tests not yet started from the other, so the long
+# end-to-end tests (collected first, tests/conftest.py) never leave one core idle at the end
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal
 
 # headless Chromium for the HTML report checks (Debian's package; installed when run as root)
 browser:

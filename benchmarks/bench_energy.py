@@ -42,17 +42,13 @@ def _fake_pynvml(n_gpus: int = 1) -> types.ModuleType:
     return nv
 
 
-def _pair_us(meter, n: int = 3000) -> float:
-    """Median over 5 repeats of the mean cost of one begin_window + end_window pair (µs)."""
-    reps = []
-    for _r in range(5):
-        t0 = time.perf_counter()
-        for _i in range(n):
-            meter.begin_window("w")
-            meter.end_window("w")
-        reps.append((time.perf_counter() - t0) / n * 1e6)
+def _pair_us(meter, n: int = 2000) -> tuple[float, float, float]:
+    """CPU µs of one begin_window + end_window pair: (median, min, max) of 7 runs of ``n``."""
+    def end() -> None:
+        meter.end_window("w")
         meter.results.clear()
-    return float(np.median(reps))
+
+    return _pair_cpu(lambda: meter.begin_window("w"), end, n=n)
 
 
 def _pair_cpu(begin, end, n: int = 2000, repeats: int = 7) -> tuple[float, float, float]:
@@ -174,16 +170,26 @@ def run() -> str:
             sys.modules["pynvml"] = old
 
     out = ["## Energy meter (`bench_energy`)", "",
-           "Cost of one `begin_window` + `end_window` pair (median of 5 × 3000 pairs, "
-           "measured). NVML rows use an in-process fake `pynvml`: joulebound's own overhead, "
-           "without the driver call.", "",
+           "CPU time of one `begin_window` + `end_window` pair (median (min–max) of 7 runs of "
+           "2000 pairs; 500 with the SQLite commit; measured). NVML rows use an in-process fake "
+           "`pynvml`: joulebound's own overhead, without the driver call.", "",
            "| backend | µs per begin/end pair |", "|---|---:|"]
-    out += [f"| {b} | {us:.1f} |" for b, us in rows]
+    out += [f"| {b} | {r[0]:.1f} ({r[1]:.1f}–{r[2]:.1f}) |" for b, r in rows]
     out += ["", "Side by side, the same fake `pynvml`, CPU time per begin + end pair "
             "(median (min–max) of 7 runs of 2000 pairs; CodeCarbon 5 × 20; measured in this run):",
             "", "| meter | µs per begin/end pair |", "|---|---:|"]
     for label, r in peers:
         out.append(f"| {label} | {r if isinstance(r, str) else f'{r[0]:.1f} ({r[1]:.1f}–{r[2]:.1f})'} |")
+    ratios = []
+    for n in (1, 8):
+        jb = next((r for lab, r in peers if lab.startswith(f"joulebound EnergyMeter, {n} ")), None)
+        zs = next((r for lab, r in peers if lab.startswith("Zeus") and f", {n} GPU" in lab), None)
+        if isinstance(jb, tuple) and isinstance(zs, tuple):
+            ratios.append(f"{n} GPU{'s' if n > 1 else ''} {jb[0] / zs[0]:.2f}× "
+                          f"({'met' if jb[0] <= zs[0] else 'NOT met'})")
+    if ratios:
+        out += ["", "joulebound / Zeus, median CPU time per pair, same run (target ≤ 1): "
+                + ", ".join(ratios) + "."]
     out += ["", "Background sampler CPU use over 3 s (process CPU time while the main thread "
             "sleeps, % of one core; measured), fake `pynvml`:", "",
             "| channels | target Hz | CPU % of one core | achieved Hz |", "|---|---:|---:|---:|"]

@@ -10,13 +10,15 @@ from __future__ import annotations
 import time
 
 
-def _t(fn, reps: int = 3) -> float:  # noqa: ANN001
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+def _t(fn, reps: int = 7) -> tuple[float, float, float]:  # noqa: ANN001
+    """(median, min, max) CPU s of ``reps`` runs (:func:`benchmarks.timing.cpu_runs`)."""
+    from .timing import cpu_runs
+
+    return cpu_runs(fn, repeats=reps)
+
+
+def _fmt(t: tuple[float, float, float]) -> str:
+    return f"{t[0]:.4f}" if t[1] == t[2] else f"{t[0]:.4f} ({t[1]:.4f}–{t[2]:.4f})"
 
 
 def _jobs_csv(path, n: int, shapes: int, seed: int = 0) -> None:  # noqa: ANN001
@@ -45,9 +47,9 @@ def _predict_table(n: int, shapes: int) -> tuple[float, int]:
     with tempfile.TemporaryDirectory() as d:
         src, out = Path(d) / "jobs.csv", Path(d) / "out.csv"
         _jobs_csv(src, n, shapes)
-        t0 = time.perf_counter()
+        c0 = time.process_time()
         rc = main(["predict", "--jobs", str(src), "-o", str(out)])
-        dt = time.perf_counter() - t0
+        dt = time.process_time() - c0
         assert rc == 0
         rows = out.read_text().count("\n") - 1
     return dt, rows
@@ -65,7 +67,7 @@ def run() -> str:
     law, rec = load_default()
     rows = [("predict one job (built-in law)", _t(lambda: predict_job(1e8, law=law, q90_log=0.1, gpus=4,
                                                                       strategy="fsdp", **cfg)), "< 0.05 s"),
-            ("advise (legacy law): 10 candidates", _t(lambda: advisor.advise_law(1e8, 7200, 8, **cfg), 1),
+            ("advise (legacy law): 10 candidates", _t(lambda: advisor.advise_law(1e8, 7200, 8, **cfg), 3),
              "< 1 s")]
     from joulebound.scaling.job import Job
 
@@ -82,7 +84,7 @@ def run() -> str:
 
     rows.append(("predict one job (mechanistic, trace + GPU model included)", _t(cold), "< 0.05 s"))
     rows.append(("advise (mechanistic): 1 GPU + 4 strategies × 2/4/8 GPUs",
-                 _t(lambda: advisor.advise(job, 7200, 8), 1), "< 1 s"))
+                 _t(lambda: advisor.advise(job, 7200, 8), 3), "< 1 s"))
     import contextlib
     import io
 
@@ -90,22 +92,26 @@ def run() -> str:
         with contextlib.redirect_stdout(io.StringIO()):
             dt, nrow = _predict_table(n, shapes)
         rows.append((f"predict --jobs: {n:,} jobs, {shapes:,} distinct shapes (CSV in/out, {nrow:,} rows)",
-                     dt, "< 10 s"))
+                     (dt, dt, dt), "< 10 s"))
     data = find_data(required=False)
     extra = ""
     if data is not None:
         df = load(data / "mayaki_ecai2025")
         make_law("paper").fit(df)  # warm-up: imports statsmodels once
         for name in ("powerlaw", "paper", "prerun", "roofline", "hgb"):
-            rows.append((f"fit `{name}` on Mayaki (1,576 rows)", _t(lambda n=name: make_law(n).fit(df), 1),
+            rows.append((f"fit `{name}` on Mayaki (1,576 rows)", _t(lambda n=name: make_law(n).fit(df), 5),
                          "< 2 s" if name == "prerun" else ""))
-        t0 = time.perf_counter()
+        c0 = time.process_time()
         cv = cross_validate(df, "prerun", k=5)
-        rows.append(("grouped 5-fold CV + conformal, `prerun`", time.perf_counter() - t0, ""))
+        t = time.process_time() - c0
+        rows.append(("grouped 5-fold CV + conformal, `prerun`", (t, t, t), ""))
         extra = (f"\n\nHeld-out (grouped 5-fold by (L, d)) R² of log E of the pre-run law in the same run: "
                  f"{cv['r2_log']:.3f}, MAPE {cv['mape'] * 100:.1f} % (modeled vs measured).")
-    lines = ["## Scaling model", "", "| operation | time (s), best of runs | target |", "|---|---|---|"]
-    lines += [f"| {a} | {b:.4f} | {c} |" for a, b, c in rows]
+    lines = ["## Scaling model", "", "CPU seconds, median (min–max) of repeated runs (7 for the "
+             "interactive figures, 5 for the fits, 3 for `advise`; one run for the 10^4-job tables "
+             "and the cross-validation, which take seconds).", "",
+             "| operation | CPU s | target |", "|---|---|---|"]
+    lines += [f"| {a} | {_fmt(b)} | {c} |" for a, b, c in rows]
     extra = ("\n\n`predict --jobs` characterizes each distinct per-GPU workload (shape × micro-batch × "
              "tensor-parallel degree × GPU) once with the GPU model; with 10,000 distinct shapes on "
              "4 GPUs that is ~13,000 workloads, and the analytic trace builder plus "

@@ -19,13 +19,19 @@ from pathlib import Path
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "kineto_gpu_step.json"
 
 
-def _time(fn: Callable[[], object], repeat: int) -> float:
+def _time(fn: Callable[[], object], repeat: int) -> tuple[float, float, float]:
+    """(median, min, max) CPU s of ``repeat`` runs (figures over 50 ms: each run once)."""
     out = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        c0 = time.process_time()
         fn()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
+        out.append(time.process_time() - c0)
+    return statistics.median(out), min(out), max(out)
+
+
+def _s(t: tuple[float, float, float], scale: float = 1.0, nd: int = 3) -> str:
+    m, lo, hi = (x * scale for x in t)
+    return f"{m:.{nd}f}" if lo == hi else f"{m:.{nd}f} ({lo:.{nd}f}–{hi:.{nd}f})"
 
 
 def _synthetic_kineto(steps: int) -> dict:
@@ -54,13 +60,18 @@ def run() -> str:
     from joulebound.workload.roofline import summarize
     from joulebound.workload.trace import Trace
 
+    from .timing import cpu_runs
+
     lines = ["## Traces (`bench_traces`)", "",
-             "| preset | kernels | build (ms) | FLOP / (6NT + 12LSdT) |", "|---|---:|---:|---:|"]
+             "CPU time, median (min–max) of repeated runs: 7 for the builds of one iteration, 3 "
+             "for the large trace and the 10-step import, one run for save / load and the "
+             "200-step import (seconds each).", "",
+             "| preset | kernels | build, CPU ms | FLOP / (6NT + 12LSdT) |", "|---|---:|---:|---:|"]
     for name in PRESETS:
         n = len(build_trace(name))
-        t = _time(lambda name=name: build_trace(name), 20)
+        t = cpu_runs(lambda name=name: build_trace(name))
         ratio = build_trace(name).total_flops / model_flops_estimate(PRESETS[name])
-        lines.append(f"| {name} | {n} | {t * 1e3:.2f} | {ratio:.4f} |")
+        lines.append(f"| {name} | {n} | {_s(t, 1e3, 2)} | {ratio:.4f} |")
 
     big = build_trace("gpt3-xl", iterations=100)
     t_big = _time(lambda: build_trace("gpt3-xl", iterations=100), 3)
@@ -71,18 +82,19 @@ def run() -> str:
         size = path.stat().st_size
         t_load = _time(lambda: Trace.load(path), 1)
     lines += ["", "| large trace (gpt3-xl x 100 iterations) | value |", "|---|---:|",
-              f"| kernels | {len(big)} |", f"| build (s) | {t_big:.3f} |",
-              f"| summarize, no device (s) | {t_sum:.3f} |",
-              f"| save .json.gz (s) / size (MB) | {t_save:.2f} / {size / 1e6:.1f} |",
-              f"| load .json.gz (s) | {t_load:.2f} |"]
+              f"| kernels | {len(big)} |", f"| build (CPU s) | {_s(t_big)} |",
+              f"| summarize, no device (CPU s) | {_s(t_sum)} |",
+              f"| save .json.gz (CPU s) / size (MB) | {_s(t_save, nd=2)} / {size / 1e6:.1f} |",
+              f"| load .json.gz (CPU s) | {_s(t_load, nd=2)} |"]
 
     lines += ["", "| Kineto import (synthetic, repeated fixture) | GPU kernels | events | "
-              "import (s) |", "|---|---:|---:|---:|"]
+              "import (CPU s) | µs per GPU kernel |", "|---|---:|---:|---:|---:|"]
     for steps in (10, 200):
         doc = _synthetic_kineto(steps)
         tr = from_chrome_trace(doc)
         t_imp = _time(lambda doc=doc: from_chrome_trace(doc), 3 if steps < 100 else 1)
-        lines.append(f"| {steps} steps | {len(tr)} | {len(doc['traceEvents'])} | {t_imp:.3f} |")
+        lines.append(f"| {steps} steps | {len(tr)} | {len(doc['traceEvents'])} | {_s(t_imp)} | "
+                     f"{t_imp[0] / max(1, len(tr)) * 1e6:.0f} |")
     return "\n".join(lines)
 
 

@@ -41,6 +41,22 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
 
 
+def commit() -> str:
+    """The checkout's commit (short hash, ``+changes`` when the measured code (joulebound/, benchmarks/) differs from it), or ``?``."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
+                              capture_output=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                "joulebound", "benchmarks", "pyproject.toml"],
+                               cwd=root, text=True, capture_output=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+    return head + ("+changes" if dirty else "")
+
+
 def areas() -> list[str]:
     return sorted(m.name.removeprefix("bench_") for m in pkgutil.iter_modules(benchmarks.__path__)
                   if m.name.startswith("bench_"))
@@ -49,7 +65,7 @@ def areas() -> list[str]:
 def section(area: str) -> str:
     module = importlib.import_module(f"benchmarks.bench_{area}")
     body = module.run().strip()
-    stamp = f"_Measured {dt.date.today().isoformat()} on {machine()}._"
+    stamp = f"_Measured {dt.date.today().isoformat()} at commit {commit()} on {machine()}._"
     return f"<!-- bench:{area} -->\n{body}\n\n{stamp}\n<!-- /bench:{area} -->"
 
 

@@ -227,3 +227,32 @@ def test_sink_failures_reach_the_notes_and_the_losses(tmp_path):
     assert m.losses["samples_not_stored"] >= 5 and m.lost_anything
     assert any("could not be written to the store" in n and "disk is full" in n
                for n in m.notes)
+
+
+@pytest.mark.parametrize("period", [PERIOD, 0.0])
+def test_fused_edge_update_equals_observe_then_edge(period):
+    """The meter's window-edge path (``CounterTrack.observe_edge``) gives the same edge values
+    and leaves the same state as ``observe`` followed by ``edge``, reading by reading: random
+    steps, repeated values, slightly out-of-order stamps, power seeds and integrals."""
+    from dataclasses import astuple
+
+    from joulebound.energy.counter import CounterTrack
+
+    rng = np.random.default_rng(7)
+    a, b = CounterTrack(period), CounterTrack(period)
+    t, e = 50.0, 1e4
+    for k in range(3000):
+        t += float(rng.choice([1e-4, 5e-3, 0.03, 0.11, -2e-5]))
+        if rng.random() < 0.4:
+            e += float(rng.uniform(0, 40))
+        p = float(rng.uniform(50, 400)) if rng.random() < 0.1 else None
+        integ = float(k) if rng.random() < 0.5 else None
+        t_edge = t + float(rng.uniform(0, 1e-3))
+        a.observe(t, e, p, integral_j=integ)
+        va = a.edge(t_edge)
+        vb = b.observe_edge(t, e, p, integ, t_edge)
+        assert astuple(va) == astuple(vb), k
+    assert (a.e_cur, a.t_step, a.half_bracket, a.t_read, a.power_w, a.integral_at_read,
+            list(a._steps), a._v_last, a.n_steps) == \
+        (b.e_cur, b.t_step, b.half_bracket, b.t_read, b.power_w, b.integral_at_read,
+         list(b._steps), b._v_last, b.n_steps)

@@ -320,17 +320,15 @@ class EnergyMeter:
         if sync:
             self._sync()
         t = self.clock()
-        edges = self._counter_edges(t)
-        if self._power_channels:
-            self._edge_power(t)
-        self.sampler.watch(name)
-        power = self.sampler.power_edges(self.channels, t)
-        fails = {i: self.sampler.failures.get(i, 0) for i in self.channels}
+        edges, power, fails = self.sampler.begin_edge(
+            name, self._counter_samples(t),
+            self._power_samples(t) if self._power_channels else [], t, self.channels)
         with self._lock:
             self._open[name] = _Open(t, edges, len(self.backend.events), power, fails)
 
-    def _counter_edges(self, t: float) -> dict[int, EdgeValue | None]:
-        """Read every counter channel at ``t``; its apportioned value (``None``: read failed)."""
+    def _counter_samples(self, t: float) -> list[Sample]:
+        """Every counter channel read at ``t`` (energy ``None`` where the read failed; a power
+        reading too while the counter's rate is not known yet)."""
         samples = []
         tracks = self.sampler.tracks
         backend = self.backend
@@ -346,7 +344,7 @@ class EnergyMeter:
                 if e is not None and track is not None and not track.has_rate:
                     p = self._read_power(i, t, quiet=True)   # seeds the rate until 2 steps seen
                 samples.append(Sample(t, i, p, e))
-        return self.sampler.counter_edges(samples, t)
+        return samples
 
     def _read_energy(self, i: int, t: float) -> float | None:
         """Counter read; a failing read (GPU lost, driver error) gives ``None`` and is counted."""
@@ -366,14 +364,14 @@ class EnergyMeter:
                 self.sampler.record_failure(i, "power", exc)
             return None
 
-    def _edge_power(self, t: float) -> None:
+    def _power_samples(self, t: float) -> list[Sample]:
         """Power reads at an edge for the channels metered by power integration."""
         samples = []
         for i in self._power_channels:
             p = self._read_power(i, t)
             if p is not None:
                 samples.append(Sample(t, i, p, None))
-        self.sampler.add(samples)
+        return samples
 
     def end_window(self, name: str, sync: bool = True, cancel: bool = False) -> WindowResult:
         """End window ``name`` and return its :class:`WindowResult` (committed to the store)."""
@@ -386,10 +384,9 @@ class EnergyMeter:
             flags.append("no_energy_sensor")   # no GPU sensor: energy_j is None
         if dur == 0.0:
             flags.append("zero_length")
-        edges1 = self._counter_edges(t1)
-        if self._power_channels:
-            self._edge_power(t1)
-        stats = self.sampler.unwatch(name)
+        edges1, stats = self.sampler.end_edge(
+            name, self._counter_samples(t1),
+            self._power_samples(t1) if self._power_channels else [], t1)
         devices = self._device_energies(st, t1, dur, edges1, stats, flags)
         self._event_flags(st, flags)
         res = self._result(name, t0, t1, dur, devices, flags)
@@ -420,16 +417,23 @@ class EnergyMeter:
 
         devices: list[DeviceEnergy] = []
         failures = self.sampler.failures
+        fails0 = st.failures
+        edges0 = st.edges
+        peak, n_samples = stats.peak_w, stats.n
+        provenance = self.backend.channel_provenance
         for i, ch, counter in self._chan_info:
-            if ch.sensor_period_s is not None and 0 < dur < ch.sensor_period_s:
-                flag("short_window")
+            period = ch.sensor_period_s
+            if period is not None and 0 < dur < period and "short_window" not in flags:
+                flags.append("short_window")
             source = ch.source
             energy: float | None
             unc: float | None
-            v0 = st.edges.get(i) if counter else None
+            v0 = edges0.get(i) if counter else None
             v1 = edges1.get(i) if counter else None
             if v0 is not None and v1 is not None:
-                energy = max(v1.energy_j - v0.energy_j, 0.0)
+                energy = v1.energy_j - v0.energy_j
+                if energy < 0.0:
+                    energy = 0.0
                 unc = window_uncertainty(v0, v1, dur)
             else:
                 if counter:   # the counter failed at an edge: power instead
@@ -440,14 +444,13 @@ class EnergyMeter:
                         stats.update(edge)
                     source = f"{source}->power_integration"
                 energy, unc = self._power_energy(i, st, t1, dur, flag)
-            if failures.get(i, 0) > st.failures.get(i, 0):
-                flag("read_error")
+            if failures.get(i, 0) > fails0.get(i, 0) and "read_error" not in flags:
+                flags.append("read_error")
             devices.append(DeviceEnergy(
-                uuid=ch.uuid, index=ch.index, energy_j=energy,
-                avg_power_w=(energy / dur) if (energy is not None and dur > 0) else None,
-                peak_power_w=stats.peak_w.get(i), source=source, kind=ch.kind,
-                n_samples=stats.n.get(i, 0), provenance=self.backend.channel_provenance(i),
-                uncertainty_j=None if energy is None or unc is None else float(unc)))
+                ch.uuid, ch.index, energy,
+                (energy / dur) if (energy is not None and dur > 0) else None,
+                peak.get(i), source, ch.kind, n_samples.get(i, 0), provenance(i),
+                None if energy is None or unc is None else float(unc)))
         return devices
 
     def _event_flags(self, st: _Open, flags: list[str]) -> None:
@@ -469,18 +472,31 @@ class EnergyMeter:
                 flags: list[str]) -> WindowResult:
         """The window's result: GPU total (``None`` unless every GPU's energy is known), CPU
         total, uncertainty."""
-        gpu = [d for d in devices if d.kind == "gpu"]
-        cpu = [d.energy_j for d in devices if d.kind != "gpu"]
-        known = bool(gpu) and all(d.energy_j is not None for d in gpu)
+        n_gpu = n_cpu = 0
+        gpu_e: float | None = 0.0
+        gpu_u = 0.0
+        cpu_e: float | None = 0.0
+        for d in devices:          # one pass: GPU total (known only if every GPU is), CPU total
+            e = d.energy_j
+            if d.kind == "gpu":
+                n_gpu += 1
+                if e is None or gpu_e is None:
+                    gpu_e = None
+                else:
+                    gpu_e += e
+                    gpu_u += d.uncertainty_j or 0.0
+            else:
+                n_cpu += 1
+                cpu_e = None if e is None or cpu_e is None else cpu_e + e
+        known = n_gpu > 0 and gpu_e is not None
         res = WindowResult(
             name=name, start_s=t0, end_s=t1, duration_s=dur,
-            energy_j=float(sum(d.energy_j for d in gpu)) if known else None,  # type: ignore[misc]
+            energy_j=float(gpu_e) if known else None,  # type: ignore[arg-type]
             devices=devices, provenance=self.backend.provenance, flags=flags,
-            cpu_energy_j=float(sum(cpu)) if cpu and all(e is not None for e in cpu) else None,  # type: ignore[arg-type]
+            cpu_energy_j=float(cpu_e) if n_cpu and cpu_e is not None else None,
             rank=self.rank, host=self.host, backend=self.backend.name,
-            energy_uncertainty_j=float(sum(d.uncertainty_j or 0.0 for d in gpu)) if known
-            else None)
-        if gpu and res.energy_j is None and "no_energy_sensor" not in flags:
+            energy_uncertainty_j=float(gpu_u) if known else None)
+        if n_gpu and not known and "no_energy_sensor" not in flags:
             flags.append("energy_unavailable")
         return res
 

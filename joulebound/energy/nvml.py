@@ -198,11 +198,11 @@ class NvmlBackend(Backend):
         if last is None:  # first read: the origin
             self._last_raw[i] = raw
             return self._total_j[i]
-        uuid = self.channels[i].uuid
         if raw >= last:
             delta_mj = raw - last
             self._last_raw[i] = raw
         else:
+            uuid = self.channels[i].uuid
             top = 1 << self.counter_bits
             if last >= top - (top >> 3):
                 delta_mj = raw + top - last

@@ -35,7 +35,7 @@ class Sample:
     energy_j: float | None
 
 
-@dataclass
+@dataclass(slots=True)
 class WindowStats:
     """Running power statistics of one open window: peak (W) and sample count per channel."""
 
@@ -214,30 +214,40 @@ class Sampler:
         """Fold readings into the running integrals, the counter tracks and the watched windows'
         statistics."""
         with self._lock:
-            for smp in samples:
-                ch = smp.channel
-                if smp.power_w is not None:
-                    last = self._last.get(ch)
-                    if last is not None and smp.t > last[0]:
-                        dt = smp.t - last[0]
-                        e = 0.5 * (last[1] + smp.power_w) * dt
-                        self.integral_j[ch] = self.integral_j.get(ch, 0.0) + e
-                        if ch in self._failed_since or (self.running and dt > self.gap_s):
-                            self.gap_time_s[ch] = self.gap_time_s.get(ch, 0.0) + dt
-                            self.gap_energy_j[ch] = self.gap_energy_j.get(ch, 0.0) + e
-                    if last is None or smp.t >= last[0]:
-                        self._last[ch] = (smp.t, smp.power_w)
-                    self._first.setdefault(ch, smp.t)
-                    self._failed_since.discard(ch)
-                track = self.tracks.get(ch)
-                if track is not None:
-                    track.observe(smp.t, smp.energy_j, smp.power_w,
-                                  integral_j=self.integral_j.get(ch, 0.0)
-                                  if ch in self._last else None)
-                for w in self._watch.values():
-                    w.update(smp)
-            if self.sink is not None:
-                self._pending.extend(samples)
+            self._add_locked(samples)
+
+    def _add_locked(self, samples: list[Sample]) -> None:
+        """:meth:`add` with the lock held."""
+        for smp in samples:
+            ch = smp.channel
+            if smp.power_w is not None:
+                self._fold_power(smp)
+            track = self.tracks.get(ch)
+            if track is not None:
+                track.observe(smp.t, smp.energy_j, smp.power_w,
+                              integral_j=self.integral_j.get(ch, 0.0)
+                              if ch in self._last else None)
+            for w in self._watch.values():
+                w.update(smp)
+        if self.sink is not None:
+            self._pending.extend(samples)
+
+    def _fold_power(self, smp: Sample) -> None:
+        """A power reading into the channel's trapezoid integral and gap accounting (under the
+        lock)."""
+        ch = smp.channel
+        last = self._last.get(ch)
+        if last is not None and smp.t > last[0]:
+            dt = smp.t - last[0]
+            e = 0.5 * (last[1] + smp.power_w) * dt  # type: ignore[operator]
+            self.integral_j[ch] = self.integral_j.get(ch, 0.0) + e
+            if ch in self._failed_since or (self.running and dt > self.gap_s):
+                self.gap_time_s[ch] = self.gap_time_s.get(ch, 0.0) + dt
+                self.gap_energy_j[ch] = self.gap_energy_j.get(ch, 0.0) + e
+        if last is None or smp.t >= last[0]:
+            self._last[ch] = (smp.t, smp.power_w)  # type: ignore[assignment]
+        self._first.setdefault(ch, smp.t)
+        self._failed_since.discard(ch)
 
     def integral(self, channel: int) -> float:
         """Trapezoid integral of ``channel``'s power since the first reading (J)."""
@@ -277,14 +287,61 @@ class Sampler:
     def counter_edges(self, samples: list[Sample], t: float) -> dict[int, EdgeValue | None]:
         """Fold edge readings in (:meth:`add`) and return each sampled counter channel's
         estimate at ``t`` (``None`` where its reading failed), under one lock."""
-        self.add(samples)
         with self._lock:
-            out: dict[int, EdgeValue | None] = {}
-            for smp in samples:
-                track = self.tracks.get(smp.channel)
-                out[smp.channel] = (track.edge(t) if track is not None and smp.energy_j is not None
-                                    else None)
-            return out
+            return self._counter_edges_locked(samples, t)
+
+    def _counter_edges_locked(self, samples: list[Sample],
+                              t: float) -> dict[int, EdgeValue | None]:
+        out: dict[int, EdgeValue | None] = {}
+        tracks = self.tracks
+        last = self._last
+        integral = self.integral_j
+        watched = list(self._watch.values())
+        for smp in samples:
+            ch = smp.channel
+            if smp.power_w is not None:
+                self._fold_power(smp)
+            track = tracks.get(ch)
+            value = None
+            if track is not None:
+                integ = integral.get(ch, 0.0) if ch in last else None
+                if smp.energy_j is not None:   # observe, then the estimate at t
+                    value = track.observe_edge(smp.t, smp.energy_j, smp.power_w, integ, t)
+                else:
+                    track.observe(smp.t, None, smp.power_w, integral_j=integ)
+            out[ch] = value
+            for w in watched:
+                w.update(smp)
+        if self.sink is not None:
+            self._pending.extend(samples)
+        return out
+
+    def begin_edge(self, name: str, counter: list[Sample], power: list[Sample], t: float,
+                   channels: list[int]) -> tuple[dict[int, EdgeValue | None],
+                                                 dict[int, PowerEdge], dict[int, int]]:
+        """A window's start at ``t``, under one lock: the counter readings folded in with their
+        estimates at ``t`` (:meth:`counter_edges`), the power readings folded in (:meth:`add`),
+        then the window watched (:meth:`watch`); returns the counter estimates, the power edges
+        of ``channels`` (:meth:`power_edges`) and their failure counts."""
+        with self._lock:
+            edges = self._counter_edges_locked(counter, t)
+            if power:
+                self._add_locked(power)
+            self._watch[name] = WindowStats()
+            pe = {i: self._power_edge(i, t) for i in channels}
+            failures = self.failures
+            fails = {i: failures.get(i, 0) for i in channels}
+        return edges, pe, fails
+
+    def end_edge(self, name: str, counter: list[Sample], power: list[Sample],
+                 t: float) -> tuple[dict[int, EdgeValue | None], WindowStats]:
+        """A window's end at ``t``, under one lock: the readings folded in (counted in the
+        window), the counter estimates at ``t``, and the window's statistics (:meth:`unwatch`)."""
+        with self._lock:
+            edges = self._counter_edges_locked(counter, t)
+            if power:
+                self._add_locked(power)
+            return edges, self._watch.pop(name, None) or WindowStats()
 
     def first_power_t(self, channel: int) -> float | None:
         """Time of the channel's first good power reading (s), ``None`` before it."""

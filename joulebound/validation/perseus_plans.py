@@ -28,6 +28,7 @@ Prediction, from the max-clock warm-up runs (plans 0 and 1) plus each plan's clo
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 from dataclasses import dataclass
@@ -96,15 +97,17 @@ def split_power_states(states: list[int], rank: int, pp: int, nmb: int
     return fwd, bwd
 
 
-def simulate_1f1b(fwd: list[np.ndarray], bwd: list[np.ndarray]) -> tuple[float, np.ndarray]:
-    """Makespan (s) of a 1F1B pipeline with per-rank, per-microbatch durations; busy time per rank."""
-    pp = len(fwd)
-    nmb = len(fwd[0])
-    f_end = np.zeros((pp, nmb))
-    b_end = np.zeros((pp, nmb))
+@functools.lru_cache(maxsize=32)
+def _schedule_1f1b(pp: int, nmb: int) -> tuple[tuple[int, bool, int], ...]:
+    """The order in which :func:`simulate_1f1b` can run the ops of a ``pp``-stage pipeline of
+    ``nmb`` microbatches: (rank, is forward, microbatch), each after the ops it waits for (the
+    previous op of its rank and the same microbatch's op on the neighbouring rank). It does not
+    depend on the durations, so it is worked out once per shape."""
+    f_done = [[False] * nmb for _ in range(pp)]
+    b_done = [[False] * nmb for _ in range(pp)]
     orders = [one_f_one_b(r, pp, nmb) for r in range(pp)]
     pos = [0] * pp
-    clock = [0.0] * pp
+    out: list[tuple[int, bool, int]] = []
     remaining = 2 * pp * nmb
     while remaining:
         progressed = False
@@ -112,20 +115,43 @@ def simulate_1f1b(fwd: list[np.ndarray], bwd: list[np.ndarray]) -> tuple[float, 
             while pos[r] < len(orders[r]):
                 kind, m = orders[r][pos[r]]
                 if kind == "F":
-                    if r > 0 and f_end[r - 1, m] == 0.0:
+                    if r > 0 and not f_done[r - 1][m]:
                         break
-                    start = max(clock[r], f_end[r - 1, m] if r > 0 else 0.0)
-                    f_end[r, m] = clock[r] = start + fwd[r][m]
+                    f_done[r][m] = True
                 else:
-                    if r < pp - 1 and b_end[r + 1, m] == 0.0:
+                    if r < pp - 1 and not b_done[r + 1][m]:
                         break
-                    start = max(clock[r], b_end[r + 1, m] if r < pp - 1 else 0.0)
-                    b_end[r, m] = clock[r] = start + bwd[r][m]
+                    b_done[r][m] = True
+                out.append((r, kind == "F", m))
                 pos[r] += 1
                 remaining -= 1
                 progressed = True
         if not progressed:  # pragma: no cover - 1F1B is deadlock free
             raise RuntimeError("pipeline simulation deadlocked")
+    return tuple(out)
+
+
+def simulate_1f1b(fwd: list[np.ndarray], bwd: list[np.ndarray]) -> tuple[float, np.ndarray]:
+    """Makespan (s) of a 1F1B pipeline with per-rank, per-microbatch durations; busy time per rank.
+
+    Each op starts when its rank is free and its input is ready (the forward of the previous
+    stage, the backward of the next), in the order of :func:`_schedule_1f1b`."""
+    pp = len(fwd)
+    nmb = len(fwd[0])
+    fw = [np.asarray(x, float).tolist() for x in fwd]
+    bw = [np.asarray(x, float).tolist() for x in bwd]
+    f_end = [[0.0] * nmb for _ in range(pp)]
+    b_end = [[0.0] * nmb for _ in range(pp)]
+    clock = [0.0] * pp
+    last = pp - 1
+    for r, forward, m in _schedule_1f1b(pp, nmb):
+        c = clock[r]
+        if forward:
+            ready = f_end[r - 1][m] if r > 0 else 0.0
+            f_end[r][m] = clock[r] = (c if c >= ready else ready) + fw[r][m]
+        else:
+            ready = b_end[r + 1][m] if r < last else 0.0
+            b_end[r][m] = clock[r] = (c if c >= ready else ready) + bw[r][m]
     busy = np.array([fwd[r].sum() + bwd[r].sum() for r in range(pp)])
     return float(max(clock)), busy
 

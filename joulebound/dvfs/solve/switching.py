@@ -129,13 +129,13 @@ def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float
         enter = (blk_e[lo + 1:jhi, :, None] + blk_t[lo + 1:jhi, :, None] * lams[None, None, :]
                  + sw[None, None, :])                                           # block at k+1
         for k in range(lo, hi):
-            if k > 0:
+            if k > 0:                     # stay (v + this kernel) or a block arriving here
                 slot = k % w
                 pk = ring[slot]
-                stay = v + step[k - lo]
-                fp = pk < stay
-                v = np.where(fp, pk, stay)
-                start = np.where(fp, ring_start[slot], start)
+                v += step[k - lo]
+                fp = pk < v
+                np.copyto(v, pk, where=fp)
+                np.copyto(start, ring_start[slot], where=fp)
                 pk.fill(np.inf)
             b = v.argmin(axis=0)                                          # (L,)
             h = v[b, ar_l]
@@ -144,12 +144,16 @@ def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float
             j = k + 1
             if j >= k_n:
                 break
-            cand = enter[k - lo] + h[None, :]                             # (C, L)
-            sl = slots[j]
+            cand = enter[k - lo]                                          # (C, L)
+            cand += h                       # entering j from the best state (enter is scratch)
+            sl = slots[j]                   # (C,) slot where each state's block ends
             cur = ring[sl, cols]
             better = cand < cur
-            ring[sl, cols] = np.where(better, cand, cur)
-            ring_start[sl, cols] = np.where(better, j, ring_start[sl, cols])
+            np.copyto(cur, cand, where=better)
+            ring[sl, cols] = cur
+            cs = ring_start[sl, cols]
+            cs[better] = j
+            ring_start[sl, cols] = cs
     values = v.min(axis=0)
     choice = np.empty((n_l, k_n), np.int64)
     for li in range(n_l):
