@@ -249,3 +249,18 @@ def test_nvml_actuator_unknown_gpu_index():
     with pytest.raises(JouleboundError, match="GPU index 5 is not visible"):
         NvmlActuator(gpu=5, nvml=FakeNvml(), check_privileges=False,
                      install_signal_handlers=False)
+
+
+@pytest.mark.parametrize("opener", ["actuator", "calibrate"])
+def test_a_gpu_nvml_does_not_know_is_a_clear_error_and_nvml_is_shut_down(opener):
+    """Both clock paths open the GPU through the device layer's one opener: an unknown GPU is
+    named with the fix, and the NVML session is closed again (no leaked nvmlInit)."""
+    from joulebound.calibrate.backends import NvmlBackend
+
+    nv = FakeNvml(n_gpus=1)
+    with pytest.raises(JouleboundError, match=r"GPU index 3 is not visible.*nvidia-smi -L"):
+        if opener == "actuator":
+            NvmlActuator(gpu=3, nvml=nv, check_privileges=False, install_signal_handlers=False)
+        else:
+            NvmlBackend(gpu=3, nvml=nv)
+    assert nv.count("nvmlInit") == nv.count("nvmlShutdown") == 1

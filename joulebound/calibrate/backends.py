@@ -80,17 +80,12 @@ class NvmlBackend:
         from ..energy.nvml import catalog_sensor_period
 
         self.gpu, self.helper, self.nvml = gpu, helper, nvml
-        self.session = gpu_layer.Nvml(nvml)
+        self.session, self.device = gpu_layer.open_gpu(nvml, gpu)
         try:
-            self.device = self.session.open(gpu)
             self.supported = self.device.supported_clocks()
-        except JouleboundError:
-            self.session.close()
-            raise
         except Exception as exc:  # noqa: BLE001 - NVMLError subclasses
             self.session.close()
-            raise JouleboundError(f"GPU {gpu!r}: NVML cannot read it ({exc}); pick one with --gpu "
-                                  "from `nvidia-smi -L`") from exc
+            raise JouleboundError(f"GPU {gpu!r}: NVML cannot read its clock table ({exc})") from exc
         self.gpu_name = self.device.name
         self.sensor_period_s = float(sensor_period_s or catalog_sensor_period(self.gpu_name)
                                      or DEFAULT_SENSOR_PERIOD_S)

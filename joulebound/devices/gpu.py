@@ -296,6 +296,26 @@ class Nvml:
         self.close()
 
 
+def open_gpu(nvml: Any, gpu: int | str, env: Mapping[str, str] | None = None
+             ) -> tuple[Nvml, GpuDevice]:
+    """Start an NVML session and open ``gpu`` (an index as CUDA numbers it, or a UUID); on any
+    failure the session is shut down again and the error names the GPU and how to pick one.
+
+    Raises:
+        JouleboundError: NVML cannot start, or does not know ``gpu``.
+    """
+    session = Nvml(nvml)
+    try:
+        return session, session.open(gpu, env)
+    except JouleboundError:
+        session.close()
+        raise
+    except Exception as exc:  # noqa: BLE001 - NVMLError subclasses
+        session.close()
+        raise JouleboundError(f"GPU {gpu!r} not found by NVML ({exc}); use --gpu with an index "
+                              "or UUID from `nvidia-smi -L`") from exc
+
+
 class GpuDevice:
     """One physical GPU: reads with units, clock sets in MHz. Made by :meth:`Nvml.open`.
 

@@ -294,17 +294,8 @@ class NvmlActuator(Actuator):
         self._closed = True           # until fully open: close() does nothing
         if check_privileges and not gpu_layer.has_clock_privileges():
             raise JouleboundError(PERMISSION_HELP)
-        self._session = gpu_layer.Nvml(nvml)
+        self._session, self.device = gpu_layer.open_gpu(nvml, gpu, env)
         self.nvml = self._session.nv
-        try:
-            self.device = self._session.open(gpu, env)
-        except JouleboundError:
-            self._session.close()
-            raise
-        except Exception as exc:  # noqa: BLE001 - NVMLError subclasses
-            self._session.close()
-            raise JouleboundError(f"GPU {gpu!r} not found by NVML ({exc}); use --gpu with an "
-                                  "index or UUID from `nvidia-smi -L`") from exc
         self.gpu = gpu
         self.uuid = self.device.uuid
         self.handle = self.device.handle
