@@ -96,6 +96,20 @@ def _no_set_after_last_reset(nv: FakeNvml, pid: int) -> bool:
 STOP = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
+def _child_signals(ignore: tuple[signal.Signals, ...] = (), then=None):  # noqa: ANN001, ANN202
+    """``preexec_fn`` for the children whose stop signals a test sends: every stop signal at its
+    default, whatever this test run inherited (``nohup`` ignores HUP, a background job INT and
+    QUIT -- the guard rightly keeps those ignored), then ``ignore`` ignored, then ``then()``."""
+    def pre() -> None:
+        for s in STOP:
+            signal.signal(s, signal.SIG_DFL)
+        for s in ignore:
+            signal.signal(s, signal.SIG_IGN)
+        if then is not None:
+            then()
+    return pre
+
+
 @pytest.fixture(scope="module")
 def runs(plan_dir, tmp_path_factory):
     """One ``joulebound run --actuator nvml`` child per stop signal, started at once (each pays
@@ -110,9 +124,8 @@ def runs(plan_dir, tmp_path_factory):
         ignore_int = sig == signal.SIGTERM
         p = subprocess.Popen(_run_cmd(plan_dir, extra=["--switch-log", str(sw)]), env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True, preexec_fn=(
-                                 lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-                             if ignore_int else None)
+                             start_new_session=True,
+                             preexec_fn=_child_signals((signal.SIGINT,) if ignore_int else ()))
         children[sig.name] = (p, nv, sw, env)
     yield children
     for p, *_ in children.values():
@@ -188,7 +201,8 @@ def test_helper_stop_signal_with_clients_mid_switch_leaves_every_gpu_at_defaults
     sock = tmp_path / "c.sock"
     h = subprocess.Popen([sys.executable, RUNNER, "clock-helper", "--socket", str(sock),
                           "--burst", "1000", "--min-interval", "0"], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_child_signals())
     try:
         _wait(lambda: sock.exists(), timeout=30, what="the helper socket")
         stop_at = time.monotonic() + 20

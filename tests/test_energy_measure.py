@@ -21,8 +21,17 @@ PY = sys.executable
 MAIN = "import sys; from joulebound.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
+def _default_stop_signals() -> None:
+    """The child starts with INT/TERM/HUP/QUIT at their defaults, whatever this test run
+    inherited (a background job ignores INT, ``nohup`` HUP; ``measure`` rightly keeps inherited
+    ignores, so the forwarding tests would test the environment instead)."""
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(s, signal.SIG_DFL)
+
+
 def cli(*args: str, **kw) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
+    kw.setdefault("preexec_fn", _default_stop_signals)
     return subprocess.Popen([PY, "-c", MAIN, *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kw)
 
