@@ -207,7 +207,16 @@ def test_helper_restores_defaults_when_client_is_sigkilled(helper):
                 pass
 
 
-def test_nvml_actuator_resets_on_sigint_and_keeps_keyboardinterrupt():
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handling for the test, even when the test run inherited SIGINT as
+    ignored (a background job): the guard rightly keeps an inherited ignore -- another test."""
+    prev = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, prev)
+
+
+def test_nvml_actuator_resets_on_sigint_and_keeps_keyboardinterrupt(python_sigint):
     nv = FakeNvml()
     with pytest.raises(KeyboardInterrupt):
         a = NvmlActuator(nvml=nv, check_privileges=False)
