@@ -230,6 +230,12 @@ def switch_free_table(study, title: str = "1. Switch-free plans"):  # noqa: ANN0
     return t
 
 
+#: printed instead of table 3b when the data folder is absent (Spaan et al.'s table is
+#: third-party data, not shipped)
+PER_KERNEL_NEEDS_DATA = ("3b. (per-kernel comparison with Spaan et al. Table 1 left out: it needs "
+                         "the data folder; give --data PATH or set JOULEBOUND_DATA)")
+
+
 def per_kernel_table(rows: list[dict]):  # noqa: ANN201 - rich Table
     """Spaan et al.'s Table 1 rows beside ours (published vs modeled columns)."""
     from rich.table import Table
@@ -314,6 +320,9 @@ def render_demo(study_a, study_b, per_kernel, mem, spec, index, seconds: float  
     if per_kernel:
         console.print()
         console.print(per_kernel_table(per_kernel))
+    else:
+        console.print()
+        console.print(PER_KERNEL_NEEDS_DATA, highlight=False)
     console.print()
     console.print(header_text(study_b, spec, "B. A training step that fits the card:",
                               f"{mem['training']['total'] / gib:.1f} GiB of "
