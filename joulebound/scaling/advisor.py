@@ -61,10 +61,12 @@ def gpu_counts(max_gpus: int) -> list[int]:
     return out
 
 
-def advise_law(tokens: float, deadline_s: float, max_gpus: int = 8,
-           strategies: tuple[str, ...] = ("ddp", "fsdp", "tp"), coefficients: str | None = None,
-           **config) -> tuple[Candidate, list[Candidate]]:  # noqa: ANN003
-    """(best, all candidates sorted by energy). ``config`` as for ``predict_job`` minus gpus/strategy."""
+def _checked_request(deadline_s: float, strategies: tuple[str, ...]) -> tuple[str, ...]:
+    """The multi-GPU ``strategies`` normalised, after checking the deadline (s) and the list.
+
+    Raises:
+        JouleboundError: a deadline that is not > 0 (or NaN), no strategy, or ``single`` listed.
+    """
     if not deadline_s > 0:  # also NaN
         raise JouleboundError(f"--deadline must be > 0 seconds (got {deadline_s})")
     strategies = tuple(normalize_strategy(s) for s in strategies)
@@ -72,6 +74,14 @@ def advise_law(tokens: float, deadline_s: float, max_gpus: int = 8,
         raise JouleboundError("--strategies lists the multi-GPU strategies to compare (ddp, fsdp, tp, "
                               f"pp), got {','.join(strategies) or 'none'}; the 1-GPU run is always "
                               "included")
+    return strategies
+
+
+def advise_law(tokens: float, deadline_s: float, max_gpus: int = 8,
+           strategies: tuple[str, ...] = ("ddp", "fsdp", "tp"), coefficients: str | None = None,
+           **config) -> tuple[Candidate, list[Candidate]]:  # noqa: ANN003
+    """(best, all candidates sorted by energy). ``config`` as for ``predict_job`` minus gpus/strategy."""
+    strategies = _checked_request(deadline_s, strategies)
     params = float(config_frame(**config)["params"].iloc[0])
     mem = get_hw(config.get("device", "rtx2080ti")).mem_bytes
     cands: list[Candidate] = []
@@ -174,13 +184,7 @@ def advise(job, deadline_s: float, max_gpus: int = 8,  # noqa: ANN001
     whose ``batch``/``global_batch`` fix the global batch and whose ``tokens`` the work)."""
     from .mechanistic import load_params, predict_steps, to_prediction
 
-    if not deadline_s > 0:  # also NaN
-        raise JouleboundError(f"--deadline must be > 0 seconds (got {deadline_s})")
-    strategies = tuple(normalize_strategy(s) for s in strategies)
-    if not strategies or "single" in strategies:
-        raise JouleboundError("--strategies lists the multi-GPU strategies to compare (ddp, fsdp, tp, "
-                              f"pp), got {','.join(strategies) or 'none'}; the 1-GPU run is always "
-                              "included")
+    strategies = _checked_request(deadline_s, strategies)
     if not job.tokens:
         raise JouleboundError("advise needs --tokens (the training tokens in total) to compare "
                               "candidates against the deadline")
