@@ -50,24 +50,30 @@ def _parts(w: WindowResult) -> list[tuple[str, float | None, str | None]]:
 
 
 def window_metrics(w: WindowResult, prefix: str = "energy", carbon: Any = None,
-                   totals: dict[str, float | None] | None = None,
-                   suffix: str = "") -> dict[str, float]:
-    """Flat float metrics of one window (keys in the module docstring; ``suffix`` is appended
-    to each quantity, e.g. ``""`` for an interval, ``"_train"`` is not used: see
-    :func:`summary_metrics`)."""
-    m: dict[str, float] = {f"{prefix}/interval_s": float(w.duration_s)}
+                   totals: dict[str, float | None] | None = None) -> dict[str, float]:
+    """Flat float metrics of one window (keys in the module docstring): the interval's length,
+    then ``<prefix>/<prov>/<part>_{j,wh,avg_w,gco2e}`` and, with ``totals``, ``_total_j``."""
+    return _part_metrics(w, f"{prefix}/interval_s", lambda prov, part: f"{prefix}/{prov}/{part}",
+                         carbon, totals)
+
+
+def _part_metrics(w: WindowResult, duration_key: str, key_of: Any, carbon: Any,
+                  totals: dict[str, float | None] | None = None) -> dict[str, float]:
+    """``duration_key`` (s) and, per measured part of ``w``, its energy (J, Wh), average power
+    (W), carbon (gCO2e) and running total (J) under ``key_of(provenance, part)``."""
+    m: dict[str, float] = {duration_key: float(w.duration_s)}
     for part, e, prov in _parts(w):
         if e is None or prov is None:
             continue
-        key = f"{prefix}/{prov}/{part}"
-        m[f"{key}_j{suffix}"] = float(e)
-        m[f"{key}_wh{suffix}"] = float(e) / J_PER_WH
+        key = key_of(prov, part)
+        m[f"{key}_j"] = float(e)
+        m[f"{key}_wh"] = float(e) / J_PER_WH
         if w.duration_s > 0:
-            m[f"{key}_avg_w{suffix}"] = float(e) / w.duration_s
+            m[f"{key}_avg_w"] = float(e) / w.duration_s
         if totals is not None and totals.get(part) is not None:
             m[f"{key}_total_j"] = float(totals[part])  # type: ignore[arg-type]
         if carbon is not None:
-            m[f"{key}_gco2e{suffix}"] = float(carbon.grams(e))
+            m[f"{key}_gco2e"] = float(carbon.grams(e))
     return m
 
 
@@ -93,18 +99,8 @@ def summary(w: WindowResult, carbon: Any = None, **extra: Any) -> dict[str, Any]
 def summary_metrics(w: WindowResult, prefix: str = "energy", carbon: Any = None
                     ) -> dict[str, float]:
     """Float metrics of the whole training window: ``<prefix>/<prov>/train_gpu_j`` etc."""
-    m = {f"{prefix}/train_s": float(w.duration_s)}
-    for part, e, prov in _parts(w):
-        if e is None or prov is None:
-            continue
-        key = f"{prefix}/{prov}/train_{part}"
-        m[f"{key}_j"] = float(e)
-        m[f"{key}_wh"] = float(e) / J_PER_WH
-        if w.duration_s > 0:
-            m[f"{key}_avg_w"] = float(e) / w.duration_s
-        if carbon is not None:
-            m[f"{key}_gco2e"] = float(carbon.grams(e))
-    return m
+    return _part_metrics(w, f"{prefix}/train_s",
+                         lambda prov, part: f"{prefix}/{prov}/train_{part}", carbon)
 
 
 @dataclass
