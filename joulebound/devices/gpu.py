@@ -344,6 +344,16 @@ class GpuDevice:
         """Total-energy counter (mJ since the driver loaded; Volta and newer)."""
         return int(self.nv.nvmlDeviceGetTotalEnergyConsumption(self.handle))
 
+    @staticmethod
+    def energy_counters_mj(devices: Sequence[GpuDevice]) -> list[int]:
+        """The total-energy counters of ``devices`` (mJ), in order, one NVML call each and no
+        per-device Python call on top: the energy meter's window-edge path. Raises the first
+        failing read's ``NVMLError``."""
+        if not devices:
+            return []
+        get = devices[0].nv.nvmlDeviceGetTotalEnergyConsumption
+        return [int(get(d.handle)) for d in devices]
+
     def power_w(self) -> float:
         """Power draw (W; NVML reports mW)."""
         return float(self.nv.nvmlDeviceGetPowerUsage(self.handle)) / 1000.0

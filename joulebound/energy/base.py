@@ -13,6 +13,7 @@ series at ``t``, which makes them deterministic under an injected clock.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -85,6 +86,16 @@ class Backend:
     def read_power_w(self, i: int, t: float) -> float | None:
         """Power of channel ``i`` in W, or ``None`` when the backend cannot read power."""
         return None
+
+    def energy_reader(self, channels: Sequence[int]) -> Callable[[float], list[float | None]]:
+        """A function reading the counters of ``channels`` at ``t`` (s) in one call: the same
+        values as :meth:`read_energy_j` per channel (J), prepared once so a window edge does no
+        per-channel set-up. It raises at the first failing read (the caller then reads channel
+        by channel to record which failed; an already-taken reading is not lost, counters are
+        cumulative)."""
+        chans = list(channels)
+        read = self.read_energy_j
+        return lambda t: [read(i, t) for i in chans]
 
     def channel_provenance(self, i: int) -> str:
         """Provenance of channel ``i``'s figures (the backend's, unless it combines several)."""

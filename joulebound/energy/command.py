@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +116,7 @@ class CommandResult:
                 "carbon_source": ci.describe() if ci else None,
                 "gco2e": ci.grams(w.energy_j) if ci else None,
                 "cpu_gco2e": ci.grams(w.cpu_energy_j) if ci else None,
-                "devices": [d.__dict__ for d in w.devices], "notes": self.notes,
+                "devices": [asdict(d) for d in w.devices], "notes": self.notes,
                 "losses": self.losses, "stopped_by": self.stopped_by, "killed": self.killed,
                 "backend": w.backend, "run_id": self.run_id, "db": self.db}
 

@@ -77,6 +77,9 @@ class CounterTrack:
         steps_for_rate: how many recent steps the rate is measured over.
     """
 
+    __slots__ = ("period", "e_cur", "t_step", "half_bracket", "t_read", "power_w",
+                 "integral_at_read", "_steps", "_v_last", "n_steps", "_rate", "_rho")
+
     def __init__(self, period_s: float | None, steps_for_rate: int = 3) -> None:
         self.period = float(period_s) if period_s else 0.0
         self.e_cur: float | None = None     # latest counter value (J)
@@ -88,119 +91,110 @@ class CounterTrack:
         self._steps: deque[tuple[float, float]] = deque(maxlen=max(2, steps_for_rate))
         self._v_last: float | None = None
         self.n_steps = 0
+        self._rate = 0.0                    # rate_w(), kept current (W)
+        self._rho = 0.0                     # max(rate, power reading): the error-bound rate (W)
 
     @property
     def has_rate(self) -> bool:
         """True once the rate is known (two steps, or a power reading)."""
         return len(self._steps) >= 2 or self.power_w is not None
 
+    def _update_rate(self) -> None:
+        """Recompute the cached rate after a step or a power reading."""
+        r = self.power_w or 0.0
+        if len(self._steps) >= 2:
+            (t0, e0), (t1, e1) = self._steps[0], self._steps[-1]
+            if t1 > t0:
+                r = max((e1 - e0) / (t1 - t0), 0.0)
+        self._rate = r
+        p = self.power_w or 0.0
+        self._rho = r if r >= p else p
+
     def observe(self, t: float, energy_j: float | None, power_w: float | None = None,
                 integral_j: float | None = None) -> None:
         """One reading at ``t`` (s): the counter (J) and/or a power value (W)."""
-        if power_w is not None:
-            self.power_w = float(power_w)
         if energy_j is None:
+            if power_w is not None:
+                self.power_w = float(power_w)
+                self._update_rate()
             return
-        if self.t_read is not None and t < self.t_read:
-            t = self.t_read                 # reads may be stamped slightly out of order
-        e = float(energy_j)
-        if self.e_cur is None:
-            self.e_cur = e
-            self.half_bracket = self.period / 2
-            self.t_step = t - self.half_bracket
-        elif e > self.e_cur:
-            bracket = t - self.t_read if self.t_read is not None else self.period
-            if self.period:
-                bracket = min(bracket, self.period)
-            self.half_bracket = bracket / 2
-            self.t_step = t - self.half_bracket
-            self.e_cur = e
-            self._steps.append((self.t_step, e))
-            self.n_steps += 1
-        self.t_read = t
-        if integral_j is not None:
-            self.integral_at_read = integral_j
+        v_last = self._v_last        # a plain observation does not advance the edge clamp
+        self.observe_edge_values(t, energy_j, power_w, integral_j, t)
+        self._v_last = v_last
 
     def observe_edge(self, t: float, energy_j: float, power_w: float | None,
                      integral_j: float | None, t_edge: float) -> EdgeValue:
         """:meth:`observe` of a counter reading (not ``None``) at ``t`` then :meth:`edge` at
         ``t_edge``, in one call: the meter's window-edge path (same arithmetic, fewer look-ups)."""
+        return EdgeValue(*self.observe_edge_values(t, energy_j, power_w, integral_j, t_edge))
+
+    def observe_edge_values(self, t: float, energy_j: float, power_w: float | None,
+                            integral_j: float | None, t_edge: float
+                            ) -> tuple[float, float, bool, int, float, float]:
+        """:meth:`observe_edge` as a plain tuple in :class:`EdgeValue`'s field order. The one
+        implementation of a reading and of the estimate (:meth:`observe` and :meth:`edge` use it),
+        written out in one function: the energy meter calls it per channel at every edge."""
         if power_w is not None:
             self.power_w = float(power_w)
+            self._update_rate()
         t_read = self.t_read
         if t_read is not None and t < t_read:
-            t = t_read
+            t = t_read                  # reads may be stamped slightly out of order
         e = float(energy_j)
-        period = self.period
         e_cur = self.e_cur
-        if e_cur is None:
-            self.e_cur = e_cur = e
+        period = self.period
+        if e_cur is None:               # the first reading: its step half a period before
             self.half_bracket = period / 2
             self.t_step = t - self.half_bracket
-        elif e > e_cur:
-            bracket = t - t_read if t_read is not None else period
-            if period:
-                bracket = min(bracket, period)
-            self.half_bracket = bracket / 2
-            self.t_step = t - self.half_bracket
             self.e_cur = e_cur = e
-            self._steps.append((self.t_step, e))
+        elif e > e_cur:                 # a step, placed in the middle of its bracket
+            bracket = t - t_read if t_read is not None else period
+            if period and bracket > period:
+                bracket = period
+            self.half_bracket = half = bracket / 2
+            self.t_step = ts = t - half
+            self.e_cur = e_cur = e
+            steps = self._steps
+            steps.append((ts, e))
             self.n_steps += 1
+            if len(steps) >= 2:         # the rate: slope over the last steps (_update_rate)
+                t0, e0 = steps[0]
+                p = self.power_w or 0.0
+                if ts > t0:
+                    r = (e - e0) / (ts - t0)
+                    r = r if r > 0.0 else 0.0
+                else:
+                    r = p
+                self._rate = r
+                self._rho = r if r >= p else p
         self.t_read = t
         if integral_j is not None:
             self.integral_at_read = integral_j
         v_last = self._v_last
         if not period:
-            v = e_cur if v_last is None else max(v_last, e_cur)
+            v = e_cur if v_last is None or e_cur >= v_last else v_last
             self._v_last = v
-            return EdgeValue(v, v - e_cur, v != e_cur, self.n_steps, 0.0, v - e_cur)
-        steps = self._steps
-        r = 0.0
-        if len(steps) >= 2:
-            (t0, e0), (t1, e1) = steps[0], steps[-1]
-            if t1 > t0:
-                r = max((e1 - e0) / (t1 - t0), 0.0)
-            else:
-                r = self.power_w or 0.0
-        else:
-            r = self.power_w or 0.0
+            return (v, v - e_cur, v != e_cur, self.n_steps, 0.0, v - e_cur)
         span = t_edge - self.t_step
         if span < 0.0:
             span = 0.0
         elif span > period:
             span = period
-        est = e_cur + r * span
+        est = e_cur + self._rate * span
         v = est if v_last is None or est >= v_last else v_last
         self._v_last = v
-        p = self.power_w or 0.0
-        rho = r if r >= p else p
-        u = rho * (self.half_bracket + span) + (v - est)
+        rho = self._rho
         d = v - e_cur
-        return EdgeValue(v, u, d > 1e-12 or d < -1e-12, self.n_steps, rho, v - est)
+        return (v, rho * (self.half_bracket + span) + (v - est), d > 1e-12 or d < -1e-12,
+                self.n_steps, rho, v - est)
 
     def rate_w(self) -> float:
         """Recent rate of the counter (W): slope over the last steps, else the power reading."""
-        if len(self._steps) >= 2:
-            (t0, e0), (t1, e1) = self._steps[0], self._steps[-1]
-            if t1 > t0:
-                return max((e1 - e0) / (t1 - t0), 0.0)
-        return self.power_w or 0.0
+        return self._rate
 
     def edge(self, t: float) -> EdgeValue | None:
         """The estimate at ``t`` (s), after the reading at ``t`` was observed; ``None`` before
         any reading. Advances the non-decreasing clamp."""
         if self.e_cur is None:
             return None
-        if not self.period:
-            v = self.e_cur if self._v_last is None else max(self._v_last, self.e_cur)
-            self._v_last = v
-            return EdgeValue(v, v - self.e_cur, v != self.e_cur, self.n_steps, 0.0,
-                             v - self.e_cur)
-        r = self.rate_w()
-        span = min(max(t - self.t_step, 0.0), self.period)
-        est = self.e_cur + r * span
-        v = est if self._v_last is None else max(self._v_last, est)
-        self._v_last = v
-        rho = max(r, self.power_w or 0.0)
-        u = rho * (self.half_bracket + span) + (v - est)
-        return EdgeValue(v, u, abs(v - self.e_cur) > 1e-12, self.n_steps, rho, v - est)
+        return EdgeValue(*self.observe_edge_values(self.t_read, self.e_cur, None, None, t))

@@ -48,11 +48,10 @@ import functools
 import os
 import socket
 import sys
-import threading
 import time
 import uuid as uuidlib
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -69,13 +68,19 @@ if TYPE_CHECKING:  # pragma: no cover
 BACKENDS = ("auto", "nvml", "rapl", "cpu-model", "simulated", "replay", "none")
 
 
-@dataclass
+@dataclass(slots=True)
 class _Open:
+    """An open window: its start (s), counter estimates and power edges at the start (the power
+    edges either as :class:`PowerEdge` objects or, from the fast path, as the sampler's power
+    states — ``None`` when no channel had a power reading — turned into edges only if an end
+    needs them), failure counts then, and how many counter events had been seen."""
+
     start: float
     edges: dict[int, EdgeValue | None]
     events_seen: int
-    power: dict[int, PowerEdge]
-    failures: dict[int, int]
+    power: dict[int, PowerEdge] | list[Any] | None
+    failures: Mapping[int, int]
+    failures_total: int = -1        # >= 0: opened by the fast path (every counter read)
 
 
 def _make_clock() -> Callable[[], float]:
@@ -214,8 +219,8 @@ class EnergyMeter:
         self.sync_enabled = sync
         self.channels = _select_channels(self.backend, gpus)
         self.interval_s = float(interval_s)
+        # open windows (single dict operations: atomic, no lock needed)
         self._open: dict[str, _Open] = {}
-        self._lock = threading.Lock()
         #: windows the store could not take, and why (the windows are still returned)
         self.windows_not_stored = 0
         self.store_error: str | None = None
@@ -253,6 +258,13 @@ class EnergyMeter:
         self._backend_sync = (None if type(self.backend).sync is Backend.sync
                               else self.backend.sync)
         self._mig_notes = (-1, False)          # (len(notes) when checked, any MIG note)
+        # the window-edge fast path: every metered channel has a counter (one batched read)
+        self._fast_chans = [i for i, _, _ in self._chan_info]
+        self._fast_read: Callable[[float], list[float | None]] | None = (
+            self.backend.energy_reader(self._fast_chans)
+            if self._fast_chans and not self._power_channels else None)
+        self._fast_info = [(ch.uuid, ch.index, ch.sensor_period_s or 0.0, ch.source, ch.kind,
+                            self.backend.channel_provenance(i)) for i, ch, _ in self._chan_info]
         self.sampler = Sampler(self.backend, self.channels, self.clock,
                                interval_s=interval_s or 1.0, sink=sink)
         if self.channels and interval_s > 0:
@@ -317,28 +329,54 @@ class EnergyMeter:
         if name in self._open:
             raise JouleboundError(f"window {name!r} is already open; end it first or use another "
                                   f"name (open: {', '.join(self._open)})")
-        if sync:
+        if sync and self.sync_enabled:
             self._sync()
         t = self.clock()
+        energies = self._fast_energies(t)
+        if energies is not None:
+            chans = self._fast_chans
+            got = self.sampler.begin_edge_fast(name, chans, energies, t)  # type: ignore[arg-type]
+            if got is not None:
+                self._open[name] = _Open(t, got[0], len(self.backend.events),  # type: ignore[arg-type]
+                                         got[1], got[2], got[3])
+                return
         edges, power, fails = self.sampler.begin_edge(
-            name, self._counter_samples(t),
+            name, self._counter_samples(t, energies),
             self._power_samples(t) if self._power_channels else [], t, self.channels)
-        with self._lock:
-            self._open[name] = _Open(t, edges, len(self.backend.events), power, fails)
+        self._open[name] = _Open(t, edges, len(self.backend.events), power, fails)
 
-    def _counter_samples(self, t: float) -> list[Sample]:
+    def _fast_energies(self, t: float) -> list[float | None] | None:
+        """Every channel's counter read at ``t`` in one batch (the fast path), or ``None`` when
+        the fast path does not apply (a channel without counter) or a read failed or gave
+        nothing (then :meth:`_counter_samples` reads channel by channel and records why)."""
+        read = self._fast_read
+        if read is None:
+            return None
+        try:
+            with self.backend.lock:
+                energies = read(t)
+        except Exception:
+            return None
+        return None if None in energies else energies
+
+    def _counter_samples(self, t: float, energies: list[float | None] | None = None
+                         ) -> list[Sample]:
         """Every counter channel read at ``t`` (energy ``None`` where the read failed; a power
-        reading too while the counter's rate is not known yet)."""
+        reading too while the counter's rate is not known yet). ``energies``: the channels'
+        counter readings already taken at ``t`` by :meth:`_fast_energies` (none failed)."""
         samples = []
         tracks = self.sampler.tracks
         backend = self.backend
         with backend.lock:                      # one acquisition for all channels (re-entrant)
-            for i in self._counter_channels:
-                try:
-                    e = backend.read_energy_j(i, t)
-                except Exception as exc:
-                    self.sampler.record_failure(i, "energy counter", exc)
-                    e = None
+            for k, i in enumerate(self._counter_channels):
+                if energies is not None:
+                    e = energies[k]
+                else:
+                    try:
+                        e = backend.read_energy_j(i, t)
+                    except Exception as exc:
+                        self.sampler.record_failure(i, "energy counter", exc)
+                        e = None
                 p = None
                 track = tracks.get(i)
                 if e is not None and track is not None and not track.has_rate:
@@ -384,12 +422,26 @@ class EnergyMeter:
             flags.append("no_energy_sensor")   # no GPU sensor: energy_j is None
         if dur == 0.0:
             flags.append("zero_length")
-        edges1, stats = self.sampler.end_edge(
-            name, self._counter_samples(t1),
-            self._power_samples(t1) if self._power_channels else [], t1)
-        devices = self._device_energies(st, t1, dur, edges1, stats, flags)
-        self._event_flags(st, flags)
-        res = self._result(name, t0, t1, dur, devices, flags)
+        energies = self._fast_energies(t1)
+        got = None
+        if energies is not None and st.failures_total >= 0:
+            got = self.sampler.end_edge_fast(name, self._fast_chans, energies,  # type: ignore[arg-type]
+                                             t1)
+        if got is not None:
+            res = self._result_fast(name, st, t1, dur, got[0], got[1], flags)
+        else:
+            edges1, stats = self.sampler.end_edge(
+                name, self._counter_samples(t1, energies),
+                self._power_samples(t1) if self._power_channels else [], t1)
+            if st.failures_total >= 0:           # opened by the fast path: its edges as objects
+                st.power = self._power_edges_of(st)
+                st.edges = {i: EdgeValue(*v)  # type: ignore[misc]
+                            for i, v in zip(self._fast_chans, st.edges, strict=True)}
+            devices = self._device_energies(st, t1, dur, edges1, stats, flags)
+            res = self._result(name, t0, t1, dur, devices, flags)
+        if len(self.backend.events) > st.events_seen or self._mig_notes[1] or \
+                len(self.backend.notes) != self._mig_notes[0]:
+            self._event_flags(st, flags)      # appends to res.flags (the same list)
         if cancel:
             return res
         self._keep(res)
@@ -401,10 +453,60 @@ class EnergyMeter:
             choices = list(self._open)
             hint = did_you_mean(name, choices) if choices else " No window is open."
             raise JouleboundError(f"no open window named {name!r}.{hint}")
-        if sync:
+        if sync and self.sync_enabled:
             self._sync()
-        with self._lock:
-            return self._open.pop(name)
+        return self._open.pop(name)
+
+    def _power_edges_of(self, st: _Open) -> dict[int, PowerEdge]:
+        """The start's power edges of a window the fast path opened (from its power states)."""
+        fails = st.failures
+        if st.power is None:
+            return {i: PowerEdge(0.0, 0.0, 0.0, fails.get(i, 0), False) for i in self.channels}
+        edge = self.sampler.power_edge_from
+        return {i: edge(st.power, i, fails.get(i, 0), st.start)  # type: ignore[arg-type]
+                for i in self._fast_chans}
+
+    def _result_fast(self, name: str, st: _Open, t1: float, dur: float, edges1: list[Any],
+                     stats: Any, flags: list[str]) -> WindowResult:
+        """:meth:`_device_energies` and :meth:`_result` in one pass, when every counter read of
+        the window succeeded: the counter estimates at both edges (:class:`EdgeValue` field
+        tuples) apportioned per channel (:func:`~joulebound.energy.counter.window_uncertainty`'s
+        bound), the totals, and the same flags."""
+        devices: list[DeviceEnergy] = []
+        peak, n_samples = stats.peak_w, stats.n
+        short = False
+        gpu_e = gpu_u = cpu_e = 0.0
+        n_gpu = n_cpu = 0
+        for i, v0, v1, (uuid, index, period, source, kind, prov) in zip(
+                self._fast_chans, st.edges, edges1, self._fast_info, strict=True):
+            if 0 < dur < period:
+                short = True
+            energy = v1[0] - v0[0]
+            if energy < 0.0:
+                energy = 0.0
+            if v0[3] == v1[3]:        # no counter step between the edges: rate x duration
+                unc = (v0[4] if v0[4] >= v1[4] else v1[4]) * dur + v0[5] + v1[5]
+            else:
+                unc = v0[1] + v1[1]
+            if kind == "gpu":
+                n_gpu += 1
+                gpu_e += energy
+                gpu_u += unc
+            else:
+                n_cpu += 1
+                cpu_e += energy
+            devices.append(DeviceEnergy(uuid, index, energy, energy / dur if dur > 0 else None,
+                                        peak.get(i), source, kind, n_samples.get(i, 0), prov,
+                                        float(unc)))
+        if short:
+            flags.append("short_window")
+        if self.sampler.failures_total > st.failures_total:
+            flags.append("read_error")
+        backend = self.backend
+        return WindowResult(name, st.start, t1, dur, float(gpu_e) if n_gpu else None, devices,
+                            backend.provenance, flags, float(cpu_e) if n_cpu else None,
+                            self.rank, self.host, backend.name,
+                            float(gpu_u) if n_gpu else None)
 
     def _device_energies(self, st: _Open, t1: float, dur: float,
                          edges1: dict[int, EdgeValue | None], stats: Any,
@@ -489,13 +591,12 @@ class EnergyMeter:
                 n_cpu += 1
                 cpu_e = None if e is None or cpu_e is None else cpu_e + e
         known = n_gpu > 0 and gpu_e is not None
-        res = WindowResult(
-            name=name, start_s=t0, end_s=t1, duration_s=dur,
-            energy_j=float(gpu_e) if known else None,  # type: ignore[arg-type]
-            devices=devices, provenance=self.backend.provenance, flags=flags,
-            cpu_energy_j=float(cpu_e) if n_cpu and cpu_e is not None else None,
-            rank=self.rank, host=self.host, backend=self.backend.name,
-            energy_uncertainty_j=float(gpu_u) if known else None)
+        backend = self.backend
+        res = WindowResult(     # positional, in field order (the window-edge path)
+            name, t0, t1, dur, float(gpu_e) if known else None,  # type: ignore[arg-type]
+            devices, backend.provenance, flags,
+            float(cpu_e) if n_cpu and cpu_e is not None else None,
+            self.rank, self.host, backend.name, float(gpu_u) if known else None)
         if n_gpu and not known and "no_energy_sensor" not in flags:
             flags.append("energy_unavailable")
         return res

@@ -28,7 +28,7 @@ This module never calls an NVML set-function.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..devices import gpu as gpu_layer
@@ -185,6 +185,31 @@ class NvmlBackend(Backend):
         if not self._counter[i]:
             return None
         return self._unwrap(i, self._devices[i].energy_mj(), t)
+
+    def energy_reader(self, channels: Sequence[int]) -> Callable[[float], list[float | None]]:
+        """:meth:`read_energy_j` of ``channels`` in one call (see
+        :meth:`~joulebound.energy.base.Backend.energy_reader`): one batched device-layer read,
+        the common non-decreasing case unwrapped inline, anything else by :meth:`_unwrap`."""
+        chans = list(channels)
+        if not all(self._counter[i] for i in chans):
+            return super().energy_reader(chans)
+        devs = [self._devices[i] for i in chans]
+        batch = gpu_layer.GpuDevice.energy_counters_mj
+        last_raw, total, unwrap = self._last_raw, self._total_j, self._unwrap
+
+        def read(t: float) -> list[float | None]:
+            out: list[float | None] = []
+            for i, raw in zip(chans, batch(devs), strict=True):
+                last = last_raw[i]
+                if last is not None and raw >= last:
+                    last_raw[i] = raw
+                    total[i] += (raw - last) / 1000.0
+                    out.append(total[i])
+                else:
+                    out.append(unwrap(i, raw, t))
+            return out
+
+        return read
 
     def _unwrap(self, i: int, raw: int, t: float) -> float:
         """Monotonic energy (J) from the raw mJ counter: wraparound, driver resets and glitches.

@@ -20,9 +20,14 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 from .base import Backend
 from .counter import CounterTrack, EdgeValue
+
+#: the failure counts of a window that began with none anywhere (read-only, shared)
+_NO_FAILURES: Any = MappingProxyType({})
 
 
 @dataclass(slots=True)
@@ -106,6 +111,11 @@ class Sampler:
         self._watch: dict[str, WindowStats] = {}
         #: failed reads per channel
         self.failures: Counter[int] = Counter()
+        #: sum of :attr:`failures` (one integer a window edge can compare)
+        self.failures_total = 0
+        self._rated = False      # every counter track knows its rate (then it stays so)
+        self._power_version = 0  # bumped by every change of the power state
+        self._power_snapshot: tuple[int, Any] = (-1, None)   # (version, _power_state())
         self._messages: Counter[str] = Counter()
         #: samples the sink could not take, and the last reason
         self.samples_lost = 0
@@ -187,8 +197,10 @@ class Sampler:
         with self._lock:
             if channel is not None:
                 self.failures[channel] += 1
+                self.failures_total += 1
                 if what == "power":
                     self._failed_since.add(channel)
+                    self._power_version += 1
             ch = "" if channel is None else f"{self._label(channel)} "
             self._messages[f"{ch}{what} read failed: {type(exc).__name__}: {exc}"] += 1
 
@@ -236,6 +248,7 @@ class Sampler:
         """A power reading into the channel's trapezoid integral and gap accounting (under the
         lock)."""
         ch = smp.channel
+        self._power_version += 1
         last = self._last.get(ch)
         if last is not None and smp.t > last[0]:
             dt = smp.t - last[0]
@@ -265,18 +278,41 @@ class Sampler:
             return {i: self._power_edge(i, t) for i in channels}
 
     def _power_edge(self, channel: int, t: float) -> PowerEdge:
-        integ = self.integral_j.get(channel, 0.0)
-        gap_t = self.gap_time_s.get(channel, 0.0)
-        gap_e = self.gap_energy_j.get(channel, 0.0)
-        last = self._last.get(channel)
+        return self.power_edge_from(None, channel, self.failures.get(channel, 0), t)
+
+    def _power_state(self) -> tuple[dict[int, float], dict[int, float], dict[int, float],
+                                    dict[int, tuple[float, float]], set[int]]:
+        """A copy of what power edges need, as it is now (under the lock): per channel the
+        integral (J), gap time (s) and energy (J), the last reading ``(t, W)``, and the channels
+        whose read failed since. Copied again only after the state changed (a copy is never
+        modified, so windows opened in between share it)."""
+        version, state = self._power_snapshot
+        if version != self._power_version:
+            state = (self.integral_j.copy(), self.gap_time_s.copy(), self.gap_energy_j.copy(),
+                     self._last.copy(), self._failed_since.copy())
+            self._power_snapshot = (self._power_version, state)
+        return state
+
+    def power_edge_from(self, state: tuple[dict[int, float], dict[int, float], dict[int, float],
+                                           dict[int, tuple[float, float]], set[int]] | None,
+                        channel: int, failures: int, t: float) -> PowerEdge:
+        """The power edge of ``channel`` at ``t`` from a :meth:`_power_state` taken then
+        (``None``: the state now, under the lock); ``failures``: its failed reads then."""
+        integral, gap_time, gap_energy, lasts, failed_since = (
+            (self.integral_j, self.gap_time_s, self.gap_energy_j, self._last, self._failed_since)
+            if state is None else state)
+        integ = integral.get(channel, 0.0)
+        gap_t = gap_time.get(channel, 0.0)
+        gap_e = gap_energy.get(channel, 0.0)
+        last = lasts.get(channel)
         if last is not None and t > last[0]:
             held_t = t - last[0]
             held_e = last[1] * held_t
             integ += held_e
-            if channel in self._failed_since or held_t > self.gap_s:
+            if channel in failed_since or held_t > self.gap_s:
                 gap_t += held_t
                 gap_e += held_e
-        return PowerEdge(integ, gap_t, gap_e, self.failures.get(channel, 0), last is not None)
+        return PowerEdge(integ, gap_t, gap_e, failures, last is not None)
 
     def counter_edge(self, channel: int, t: float) -> EdgeValue | None:
         """The counter track's estimate at ``t`` (:meth:`CounterTrack.edge`)."""
@@ -341,6 +377,67 @@ class Sampler:
             edges = self._counter_edges_locked(counter, t)
             if power:
                 self._add_locked(power)
+            return edges, self._watch.pop(name, None) or WindowStats()
+
+    # -- the window-edge fast path ------------------------------------------------------------
+    def _edges_fast(self, channels: list[int], energies: list[float], t: float
+                    ) -> list[tuple[float, float, bool, int, float, float]] | None:
+        """Counter readings at ``t`` (no power reading, none failed) folded in, with their
+        estimates at ``t`` as :class:`~joulebound.energy.counter.EdgeValue` field tuples — what
+        :meth:`_counter_edges_locked` does with such samples, without building them — or
+        ``None`` (nothing folded in) while some track still needs a power reading to know its
+        rate. Under the lock."""
+        tracks = self.tracks
+        if not self._rated:
+            if not all(tracks[i].has_rate for i in channels):
+                return None
+            self._rated = True
+        last = self._last
+        if last:
+            integral = self.integral_j
+            out = [tracks[i].observe_edge_values(t, e, None, integral.get(i, 0.0)
+                                                 if i in last else None, t)
+                   for i, e in zip(channels, energies, strict=True)]
+        else:
+            out = [tracks[i].observe_edge_values(t, e, None, None, t)
+                   for i, e in zip(channels, energies, strict=True)]
+        if self._watch:
+            for w in self._watch.values():
+                n = w.n
+                for i in channels:
+                    n[i] = n.get(i, 0) + 1
+        if self.sink is not None:
+            self._pending.extend([Sample(t, i, None, e)
+                                  for i, e in zip(channels, energies, strict=True)])
+        return out
+
+    def begin_edge_fast(self, name: str, channels: list[int], energies: list[float], t: float
+                        ) -> tuple[list[tuple[float, float, bool, int, float, float]],
+                                   Any, Any, int] | None:
+        """:meth:`begin_edge` for counter channels whose readings all succeeded: the counter
+        estimates at ``t``; the power state (``None`` when no channel ever had a power reading:
+        then every power edge is empty) for :meth:`power_edge_from`; the failure counts and
+        their total. ``None`` (nothing changed) while a track needs a power reading."""
+        with self._lock:
+            edges = self._edges_fast(channels, energies, t)
+            if edges is None:
+                return None
+            self._watch[name] = WindowStats()
+            state = self._power_state() if self._last else None
+            total = self.failures_total
+            fails = {i: self.failures.get(i, 0) for i in channels} if total else _NO_FAILURES
+        return edges, state, fails, total
+
+    def end_edge_fast(self, name: str, channels: list[int], energies: list[float], t: float
+                      ) -> tuple[list[tuple[float, float, bool, int, float, float]],
+                                 WindowStats] | None:
+        """:meth:`end_edge` for counter channels whose readings all succeeded (see
+        :meth:`begin_edge_fast`); ``None`` (nothing changed) while a track needs a power
+        reading."""
+        with self._lock:
+            edges = self._edges_fast(channels, energies, t)
+            if edges is None:
+                return None
             return edges, self._watch.pop(name, None) or WindowStats()
 
     def first_power_t(self, channel: int) -> float | None:
