@@ -100,6 +100,27 @@ def test_one_job_alone_gives_the_figures_it_gets_in_a_table():
             assert alone[k] == pytest.approx(v, rel=1e-12, abs=1e-15), (j.name, k)
 
 
+@pytest.mark.parametrize("arch", ["bert", "gpt"])
+@pytest.mark.parametrize("dtype, rec", [("fp32", False), ("bf16", True)])
+def test_op_table_vectorized_over_shapes_equals_build_trace_shape_by_shape(arch, dtype, rec):
+    import numpy as np
+
+    from joulebound.workload.analytic import ModelConfig, build_table, build_trace
+
+    shapes = [(768, 12, 3072, 30522, 512, 8), (256, 4, 1000, 50257, 128, 3), (1600, 25, 6400, 1000, 1024, 1)]
+    cols = list(zip(*shapes, strict=True))
+    tpl, flops, nbytes, params = build_table(arch, 2, dtype, rec, hidden=cols[0], heads=cols[1], ff=cols[2],
+                                             vocab=cols[3], seq=cols[4], batch=cols[5])
+    for i, sh in enumerate(shapes):
+        cfg = ModelConfig(arch, 2, *sh, dtype, rec)
+        ks = build_trace(cfg).kernels
+        assert [(k.name, k.category, k.phase, k.layer, k.dtype, bool(k.meta.get("recompute"))) for k in ks] == \
+            [(k.name, k.category, k.phase, k.layer, k.dtype, bool(k.meta.get("recompute"))) for k in tpl]
+        assert np.array_equal([k.flops for k in ks], flops[:, i])
+        assert np.array_equal([k.bytes for k in ks], nbytes[:, i])
+        assert params[i] == cfg.params()
+
+
 if __name__ == "__main__" and "--regen" in sys.argv:
     PIN.write_text(json.dumps(current(), indent=0) + "\n")
     print(f"wrote {PIN}")

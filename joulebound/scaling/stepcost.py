@@ -136,11 +136,47 @@ def _device_setup(device: str, clocks: str, power_limit_w: float | None):  # noq
     return spec, prm, cfg
 
 
+def _shape(k: WorkKey) -> tuple:
+    return (k.arch, k.hidden, k.heads, k.ff, k.vocab, k.seq, k.micro_batch, k.dtype, k.recompute, k.tp)
+
+
+def _build_shapes(shapes: Sequence[tuple]) -> None:
+    """Put the 1-layer per-GPU kernels of every shape in the trace cache: the op table is built
+    for all shapes of one (arch, dtype, recompute) at once (:func:`build_table`), the kernels
+    that tensor parallelism splits divided by each shape's ``tp``, and a copy of the optimizer
+    kernels at twice the parameters appended (the optimizer cost's slope)."""
+    from ..workload.analytic import build_table
+    from ..workload.trace import Kernel
+
+    groups: dict[tuple, list[tuple]] = {}
+    for sh in shapes:
+        groups.setdefault((sh[0], sh[7], sh[8]), []).append(sh)
+    for (arch, dtype, rec), shs in groups.items():
+        a = np.array([sh[1:7] + (sh[9],) for sh in shs], float)
+        tpl, flops, nbytes, n_params = build_table(arch, 1, dtype, rec, hidden=a[:, 0], heads=a[:, 1],
+                                                   ff=a[:, 2], vocab=a[:, 3], seq=a[:, 4], batch=a[:, 5])
+        split = np.array([k.name.startswith(TP_SPLIT) for k in tpl])[:, None]
+        flops = np.where(split, flops / a[:, 6], flops)
+        nbytes = np.where(split, nbytes / a[:, 6], nbytes)
+        sig = (arch, rec, len(tpl))
+        if sig not in _STRUCTURES:  # same architecture: the same kernel sequence
+            _STRUCTURES[sig] = _masks(tpl)
+        opt = np.flatnonzero(_STRUCTURES[sig]["opt"])
+        proto = [(k.name, k.category, k.phase, k.layer, k.dtype, k.meta) for k in tpl]
+        o_proto = [(tpl[i].name, tpl[i].category, tpl[i].dtype) for i in opt]
+        for j, sh in enumerate(shs):
+            f, b = flops[:, j].tolist(), nbytes[:, j].tolist()
+            ker = [Kernel(nm, cat, ph, ly, fi, bi, dt, None, me)
+                   for (nm, cat, ph, ly, dt, me), fi, bi in zip(proto, f, b, strict=True)]
+            double = [Kernel(nm, cat, "optimizer", None, 2 * f[i], 2 * b[i], dt, None, {})
+                      for (nm, cat, dt), i in zip(o_proto, opt, strict=True)]
+            _TRACES[sh] = (ker, double, sig, float(n_params[j]))
+
+
 def characterize_parts(keys: Sequence[WorkKey]) -> dict[WorkKey, Parts]:
     """:class:`Parts` for every key, one GPU-model call per (device, clocks, power limit)."""
     from ..dvfs.model import characterize
-    from ..workload.analytic import ModelConfig, build_trace
-    from ..workload.trace import Kernel, Trace
+    from ..workload.trace import Trace
 
     out: dict[WorkKey, Parts] = {}
     traces = _TRACES
@@ -154,19 +190,9 @@ def characterize_parts(keys: Sequence[WorkKey]) -> dict[WorkKey, Parts]:
         spec, prm, cfg = _device_setup(device, clocks, plim)
         kernels: list = []
         spans = []
+        _build_shapes([sh for sh in dict.fromkeys(_shape(k) for k in ks) if sh not in traces])
         for k in ks:
-            shape = (k.arch, k.hidden, k.heads, k.ff, k.vocab, k.seq, k.micro_batch, k.dtype,
-                     k.recompute, k.tp)
-            if shape not in traces:  # the same per-GPU kernels on every device
-                mc = ModelConfig(k.arch, 1, k.hidden, k.heads, k.ff, k.vocab, k.seq, k.micro_batch,
-                                 k.dtype, k.recompute, name="job")
-                ker = _shard(build_trace(mc).kernels, k.tp)
-                sig = (k.arch, k.recompute, len(ker))
-                if sig not in structures:  # same architecture: the same kernel sequence
-                    structures[sig] = _masks(ker)
-                double = [Kernel(x.name, x.category, "optimizer", None, 2 * x.flops, 2 * x.bytes,
-                                 x.dtype, None, {}) for x, o in zip(ker, structures[sig]["opt"], strict=True) if o]
-                traces[shape] = (ker, double, sig, mc.params())
+            shape = _shape(k)
             ker, double, sig, n_params = traces[shape]
             start = len(kernels)
             kernels += ker
@@ -191,3 +217,24 @@ def characterize_parts(keys: Sequence[WorkKey]) -> dict[WorkKey, Parts]:
                 device_memory=float(spec.memory_bytes or 0.0),
                 kernel_overhead_s=float(prm.launch_overhead_s), model_meta=meta)
     return out
+
+
+def prime_part_sums(parts: Sequence[Parts], kappa: float, tau: float) -> None:
+    """Fill every :class:`Parts`' cache of per-part sums under framework factor ``kappa`` and
+    launch floor ``tau`` s in one vectorized pass (what the predictor's composition reads for
+    each part: kernel time ``Σ max(κ·t_k, τ)`` s, busy energy ``κ·ΣE_k`` J, launch-gap time s)."""
+    todo = [p for p in parts if (PARTS[0], kappa, tau) not in p.cache]
+    if not todo:
+        return
+    for name in PARTS:
+        lens = np.array([len(p.t[name]) for p in todo])
+        seg = np.repeat(np.arange(len(todo)), lens)
+        tk = np.concatenate([p.t[name] for p in todo]) * kappa
+        t = np.maximum(tk, tau)
+        e = np.concatenate([p.e[name] for p in todo])
+        n = len(todo)
+        st = np.bincount(seg, t, n).tolist()
+        se = (np.bincount(seg, e, n) * kappa).tolist()
+        sg = np.bincount(seg, t - tk, n).tolist()
+        for p, a, b, c in zip(todo, st, se, sg, strict=True):
+            p.cache[(name, kappa, tau)] = (a, b, c)
