@@ -1,8 +1,9 @@
 """Per-GPU compute of one training micro-batch, from the analytic trace and the GPU model.
 
 For each distinct per-GPU workload (shape, per-GPU micro-batch, dtype, recompute, tensor-parallel
-degree, device, clocks / power limit) the analytic kernel trace
-(:func:`joulebound.workload.analytic.build_trace`) is built for one layer and characterized on
+degree, device, clocks / power limit) the analytic kernel trace of one layer (the op table of
+:func:`joulebound.workload.analytic.build_table`, built for all shapes of one architecture, dtype
+and recompute setting at once; kernel for kernel what ``build_trace`` gives) is characterized on
 the device (:func:`joulebound.dvfs.model.characterize`, at ``auto`` or the given clocks, under
 the given power limit), together with a copy of its optimizer kernels at twice the parameters.
 The layers of a trace are identical and the optimizer kernels' cost is linear in the parameters,
@@ -223,10 +224,10 @@ def prime_part_sums(parts: Sequence[Parts], kappa: float, tau: float) -> None:
     """Fill every :class:`Parts`' cache of per-part sums under framework factor ``kappa`` and
     launch floor ``tau`` s in one vectorized pass (what the predictor's composition reads for
     each part: kernel time ``Σ max(κ·t_k, τ)`` s, busy energy ``κ·ΣE_k`` J, launch-gap time s)."""
-    todo = [p for p in parts if (PARTS[0], kappa, tau) not in p.cache]
-    if not todo:
-        return
     for name in PARTS:
+        todo = [p for p in parts if (name, kappa, tau) not in p.cache]
+        if not todo:
+            continue
         lens = np.array([len(p.t[name]) for p in todo])
         seg = np.repeat(np.arange(len(todo)), lens)
         tk = np.concatenate([p.t[name] for p in todo]) * kappa
