@@ -163,15 +163,27 @@ def _build_shapes(shapes: Sequence[tuple]) -> None:
         if sig not in _STRUCTURES:  # same architecture: the same kernel sequence
             _STRUCTURES[sig] = _masks(tpl)
         opt = np.flatnonzero(_STRUCTURES[sig]["opt"])
-        proto = [(k.name, k.category, k.phase, k.layer, k.dtype, k.meta) for k in tpl]
+        # kernels the same in every shape of the group (a recomputed forward, ln1 / ln2, the two
+        # residual adds, ...) are characterized once: the GPU model prices each kernel alone
+        kind = {(k.category, k.dtype): i for i, k in enumerate(tpl)}
+        ids = np.array([kind[(k.category, k.dtype)] for k in tpl], float)[:, None]
+        _, first, inv = np.unique(np.hstack([ids, flops, nbytes]), axis=0, return_index=True,
+                                  return_inverse=True)
+        order = np.argsort(first)  # distinct kernels in first-occurrence order
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        keep, inv = first[order], rank[inv.reshape(-1)]
+        proto = [(tpl[i].name, tpl[i].category, tpl[i].phase, tpl[i].layer, tpl[i].dtype, tpl[i].meta)
+                 for i in keep]
         o_proto = [(tpl[i].name, tpl[i].category, tpl[i].dtype) for i in opt]
+        fk, bk = flops[keep], nbytes[keep]
         for j, sh in enumerate(shs):
-            f, b = flops[:, j].tolist(), nbytes[:, j].tolist()
+            f, b = fk[:, j].tolist(), bk[:, j].tolist()
             ker = [Kernel(nm, cat, ph, ly, fi, bi, dt, None, me)
                    for (nm, cat, ph, ly, dt, me), fi, bi in zip(proto, f, b, strict=True)]
-            double = [Kernel(nm, cat, "optimizer", None, 2 * f[i], 2 * b[i], dt, None, {})
-                      for (nm, cat, dt), i in zip(o_proto, opt, strict=True)]
-            _TRACES[sh] = (ker, double, sig, float(n_params[j]))
+            double = [Kernel(nm, cat, "optimizer", None, 2 * flops[i, j], 2 * nbytes[i, j], dt, None, {})
+                      for (nm, cat, dt), i in zip(o_proto, opt.tolist(), strict=True)]
+            _TRACES[sh] = (ker, double, sig, float(n_params[j]), inv)
 
 
 def characterize_parts(keys: Sequence[WorkKey]) -> dict[WorkKey, Parts]:
@@ -194,19 +206,19 @@ def characterize_parts(keys: Sequence[WorkKey]) -> dict[WorkKey, Parts]:
         _build_shapes([sh for sh in dict.fromkeys(_shape(k) for k in ks) if sh not in traces])
         for k in ks:
             shape = _shape(k)
-            ker, double, sig, n_params = traces[shape]
+            ker, double, sig, n_params, inv = traces[shape]
             start = len(kernels)
             kernels += ker
             kernels += double
-            spans.append((sig, start, start + len(ker), start + len(ker) + len(double), n_params))
+            spans.append((sig, start, start + len(ker), start + len(ker) + len(double), n_params, inv))
         ch = characterize(Trace(kernels, name=f"jobs@{spec.name}"), spec, configs=[cfg],
                           include_auto=False, params=prm)
         t_all, e_all = ch.time_s[:, 0], ch.energy_j[:, 0]
         meta = {"gpu_model": ch.meta.get("model"), "params_calibration": ch.meta.get("params_calibration"),
                 "power_limit_w": float(prm.power_limit_w)}
-        for k, (sig, a0, a1, a2, pa) in zip(ks, spans, strict=True):
+        for k, (sig, a0, a1, a2, pa, inv) in zip(ks, spans, strict=True):
             masks = structures[sig]
-            ta, ea = t_all[a0:a1], e_all[a0:a1]
+            ta, ea = t_all[a0:a1][inv], e_all[a0:a1][inv]
             opt = masks["opt"]
             ta_opt, tb_opt = float(ta[opt].sum()), float(t_all[a1:a2].sum())
             ea_opt, eb_opt = float(ea[opt].sum()), float(e_all[a1:a2].sum())

@@ -484,15 +484,22 @@ class _TableBuilder(_Builder):
     def __init__(self, cfg: _Shapes, n: int) -> None:
         super().__init__(cfg)
         self.n = n
-        self.flops: list[np.ndarray] = []
-        self.nbytes: list[np.ndarray] = []
+        self.flops: list[Any] = []  # per kernel: a scalar or an (n,) array
+        self.nbytes: list[Any] = []
 
     def add(self, name: str, category: str, flops: Any, nbytes: Any, math: str = "fp32",
             **meta: Any) -> None:
         self.kernels.append(Kernel(name, category, self.phase, self.layer, 0.0, 0.0, math, None,
                                    {"recompute": True} if self.recomputing else {}))
-        self.flops.append(np.broadcast_to(np.asarray(flops, float), (self.n,)))
-        self.nbytes.append(np.broadcast_to(np.asarray(nbytes, float), (self.n,)))
+        self.flops.append(flops)
+        self.nbytes.append(nbytes)
+
+    def table(self) -> tuple[np.ndarray, np.ndarray]:
+        """FLOPs and bytes of every kernel (rows) of every shape (columns)."""
+        f, b = np.empty((len(self.kernels), self.n)), np.empty((len(self.kernels), self.n))
+        for i, (x, y) in enumerate(zip(self.flops, self.nbytes, strict=True)):
+            f[i], b[i] = x, y
+        return f, b
 
 
 def build_table(arch: str, layers: int, dtype: str, recompute: bool, *, hidden: Any, heads: Any,
@@ -514,7 +521,8 @@ def build_table(arch: str, layers: int, dtype: str, recompute: bool, *, hidden: 
                   **{k: np.broadcast_to(v, (n,)) for k, v in arr.items()})
     b = _TableBuilder(cfg, n)
     b.build()
-    return b.kernels, np.array(b.flops), np.array(b.nbytes), np.asarray(cfg.params(), float)
+    flops, nbytes = b.table()
+    return b.kernels, flops, nbytes, np.broadcast_to(np.asarray(cfg.params(), float), (n,))
 
 
 def _make_config(config_or_preset: ModelConfig | str, overrides: dict[str, Any]) -> ModelConfig:
