@@ -55,7 +55,7 @@ from ..provenance import MODELED
 from .collectives import Fabric, allgather, allreduce, reduce_scatter, sendrecv
 from .host import DEFAULT_HOST, HostPower
 from .job import Job, MemoryEstimate, Resolved, layer_params, memory, resolve
-from .stepcost import Parts, WorkKey, characterize_parts
+from .stepcost import Parts, WorkKey, characterize_parts, prime_part_sums
 
 PARAMS_FILE = "mechanistic.json"
 Z90 = 1.6449
@@ -549,6 +549,7 @@ def predict_steps(jobs: Sequence[Job], prm: MechParams | None = None
 def _steps(rs: list[Resolved], prm: MechParams) -> list[tuple[Resolved, Step, MemoryEstimate, Parts]]:
     keys = [work_keys(r) for r in rs]
     parts = characterize_parts(keys)
+    prime_part_sums(list(parts.values()), prm.kappa, prm.launch_s)
     out = []
     for r, k in zip(rs, keys, strict=True):
         pa = parts[k]

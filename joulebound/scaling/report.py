@@ -326,9 +326,11 @@ def _gpu_model_notes(kc: dict[str, float]) -> str:
     return ("on Zeus the same BERT-base recipe needs κ = " + ", ".join(f"{v:.2f} on the {k}" for k, v in z.items())
             + " — a per-GPU spread of the GPU model's efficiency (the uncalibrated default parameters of "
             "the V100, RTX 6000 and P100) that no job-level constant can absorb; the RTX 2080 Ti's "
-            "`auto` clock is the top of its table (2160 MHz) rather than its sustained boost; the A40's "
-            "modeled slowdown under 150–200 W power limits exceeds the measured one (Zeus rows at those "
-            "limits are over-predicted most).")
+            "`auto` clock is the top of its table (2160 MHz) rather than its sustained boost; under low "
+            "power limits the A40's and RTX 6000's modeled slowdown is smaller than the measured one "
+            "and the P100's larger (median predicted/measured Zeus time with the shipped calibration: "
+            "A40 1.48 at 300 W, 0.96 at 150 W, 0.82 at 100 W; RTX 6000 0.67 at 260 W, 0.46 at 100 W; "
+            "P100 1.48 at 250 W, 1.85 at 125 W; V100 flat, 0.59–0.63).")
 
 
 def mechanistic_sections(data: Path, img: Path) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """Per-GPU compute of one training micro-batch, from the analytic trace and the GPU model.
 
 For each distinct per-GPU workload (shape, per-GPU micro-batch, dtype, recompute, tensor-parallel
-degree, device, clocks / power limit) the analytic kernel trace
-(:func:`joulebound.workload.analytic.build_trace`) is built for one layer and characterized on
+degree, device, clocks / power limit) the analytic kernel trace of one layer (the op table of
+:func:`joulebound.workload.analytic.build_table`, built for all shapes of one architecture, dtype
+and recompute setting at once; kernel for kernel what ``build_trace`` gives) is characterized on
 the device (:func:`joulebound.dvfs.model.characterize`, at ``auto`` or the given clocks, under
 the given power limit), together with a copy of its optimizer kernels at twice the parameters.
 The layers of a trace are identical and the optimizer kernels' cost is linear in the parameters,
@@ -136,11 +137,59 @@ def _device_setup(device: str, clocks: str, power_limit_w: float | None):  # noq
     return spec, prm, cfg
 
 
+def _shape(k: WorkKey) -> tuple:
+    return (k.arch, k.hidden, k.heads, k.ff, k.vocab, k.seq, k.micro_batch, k.dtype, k.recompute, k.tp)
+
+
+def _build_shapes(shapes: Sequence[tuple]) -> None:
+    """Put the 1-layer per-GPU kernels of every shape in the trace cache: the op table is built
+    for all shapes of one (arch, dtype, recompute) at once (:func:`build_table`), the kernels
+    that tensor parallelism splits divided by each shape's ``tp``, and a copy of the optimizer
+    kernels at twice the parameters appended (the optimizer cost's slope)."""
+    from ..workload.analytic import build_table
+    from ..workload.trace import Kernel
+
+    groups: dict[tuple, list[tuple]] = {}
+    for sh in shapes:
+        groups.setdefault((sh[0], sh[7], sh[8]), []).append(sh)
+    for (arch, dtype, rec), shs in groups.items():
+        a = np.array([sh[1:7] + (sh[9],) for sh in shs], float)
+        tpl, flops, nbytes, n_params = build_table(arch, 1, dtype, rec, hidden=a[:, 0], heads=a[:, 1],
+                                                   ff=a[:, 2], vocab=a[:, 3], seq=a[:, 4], batch=a[:, 5])
+        split = np.array([k.name.startswith(TP_SPLIT) for k in tpl])[:, None]
+        flops = np.where(split, flops / a[:, 6], flops)
+        nbytes = np.where(split, nbytes / a[:, 6], nbytes)
+        sig = (arch, rec, len(tpl))
+        if sig not in _STRUCTURES:  # same architecture: the same kernel sequence
+            _STRUCTURES[sig] = _masks(tpl)
+        opt = np.flatnonzero(_STRUCTURES[sig]["opt"])
+        # kernels the same in every shape of the group (a recomputed forward, ln1 / ln2, the two
+        # residual adds, ...) are characterized once: the GPU model prices each kernel alone
+        kind = {(k.category, k.dtype): i for i, k in enumerate(tpl)}
+        ids = np.array([kind[(k.category, k.dtype)] for k in tpl], float)[:, None]
+        _, first, inv = np.unique(np.hstack([ids, flops, nbytes]), axis=0, return_index=True,
+                                  return_inverse=True)
+        order = np.argsort(first)  # distinct kernels in first-occurrence order
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        keep, inv = first[order], rank[inv.reshape(-1)]
+        proto = [(tpl[i].name, tpl[i].category, tpl[i].phase, tpl[i].layer, tpl[i].dtype, tpl[i].meta)
+                 for i in keep]
+        o_proto = [(tpl[i].name, tpl[i].category, tpl[i].dtype) for i in opt]
+        fk, bk = flops[keep], nbytes[keep]
+        for j, sh in enumerate(shs):
+            f, b = fk[:, j].tolist(), bk[:, j].tolist()
+            ker = [Kernel(nm, cat, ph, ly, fi, bi, dt, None, me)
+                   for (nm, cat, ph, ly, dt, me), fi, bi in zip(proto, f, b, strict=True)]
+            double = [Kernel(nm, cat, "optimizer", None, 2 * flops[i, j], 2 * nbytes[i, j], dt, None, {})
+                      for (nm, cat, dt), i in zip(o_proto, opt.tolist(), strict=True)]
+            _TRACES[sh] = (ker, double, sig, float(n_params[j]), inv)
+
+
 def characterize_parts(keys: Sequence[WorkKey]) -> dict[WorkKey, Parts]:
     """:class:`Parts` for every key, one GPU-model call per (device, clocks, power limit)."""
     from ..dvfs.model import characterize
-    from ..workload.analytic import ModelConfig, build_trace
-    from ..workload.trace import Kernel, Trace
+    from ..workload.trace import Trace
 
     out: dict[WorkKey, Parts] = {}
     traces = _TRACES
@@ -154,32 +203,22 @@ def characterize_parts(keys: Sequence[WorkKey]) -> dict[WorkKey, Parts]:
         spec, prm, cfg = _device_setup(device, clocks, plim)
         kernels: list = []
         spans = []
+        _build_shapes([sh for sh in dict.fromkeys(_shape(k) for k in ks) if sh not in traces])
         for k in ks:
-            shape = (k.arch, k.hidden, k.heads, k.ff, k.vocab, k.seq, k.micro_batch, k.dtype,
-                     k.recompute, k.tp)
-            if shape not in traces:  # the same per-GPU kernels on every device
-                mc = ModelConfig(k.arch, 1, k.hidden, k.heads, k.ff, k.vocab, k.seq, k.micro_batch,
-                                 k.dtype, k.recompute, name="job")
-                ker = _shard(build_trace(mc).kernels, k.tp)
-                sig = (k.arch, k.recompute, len(ker))
-                if sig not in structures:  # same architecture: the same kernel sequence
-                    structures[sig] = _masks(ker)
-                double = [Kernel(x.name, x.category, "optimizer", None, 2 * x.flops, 2 * x.bytes,
-                                 x.dtype, None, {}) for x, o in zip(ker, structures[sig]["opt"], strict=True) if o]
-                traces[shape] = (ker, double, sig, mc.params())
-            ker, double, sig, n_params = traces[shape]
+            shape = _shape(k)
+            ker, double, sig, n_params, inv = traces[shape]
             start = len(kernels)
             kernels += ker
             kernels += double
-            spans.append((sig, start, start + len(ker), start + len(ker) + len(double), n_params))
+            spans.append((sig, start, start + len(ker), start + len(ker) + len(double), n_params, inv))
         ch = characterize(Trace(kernels, name=f"jobs@{spec.name}"), spec, configs=[cfg],
                           include_auto=False, params=prm)
         t_all, e_all = ch.time_s[:, 0], ch.energy_j[:, 0]
         meta = {"gpu_model": ch.meta.get("model"), "params_calibration": ch.meta.get("params_calibration"),
                 "power_limit_w": float(prm.power_limit_w)}
-        for k, (sig, a0, a1, a2, pa) in zip(ks, spans, strict=True):
+        for k, (sig, a0, a1, a2, pa, inv) in zip(ks, spans, strict=True):
             masks = structures[sig]
-            ta, ea = t_all[a0:a1], e_all[a0:a1]
+            ta, ea = t_all[a0:a1][inv], e_all[a0:a1][inv]
             opt = masks["opt"]
             ta_opt, tb_opt = float(ta[opt].sum()), float(t_all[a1:a2].sum())
             ea_opt, eb_opt = float(ea[opt].sum()), float(e_all[a1:a2].sum())
@@ -191,3 +230,24 @@ def characterize_parts(keys: Sequence[WorkKey]) -> dict[WorkKey, Parts]:
                 device_memory=float(spec.memory_bytes or 0.0),
                 kernel_overhead_s=float(prm.launch_overhead_s), model_meta=meta)
     return out
+
+
+def prime_part_sums(parts: Sequence[Parts], kappa: float, tau: float) -> None:
+    """Fill every :class:`Parts`' cache of per-part sums under framework factor ``kappa`` and
+    launch floor ``tau`` s in one vectorized pass (what the predictor's composition reads for
+    each part: kernel time ``Σ max(κ·t_k, τ)`` s, busy energy ``κ·ΣE_k`` J, launch-gap time s)."""
+    for name in PARTS:
+        todo = [p for p in parts if (name, kappa, tau) not in p.cache]
+        if not todo:
+            continue
+        lens = np.array([len(p.t[name]) for p in todo])
+        seg = np.repeat(np.arange(len(todo)), lens)
+        tk = np.concatenate([p.t[name] for p in todo]) * kappa
+        t = np.maximum(tk, tau)
+        e = np.concatenate([p.e[name] for p in todo])
+        n = len(todo)
+        st = np.bincount(seg, t, n).tolist()
+        se = (np.bincount(seg, e, n) * kappa).tolist()
+        sg = np.bincount(seg, t - tk, n).tolist()
+        for p, a, b, c in zip(todo, st, se, sg, strict=True):
+            p.cache[(name, kappa, tau)] = (a, b, c)

@@ -50,6 +50,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+import numpy as np
+
 from ..errors import JouleboundError, did_you_mean
 from .opcost import (
     ADAMW_FLOP_PER_PARAM,
@@ -457,6 +459,70 @@ class _Builder:
         self.phase = "optimizer"
         self.optimizer()
         return self.kernels
+
+
+@dataclass(frozen=True)
+class _Shapes(ModelConfig):
+    """A :class:`ModelConfig` whose sizes are float arrays over ``n`` shapes (same arch, dtype,
+    recompute and layer count): the builder's formulas then give every shape's FLOPs and bytes
+    at once (exact while the products stay below 2⁵³)."""
+
+    @property
+    def positions(self) -> Any:
+        if self.max_positions is not None:
+            return np.maximum(self.max_positions, self.seq)
+        return np.maximum(self.seq, 512) if self.arch == "bert" else self.seq
+
+    def layer_params(self) -> Any:
+        d, f = self.hidden, self.ff
+        return 4 * d * d + 2 * d * f + (3 * d + d + f + d) + 4 * d
+
+
+class _TableBuilder(_Builder):
+    """:class:`_Builder` over a :class:`_Shapes`: one row of FLOPs and bytes per kernel."""
+
+    def __init__(self, cfg: _Shapes, n: int) -> None:
+        super().__init__(cfg)
+        self.n = n
+        self.flops: list[Any] = []  # per kernel: a scalar or an (n,) array
+        self.nbytes: list[Any] = []
+
+    def add(self, name: str, category: str, flops: Any, nbytes: Any, math: str = "fp32",
+            **meta: Any) -> None:
+        self.kernels.append(Kernel(name, category, self.phase, self.layer, 0.0, 0.0, math, None,
+                                   {"recompute": True} if self.recomputing else {}))
+        self.flops.append(flops)
+        self.nbytes.append(nbytes)
+
+    def table(self) -> tuple[np.ndarray, np.ndarray]:
+        """FLOPs and bytes of every kernel (rows) of every shape (columns)."""
+        f, b = np.empty((len(self.kernels), self.n)), np.empty((len(self.kernels), self.n))
+        for i, (x, y) in enumerate(zip(self.flops, self.nbytes, strict=True)):
+            f[i], b[i] = x, y
+        return f, b
+
+
+def build_table(arch: str, layers: int, dtype: str, recompute: bool, *, hidden: Any, heads: Any,
+                ff: Any, vocab: Any, seq: Any, batch: Any
+                ) -> tuple[list[Kernel], np.ndarray, np.ndarray, np.ndarray]:
+    """The kernels of one training iteration of ``n`` shapes at once (arrays of length ``n``
+    for the sizes; one arch, layer count, dtype and recompute setting), as :func:`build_trace`
+    would give them one shape at a time.
+
+    Returns ``(template, flops, bytes, params)``: the kernel sequence (names, categories, phases,
+    layers, math dtypes; its FLOPs and bytes are 0), FLOPs and DRAM bytes of every kernel of
+    every shape, shape ``(K, n)``, and each shape's parameter count ``(n,)``. The shapes are not
+    validated: check them with :meth:`ModelConfig.validate` (or :func:`joulebound.scaling.job.resolve`).
+    """
+    arr = {k: np.asarray(v, float).reshape(-1) for k, v in
+           dict(hidden=hidden, heads=heads, ff=ff, vocab=vocab, seq=seq, batch=batch).items()}
+    n = len(arr["hidden"])
+    cfg = _Shapes(arch, layers, dtype=dtype, recompute=recompute, name="table",
+                  **{k: np.broadcast_to(v, (n,)) for k, v in arr.items()})
+    b = _TableBuilder(cfg, n)
+    b.build()
+    flops, nbytes = b.table()
+    return b.kernels, flops, nbytes, np.broadcast_to(np.asarray(cfg.params(), float), (n,))
 
 
 def _make_config(config_or_preset: ModelConfig | str, overrides: dict[str, Any]) -> ModelConfig:
