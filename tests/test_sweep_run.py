@@ -32,63 +32,6 @@ def _losses(row) -> list[float]:
     return json.loads(row["env_json"])["losses"]
 
 
-@pytest.mark.slow
-def test_tiny_sweep_strategies_agree_failures_are_recorded_and_resume_skips(tmp_path, monkeypatch, capsys):
-    db = tmp_path / "runs.db"
-    tiny = preset("tiny").expand(["single", "ddp", "fsdp", "tp"], [1, 2])
-    gpt = Grid(name="g", arch=["gpt2"], layers=[1], hidden=[64], heads=[2], seq=[32], batch=[4],
-               steps=3, warmup=1, vocab=1000, dropout=0.0).expand(["single", "ddp", "fsdp"], [1, 2])
-    configs = tiny + gpt
-    crash = next(c for c in tiny if c.strategy == "ddp" and c.layers == 1)   # rank 1 dies
-    broken = next(c for c in gpt if c.strategy == "fsdp")                     # raises on all ranks
-    # rank 0 is slow to report the configuration before the crash done: rank 1 must still not
-    # start (and die in) the next one before it is marked in flight (the cause of a flaky third
-    # launch, which blamed the finished configuration and ran the crashing one again)
-    (_, launch), = [g for g in plan_launches(configs) if crash in g[1]]
-    before = launch[launch.index(crash) - 1]
-    monkeypatch.setenv("JOULEBOUND_SWEEP_FAULT", f"{crash.config_id}=exit@1,{broken.config_id}=raise,"
-                                                 f"{before.config_id}=lag@0")
-    summary = run_sweep(configs, db, "tiny", progress=False, device="cpu")
-    assert summary["planned"] == summary["ran"] == len(configs) == 11
-    assert summary["launches"] == 2  # one 2-rank launch (single packed in) + relaunch after the crash
-    df = load_results(db)
-    assert sorted(df.config_id) == sorted(c.config_id for c in configs)  # each exactly once
-    rows = {r.config_id: r for r in df.itertuples()}
-    assert rows[crash.config_id].status == "failed"
-    assert "exited with status" in rows[crash.config_id].error
-    assert rows[broken.config_id].status == "failed"
-    assert "rank 0: RuntimeError: injected fault" in rows[broken.config_id].error
-    assert "rank 1: RuntimeError" in rows[broken.config_id].error
-    ok = df[df.status == "ok"].copy()
-    assert len(ok) == 9
-    # CPU: no energy sensor -> NULL energy, never 0
-    assert ok.energy_j.isna().all() and ok.energy_provenance.isna().all()
-    env = json.loads(ok.env_json.iloc[0])
-    assert env["device_type"] == "cpu" and env["torch"] and env["peak_mem_kind"].startswith("cpu_rss")
-    # every strategy computes the same losses as single on the same global batch
-    for arch_layers, grp in ok.groupby(["arch", "layers"]):
-        single = grp[grp.strategy == "single"].iloc[0]
-        ref = _losses(single)
-        assert len(ref) == 3
-        for _, r in grp[grp.strategy != "single"].iterrows():
-            assert r.world_size == 2
-            assert r.tokens == single.tokens and r.padded_tokens == single.padded_tokens
-            assert _losses(r) == pytest.approx(ref, rel=RTOL), (arch_layers, r.strategy)
-            assert r.speedup == pytest.approx(r.throughput_tok_s / single.throughput_tok_s)
-    assert {"ddp", "fsdp", "tp"} <= set(ok[ok.arch == "bert"].strategy)
-    # re-running skips everything done (ok and failed) without launching
-    again = run_sweep(configs, db, "tiny", progress=False, device="cpu")
-    assert again["skipped"] == 11 and again["launches"] == 0
-    assert main(["sweep", "status", "--db", str(db), "--json"]) == 0
-    st = json.loads(capsys.readouterr().out)["sweeps"][0]
-    assert (st["planned"], st["ok"], st["failed"], st["pending"]) == (11, 9, 2, 0)
-    # the store is a dataset for the scaling helper's `joulebound fit --data runs.db`
-    assert main(["fit", "--data", str(db), "--json"]) == 0
-    fitted = json.loads(capsys.readouterr().out)["datasets"][0]
-    laws = {(s["strategy"], s["law"]) for s in fitted["speedup"]}
-    assert {"ddp", "fsdp", "tp"} <= {s for s, _ in laws} and fitted["rows"] == 9
-
-
 def _count(db) -> int:
     try:
         con = sqlite3.connect(db, timeout=5)
@@ -101,10 +44,18 @@ def _count(db) -> int:
 
 
 @pytest.mark.slow
-def test_sigkilled_sweep_rerun_has_every_configuration_exactly_once(tmp_path):
+def test_sigkilled_sweep_resumed_with_faults_each_configuration_once_and_strategies_agree(
+        tmp_path, monkeypatch, capsys):
+    """One sweep story in three torchrun launches (the whole suite's longest test, so it runs
+    once): ``joulebound sweep`` is SIGKILLed inside its fifth configuration; the rerun (the tiny
+    grid plus a GPT-2 grid) skips what finished, survives a rank dying and a configuration raising
+    on every rank, and records each configuration exactly once; every strategy's losses equal the
+    single-rank losses; a third run launches nothing; the store feeds ``sweep status`` and
+    ``fit``."""
     db = tmp_path / "runs.db"
-    cmd = [sys.executable, "-c", "import sys; from joulebound.cli import main; sys.exit(main())", "sweep", "--grid", "tiny", "--db", str(db),
-           "--device", "cpu", "--json"]
+    # -- 1. the CLI, killed (runner and torchrun's agent; the ranks follow) ---------------------
+    cmd = [sys.executable, "-c", "import sys; from joulebound.cli import main; sys.exit(main())",
+           "sweep", "--grid", "tiny", "--db", str(db), "--device", "cpu", "--json"]
     tiny = preset("tiny").expand(["single", "ddp", "fsdp", "tp"], [1, 2])
     slow = next(c for c in tiny if c.strategy == "tp" and c.layers == 1)  # 5th config in the launch
     env = dict(os.environ, JOULEBOUND_SWEEP_FAULT=f"{slow.config_id}=sleep")
@@ -118,7 +69,7 @@ def test_sigkilled_sweep_rerun_has_every_configuration_exactly_once(tmp_path):
         time.sleep(1.0)  # inside the slow configuration's measured window
     finally:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the runner and torchrun's agent (ranks follow it)
+            os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         proc.wait()
@@ -126,12 +77,64 @@ def test_sigkilled_sweep_rerun_has_every_configuration_exactly_once(tmp_path):
     assert len(before) == 4 and slow.config_id not in set(before.config_id)
     time.sleep(1.5)  # orphaned ranks would write now; they must be gone
     assert _count(db) == 4
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    summary = json.loads(out.stdout)
-    assert summary["skipped"] == 4 and summary["ran"] == 4 and summary["failed"] == 0
-    after = load_results(db)
-    assert len(after) == 8 and after.config_id.is_unique
-    assert set(after.config_id) == {c.config_id for c in tiny} and (after.status == "ok").all()
-    kept = after.set_index("config_id").loc[before.config_id]
+
+    # -- 2. rerun with more configurations and injected faults --------------------------------
+    gpt = Grid(name="g", arch=["gpt2"], layers=[1], hidden=[64], heads=[2], seq=[32], batch=[4],
+               steps=3, warmup=1, vocab=1000, dropout=0.0).expand(["single", "ddp", "fsdp"], [1, 2])
+    configs = tiny + gpt
+    done = set(before.config_id)
+    todo = [c for c in configs if c.config_id not in done]
+    crash = next(c for c in todo if c.strategy == "ddp" and c.arch == "bert")   # rank 1 dies
+    broken = next(c for c in gpt if c.strategy == "fsdp")                       # raises on all ranks
+    # rank 0 is slow to report the configuration before the crash done: rank 1 must still not
+    # start (and die in) the next one before it is marked in flight (the cause of a flaky third
+    # launch, which blamed the finished configuration and ran the crashing one again)
+    (_, launch), = [g for g in plan_launches(todo) if crash in g[1]]
+    lag = launch[launch.index(crash) - 1]
+    monkeypatch.setenv("JOULEBOUND_SWEEP_FAULT", f"{crash.config_id}=exit@1,{broken.config_id}=raise,"
+                                                 f"{lag.config_id}=lag@0")
+    summary = run_sweep(configs, db, "tiny", progress=False, device="cpu")
+    assert summary["planned"] == len(configs) == 11
+    assert summary["skipped"] == 4 and summary["ran"] == 7
+    assert summary["launches"] == 2  # one 2-rank launch (singles packed in) + relaunch after the crash
+    df = load_results(db)
+    assert sorted(df.config_id) == sorted(c.config_id for c in configs)  # each exactly once
+    kept = df.set_index("config_id").loc[before.config_id]
     assert list(kept.time_s) == list(before.time_s)  # finished rows were not re-run
+    rows = {r.config_id: r for r in df.itertuples()}
+    assert rows[crash.config_id].status == "failed"
+    assert "exited with status" in rows[crash.config_id].error
+    assert rows[broken.config_id].status == "failed"
+    assert "rank 0: RuntimeError: injected fault" in rows[broken.config_id].error
+    assert "rank 1: RuntimeError" in rows[broken.config_id].error
+    assert rows[slow.config_id].status == "ok"   # in flight when killed: run again, once
+    ok = df[df.status == "ok"].copy()
+    assert len(ok) == 9
+    # CPU: no energy sensor -> NULL energy, never 0
+    assert ok.energy_j.isna().all() and ok.energy_provenance.isna().all()
+    env_row = json.loads(ok.env_json.iloc[0])
+    assert env_row["device_type"] == "cpu" and env_row["torch"] and \
+        env_row["peak_mem_kind"].startswith("cpu_rss")
+    # every strategy computes the same losses as single on the same global batch
+    for arch_layers, grp in ok.groupby(["arch", "layers"]):
+        single = grp[grp.strategy == "single"].iloc[0]
+        ref = _losses(single)
+        assert len(ref) == 3
+        for _, r in grp[grp.strategy != "single"].iterrows():
+            assert r.world_size == 2
+            assert r.tokens == single.tokens and r.padded_tokens == single.padded_tokens
+            assert _losses(r) == pytest.approx(ref, rel=RTOL), (arch_layers, r.strategy)
+            assert r.speedup == pytest.approx(r.throughput_tok_s / single.throughput_tok_s)
+    assert {"ddp", "fsdp", "tp"} <= set(ok[ok.arch == "bert"].strategy)
+
+    # -- 3. a third run skips everything done (ok and failed) without launching ---------------
+    again = run_sweep(configs, db, "tiny", progress=False, device="cpu")
+    assert again["skipped"] == 11 and again["launches"] == 0
+    assert main(["sweep", "status", "--db", str(db), "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)["sweeps"][0]
+    assert (st["planned"], st["ok"], st["failed"], st["pending"]) == (11, 9, 2, 0)
+    # the store is a dataset for the scaling helper's `joulebound fit --data runs.db`
+    assert main(["fit", "--data", str(db), "--json"]) == 0
+    fitted = json.loads(capsys.readouterr().out)["datasets"][0]
+    laws = {(s["strategy"], s["law"]) for s in fitted["speedup"]}
+    assert {"ddp", "fsdp", "tp"} <= {s for s, _ in laws} and fitted["rows"] == 9
