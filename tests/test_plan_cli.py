@@ -64,16 +64,21 @@ def test_plan_errors_name_the_problem(tmp_path, capsys):
 
 
 @pytest.fixture(scope="module")
-def demo_json(tmp_path_factory):
-    """``joulebound demo --json`` run once for the module (it plans two settings)."""
-    import contextlib
-    import io
-
+def demo_run(tmp_path_factory):
+    """``joulebound demo`` run once for the module (it plans two settings; the suite's longest
+    CLI run): its terminal text at 80 columns, and the report folder with ``demo.json``."""
     rep = tmp_path_factory.mktemp("demo") / "rep"
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        assert main(["demo", "--report", str(rep), "--json", "--draws", "8"]) == 0
-    return json.loads(buf.getvalue()), rep
+    with pytest.MonkeyPatch.context() as mp:
+        text = _run_text(mp, ["demo", "--report", str(rep), "--draws", "8"])
+    return text, rep
+
+
+@pytest.fixture(scope="module")
+def demo_json(demo_run):
+    """The demo's JSON object: ``demo.json`` in the report folder (the text ``--json`` prints,
+    from the same function)."""
+    _, rep = demo_run
+    return json.loads((rep / "demo.json").read_text()), rep
 
 
 def test_demo_training_part_switch_aware_plans(demo_json):
@@ -160,8 +165,9 @@ def _section(text: str, start: str, end: str | None) -> str:
     return text[i:text.index(end, i) if end else len(text)]
 
 
-def test_demo_table_reads_at_80_columns(tmp_path, monkeypatch):
-    text = _run_text(monkeypatch, ["demo", "--report", str(tmp_path / "rep"), "--draws", "4"])
+def test_demo_table_reads_at_80_columns(demo_run):
+    text, rep = demo_run
+    assert str(rep / "demo.json") in "".join(text.split())
     lines = text.splitlines()
     assert max(map(len, lines)) <= 80
     assert "…" not in text  # no cell or header truncated by rich
@@ -197,7 +203,7 @@ def test_demo_table_reads_at_80_columns(tmp_path, monkeypatch):
     assert "published" in t2 and "2601.08539" in t2.replace("\n", " ") and "-14.60 %" in t2
     assert "-14.60 %" not in t1 + t3 + t4 + t5 and "published" not in t1 + t3 + t4
     end = text[text.index("What this means"):]
-    assert "(modeled)" in end and "report:" in end and (tmp_path / "rep" / "index.html").exists()
+    assert "(modeled)" in end and "report:" in end and (rep / "index.html").exists()
     assert "-0.00 %" not in text
 
 

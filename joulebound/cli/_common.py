@@ -18,6 +18,11 @@ err_console = Console(stderr=True)
 def print_json(obj: Any) -> None:
     """Print ``obj`` as strict JSON on stdout (numpy values converted; NaN/inf, which JSON does
     not have, become ``null``: unknown)."""
+    sys.stdout.write(json_text(obj))
+
+
+def json_text(obj: Any) -> str:
+    """``obj`` as the strict JSON text :func:`print_json` prints (ends with a newline)."""
     from ..jsonio import json_default
 
     def finite(o: Any) -> Any:
@@ -34,8 +39,7 @@ def print_json(obj: Any) -> None:
         except TypeError:
             return o                          # json.dump reports what it cannot serialise
 
-    json.dump(finite(obj), sys.stdout, indent=1, default=json_default, allow_nan=False)
-    sys.stdout.write("\n")
+    return json.dumps(finite(obj), indent=1, default=json_default, allow_nan=False) + "\n"
 
 
 def warn_memory(trace: Any, spec: Any) -> str | None:

@@ -14,11 +14,13 @@ and the model's held-out error. Needs no GPU; the data folder only for the per-k
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from ..errors import JouleboundError
 from ..fmt import fmt_pct, fmt_range
 from ..report.conclusion import find_row as _find
 from ..report.conclusion import fmt_ms as _ms
@@ -76,7 +78,7 @@ def demo_command(
     from ..dvfs.uncertainty import study_intervals
     from ..report.html import write_report
     from ..workload.analytic import build_trace
-    from ._common import console, print_json
+    from ._common import console, json_text
     from .plan import study_json
 
     t0 = time.perf_counter()
@@ -118,12 +120,18 @@ def demo_command(
                      f"{PAPER_BATCH}, the paper's setting, on {device}",
                      category_row=_find(study_a, "kernel", 0.0, 0.0, 0.0).label)
     mem = {"paper": _memory(paper, spec, optimizer=False), "training": _memory(train, spec)}
+    doc = {"paper": study_json(study_a, "gpt3-xl", "waste", 0.0, None,
+                               _find(study_a, "kernel", 0.0, 0.0, 0.0).label),
+           "training": study_json(study_b, TRAIN_MODEL, "waste", 0.0, 6e-3, "phase L=6ms @+0%"),
+           "per_kernel": per_kernel, "memory": mem}
+    text = json_text(doc)
+    try:                                     # the --json object, beside the HTML report
+        (report / "demo.json").write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise JouleboundError(f"{report / 'demo.json'}: cannot write ({exc.strerror or exc}); "
+                              "choose another --report folder") from exc
     if as_json:
-        print_json({"paper": study_json(study_a, "gpt3-xl", "waste", 0.0, None,
-                                        _find(study_a, "kernel", 0.0, 0.0, 0.0).label),
-                    "training": study_json(study_b, TRAIN_MODEL, "waste", 0.0, 6e-3,
-                                           "phase L=6ms @+0%"),
-                    "per_kernel": per_kernel, "memory": mem})
+        sys.stdout.write(text)
         return
     render_demo(study_a, study_b, per_kernel, mem, spec, index, time.perf_counter() - t0)
 
@@ -343,6 +351,8 @@ def render_demo(study_a, study_b, per_kernel, mem, spec, index, seconds: float  
         console.print(line.replace("What this means", "[bold]What this means[/]", 1),
                       highlight=False)
     console.print(f"report: {index}  ({seconds:.1f} s)", highlight=False)
+    console.print(f"the figures as JSON (as --json prints them): {Path(index).parent / 'demo.json'}",
+                  highlight=False)
 
 
 def register(app: typer.Typer) -> None:
