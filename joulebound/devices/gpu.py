@@ -33,7 +33,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -345,14 +345,18 @@ class GpuDevice:
         return int(self.nv.nvmlDeviceGetTotalEnergyConsumption(self.handle))
 
     @staticmethod
-    def energy_counters_mj(devices: Sequence[GpuDevice]) -> list[int]:
-        """The total-energy counters of ``devices`` (mJ), in order, one NVML call each and no
-        per-device Python call on top: the energy meter's window-edge path. Raises the first
-        failing read's ``NVMLError``."""
+    def energy_counters_reader(devices: Sequence[GpuDevice]) -> Callable[[], list[int]]:
+        """A function returning the total-energy counters of ``devices`` (mJ), in order: one
+        NVML call each and no per-device Python call on top (the energy meter's window-edge
+        path); prepared once. It raises the first failing read's ``NVMLError``."""
         if not devices:
-            return []
+            return lambda: []
         get = devices[0].nv.nvmlDeviceGetTotalEnergyConsumption
-        return [int(get(d.handle)) for d in devices]
+        handles = [d.handle for d in devices]
+        if len(handles) == 1:
+            h0 = handles[0]
+            return lambda: [int(get(h0))]
+        return lambda: [int(get(h)) for h in handles]
 
     def power_w(self) -> float:
         """Power draw (W; NVML reports mW)."""

@@ -193,13 +193,12 @@ class NvmlBackend(Backend):
         chans = list(channels)
         if not all(self._counter[i] for i in chans):
             return super().energy_reader(chans)
-        devs = [self._devices[i] for i in chans]
-        batch = gpu_layer.GpuDevice.energy_counters_mj
+        batch = gpu_layer.GpuDevice.energy_counters_reader([self._devices[i] for i in chans])
         last_raw, total, unwrap = self._last_raw, self._total_j, self._unwrap
 
         def read(t: float) -> list[float | None]:
             out: list[float | None] = []
-            for i, raw in zip(chans, batch(devs), strict=True):
+            for i, raw in zip(chans, batch(), strict=True):
                 last = last_raw[i]
                 if last is not None and raw >= last:
                     last_raw[i] = raw
