@@ -70,96 +70,136 @@ def min_block_end(t: np.ndarray, dwell_s: float) -> np.ndarray:
     return out
 
 
+def _prefix_rows(x: np.ndarray, carry: np.ndarray) -> np.ndarray:
+    """Rows ``carry, carry + x[0], ...``: the running sum continued from ``carry``, added in the
+    same order as one ``np.cumsum`` over the whole table (so chunked sums are bit-identical)."""
+    out = np.empty((len(x) + 1, x.shape[1]))
+    out[0] = carry
+    out[1:] = x
+    np.cumsum(out, axis=0, out=out)
+    return out
+
+
 def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float,
-                  switch_energy_j: float = 0.0, switch_time_s: float = 0.0,
-                  block_end: np.ndarray | None = None,
-                  chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
+                  switch_energy_j: float = 0.0, switch_time_s: float = 0.0, *,
+                  columns: np.ndarray | None = None,
+                  chunk: int = 1024) -> tuple[np.ndarray, np.ndarray]:
     """Exact minimiser of ``Σ e + λ Σ t + n_sw (E_sw + λ T_sw)`` under the dwell rule, per ``λ``.
 
     Args:
-        t, e: (K, C) time (s) and energy (J) per kernel × configuration.
+        t, e: (K, C) time (s) and energy (J) per kernel × configuration (read a chunk of rows
+            at a time; never copied whole).
         lams: (L,) multipliers (J/s), >= 0.
         dwell_s: minimum duration of every phase but the first (s).
-        block_end: precomputed :func:`min_block_end` (optional).
-        chunk: kernels whose step costs are prepared at once (memory ``chunk × C × L``).
+        columns: the columns of ``t``/``e`` to plan over (default: all); choices index them.
+        chunk: kernels whose prefix sums and dwell windows are prepared at once.
 
     Returns:
         ``(choice, value)``: (L, K) configuration column per kernel, and (L,) optimal values.
 
-    A phase entered at kernel ``j`` comes from the best state at ``j - 1`` (any configuration:
-    with switch costs >= 0, "switching" to the configuration one is already in is never better
-    than staying, so excluding it changes nothing). Each state keeps the start of its current
-    phase; each step records the best state and the start of *its* phase. Backtracking then
-    jumps phase by phase: O(K·L) memory for the pointers and O(phases) time, with no copies.
+    With ``Q_c[s]`` the cost of kernels ``0..s-1`` at configuration ``c`` (prefix sums of
+    ``e + λ t``) and ``h[k]`` the optimum up to kernel ``k``, a phase in ``c`` entered at
+    kernel ``s`` from the best state at ``s - 1`` has the "entry" ``E[s, c] = h[s-1] + sw -
+    Q_c[s]``, and the best plan ending at ``k`` in ``c`` costs ``M[s_max(k, c), c] + Q_c[k+1]``
+    where ``M`` is the running minimum of ``E`` over ``s`` (``E[0, c] = 0``: the first phase
+    needs no dwell) and ``s_max(k, c)`` the latest start whose phase lasts ``dwell_s`` by
+    ``k``. ``h[k]`` depends on ``h`` only up to ``max_c s_max(k, c) - 1``, so kernels come in
+    blocks (up to the next one that reaches a not yet computed entry) that are computed at
+    once for every configuration and ``λ``: O(K·C·L) work, O((chunk + window)·C·L) memory.
+    Each entry keeps the start of its phase (the earliest on ties, as a phase that is not
+    switched keeps its start); each kernel records the best state and its phase start, and
+    the plan is read back phase by phase.
     """
-    t = np.asarray(t, np.float64)
-    e = np.asarray(e, np.float64)
     lams = np.asarray(lams, np.float64)
-    k_n, c_n = t.shape
-    n_l = len(lams)
-    if block_end is None:
-        block_end = min_block_end(t, dwell_s)
-    cols = np.arange(c_n)
-    # cost of the minimum block entered at j in config c (inf where it cannot complete)
-    valid = block_end < k_n
-    end1 = np.where(valid, block_end, k_n - 1) + 1
-    pt = np.zeros((k_n + 1, c_n))
-    pe = np.zeros((k_n + 1, c_n))
-    np.cumsum(t, axis=0, out=pt[1:])
-    np.cumsum(e, axis=0, out=pe[1:])
-    blk_t = np.where(valid, pt[end1, cols] - pt[:-1], 0.0)
-    blk_e = np.where(valid, pe[end1, cols] - pe[:-1], np.inf)
-    del pt, pe, end1
+    k_n = t.shape[0]
+    sel = np.arange(t.shape[1]) if columns is None else np.asarray(columns, np.int64)
+    c_n, n_l = len(sel), len(lams)
+    whole = columns is None or (c_n == t.shape[1] and np.array_equal(sel, np.arange(c_n)))
     sw = switch_energy_j + lams * switch_time_s                      # (L,)
-    # pending entries live in a ring buffer of W rows: a block started at j ends by j + W - 1
-    span = (block_end - np.arange(k_n)[:, None])[valid]
-    w = int(span.max()) + 1 if span.size else 1
-    slots = np.where(valid, block_end, 0) % w
-    ring = np.full((w, c_n, n_l), np.inf)            # best entry arriving at a slot, per state
-    ring_start = np.zeros((w, c_n, n_l), np.int64)   # ... and the kernel its phase started at
-    best_c = np.zeros((k_n, n_l), np.int32)          # best state after kernel k
-    best_start = np.zeros((k_n, n_l), np.int64)      # ... and the start of its phase
+    idx_t = np.int32 if k_n < 2**31 - 1 else np.int64
+    best_c = np.empty((k_n, n_l), np.int32)       # best state after kernel k
+    best_start = np.empty((k_n, n_l), idx_t)      # ... and the start of its phase
+    # entries' running minimum M and its phase start A, rows s = base .. (window + chunk)
+    cap = 2 * chunk + 2
+    m_buf = np.empty((cap, c_n, n_l))
+    a_buf = np.empty((cap, c_n, n_l), idx_t)
+    m_buf[0] = 0.0
+    a_buf[0] = 0
+    base = 0                                      # s of row 0 of m_buf / a_buf / prefix rows
+    pt = np.zeros((1, c_n))                       # prefix rows s = base .. lo
+    pe = np.zeros((1, c_n))
+    ar_c = np.arange(c_n)
     ar_l = np.arange(n_l)
-    v = e[0][:, None] + t[0][:, None] * lams[None, :]                 # (C, L)
-    start = np.zeros((c_n, n_l), np.int64)
+    mask = np.empty((c_n, n_l), bool)
+    h = np.zeros(n_l)
+    prev_smax = np.zeros(c_n, np.int64)           # s_max(lo - 1, c)
     for lo in range(0, k_n, chunk):
         hi = min(k_n, lo + chunk)
-        step = e[lo:hi, :, None] + t[lo:hi, :, None] * lams[None, None, :]      # (S, C, L)
-        jhi = min(k_n, hi + 1)
-        enter = (blk_e[lo + 1:jhi, :, None] + blk_t[lo + 1:jhi, :, None] * lams[None, None, :]
-                 + sw[None, None, :])                                           # block at k+1
-        for k in range(lo, hi):
-            if k > 0:                     # stay (v + this kernel) or a block arriving here
-                slot = k % w
-                pk = ring[slot]
-                v += step[k - lo]
-                fp = pk < v
-                np.copyto(v, pk, where=fp)
-                np.copyto(start, ring_start[slot], where=fp)
-                pk.fill(np.inf)
-            b = v.argmin(axis=0)                                          # (L,)
-            h = v[b, ar_l]
-            best_c[k] = b
-            best_start[k] = start[b, ar_l]
-            j = k + 1
-            if j >= k_n:
-                break
-            cand = enter[k - lo]                                          # (C, L)
-            cand += h                       # entering j from the best state (enter is scratch)
-            sl = slots[j]                   # (C,) slot where each state's block ends
-            cur = ring[sl, cols]
-            better = cand < cur
-            np.copyto(cur, cand, where=better)
-            ring[sl, cols] = cur
-            cs = ring_start[sl, cols]
-            cs[better] = j
-            ring_start[sl, cols] = cs
-    values = v.min(axis=0)
+        tc = np.asarray(t[lo:hi] if whole else t[lo:hi][:, sel], np.float64)
+        ec = np.asarray(e[lo:hi] if whole else e[lo:hi][:, sel], np.float64)
+        new_base = int(prev_smax.min())           # no later kernel reaches an entry before it
+        keep = lo - new_base + 1                  # rows new_base .. lo
+        if keep + (hi - lo) > cap:                # grow: a dwell longer than a chunk
+            cap = 2 * (keep + (hi - lo))
+            m2, a2 = np.empty((cap, c_n, n_l)), np.empty((cap, c_n, n_l), idx_t)
+            m2[:keep], a2[:keep] = m_buf[new_base - base:lo - base + 1], \
+                a_buf[new_base - base:lo - base + 1]
+            m_buf, a_buf = m2, a2
+        elif new_base > base:
+            m_buf[:keep] = m_buf[new_base - base:lo - base + 1]
+            a_buf[:keep] = a_buf[new_base - base:lo - base + 1]
+        pt = np.concatenate([pt[new_base - base:lo - base], _prefix_rows(tc, pt[lo - base])])
+        pe = np.concatenate([pe[new_base - base:lo - base], _prefix_rows(ec, pe[lo - base])])
+        base = new_base
+        m_flat = m_buf.reshape(cap * c_n, n_l)
+        a_flat = a_buf.reshape(cap * c_n, n_l)
+        # s_max(k, c) for k in lo..hi-1: the latest s >= 1 with PT[s] + dwell <= PT[k+1]
+        # (as min_block_end: the block from s ends by k), else 0; never beyond k
+        s0 = max(base, 1)
+        ends = (pt[s0 - base:hi - base] + dwell_s).T.copy()      # (C, n): PT[s] + dwell
+        reach_t = pt[lo + 1 - base:hi + 1 - base].T.copy()       # (C, hi - lo): PT[k + 1]
+        smax = np.empty((c_n, hi - lo), np.int64)
+        for j in range(c_n):
+            smax[j] = np.searchsorted(ends[j], reach_t[j], side="right")
+        smax = smax.T + (s0 - 1)
+        np.maximum(smax, 0, out=smax)
+        np.minimum(smax, np.arange(lo, hi)[:, None], out=smax)
+        prev_smax = smax[-1]
+        reach = smax.max(axis=1)                  # nondecreasing in k
+        a = lo
+        while a < hi:
+            b = lo + int(np.searchsorted(reach, a, side="right"))   # first k reaching past a
+            b = max(min(b, hi), a + 1)
+            rows = slice(a + 1 - base, b + 1 - base)                 # prefix rows s = a+1..b
+            q = pt[rows][:, :, None] * lams
+            q += pe[rows][:, :, None]                                # (B, C, L): Q[k + 1]
+            sm = smax[a - lo:b - lo]                                 # (B, C)
+            flat = (sm - base) * c_n + ar_c
+            v = m_flat.take(flat.ravel(), axis=0).reshape(b - a, c_n, n_l)
+            v += q
+            bc = v.argmin(axis=1)                                    # (B, L)
+            cell = (np.arange(b - a)[:, None] * c_n + bc) * n_l + ar_l   # (B, L) into v
+            hb = v.ravel()[cell]
+            best_c[a:b] = bc
+            best_start[a:b] = a_flat.ravel()[flat.ravel()[cell // n_l] * n_l + ar_l]
+            h = hb[-1]
+            n_new = min(b, k_n - 1) - a                              # entries s = a+1..
+            if n_new > 0:
+                ent = (hb[:n_new] + sw)[:, None, :] - q[:n_new]
+                for r in range(n_new):
+                    s = a + 1 + r
+                    row, prev = s - base, s - base - 1
+                    np.less(ent[r], m_buf[prev], out=mask)
+                    np.minimum(m_buf[prev], ent[r], out=m_buf[row])
+                    a_buf[row] = a_buf[prev]
+                    np.copyto(a_buf[row], s, where=mask)
+            a = b
+    values = h.copy()
     choice = np.empty((n_l, k_n), np.int64)
     for li in range(n_l):
-        c = int(np.argmin(v[:, li]))
         end = k_n
-        s0 = int(start[c, li])
+        c = int(best_c[k_n - 1, li])
+        s0 = int(best_start[k_n - 1, li])
         while True:
             choice[li, s0:end] = c
             if s0 == 0:
@@ -296,8 +336,6 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
     if dp_columns and len(cols) > dp_columns:
         sub = np.union1d(np.linspace(0, len(cols) - 1, dp_columns).round().astype(np.int64), [one])
     ts, es = (t, e) if len(sub) == len(cols) else (t[:, sub], e[:, sub])
-    # the planner's dwell is a hair longer than the rule so float sums never undercut it
-    block_end = min_block_end(ts, dwell * (1 + 1e-9))
     # multiplier scale: the switch-free critical multiplier (the LP's: no exact core re-solve,
     # which would only polish a plan that is not used), else average power
     try:
@@ -313,7 +351,8 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
     passes = 0
     found: list[tuple[float, np.ndarray]] = []
     for r in range(rounds + 2):
-        ch, _ = dp_lagrangian(ts, es, lams, dwell, switch_energy_j, switch_time_s, block_end)
+        # the planner's dwell is a hair longer than the rule so float sums never undercut it
+        ch, _ = dp_lagrangian(ts, es, lams, dwell * (1 + 1e-9), switch_energy_j, switch_time_s)
         ch = sub[ch]
         passes += 1
         for lam, c in zip(lams, ch, strict=True):
