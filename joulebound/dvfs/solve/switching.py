@@ -126,11 +126,11 @@ def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float
     m_buf[0] = 0.0
     a_buf[0] = 0
     base = 0                                      # s of row 0 of m_buf / a_buf / prefix rows
-    pt = np.zeros((1, c_n))                       # prefix rows s = base .. lo
-    pe = np.zeros((1, c_n))
+    pre = np.zeros((1, c_n, 2))                   # prefix rows s = base .. lo: (time, energy)
+    weights = np.stack([lams, np.ones(n_l)])      # (2, L): Q = λ · PT + PE
     ar_c = np.arange(c_n)
     ar_l = np.arange(n_l)
-    mask = np.empty((c_n, n_l), bool)
+    s_index = np.empty((chunk, 1, 1), idx_t)
     h = np.zeros(n_l)
     prev_smax = np.zeros(c_n, np.int64)           # s_max(lo - 1, c)
     for lo in range(0, k_n, chunk):
@@ -148,8 +148,10 @@ def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float
         elif new_base > base:
             m_buf[:keep] = m_buf[new_base - base:lo - base + 1]
             a_buf[:keep] = a_buf[new_base - base:lo - base + 1]
-        pt = np.concatenate([pt[new_base - base:lo - base], _prefix_rows(tc, pt[lo - base])])
-        pe = np.concatenate([pe[new_base - base:lo - base], _prefix_rows(ec, pe[lo - base])])
+        new = np.stack([_prefix_rows(tc, pre[lo - base, :, 0]),
+                        _prefix_rows(ec, pre[lo - base, :, 1])], axis=-1)
+        pre = np.concatenate([pre[new_base - base:lo - base], new])
+        pt = pre[:, :, 0]
         base = new_base
         m_flat = m_buf.reshape(cap * c_n, n_l)
         a_flat = a_buf.reshape(cap * c_n, n_l)
@@ -171,8 +173,7 @@ def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float
             b = lo + int(np.searchsorted(reach, a, side="right"))   # first k reaching past a
             b = max(min(b, hi), a + 1)
             rows = slice(a + 1 - base, b + 1 - base)                 # prefix rows s = a+1..b
-            q = pt[rows][:, :, None] * lams
-            q += pe[rows][:, :, None]                                # (B, C, L): Q[k + 1]
+            q = (pre[rows].reshape(-1, 2) @ weights).reshape(b - a, c_n, n_l)   # Q[k + 1]
             sm = smax[a - lo:b - lo]                                 # (B, C)
             flat = (sm - base) * c_n + ar_c
             v = m_flat.take(flat.ravel(), axis=0).reshape(b - a, c_n, n_l)
@@ -184,15 +185,17 @@ def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float
             best_start[a:b] = a_flat.ravel()[flat.ravel()[cell // n_l] * n_l + ar_l]
             h = hb[-1]
             n_new = min(b, k_n - 1) - a                              # entries s = a+1..
+            s_index[:n_new] = np.arange(a + 1, a + 1 + n_new)[:, None, None]
             if n_new > 0:
                 ent = (hb[:n_new] + sw)[:, None, :] - q[:n_new]
+                r0 = a + 1 - base                                    # row of entry s = a + 1
                 for r in range(n_new):
-                    s = a + 1 + r
-                    row, prev = s - base, s - base - 1
-                    np.less(ent[r], m_buf[prev], out=mask)
-                    np.minimum(m_buf[prev], ent[r], out=m_buf[row])
-                    a_buf[row] = a_buf[prev]
-                    np.copyto(a_buf[row], s, where=mask)
+                    np.minimum(m_buf[r0 + r - 1], ent[r], out=m_buf[r0 + r])
+                # an entry starts a new phase where it is strictly below the running minimum
+                # (ties keep the earlier start); starts only grow, so a maximum carries them
+                new_start = (ent < m_buf[r0 - 1:r0 - 1 + n_new]) * s_index[:n_new]
+                for r in range(n_new):
+                    np.maximum(a_buf[r0 + r - 1], new_start[r], out=a_buf[r0 + r])
             a = b
     values = h.copy()
     choice = np.empty((n_l, k_n), np.int64)
@@ -234,30 +237,66 @@ def useful_columns(t: np.ndarray, e: np.ndarray, max_work: float = 3e8) -> np.nd
 
 def _totals(t: np.ndarray, e: np.ndarray, choice: np.ndarray, sw_e: float,
             sw_t: float) -> tuple[float, float, int]:
+    """(time s, energy J, switches) of ``choice`` (columns of ``t``/``e``, one per kernel)."""
     rows = np.arange(len(choice))
     n_sw = int(np.count_nonzero(np.diff(choice)))
     return (float(t[rows, choice].sum()) + n_sw * sw_t,
             float(e[rows, choice].sum()) + n_sw * sw_e, n_sw)
 
 
+def _prefix_at(x: np.ndarray, columns: np.ndarray, at: np.ndarray,
+               chunk: int = 4096) -> np.ndarray:
+    """(len(at), C) sums of ``x[:i, columns]`` for each sorted row index ``i`` in ``at``, the
+    same floats as a whole-table ``np.cumsum`` (summed chunk by chunk, never all rows at once)."""
+    out = np.empty((len(at), len(columns)))
+    carry = np.zeros(len(columns))
+    k_n = x.shape[0]
+    for lo in range(0, k_n, chunk):
+        hi = min(k_n, lo + chunk)
+        pref = _prefix_rows(np.asarray(x[lo:hi][:, columns], np.float64), carry)
+        i0, i1 = np.searchsorted(at, [lo, hi])
+        out[i0:i1] = pref[at[i0:i1] - lo]
+        carry = pref[-1]
+    out[np.searchsorted(at, k_n):] = carry
+    return out
+
+
+def _boundaries(choice: np.ndarray) -> np.ndarray:
+    """0, the first kernel of every phase after the first, and K."""
+    return np.concatenate([[0], np.flatnonzero(np.diff(choice)) + 1, [len(choice)]])
+
+
 def phase_repair(t: np.ndarray, e: np.ndarray, choice: np.ndarray, budget: float, dwell_s: float,
-                 sw_e: float = 0.0, sw_t: float = 0.0, rounds: int = 50) -> np.ndarray:
-    """Move whole phases to configurations that save energy while time slack and dwell allow."""
-    k_n, c_n = t.shape
-    pt = np.zeros((k_n + 1, c_n))
-    pe = np.zeros((k_n + 1, c_n))
-    np.cumsum(t, axis=0, out=pt[1:])
-    np.cumsum(e, axis=0, out=pe[1:])
+                 sw_e: float = 0.0, sw_t: float = 0.0, rounds: int = 50, *,
+                 columns: np.ndarray | None = None,
+                 prefix: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """Move whole phases to configurations that save energy while time slack and dwell allow.
+
+    ``choice`` indexes ``columns`` of ``t``/``e`` (default: all columns); so does the result.
+    A phase is only ever moved whole, so phases merge but never split: sums of ``t``/``e`` are
+    needed only at the first plan's phase boundaries (O(phases · C) memory, one pass over K).
+    ``prefix``: ``(at, pt, pe)`` from :func:`_prefix_at` at sorted rows ``at`` that include
+    those boundaries (to share one pass among several plans).
+    """
+    k_n = t.shape[0]
+    sel = np.arange(t.shape[1]) if columns is None else np.asarray(columns, np.int64)
+    c_n = len(sel)
     choice = choice.copy()
+    if prefix is None:
+        at = _boundaries(choice)
+        pt, pe = _prefix_at(t, sel, at), _prefix_at(e, sel, at)
+    else:
+        at, pt, pe = prefix
     for _ in range(rounds):
-        tot_t, tot_e, _ = _totals(t, e, choice, sw_e, sw_t)
+        tot_t, tot_e, _ = _totals(t, e, sel[choice], sw_e, sw_t)
         slack = budget - tot_t
         cuts = np.flatnonzero(np.diff(choice)) + 1
         a = np.concatenate([[0], cuts])
         b = np.concatenate([cuts, [k_n]])
         cur = choice[a]
-        tp = pt[b] - pt[a]                       # (P, C) phase time at each config
-        ep = pe[b] - pe[a]
+        ia, ib = np.searchsorted(at, a), np.searchsorted(at, b)
+        tp = pt[ib] - pt[ia]                     # (P, C) phase time at each config
+        ep = pe[ib] - pe[ia]
         n_p = len(a)
         rows = np.arange(n_p)
         prev_c = np.concatenate([[-1], cur[:-1]])
@@ -315,12 +354,13 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
         plan.meta.update(base_meta, dp="separable: switches are free, solved as the knapsack")
         return plan
     cols = planning_columns(char, allow_auto)
-    cols = cols[useful_columns(char.time_s[:, cols], char.energy_j[:, cols])]
-    t = char.time_s[:, cols]
-    e = char.energy_j[:, cols]
+    whole = len(cols) == char.n_configs          # no column copy of the (K, C) tables
+    cols = cols[useful_columns(char.time_s if whole else char.time_s[:, cols],
+                               char.energy_j if whole else char.energy_j[:, cols])]
+    t, e = char.time_s, char.energy_j            # plans below index ``cols``
     candidates: list[np.ndarray] = []
     # one phase: the best single configuration within budget (always includes the baseline)
-    tot_t, tot_e = t.sum(0), e.sum(0)
+    tot_t, tot_e = t.sum(0)[cols], e.sum(0)[cols]
     feas = np.flatnonzero(tot_t <= budget)
     if len(feas) == 0:
         tmin = float(tot_t.min())
@@ -335,7 +375,6 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
     sub = np.arange(len(cols))
     if dp_columns and len(cols) > dp_columns:
         sub = np.union1d(np.linspace(0, len(cols) - 1, dp_columns).round().astype(np.int64), [one])
-    ts, es = (t, e) if len(sub) == len(cols) else (t[:, sub], e[:, sub])
     # multiplier scale: the switch-free critical multiplier (the LP's: no exact core re-solve,
     # which would only polish a plan that is not used), else average power
     try:
@@ -352,11 +391,12 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
     found: list[tuple[float, np.ndarray]] = []
     for r in range(rounds + 2):
         # the planner's dwell is a hair longer than the rule so float sums never undercut it
-        ch, _ = dp_lagrangian(ts, es, lams, dwell * (1 + 1e-9), switch_energy_j, switch_time_s)
+        ch, _ = dp_lagrangian(t, e, lams, dwell * (1 + 1e-9), switch_energy_j, switch_time_s,
+                              columns=cols[sub])
         ch = sub[ch]
         passes += 1
         for lam, c in zip(lams, ch, strict=True):
-            tt, ee, _ = _totals(t, e, c, switch_energy_j, switch_time_s)
+            tt, ee, _ = _totals(t, e, cols[c], switch_energy_j, switch_time_s)
             if tt <= budget:
                 hi = min(hi, lam)
                 found.append((ee, c))
@@ -370,10 +410,14 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
         lams = np.linspace(lo, hi, n_lambda + 2)[1:-1]
     candidates += [c for _, c in sorted(found, key=lambda x: x[0])[:3]]
     if repair:
+        at = np.unique(np.concatenate([_boundaries(c) for c in candidates]))
+        prefix = (at, _prefix_at(t, cols, at), _prefix_at(e, cols, at))
         candidates = [phase_repair(t, e, c, budget, dwell * (1 + 1e-9), switch_energy_j,
-                                   switch_time_s) for c in candidates]
-    best = min(candidates, key=lambda c: _totals(t, e, c, switch_energy_j, switch_time_s)[1])
-    tt, ee, n_sw = _totals(t, e, best, switch_energy_j, switch_time_s)
+                                   switch_time_s, columns=cols, prefix=prefix)
+                      for c in candidates]
+    best = min(candidates, key=lambda c: _totals(t, e, cols[c], switch_energy_j,
+                                                 switch_time_s)[1])
+    tt, ee, n_sw = _totals(t, e, cols[best], switch_energy_j, switch_time_s)
     choice = cols[best]
     prov = plan_provenance(char, choice)
     return Plan(device=char.device, kernel_names=list(char.kernel_names),
