@@ -13,11 +13,12 @@ kernels at one clock configuration — such that
 
 Method: Lagrangian relaxation of the time budget. For a multiplier ``λ`` (J/s) the DP minimises
 ``Σ (e + λ t) + n_switches · (E_sw + λ T_sw)`` exactly over all phase structures meeting the dwell
-rule. States are the clock configurations; entering configuration ``c`` at kernel ``j`` commits
-the minimum block ``j..m(j, c)`` (the first ``m`` whose duration reaches ``D``), whose cost is two
-prefix-sum lookups, and the switch comes from the best state — the "stay vs. switch from best"
-trick makes each step O(C), O(K·C) overall. Each state carries the start of its phase and each
-step records the best state's, so the plan is read back phase by phase (O(K) pointers, no copies). ``λ`` is
+rule. States are the clock configurations; a phase entered at kernel ``s`` comes from the best
+state at ``s - 1`` (the "stay vs. switch from best" trick), and the best plan ending at ``k`` in
+``c`` is the least such entry up to the latest start whose phase lasts ``D`` by ``k``, plus a
+prefix sum: O(K·C) overall, computed in blocks of kernels vectorized over configurations and
+``λ``, chunk by chunk (no K × C arrays; :func:`dp_lagrangian`). Each entry keeps its phase
+start and each kernel the best state's, so the plan is read back phase by phase. ``λ`` is
 searched on a grid refined around the budget (several ``λ`` per DP pass, vectorized), the best
 feasible plan is kept, and a repair pass moves whole phases to cheaper configurations while
 slack remains. The iteration-level plan (one phase) is always a candidate, so the result is never
@@ -126,7 +127,7 @@ def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float
     m_buf[0] = 0.0
     a_buf[0] = 0
     base = 0                                      # s of row 0 of m_buf / a_buf / prefix rows
-    pre = np.zeros((1, c_n, 2))                   # prefix rows s = base .. lo: (time, energy)
+    p_buf = np.zeros((cap, c_n, 2))               # prefix sums (time, energy) before kernel s
     weights = np.stack([lams, np.ones(n_l)])      # (2, L): Q = λ · PT + PE
     ar_c = np.arange(c_n)
     ar_l = np.arange(n_l)
@@ -139,20 +140,23 @@ def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float
         ec = np.asarray(e[lo:hi] if whole else e[lo:hi][:, sel], np.float64)
         new_base = int(prev_smax.min())           # no later kernel reaches an entry before it
         keep = lo - new_base + 1                  # rows new_base .. lo
+        old = slice(new_base - base, lo - base + 1)
         if keep + (hi - lo) > cap:                # grow: a dwell longer than a chunk
             cap = 2 * (keep + (hi - lo))
             m2, a2 = np.empty((cap, c_n, n_l)), np.empty((cap, c_n, n_l), idx_t)
-            m2[:keep], a2[:keep] = m_buf[new_base - base:lo - base + 1], \
-                a_buf[new_base - base:lo - base + 1]
-            m_buf, a_buf = m2, a2
+            p2 = np.empty((cap, c_n, 2))
+            m2[:keep], a2[:keep], p2[:keep] = m_buf[old], a_buf[old], p_buf[old]
+            m_buf, a_buf, p_buf = m2, a2, p2
         elif new_base > base:
-            m_buf[:keep] = m_buf[new_base - base:lo - base + 1]
-            a_buf[:keep] = a_buf[new_base - base:lo - base + 1]
-        new = np.stack([_prefix_rows(tc, pre[lo - base, :, 0]),
-                        _prefix_rows(ec, pre[lo - base, :, 1])], axis=-1)
-        pre = np.concatenate([pre[new_base - base:lo - base], new])
-        pt = pre[:, :, 0]
+            m_buf[:keep], a_buf[:keep], p_buf[:keep] = m_buf[old], a_buf[old], p_buf[old]
         base = new_base
+        # prefix rows s = lo+1 .. hi continue row s = lo, added in np.cumsum's order
+        p_buf[keep:keep + hi - lo, :, 0] = tc
+        p_buf[keep:keep + hi - lo, :, 1] = ec
+        run_rows = p_buf[keep - 1:keep + hi - lo]
+        np.cumsum(run_rows, axis=0, out=run_rows)
+        pre = p_buf
+        pt = pre[:, :, 0]
         m_flat = m_buf.reshape(cap * c_n, n_l)
         a_flat = a_buf.reshape(cap * c_n, n_l)
         # s_max(k, c) for k in lo..hi-1: the latest s >= 1 with PT[s] + dwell <= PT[k+1]
