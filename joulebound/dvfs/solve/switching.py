@@ -291,13 +291,15 @@ def phase_repair(t: np.ndarray, e: np.ndarray, choice: np.ndarray, budget: float
         pt, pe = _prefix_at(t, sel, at), _prefix_at(e, sel, at)
     else:
         at, pt, pe = prefix
+    rows_k = np.arange(k_n)
+    tg, eg = t[rows_k, sel[choice]], e[rows_k, sel[choice]]     # (K,) at the chosen configs
+    a = _boundaries(choice)[:-1]                                 # phase starts
+    cur = choice[a]
     for _ in range(rounds):
-        tot_t, tot_e, _ = _totals(t, e, sel[choice], sw_e, sw_t)
+        n_sw = len(a) - 1                        # == _totals(t, e, sel[choice], ...), O(K) sums
+        tot_t, tot_e = float(tg.sum()) + n_sw * sw_t, float(eg.sum()) + n_sw * sw_e
         slack = budget - tot_t
-        cuts = np.flatnonzero(np.diff(choice)) + 1
-        a = np.concatenate([[0], cuts])
-        b = np.concatenate([cuts, [k_n]])
-        cur = choice[a]
+        b = np.concatenate([a[1:], [k_n]])
         ia, ib = np.searchsorted(at, a), np.searchsorted(at, b)
         tp = pt[ib] - pt[ia]                     # (P, C) phase time at each config
         ep = pe[ib] - pe[ia]
@@ -320,7 +322,12 @@ def phase_repair(t: np.ndarray, e: np.ndarray, choice: np.ndarray, budget: float
             break
         flat = np.where(ok, d_e, np.inf)
         p, c = np.unravel_index(int(np.argmin(flat)), flat.shape)
-        choice[a[p]:b[p]] = c
+        span = slice(int(a[p]), int(b[p]))
+        choice[span] = c
+        tg[span], eg[span] = t[span, sel[c]], e[span, sel[c]]
+        cur[p] = c
+        keep = np.concatenate([[True], cur[1:] != cur[:-1]])   # merge with equal neighbours
+        a, cur = a[keep], cur[keep]
     return choice
 
 
