@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+from _dp_reference import reference_dp_lagrangian
 from _plan_synth import synth_char, synth_trace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -55,6 +56,25 @@ def test_dp_is_exact_against_brute_force(seed, k, c, dwell, swe, swt) -> None:
         got = e[rows, ch].sum() + lam * t[rows, ch].sum() + n_sw * (swe + lam * swt)
         assert value[i] == pytest.approx(want, rel=1e-9)
         assert got == pytest.approx(want, rel=1e-9)        # the backtracked plan attains it
+
+
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 400), c=st.integers(1, 14),
+       dwell=st.sampled_from([0.0, 1e-5, 1e-4, 4e-4, 2e-3, 1.0]), swe=st.sampled_from([0.0, 0.05]),
+       swt=st.sampled_from([0.0, 1e-5]), heavy=st.booleans())
+def test_dp_matches_the_reference_dp_plan_for_plan(seed, k, c, dwell, swe, swt, heavy) -> None:
+    """The block-vectorized DP returns the reference (per-kernel) DP's values and choices."""
+    rng = np.random.default_rng(seed)
+    t = rng.lognormal(-10, 1.0, (k, 1)) * rng.uniform(1.0, 2.5, (1, c))
+    if heavy:                                   # a few kernels longer than the dwell
+        t[rng.random(k) < 0.05] *= 300
+    e = t * rng.uniform(150, 400, (1, c)) * rng.uniform(0.9, 1.1, (k, c))
+    lams = np.array([0.0, 80.0, 250.0, 300.0, 2e4])
+    choice, value = dp_lagrangian(t, e, lams, dwell, swe, swt)
+    ref_choice, ref_value = reference_dp_lagrangian(t, e, lams, dwell, swe, swt)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-11, atol=0)
+    np.testing.assert_array_equal(choice, ref_choice)
 
 
 def test_dp_without_costs_is_per_kernel_lagrangian_argmin() -> None:

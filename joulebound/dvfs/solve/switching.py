@@ -13,11 +13,12 @@ kernels at one clock configuration — such that
 
 Method: Lagrangian relaxation of the time budget. For a multiplier ``λ`` (J/s) the DP minimises
 ``Σ (e + λ t) + n_switches · (E_sw + λ T_sw)`` exactly over all phase structures meeting the dwell
-rule. States are the clock configurations; entering configuration ``c`` at kernel ``j`` commits
-the minimum block ``j..m(j, c)`` (the first ``m`` whose duration reaches ``D``), whose cost is two
-prefix-sum lookups, and the switch comes from the best state — the "stay vs. switch from best"
-trick makes each step O(C), O(K·C) overall. Each state carries the start of its phase and each
-step records the best state's, so the plan is read back phase by phase (O(K) pointers, no copies). ``λ`` is
+rule. States are the clock configurations; a phase entered at kernel ``s`` comes from the best
+state at ``s - 1`` (the "stay vs. switch from best" trick), and the best plan ending at ``k`` in
+``c`` is the least such entry up to the latest start whose phase lasts ``D`` by ``k``, plus a
+prefix sum: O(K·C) overall, computed in blocks of kernels vectorized over configurations and
+``λ``, chunk by chunk (no K × C arrays; :func:`dp_lagrangian`). Each entry keeps its phase
+start and each kernel the best state's, so the plan is read back phase by phase. ``λ`` is
 searched on a grid refined around the budget (several ``λ`` per DP pass, vectorized), the best
 feasible plan is kept, and a repair pass moves whole phases to cheaper configurations while
 slack remains. The iteration-level plan (one phase) is always a candidate, so the result is never
@@ -70,96 +71,142 @@ def min_block_end(t: np.ndarray, dwell_s: float) -> np.ndarray:
     return out
 
 
+def _prefix_rows(x: np.ndarray, carry: np.ndarray) -> np.ndarray:
+    """Rows ``carry, carry + x[0], ...``: the running sum continued from ``carry``, added in the
+    same order as one ``np.cumsum`` over the whole table (so chunked sums are bit-identical)."""
+    out = np.empty((len(x) + 1, x.shape[1]))
+    out[0] = carry
+    out[1:] = x
+    np.cumsum(out, axis=0, out=out)
+    return out
+
+
 def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float,
-                  switch_energy_j: float = 0.0, switch_time_s: float = 0.0,
-                  block_end: np.ndarray | None = None,
-                  chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
+                  switch_energy_j: float = 0.0, switch_time_s: float = 0.0, *,
+                  columns: np.ndarray | None = None,
+                  chunk: int = 1024) -> tuple[np.ndarray, np.ndarray]:
     """Exact minimiser of ``Σ e + λ Σ t + n_sw (E_sw + λ T_sw)`` under the dwell rule, per ``λ``.
 
     Args:
-        t, e: (K, C) time (s) and energy (J) per kernel × configuration.
+        t, e: (K, C) time (s) and energy (J) per kernel × configuration (read a chunk of rows
+            at a time; never copied whole).
         lams: (L,) multipliers (J/s), >= 0.
         dwell_s: minimum duration of every phase but the first (s).
-        block_end: precomputed :func:`min_block_end` (optional).
-        chunk: kernels whose step costs are prepared at once (memory ``chunk × C × L``).
+        columns: the columns of ``t``/``e`` to plan over (default: all); choices index them.
+        chunk: kernels whose prefix sums and dwell windows are prepared at once.
 
     Returns:
         ``(choice, value)``: (L, K) configuration column per kernel, and (L,) optimal values.
 
-    A phase entered at kernel ``j`` comes from the best state at ``j - 1`` (any configuration:
-    with switch costs >= 0, "switching" to the configuration one is already in is never better
-    than staying, so excluding it changes nothing). Each state keeps the start of its current
-    phase; each step records the best state and the start of *its* phase. Backtracking then
-    jumps phase by phase: O(K·L) memory for the pointers and O(phases) time, with no copies.
+    With ``Q_c[s]`` the cost of kernels ``0..s-1`` at configuration ``c`` (prefix sums of
+    ``e + λ t``) and ``h[k]`` the optimum up to kernel ``k``, a phase in ``c`` entered at
+    kernel ``s`` from the best state at ``s - 1`` has the "entry" ``E[s, c] = h[s-1] + sw -
+    Q_c[s]``, and the best plan ending at ``k`` in ``c`` costs ``M[s_max(k, c), c] + Q_c[k+1]``
+    where ``M`` is the running minimum of ``E`` over ``s`` (``E[0, c] = 0``: the first phase
+    needs no dwell) and ``s_max(k, c)`` the latest start whose phase lasts ``dwell_s`` by
+    ``k``. ``h[k]`` depends on ``h`` only up to ``max_c s_max(k, c) - 1``, so kernels come in
+    blocks (up to the next one that reaches a not yet computed entry) that are computed at
+    once for every configuration and ``λ``: O(K·C·L) work, O((chunk + window)·C·L) memory.
+    Each entry keeps the start of its phase (the earliest on ties, as a phase that is not
+    switched keeps its start); each kernel records the best state and its phase start, and
+    the plan is read back phase by phase.
     """
-    t = np.asarray(t, np.float64)
-    e = np.asarray(e, np.float64)
     lams = np.asarray(lams, np.float64)
-    k_n, c_n = t.shape
-    n_l = len(lams)
-    if block_end is None:
-        block_end = min_block_end(t, dwell_s)
-    cols = np.arange(c_n)
-    # cost of the minimum block entered at j in config c (inf where it cannot complete)
-    valid = block_end < k_n
-    end1 = np.where(valid, block_end, k_n - 1) + 1
-    pt = np.zeros((k_n + 1, c_n))
-    pe = np.zeros((k_n + 1, c_n))
-    np.cumsum(t, axis=0, out=pt[1:])
-    np.cumsum(e, axis=0, out=pe[1:])
-    blk_t = np.where(valid, pt[end1, cols] - pt[:-1], 0.0)
-    blk_e = np.where(valid, pe[end1, cols] - pe[:-1], np.inf)
-    del pt, pe, end1
+    k_n = t.shape[0]
+    sel = np.arange(t.shape[1]) if columns is None else np.asarray(columns, np.int64)
+    c_n, n_l = len(sel), len(lams)
+    whole = columns is None or (c_n == t.shape[1] and np.array_equal(sel, np.arange(c_n)))
     sw = switch_energy_j + lams * switch_time_s                      # (L,)
-    # pending entries live in a ring buffer of W rows: a block started at j ends by j + W - 1
-    span = (block_end - np.arange(k_n)[:, None])[valid]
-    w = int(span.max()) + 1 if span.size else 1
-    slots = np.where(valid, block_end, 0) % w
-    ring = np.full((w, c_n, n_l), np.inf)            # best entry arriving at a slot, per state
-    ring_start = np.zeros((w, c_n, n_l), np.int64)   # ... and the kernel its phase started at
-    best_c = np.zeros((k_n, n_l), np.int32)          # best state after kernel k
-    best_start = np.zeros((k_n, n_l), np.int64)      # ... and the start of its phase
+    idx_t = np.int32 if k_n < 2**31 - 1 else np.int64
+    best_c = np.empty((k_n, n_l), np.int32)       # best state after kernel k
+    best_start = np.empty((k_n, n_l), idx_t)      # ... and the start of its phase
+    # entries' running minimum M and its phase start A, rows s = base .. (window + chunk)
+    cap = 2 * chunk + 2
+    m_buf = np.empty((cap, c_n, n_l))
+    a_buf = np.empty((cap, c_n, n_l), idx_t)
+    m_buf[0] = 0.0
+    a_buf[0] = 0
+    base = 0                                      # s of row 0 of m_buf / a_buf / prefix rows
+    p_buf = np.zeros((cap, c_n, 2))               # prefix sums (time, energy) before kernel s
+    weights = np.stack([lams, np.ones(n_l)])      # (2, L): Q = λ · PT + PE
+    ar_c = np.arange(c_n)
     ar_l = np.arange(n_l)
-    v = e[0][:, None] + t[0][:, None] * lams[None, :]                 # (C, L)
-    start = np.zeros((c_n, n_l), np.int64)
+    s_index = np.empty((chunk, 1, 1), idx_t)
+    h = np.zeros(n_l)
+    prev_smax = np.zeros(c_n, np.int64)           # s_max(lo - 1, c)
     for lo in range(0, k_n, chunk):
         hi = min(k_n, lo + chunk)
-        step = e[lo:hi, :, None] + t[lo:hi, :, None] * lams[None, None, :]      # (S, C, L)
-        jhi = min(k_n, hi + 1)
-        enter = (blk_e[lo + 1:jhi, :, None] + blk_t[lo + 1:jhi, :, None] * lams[None, None, :]
-                 + sw[None, None, :])                                           # block at k+1
-        for k in range(lo, hi):
-            if k > 0:                     # stay (v + this kernel) or a block arriving here
-                slot = k % w
-                pk = ring[slot]
-                v += step[k - lo]
-                fp = pk < v
-                np.copyto(v, pk, where=fp)
-                np.copyto(start, ring_start[slot], where=fp)
-                pk.fill(np.inf)
-            b = v.argmin(axis=0)                                          # (L,)
-            h = v[b, ar_l]
-            best_c[k] = b
-            best_start[k] = start[b, ar_l]
-            j = k + 1
-            if j >= k_n:
-                break
-            cand = enter[k - lo]                                          # (C, L)
-            cand += h                       # entering j from the best state (enter is scratch)
-            sl = slots[j]                   # (C,) slot where each state's block ends
-            cur = ring[sl, cols]
-            better = cand < cur
-            np.copyto(cur, cand, where=better)
-            ring[sl, cols] = cur
-            cs = ring_start[sl, cols]
-            cs[better] = j
-            ring_start[sl, cols] = cs
-    values = v.min(axis=0)
+        tc = np.asarray(t[lo:hi] if whole else t[lo:hi][:, sel], np.float64)
+        ec = np.asarray(e[lo:hi] if whole else e[lo:hi][:, sel], np.float64)
+        new_base = int(prev_smax.min())           # no later kernel reaches an entry before it
+        keep = lo - new_base + 1                  # rows new_base .. lo
+        old = slice(new_base - base, lo - base + 1)
+        if keep + (hi - lo) > cap:                # grow: a dwell longer than a chunk
+            cap = 2 * (keep + (hi - lo))
+            m2, a2 = np.empty((cap, c_n, n_l)), np.empty((cap, c_n, n_l), idx_t)
+            p2 = np.empty((cap, c_n, 2))
+            m2[:keep], a2[:keep], p2[:keep] = m_buf[old], a_buf[old], p_buf[old]
+            m_buf, a_buf, p_buf = m2, a2, p2
+        elif new_base > base:
+            m_buf[:keep], a_buf[:keep], p_buf[:keep] = m_buf[old], a_buf[old], p_buf[old]
+        base = new_base
+        # prefix rows s = lo+1 .. hi continue row s = lo, added in np.cumsum's order
+        p_buf[keep:keep + hi - lo, :, 0] = tc
+        p_buf[keep:keep + hi - lo, :, 1] = ec
+        run_rows = p_buf[keep - 1:keep + hi - lo]
+        np.cumsum(run_rows, axis=0, out=run_rows)
+        pre = p_buf
+        pt = pre[:, :, 0]
+        m_flat = m_buf.reshape(cap * c_n, n_l)
+        a_flat = a_buf.reshape(cap * c_n, n_l)
+        # s_max(k, c) for k in lo..hi-1: the latest s >= 1 with PT[s] + dwell <= PT[k+1]
+        # (as min_block_end: the block from s ends by k), else 0; never beyond k
+        s0 = max(base, 1)
+        ends = (pt[s0 - base:hi - base] + dwell_s).T.copy()      # (C, n): PT[s] + dwell
+        reach_t = pt[lo + 1 - base:hi + 1 - base].T.copy()       # (C, hi - lo): PT[k + 1]
+        smax = np.empty((c_n, hi - lo), np.int64)
+        for j in range(c_n):
+            smax[j] = np.searchsorted(ends[j], reach_t[j], side="right")
+        smax = smax.T + (s0 - 1)
+        np.maximum(smax, 0, out=smax)
+        np.minimum(smax, np.arange(lo, hi)[:, None], out=smax)
+        prev_smax = smax[-1]
+        reach = smax.max(axis=1)                  # nondecreasing in k
+        a = lo
+        while a < hi:
+            b = lo + int(np.searchsorted(reach, a, side="right"))   # first k reaching past a
+            b = max(min(b, hi), a + 1)
+            rows = slice(a + 1 - base, b + 1 - base)                 # prefix rows s = a+1..b
+            q = (pre[rows].reshape(-1, 2) @ weights).reshape(b - a, c_n, n_l)   # Q[k + 1]
+            sm = smax[a - lo:b - lo]                                 # (B, C)
+            flat = (sm - base) * c_n + ar_c
+            v = m_flat.take(flat.ravel(), axis=0).reshape(b - a, c_n, n_l)
+            v += q
+            bc = v.argmin(axis=1)                                    # (B, L)
+            cell = (np.arange(b - a)[:, None] * c_n + bc) * n_l + ar_l   # (B, L) into v
+            hb = v.ravel()[cell]
+            best_c[a:b] = bc
+            best_start[a:b] = a_flat.ravel()[flat.ravel()[cell // n_l] * n_l + ar_l]
+            h = hb[-1]
+            n_new = min(b, k_n - 1) - a                              # entries s = a+1..
+            s_index[:n_new] = np.arange(a + 1, a + 1 + n_new)[:, None, None]
+            if n_new > 0:
+                ent = (hb[:n_new] + sw)[:, None, :] - q[:n_new]
+                r0 = a + 1 - base                                    # row of entry s = a + 1
+                for r in range(n_new):
+                    np.minimum(m_buf[r0 + r - 1], ent[r], out=m_buf[r0 + r])
+                # an entry starts a new phase where it is strictly below the running minimum
+                # (ties keep the earlier start); starts only grow, so a maximum carries them
+                new_start = (ent < m_buf[r0 - 1:r0 - 1 + n_new]) * s_index[:n_new]
+                for r in range(n_new):
+                    np.maximum(a_buf[r0 + r - 1], new_start[r], out=a_buf[r0 + r])
+            a = b
+    values = h.copy()
     choice = np.empty((n_l, k_n), np.int64)
     for li in range(n_l):
-        c = int(np.argmin(v[:, li]))
         end = k_n
-        s0 = int(start[c, li])
+        c = int(best_c[k_n - 1, li])
+        s0 = int(best_start[k_n - 1, li])
         while True:
             choice[li, s0:end] = c
             if s0 == 0:
@@ -194,30 +241,68 @@ def useful_columns(t: np.ndarray, e: np.ndarray, max_work: float = 3e8) -> np.nd
 
 def _totals(t: np.ndarray, e: np.ndarray, choice: np.ndarray, sw_e: float,
             sw_t: float) -> tuple[float, float, int]:
+    """(time s, energy J, switches) of ``choice`` (columns of ``t``/``e``, one per kernel)."""
     rows = np.arange(len(choice))
     n_sw = int(np.count_nonzero(np.diff(choice)))
     return (float(t[rows, choice].sum()) + n_sw * sw_t,
             float(e[rows, choice].sum()) + n_sw * sw_e, n_sw)
 
 
+def _prefix_at(x: np.ndarray, columns: np.ndarray, at: np.ndarray,
+               chunk: int = 4096) -> np.ndarray:
+    """(len(at), C) sums of ``x[:i, columns]`` for each sorted row index ``i`` in ``at``, the
+    same floats as a whole-table ``np.cumsum`` (summed chunk by chunk, never all rows at once)."""
+    out = np.empty((len(at), len(columns)))
+    carry = np.zeros(len(columns))
+    k_n = x.shape[0]
+    for lo in range(0, k_n, chunk):
+        hi = min(k_n, lo + chunk)
+        pref = _prefix_rows(np.asarray(x[lo:hi][:, columns], np.float64), carry)
+        i0, i1 = np.searchsorted(at, [lo, hi])
+        out[i0:i1] = pref[at[i0:i1] - lo]
+        carry = pref[-1]
+    out[np.searchsorted(at, k_n):] = carry
+    return out
+
+
+def _boundaries(choice: np.ndarray) -> np.ndarray:
+    """0, the first kernel of every phase after the first, and K."""
+    return np.concatenate([[0], np.flatnonzero(np.diff(choice)) + 1, [len(choice)]])
+
+
 def phase_repair(t: np.ndarray, e: np.ndarray, choice: np.ndarray, budget: float, dwell_s: float,
-                 sw_e: float = 0.0, sw_t: float = 0.0, rounds: int = 50) -> np.ndarray:
-    """Move whole phases to configurations that save energy while time slack and dwell allow."""
-    k_n, c_n = t.shape
-    pt = np.zeros((k_n + 1, c_n))
-    pe = np.zeros((k_n + 1, c_n))
-    np.cumsum(t, axis=0, out=pt[1:])
-    np.cumsum(e, axis=0, out=pe[1:])
+                 sw_e: float = 0.0, sw_t: float = 0.0, rounds: int = 50, *,
+                 columns: np.ndarray | None = None,
+                 prefix: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """Move whole phases to configurations that save energy while time slack and dwell allow.
+
+    ``choice`` indexes ``columns`` of ``t``/``e`` (default: all columns); so does the result.
+    A phase is only ever moved whole, so phases merge but never split: sums of ``t``/``e`` are
+    needed only at the first plan's phase boundaries (O(phases · C) memory, one pass over K).
+    ``prefix``: ``(at, pt, pe)`` from :func:`_prefix_at` at sorted rows ``at`` that include
+    those boundaries (to share one pass among several plans).
+    """
+    k_n = t.shape[0]
+    sel = np.arange(t.shape[1]) if columns is None else np.asarray(columns, np.int64)
+    c_n = len(sel)
     choice = choice.copy()
+    if prefix is None:
+        at = _boundaries(choice)
+        pt, pe = _prefix_at(t, sel, at), _prefix_at(e, sel, at)
+    else:
+        at, pt, pe = prefix
+    rows_k = np.arange(k_n)
+    tg, eg = t[rows_k, sel[choice]], e[rows_k, sel[choice]]     # (K,) at the chosen configs
+    a = _boundaries(choice)[:-1]                                 # phase starts
+    cur = choice[a]
     for _ in range(rounds):
-        tot_t, tot_e, _ = _totals(t, e, choice, sw_e, sw_t)
+        n_sw = len(a) - 1                        # == _totals(t, e, sel[choice], ...), O(K) sums
+        tot_t, tot_e = float(tg.sum()) + n_sw * sw_t, float(eg.sum()) + n_sw * sw_e
         slack = budget - tot_t
-        cuts = np.flatnonzero(np.diff(choice)) + 1
-        a = np.concatenate([[0], cuts])
-        b = np.concatenate([cuts, [k_n]])
-        cur = choice[a]
-        tp = pt[b] - pt[a]                       # (P, C) phase time at each config
-        ep = pe[b] - pe[a]
+        b = np.concatenate([a[1:], [k_n]])
+        ia, ib = np.searchsorted(at, a), np.searchsorted(at, b)
+        tp = pt[ib] - pt[ia]                     # (P, C) phase time at each config
+        ep = pe[ib] - pe[ia]
         n_p = len(a)
         rows = np.arange(n_p)
         prev_c = np.concatenate([[-1], cur[:-1]])
@@ -237,7 +322,12 @@ def phase_repair(t: np.ndarray, e: np.ndarray, choice: np.ndarray, budget: float
             break
         flat = np.where(ok, d_e, np.inf)
         p, c = np.unravel_index(int(np.argmin(flat)), flat.shape)
-        choice[a[p]:b[p]] = c
+        span = slice(int(a[p]), int(b[p]))
+        choice[span] = c
+        tg[span], eg[span] = t[span, sel[c]], e[span, sel[c]]
+        cur[p] = c
+        keep = np.concatenate([[True], cur[1:] != cur[:-1]])   # merge with equal neighbours
+        a, cur = a[keep], cur[keep]
     return choice
 
 
@@ -275,12 +365,13 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
         plan.meta.update(base_meta, dp="separable: switches are free, solved as the knapsack")
         return plan
     cols = planning_columns(char, allow_auto)
-    cols = cols[useful_columns(char.time_s[:, cols], char.energy_j[:, cols])]
-    t = char.time_s[:, cols]
-    e = char.energy_j[:, cols]
+    whole = len(cols) == char.n_configs          # no column copy of the (K, C) tables
+    cols = cols[useful_columns(char.time_s if whole else char.time_s[:, cols],
+                               char.energy_j if whole else char.energy_j[:, cols])]
+    t, e = char.time_s, char.energy_j            # plans below index ``cols``
     candidates: list[np.ndarray] = []
     # one phase: the best single configuration within budget (always includes the baseline)
-    tot_t, tot_e = t.sum(0), e.sum(0)
+    tot_t, tot_e = t.sum(0)[cols], e.sum(0)[cols]
     feas = np.flatnonzero(tot_t <= budget)
     if len(feas) == 0:
         tmin = float(tot_t.min())
@@ -295,9 +386,6 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
     sub = np.arange(len(cols))
     if dp_columns and len(cols) > dp_columns:
         sub = np.union1d(np.linspace(0, len(cols) - 1, dp_columns).round().astype(np.int64), [one])
-    ts, es = (t, e) if len(sub) == len(cols) else (t[:, sub], e[:, sub])
-    # the planner's dwell is a hair longer than the rule so float sums never undercut it
-    block_end = min_block_end(ts, dwell * (1 + 1e-9))
     # multiplier scale: the switch-free critical multiplier (the LP's: no exact core re-solve,
     # which would only polish a plan that is not used), else average power
     try:
@@ -313,11 +401,13 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
     passes = 0
     found: list[tuple[float, np.ndarray]] = []
     for r in range(rounds + 2):
-        ch, _ = dp_lagrangian(ts, es, lams, dwell, switch_energy_j, switch_time_s, block_end)
+        # the planner's dwell is a hair longer than the rule so float sums never undercut it
+        ch, _ = dp_lagrangian(t, e, lams, dwell * (1 + 1e-9), switch_energy_j, switch_time_s,
+                              columns=cols[sub])
         ch = sub[ch]
         passes += 1
         for lam, c in zip(lams, ch, strict=True):
-            tt, ee, _ = _totals(t, e, c, switch_energy_j, switch_time_s)
+            tt, ee, _ = _totals(t, e, cols[c], switch_energy_j, switch_time_s)
             if tt <= budget:
                 hi = min(hi, lam)
                 found.append((ee, c))
@@ -331,10 +421,14 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
         lams = np.linspace(lo, hi, n_lambda + 2)[1:-1]
     candidates += [c for _, c in sorted(found, key=lambda x: x[0])[:3]]
     if repair:
+        at = np.unique(np.concatenate([_boundaries(c) for c in candidates]))
+        prefix = (at, _prefix_at(t, cols, at), _prefix_at(e, cols, at))
         candidates = [phase_repair(t, e, c, budget, dwell * (1 + 1e-9), switch_energy_j,
-                                   switch_time_s) for c in candidates]
-    best = min(candidates, key=lambda c: _totals(t, e, c, switch_energy_j, switch_time_s)[1])
-    tt, ee, n_sw = _totals(t, e, best, switch_energy_j, switch_time_s)
+                                   switch_time_s, columns=cols, prefix=prefix)
+                      for c in candidates]
+    best = min(candidates, key=lambda c: _totals(t, e, cols[c], switch_energy_j,
+                                                 switch_time_s)[1])
+    tt, ee, n_sw = _totals(t, e, cols[best], switch_energy_j, switch_time_s)
     choice = cols[best]
     prov = plan_provenance(char, choice)
     return Plan(device=char.device, kernel_names=list(char.kernel_names),
