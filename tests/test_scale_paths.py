@@ -1,8 +1,9 @@
 """The paths rewritten for scale compute what they computed before.
 
 * ``characterize`` models rows a chunk at a time (and distinct rows in place): cell for cell the
-  figures of the whole-table model (:func:`evaluate_work` expanded), on GPT-3-XL × RTX 3080 Ti
-  and on a 10^4-kernel trace with measured durations (every row distinct, as imported traces are).
+  figures of the whole-table model (:func:`evaluate_work` expanded) within 1e-7, the same bits
+  at any chunk size, on GPT-3-XL × RTX 3080 Ti and on a 10^4-kernel trace with measured
+  durations (every row distinct, as imported traces are).
 * ``Trace.save`` writes every field of every kernel, as the dataclass has them.
 """
 
@@ -45,13 +46,21 @@ def _measured_trace(iterations: int) -> Trace:
 
 
 @pytest.mark.parametrize("case", ["gpt3-xl", "measured-10k"])
-def test_chunked_characterize_is_identical_to_the_whole_table_model(case) -> None:
+def test_chunked_characterize_matches_the_whole_table_model(case) -> None:
+    """Within 1e-7 of ``kernel_time_energy`` on the whole table (the float32 smooth maximum,
+    see ``kernel_table``), and bit for bit the same whatever the chunk size."""
     tr = build_trace("gpt3-xl") if case == "gpt3-xl" else _measured_trace(11)
     t_ref, e_ref, capped_ref = _whole_table(tr, "rtx3080ti")
-    for chunk in (1 << 20, 40_000):        # default, and chunks of 76 rows (a partial last one)
+    first = None
+    for chunk in (1 << 14, 1 << 20, 40_000):   # default, one chunk, 78 rows (a partial last)
         ch = characterize(tr, "rtx3080ti", chunk_cells=chunk)
-        assert np.array_equal(ch.time_s, t_ref) and np.array_equal(ch.energy_j, e_ref)
+        assert np.abs(ch.time_s / t_ref - 1).max() < 1e-7
+        assert np.abs(ch.energy_j / e_ref - 1).max() < 1e-7
         assert ch.meta["capped_cells_fraction"] == capped_ref
+        if first is None:
+            first = ch
+        assert np.array_equal(ch.time_s, first.time_s)
+        assert np.array_equal(ch.energy_j, first.energy_j)
     assert ch.meta["n_unique_kernels"] == (28 if case == "gpt3-xl" else len(tr))
     if case == "measured-10k":
         assert len(tr) > 10_000 and capped_ref > 0     # the power-cap bisection is exercised

@@ -1,0 +1,420 @@
+"""The kernel model of :mod:`.kernel` over a whole kernel × config table, at a few ns per cell.
+
+:func:`~.kernel.kernel_time_energy` evaluates the model cell by cell in float64 (two fractional
+powers per cell, the V–f curve and the memory voltage per cell, a 22-step bisection over the
+power-capped cells). :func:`fill_table` computes the same figures for a (K, C) table, written in
+place into the caller's arrays, from three observations:
+
+* everything that depends on the config alone (clock ratios, the V–f and memory-voltage terms,
+  static power) is a per-config vector computed once (:class:`ConfigTerms`), and energy is
+  ``P·t`` expanded into ``t·(static + a·core_base) + a·(core_util·tc + mem_util·tm)``, which
+  needs no division by ``t``;
+* the smooth maximum ``big·(1 + s^p)^(1/p)`` (``s = small/big`` in [0, 1]) is the only
+  transcendental per cell; it is computed in float32 (``s^p = exp(p·log s)``, then
+  ``expm1(log(1 + s^p)/p)`` by its series, truncated below 1e-11), and added to ``big`` in
+  float64: relative error on time and energy < 3.5e-8 at the shipped ``p`` (9.9), < 5.5e-8 at
+  p = 4, < 1e-7 at p = 2, < 2e-7 at p = 1 (float32 rounding of ``s`` and ``s^p``);
+* the power-capped clock of a kernel depends on the memory clock and on which domains are
+  governed, not on the requested core clock: the cap is solved once per (kernel, config group)
+  by safeguarded Newton steps in float64 (to < 1e-9 MHz, far below the bisection's step), and
+  each capped cell gets the clock the 22-step bisection of ``kernel_time_energy`` returns — the
+  highest point of its grid ``f_min + k·(f_req - f_min)/2^22`` at or below that root — with time
+  and power from the first-order expansion about the root (second-order term < 1e-11 relative).
+  Cells within 1e-6 of the limit by the float32 path are decided by the float64 model.
+
+Cell for cell the result is within 1e-7 relative of ``kernel_time_energy`` for ``p >= 2``
+(pinned in ``tests/test_characterize_reference.py``). Parameters outside the fast path's
+assumptions (a negative launch overhead, ``p < 1``) fall back to ``kernel_time_energy``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .kernel import KernelWork, kernel_time_energy, memory_scale
+from .params import DeviceParams
+
+log = logging.getLogger(__name__)
+
+BAND = 1e-6              # relative margin around the power limit decided in float64
+TINY_S = 1e-300          # stand-in memory time (s) of a kernel with no work at all
+BATCH_CELLS = 1 << 20    # capped-cell candidates gathered before their cap is solved
+
+
+def _expm1_terms(p: float) -> tuple[np.float32, ...]:
+    """Coefficients ``1/n!`` of the series of ``expm1(y)`` for ``0 <= y <= log(2)/p``, enough
+    terms for a truncation error < 1e-11 (5 at p = 9.9, 8 at p = 4, 12 at p = 1)."""
+    y, n = math.log(2.0) / p, 1
+    while y ** (n + 1) / math.factorial(n + 1) >= 1e-11:
+        n += 1
+    return tuple(np.float32(1.0 / math.factorial(i)) for i in range(1, n + 1))
+
+
+@dataclass(frozen=True)
+class ConfigTerms:
+    """Per-config factors of the model, arrays of shape (C,).
+
+    Attributes:
+        f_mhz, m_mhz: requested core clock (the governor's ceiling when auto) and memory clock.
+        core_auto, mem_auto: whether that domain is left to the governor.
+        core_ratio: ``f_max / f`` (compute time and core-following memory time scale by it).
+        mem_ratio: ``m_max / (η_m·m)`` (memory time that follows the memory clock).
+        static_w: ``idle + mem_static·Vm(m)²·m/m_max`` (W).
+        core_base_w, core_util_w: core dynamic power at activity 1: the part paid whatever the
+            compute share, and the part per unit compute share ``tc/t`` (W), governor extra
+            included.
+        mem_util_w: memory dynamic power per unit memory share ``tm/t`` (W).
+        gov: ``1 + δ_auto`` where the core is governed, else 1.
+        group: index of the config's (memory clock, core auto, memory auto) group, numbered by
+            first appearance: configs in one group share the power-capped clock of a kernel.
+    """
+
+    f_mhz: np.ndarray
+    m_mhz: np.ndarray
+    core_auto: np.ndarray
+    mem_auto: np.ndarray
+    core_ratio: np.ndarray
+    mem_ratio: np.ndarray
+    static_w: np.ndarray
+    core_base_w: np.ndarray
+    core_util_w: np.ndarray
+    mem_util_w: np.ndarray
+    gov: np.ndarray
+    group: np.ndarray
+
+
+def config_terms(f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: float, m_max: float,
+                 params: DeviceParams, core_auto: np.ndarray, mem_auto: np.ndarray
+                 ) -> ConfigTerms:
+    """:class:`ConfigTerms` of configs with requested clocks ``f_mhz``, ``m_mhz`` (MHz)."""
+    f = np.asarray(f_mhz, float).reshape(-1)
+    m = np.asarray(m_mhz, float).reshape(-1)
+    ca = np.broadcast_to(np.asarray(core_auto, bool), f.shape).copy()
+    ma = np.broadcast_to(np.asarray(mem_auto, bool), f.shape).copy()
+    gov = 1.0 + np.where(ca, params.auto_power_frac, 0.0)
+    dyn = params.core_dyn_w * params.vf.dynamic_scale(f) * gov
+    ms = memory_scale(m, m_max, params)
+    m_eff = np.where(ma, params.auto_mem_eff, 1.0) * m
+    _, first, inv = np.unique(np.stack([m, ca, ma], axis=1), axis=0, return_index=True,
+                              return_inverse=True)
+    rank = np.empty(len(first), np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return ConfigTerms(
+        f_mhz=f, m_mhz=m, core_auto=ca, mem_auto=ma, core_ratio=f_max / f,
+        mem_ratio=m_max / m_eff, static_w=params.idle_w + params.mem_static_w * ms,
+        core_base_w=dyn * params.core_base_frac, core_util_w=dyn * (1 - params.core_base_frac),
+        mem_util_w=params.mem_dyn_w * ms, gov=gov, group=rank[inv.reshape(-1)])
+
+
+@dataclass
+class _Rows:
+    """Per-kernel inputs of the fast path: compute time, memory time split into the part that
+    follows the memory clock (``a``) and the part that follows the core clock (``b``), activity."""
+
+    tc: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    act: np.ndarray
+
+
+def _rows(keys: np.ndarray) -> _Rows:
+    tc, tm, act, lam = (np.ascontiguousarray(keys[:, i], float) for i in range(4))
+    a, b = tm * (1.0 - lam), tm * lam
+    a[(tc == 0) & (tm == 0)] = TINY_S      # no work: a vanishing memory time keeps s = 0/big
+    return _Rows(tc, a, b, act)
+
+
+@dataclass
+class _Cells:
+    """Float64 model inputs of 1-D cells: the kernel's (``tc``, ``a``, ``b``, ``act`` as in
+    :class:`_Rows`) and the config's (``mem_ratio``, ``static_w``, ``mem_util_w`` as in
+    :class:`ConfigTerms`; ``core_w = core_dyn·gov``)."""
+
+    tc: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    act: np.ndarray
+    mem_ratio: np.ndarray
+    static_w: np.ndarray
+    mem_util_w: np.ndarray
+    core_w: np.ndarray
+
+    @classmethod
+    def of(cls, rows: _Rows, row: np.ndarray, ct: ConfigTerms, col: np.ndarray,
+           params: DeviceParams) -> _Cells:
+        return cls(rows.tc[row], rows.a[row], rows.b[row], rows.act[row], ct.mem_ratio[col],
+                   ct.static_w[col], ct.mem_util_w[col], params.core_dyn_w * ct.gov[col])
+
+    def take(self, i: np.ndarray) -> _Cells:
+        return _Cells(*(getattr(self, k)[i] for k in self.__dataclass_fields__))
+
+
+def _state(f: np.ndarray, c: _Cells, f_max: float, params: DeviceParams, slopes: bool = True
+           ) -> tuple[np.ndarray, ...]:
+    """The float64 model at core clock ``f`` (MHz) for 1-D cells ``c``: ``(P, t)`` in W and s,
+    and with ``slopes`` also ``(dP/df, dt/df)`` (the V–f term's slope by a 1e-3 MHz forward
+    difference: relative error ~1e-6, which only slows the last Newton step and is negligible
+    in the first-order expansion)."""
+    u = f_max / f
+    tc = c.tc * u
+    tm = c.a * c.mem_ratio + c.b * u
+    p = params.overlap_p
+    big = np.maximum(tc, tm)
+    s = np.minimum(tc, tm) / big
+    x = s ** p
+    gp = 1.0 + x
+    g = gp ** (1.0 / p)
+    body = big * g
+    t = params.launch_overhead_s + body
+    vf = params.vf
+    dyn = vf.dynamic_scale(f)
+    k = c.core_w * dyn
+    beta = params.core_base_frac
+    uc, um = tc / t, tm / t
+    pw = c.static_w + c.act * (k * (beta + (1 - beta) * uc) + c.mem_util_w * um)
+    if not slopes:
+        return pw, t
+    # d body = (big/body)^(p-1)·d big + (small/body)^(p-1)·d small, with
+    # (big/body)^(p-1) = g/(1 + s^p) and (small/body)^(p-1) = s^(p-1)·g/(1 + s^p)
+    dtc = -tc / f
+    dtm = -c.b * u / f
+    w_big = g / gp
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w_small = np.where(s > 0, x / s, 0.0) * w_big
+    tc_big = tc >= tm
+    dt = np.where(tc_big, w_big * dtc + w_small * dtm, w_small * dtc + w_big * dtm)
+    h = 1e-3
+    dk = c.core_w * (vf.dynamic_scale(f + h) - dyn) / h
+    duc = (dtc - uc * dt) / t
+    dum = (dtm - um * dt) / t
+    dpw = c.act * (dk * (beta + (1 - beta) * uc) + k * (1 - beta) * duc + c.mem_util_w * dum)
+    return pw, t, dpw, dt
+
+
+def _cap_roots(f_lo: float, f_hi: np.ndarray, p_hi: np.ndarray, c: _Cells, f_max: float,
+               params: DeviceParams) -> tuple[np.ndarray, ...]:
+    """Per (kernel, config group) ``c``: the clock ``f0`` where power meets the limit (``f_lo``
+    where even ``f_lo`` is over it), and the model at a clock ``x`` within 1e-9 MHz of it:
+    ``(f0, x, P, t, dP/df, dt/df)``.
+
+    Safeguarded Newton on ``P(f) = limit`` in [f_lo, f_hi] (``p_hi`` ≈ ``P(f_hi)`` > limit),
+    from the secant of the bracket: a step that leaves the bracket is replaced by bisection;
+    stops on the limit to rounding (8 ulp) or after a Newton step < 1e-9 MHz (the error after
+    it is then far smaller), at most 60 steps."""
+    limit = params.power_limit_w
+    n = len(f_hi)
+    lo = np.full(n, float(f_lo))
+    hi = np.array(f_hi, float)
+    p_lo = _state(lo, c, f_max, params, slopes=False)[0]
+    xe, pe, te, dpe, dte = (np.empty(n) for _ in range(5))
+    pinned = np.flatnonzero(p_lo > limit)
+    if len(pinned):
+        xe[pinned] = f_lo
+        pe[pinned], te[pinned], dpe[pinned], dte[pinned] = _state(
+            lo[pinned], c.take(pinned), f_max, params)
+    x = np.clip(lo + (limit - p_lo) * (hi - lo) / np.maximum(p_hi - p_lo, 1e-300), lo, hi)
+    x[pinned] = f_lo
+    active = np.flatnonzero(p_lo <= limit)
+    for _ in range(60):
+        if not len(active):
+            break
+        i = active
+        xi = x[i]
+        pw, t, dpw, dt = _state(xi, c.take(i), f_max, params)
+        xe[i], pe[i], te[i], dpe[i], dte[i] = xi, pw, t, dpw, dt
+        over = pw > limit
+        hi[i] = np.where(over, xi, hi[i])
+        lo[i] = np.where(over, lo[i], xi)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            nxt = xi - (pw - limit) / dpw
+        newton = (nxt >= lo[i]) & (nxt <= hi[i])
+        # converged: on the limit to rounding, or a Newton step (not a bisection) < 1e-9 MHz
+        on_limit = np.abs(pw - limit) <= 8 * np.finfo(float).eps * limit
+        done = on_limit | (newton & (np.abs(nxt - xi) < 1e-9))
+        x[i] = np.where(on_limit, xi, np.where(newton, nxt, 0.5 * (lo[i] + hi[i])))
+        active = i[~done]
+    if len(active):
+        log.warning("power-cap solve: %d kernel/config groups not converged in 60 steps",
+                    len(active))
+    return x, xe, pe, te, dpe, dte
+
+
+def _settle(flat: np.ndarray, p_fast: np.ndarray, rows: _Rows, ct: ConfigTerms,
+            f_max: float, params: DeviceParams, f_min: float, iters: int, t_flat: np.ndarray,
+            e_flat: np.ndarray, capped_rows: np.ndarray) -> None:
+    """Cells ``flat`` (increasing indices into the flattened table) whose power by the float32
+    path, ``p_fast``, is near or over the limit: decide them in float64, solve the cap of those
+    over it, write their time and energy and count them per row into ``capped_rows``."""
+    limit = params.power_limit_w
+    row, col = np.divmod(flat, len(ct.f_mhz))
+    near = np.flatnonzero(p_fast <= limit * (1.0 + BAND))
+    if len(near):
+        r, c = row[near], col[near]
+        pw, t = _state(ct.f_mhz[c], _Cells.of(rows, r, ct, c, params), f_max, params,
+                       slopes=False)
+        under = pw <= limit
+        t_flat[flat[near[under]]] = t[under]
+        e_flat[flat[near[under]]] = (pw * t)[under]
+        if under.any():
+            keep = np.ones(len(row), bool)
+            keep[near[under]] = False
+            flat, row, col, p_fast = flat[keep], row[keep], col[keep], p_fast[keep]
+    if not len(row):
+        return
+    # runs of one kernel and one config group (configs listed group by group keep row-major
+    # cells sorted; otherwise sort them)
+    key = row * (int(ct.group.max()) + 1) + ct.group[col]
+    if not np.all(key[1:] >= key[:-1]):
+        order = np.argsort(key, kind="stable")
+        flat, row, col, p_fast, key = (a[order] for a in (flat, row, col, p_fast, key))
+    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
+    counts = np.diff(np.append(starts, len(key)))
+    f_req = ct.f_mhz[col]
+    f0, xe, p0, t0, dp0, dt0 = _cap_roots(
+        f_min, np.maximum.reduceat(f_req, starts), np.maximum.reduceat(p_fast, starts),
+        _Cells.of(rows, row[starts], ct, col[starts], params), f_max, params)
+    # the bisection of kernel_time_energy on [f_min, f_req] returns the highest point of its
+    # grid at or below the root: f_min itself when even f_min is over the limit, or when
+    # f_req <= f_min
+    step = (f_req - f_min) / 2.0 ** iters
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(step > 0, (np.repeat(f0, counts) - f_min) / step, 0.0)
+    d = f_min + np.clip(np.floor(q), 0, 2 ** iters - 1) * step - np.repeat(xe, counts)
+    t = np.repeat(t0, counts) + np.repeat(dt0, counts) * d
+    t_flat[flat] = t
+    e_flat[flat] = (np.repeat(p0, counts) + np.repeat(dp0, counts) * d) * t
+    first = int(row.min())
+    capped_rows[first:int(row.max()) + 1] += np.bincount(row - first)
+
+
+def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
+               params: DeviceParams, time_out: np.ndarray, energy_out: np.ndarray,
+               f_min: float | None = None, iters: int = 22, chunk_cells: int = 1 << 14
+               ) -> np.ndarray:
+    """Time (s) and energy (J) of kernels ``keys`` (R, 4: compute time, memory time, activity,
+    core-following memory share, as ``characterize._work_keys``) at configs ``ct``, written into
+    ``time_out`` and ``energy_out`` (C-contiguous (R, C) float64).
+
+    Args:
+        f_max, m_max: the GPU's top core and memory clocks (MHz).
+        params: model parameters (power limit included).
+        f_min: lowest core clock the cap may push to (default 20 % of ``f_max``).
+        iters: the bisection steps of :func:`~.kernel.kernel_time_energy` whose capped clock is
+            reproduced (grid ``(f_req - f_min)/2^iters``).
+        chunk_cells: cells modeled at a time (temporaries: 6 float64 + 1 float32 arrays of that
+            size, ~1 MiB at the default; the result does not depend on it).
+
+    Returns:
+        Power-capped cells per kernel row, shape (R,).
+    """
+    n, c_n = keys.shape[0], len(ct.f_mhz)
+    f_min = float(f_min) if f_min is not None else 0.2 * f_max
+    capped_rows = np.zeros(n, np.int64)
+    if params.launch_overhead_s < 0 or params.overlap_p < 1 or not (
+            time_out.flags.c_contiguous and energy_out.flags.c_contiguous):
+        return _fill_reference(keys, ct, f_max, m_max, params, time_out, energy_out, f_min,
+                               iters, chunk_cells)
+    rows = _rows(keys)
+    uniform = bool(np.all(rows.act == 1.0))
+    per = max(1, min(n, int(chunk_cells) // max(c_n, 1)))
+    fr, mr = ct.core_ratio[None, :], ct.mem_ratio[None, :]
+    s_base = (ct.static_w + ct.core_base_w)[None, :]
+    static, core_base = ct.static_w[None, :], ct.core_base_w[None, :]
+    core_util, mem_util = ct.core_util_w[None, :], ct.mem_util_w[None, :]
+    near_limit = params.power_limit_w * (1.0 - BAND)
+    p32, ip32 = np.float32(params.overlap_p), np.float32(1.0 / params.overlap_p)
+    terms = _expm1_terms(params.overlap_p)
+    tc_b, tm_b, x_b, y_b = (np.empty((per, c_n)) for _ in range(4))
+    s_b = np.empty((per, c_n), np.float32)
+    z_b = np.empty((per, c_n), np.float32)
+    w_b = np.empty((per, c_n)) if not uniform else None
+    t_flat, e_flat = time_out.reshape(-1), energy_out.reshape(-1)
+    pending: list[tuple[np.ndarray, np.ndarray]] = []
+    n_pending = 0
+    ov = params.launch_overhead_s
+    for lo in range(0, n, per):
+        r = min(per, n - lo)
+        tc, tm, x, y, s, z = tc_b[:r], tm_b[:r], x_b[:r], y_b[:r], s_b[:r], z_b[:r]
+        t, e = time_out[lo:lo + r], energy_out[lo:lo + r]
+        np.multiply(rows.tc[lo:lo + r, None], fr, out=tc)
+        np.multiply(rows.a[lo:lo + r, None], mr, out=tm)
+        np.multiply(rows.b[lo:lo + r, None], fr, out=x)
+        np.add(tm, x, out=tm)
+        np.maximum(tc, tm, out=x)                           # big
+        np.minimum(tc, tm, out=y)
+        np.divide(y, x, out=y)                              # s = small/big in [0, 1]
+        np.copyto(s, y, casting="same_kind")
+        with np.errstate(divide="ignore"):
+            np.log(s, out=s)                                # -inf where s == 0: s^p = 0
+        np.multiply(s, p32, out=s)
+        np.exp(s, out=s)                                    # s^p
+        np.add(s, np.float32(1.0), out=s)
+        np.log(s, out=s)
+        np.multiply(s, ip32, out=s)                         # y = log(1 + s^p)/p <= log(2)/p
+        np.multiply(s, terms[-1], out=z)                    # expm1(y) = y + y²/2 + ... (Horner)
+        for c in terms[-2::-1]:
+            np.add(z, c, out=z)
+            np.multiply(z, s, out=z)
+        np.copyto(y, z, casting="same_kind")
+        np.multiply(y, x, out=y)
+        np.add(y, x, out=y)                                 # body = big·(1 + s^p)^(1/p)
+        np.add(y, ov, out=t)
+        if uniform:
+            np.multiply(t, s_base, out=e)
+            np.multiply(tc, core_util, out=x)
+            np.add(e, x, out=e)
+            np.multiply(tm, mem_util, out=x)
+            np.add(e, x, out=e)
+        else:
+            act = rows.act[lo:lo + r, None]
+            w = w_b[:r]
+            np.multiply(t, core_base, out=w)
+            np.multiply(tc, core_util, out=x)
+            np.add(w, x, out=w)
+            np.multiply(tm, mem_util, out=x)
+            np.add(w, x, out=w)
+            np.multiply(w, act, out=w)
+            np.multiply(t, static, out=e)
+            np.add(e, w, out=e)
+        np.multiply(t, near_limit, out=x)
+        hot = np.greater(e, x)
+        if hot.any():
+            idx = np.flatnonzero(hot)
+            p_fast = e.reshape(-1)[idx] / t.reshape(-1)[idx]       # from the chunk, in cache
+            idx += lo * c_n
+            pending.append((idx, p_fast))
+            n_pending += len(idx)
+            if n_pending >= BATCH_CELLS:
+                _settle(*_joined(pending), rows, ct, f_max, params, f_min, iters, t_flat,
+                        e_flat, capped_rows)
+                pending, n_pending = [], 0
+    if pending:
+        _settle(*_joined(pending), rows, ct, f_max, params, f_min, iters, t_flat, e_flat,
+                capped_rows)
+    return capped_rows
+
+
+def _joined(pending: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    return (np.concatenate([i for i, _ in pending]), np.concatenate([p for _, p in pending]))
+
+
+def _fill_reference(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
+                    params: DeviceParams, time_out: np.ndarray, energy_out: np.ndarray,
+                    f_min: float, iters: int, chunk_cells: int) -> np.ndarray:
+    """:func:`fill_table` through :func:`~.kernel.kernel_time_energy`, a chunk at a time."""
+    n, c_n = keys.shape[0], len(ct.f_mhz)
+    per = max(1, int(chunk_cells) // max(c_n, 1))
+    capped_rows = np.zeros(n, np.int64)
+    for lo in range(0, n, per):
+        k = keys[lo:lo + per]
+        w = KernelWork(k[:, :1], k[:, 1:2], k[:, 2:3], k[:, 3:4])
+        out = kernel_time_energy(w, ct.f_mhz[None, :], ct.m_mhz[None, :], f_max, m_max, params,
+                                 f_min=f_min, iters=iters, core_auto=ct.core_auto[None, :],
+                                 mem_auto=ct.mem_auto[None, :])
+        time_out[lo:lo + per], energy_out[lo:lo + per] = out["time_s"], out["energy_j"]
+        capped_rows[lo:lo + per] = out["capped"].sum(axis=1)
+    return capped_rows
