@@ -30,7 +30,6 @@ assumptions (a negative launch overhead, ``p < 1``) fall back to ``kernel_time_e
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,17 +40,33 @@ from .params import DeviceParams
 log = logging.getLogger(__name__)
 
 BAND = 1e-6              # relative margin around the power limit decided in float64
+TABLE_TOL = 1e-8         # relative error of the tabulated smooth maximum
 TINY_S = 1e-300          # stand-in memory time (s) of a kernel with no work at all
 BATCH_CELLS = 1 << 20    # capped-cell candidates gathered before their cap is solved
+DYN_GRID_MHZ = np.linspace(0.0, 4000.0, 4001)   # for the first guess of the capped clock
+ROOT_BLOCK = 8192         # (kernel, config group) power-cap roots solved at a time
 
 
-def _expm1_terms(p: float) -> tuple[np.float32, ...]:
-    """Coefficients ``1/n!`` of the series of ``expm1(y)`` for ``0 <= y <= log(2)/p``, enough
-    terms for a truncation error < 1e-11 (5 at p = 9.9, 8 at p = 4, 12 at p = 1)."""
-    y, n = math.log(2.0) / p, 1
-    while y ** (n + 1) / math.factorial(n + 1) >= 1e-11:
-        n += 1
-    return tuple(np.float32(1.0 / math.factorial(i)) for i in range(1, n + 1))
+def smooth_max_table(p: float, tol: float = TABLE_TOL) -> tuple[np.ndarray, np.ndarray]:
+    """``(g, dg)``: ``g(s) = (1 + s^p)^(1/p)`` on the uniform grid ``s = i/N`` (i = 0..N) and the
+    increments ``g[i+1] - g[i]`` (0 at ``i = N``), for linear interpolation in ``s`` in [0, 1].
+
+    ``N`` (a power of two from 1024) is doubled until the interpolation error, checked at three
+    points inside every interval against the exact formula, is below ``tol`` relative: N = 8192
+    at the shipped p = 9.9 (error 4e-9).
+    """
+    n = 1024
+    while True:
+        grid = np.arange(n + 1) / n
+        g = (1.0 + grid ** p) ** (1.0 / p)
+        dg = np.append(np.diff(g), 0.0)
+        u = (np.arange(n)[:, None] + np.array([0.25, 0.5, 0.75])[None, :]).reshape(-1)
+        exact = (1.0 + (u / n) ** p) ** (1.0 / p)
+        i = u.astype(np.intp)
+        err = np.abs((g[i] + (u - i) * dg[i]) / exact - 1.0).max()
+        if err < tol or n >= 1 << 17:
+            return g, dg
+        n *= 2
 
 
 @dataclass(frozen=True)
@@ -71,6 +86,7 @@ class ConfigTerms:
         gov: ``1 + δ_auto`` where the core is governed, else 1.
         group: index of the config's (memory clock, core auto, memory auto) group, numbered by
             first appearance: configs in one group share the power-capped clock of a kernel.
+        below: the next lower requested core clock in the config's group (MHz; -inf if none).
     """
 
     f_mhz: np.ndarray
@@ -85,6 +101,7 @@ class ConfigTerms:
     mem_util_w: np.ndarray
     gov: np.ndarray
     group: np.ndarray
+    below: np.ndarray
 
 
 def config_terms(f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: float, m_max: float,
@@ -103,11 +120,18 @@ def config_terms(f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: float, m_max: floa
                               return_inverse=True)
     rank = np.empty(len(first), np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    group = rank[inv.reshape(-1)]
+    below = np.full(len(f), -np.inf)
+    for g in range(len(first)):
+        cols = np.flatnonzero(group == g)
+        clocks = np.unique(f[cols])
+        pos = np.searchsorted(clocks, f[cols])              # index of each config's clock
+        below[cols] = np.where(pos > 0, clocks[np.maximum(pos - 1, 0)], -np.inf)
     return ConfigTerms(
         f_mhz=f, m_mhz=m, core_auto=ca, mem_auto=ma, core_ratio=f_max / f,
         mem_ratio=m_max / m_eff, static_w=params.idle_w + params.mem_static_w * ms,
         core_base_w=dyn * params.core_base_frac, core_util_w=dyn * (1 - params.core_base_frac),
-        mem_util_w=params.mem_dyn_w * ms, gov=gov, group=rank[inv.reshape(-1)])
+        mem_util_w=params.mem_dyn_w * ms, gov=gov, group=group, below=below)
 
 
 @dataclass
@@ -156,9 +180,7 @@ class _Cells:
 def _state(f: np.ndarray, c: _Cells, f_max: float, params: DeviceParams, slopes: bool = True
            ) -> tuple[np.ndarray, ...]:
     """The float64 model at core clock ``f`` (MHz) for 1-D cells ``c``: ``(P, t)`` in W and s,
-    and with ``slopes`` also ``(dP/df, dt/df)`` (the V–f term's slope by a 1e-3 MHz forward
-    difference: relative error ~1e-6, which only slows the last Newton step and is negligible
-    in the first-order expansion)."""
+    and with ``slopes`` also ``(dP/df, dt/df)`` per MHz."""
     u = f_max / f
     tc = c.tc * u
     tm = c.a * c.mem_ratio + c.b * u
@@ -170,8 +192,7 @@ def _state(f: np.ndarray, c: _Cells, f_max: float, params: DeviceParams, slopes:
     g = gp ** (1.0 / p)
     body = big * g
     t = params.launch_overhead_s + body
-    vf = params.vf
-    dyn = vf.dynamic_scale(f)
+    dyn, ddyn = params.vf.dynamic_scale_and_slope(f)
     k = c.core_w * dyn
     beta = params.core_base_frac
     uc, um = tc / t, tm / t
@@ -187,59 +208,62 @@ def _state(f: np.ndarray, c: _Cells, f_max: float, params: DeviceParams, slopes:
         w_small = np.where(s > 0, x / s, 0.0) * w_big
     tc_big = tc >= tm
     dt = np.where(tc_big, w_big * dtc + w_small * dtm, w_small * dtc + w_big * dtm)
-    h = 1e-3
-    dk = c.core_w * (vf.dynamic_scale(f + h) - dyn) / h
+    dk = c.core_w * ddyn
     duc = (dtc - uc * dt) / t
     dum = (dtm - um * dt) / t
     dpw = c.act * (dk * (beta + (1 - beta) * uc) + k * (1 - beta) * duc + c.mem_util_w * dum)
     return pw, t, dpw, dt
 
 
-def _cap_roots(f_lo: float, f_hi: np.ndarray, p_hi: np.ndarray, c: _Cells, f_max: float,
-               params: DeviceParams) -> tuple[np.ndarray, ...]:
-    """Per (kernel, config group) ``c``: the clock ``f0`` where power meets the limit (``f_lo``
-    where even ``f_lo`` is over it), and the model at a clock ``x`` within 1e-9 MHz of it:
-    ``(f0, x, P, t, dP/df, dt/df)``.
+def _cap_roots(lo: np.ndarray, hi: np.ndarray, x0: np.ndarray, f_lo: float, c: _Cells,
+               f_max: float, params: DeviceParams) -> tuple[np.ndarray, ...]:
+    """Per (kernel, config group) ``c``, with ``P(lo) <= limit < P(hi)`` known where
+    ``lo > f_lo`` (else ``lo == f_lo`` and unknown) and a first guess ``x0``: the clock ``f0``
+    where power meets the limit (``f_lo`` where even ``f_lo`` is over it), and the model at a
+    clock ``xe`` within 1e-9 MHz of it: ``(f0, xe, P, t, dP/df, dt/df)``.
 
-    Safeguarded Newton on ``P(f) = limit`` in [f_lo, f_hi] (``p_hi`` ≈ ``P(f_hi)`` > limit),
-    from the secant of the bracket: a step that leaves the bracket is replaced by bisection;
-    stops on the limit to rounding (8 ulp) or after a Newton step < 1e-9 MHz (the error after
-    it is then far smaller), at most 60 steps."""
+    Safeguarded Newton on ``P(f) = limit``: a step that leaves the bracket is replaced by
+    bisection; a pair is done on the limit to rounding (8 ulp) or after a Newton step < 1e-9
+    MHz (the error after it is then far smaller); at most 60 steps. Every pair is stepped
+    together (no gathers of the unfinished ones: they finish within a step of each other)."""
     limit = params.power_limit_w
-    n = len(f_hi)
-    lo = np.full(n, float(f_lo))
-    hi = np.array(f_hi, float)
-    p_lo = _state(lo, c, f_max, params, slopes=False)[0]
+    n = len(lo)
+    lo, hi = lo.astype(float), hi.astype(float)
+    unknown = np.flatnonzero(lo <= f_lo)
+    pinned = np.zeros(n, bool)
+    if len(unknown):
+        pinned[unknown] = _state(lo[unknown], c.take(unknown), f_max, params,
+                                 slopes=False)[0] > limit
+    x = np.where(pinned, lo, np.where(np.isfinite(x0), np.clip(x0, lo, hi), hi))
+    done = np.zeros(n, bool)
     xe, pe, te, dpe, dte = (np.empty(n) for _ in range(5))
-    pinned = np.flatnonzero(p_lo > limit)
-    if len(pinned):
-        xe[pinned] = f_lo
-        pe[pinned], te[pinned], dpe[pinned], dte[pinned] = _state(
-            lo[pinned], c.take(pinned), f_max, params)
-    x = np.clip(lo + (limit - p_lo) * (hi - lo) / np.maximum(p_hi - p_lo, 1e-300), lo, hi)
-    x[pinned] = f_lo
-    active = np.flatnonzero(p_lo <= limit)
+    tol = 8 * np.finfo(float).eps * limit
     for _ in range(60):
-        if not len(active):
+        if done.all():
             break
-        i = active
-        xi = x[i]
-        pw, t, dpw, dt = _state(xi, c.take(i), f_max, params)
-        xe[i], pe[i], te[i], dpe[i], dte[i] = xi, pw, t, dpw, dt
+        pw, t, dpw, dt = _state(x, c, f_max, params)
+        for keep, new in ((xe, x), (pe, pw), (te, t), (dpe, dpw), (dte, dt)):
+            np.copyto(keep, new, where=~done)
         over = pw > limit
-        hi[i] = np.where(over, xi, hi[i])
-        lo[i] = np.where(over, lo[i], xi)
+        hi = np.where(over, x, hi)
+        lo = np.where(over, lo, x)
         with np.errstate(divide="ignore", invalid="ignore"):
-            nxt = xi - (pw - limit) / dpw
-        newton = (nxt >= lo[i]) & (nxt <= hi[i])
-        # converged: on the limit to rounding, or a Newton step (not a bisection) < 1e-9 MHz
-        on_limit = np.abs(pw - limit) <= 8 * np.finfo(float).eps * limit
-        done = on_limit | (newton & (np.abs(nxt - xi) < 1e-9))
-        x[i] = np.where(on_limit, xi, np.where(newton, nxt, 0.5 * (lo[i] + hi[i])))
-        active = i[~done]
-    if len(active):
-        log.warning("power-cap solve: %d kernel/config groups not converged in 60 steps",
-                    len(active))
+            nxt = x - (pw - limit) / dpw
+        newton = (nxt >= lo) & (nxt <= hi)
+        stay = (np.abs(pw - limit) <= tol) | pinned
+        conv = stay | (newton & (np.abs(nxt - x) < 1e-9))
+        x = np.where(done | stay, x, np.where(newton, nxt, 0.5 * (lo + hi)))
+        done |= conv
+    else:
+        bad = np.flatnonzero(~done)
+        if (lo[bad] > f_lo).any():     # a bracket that was not one: again from f_lo up
+            again = _cap_roots(np.full(len(bad), f_lo), hi[bad], hi[bad], f_lo, c.take(bad),
+                               f_max, params)
+            for keep, new in zip((x, xe, pe, te, dpe, dte), again, strict=True):
+                keep[bad] = new
+        else:
+            log.warning("power-cap solve: %d kernel/config groups not converged in 60 steps",
+                        len(bad))
     return x, xe, pe, te, dpe, dte
 
 
@@ -247,8 +271,9 @@ def _settle(flat: np.ndarray, p_fast: np.ndarray, rows: _Rows, ct: ConfigTerms,
             f_max: float, params: DeviceParams, f_min: float, iters: int, t_flat: np.ndarray,
             e_flat: np.ndarray, capped_rows: np.ndarray) -> None:
     """Cells ``flat`` (increasing indices into the flattened table) whose power by the float32
-    path, ``p_fast``, is near or over the limit: decide them in float64, solve the cap of those
-    over it, write their time and energy and count them per row into ``capped_rows``."""
+    path, ``p_fast``, is near or over the limit — all such cells of the rows they are in —:
+    decide them in float64, solve the cap of those over it, write their time and energy and
+    count them per row into ``capped_rows``."""
     limit = params.power_limit_w
     row, col = np.divmod(flat, len(ct.f_mhz))
     near = np.flatnonzero(p_fast <= limit * (1.0 + BAND))
@@ -274,9 +299,23 @@ def _settle(flat: np.ndarray, p_fast: np.ndarray, rows: _Rows, ct: ConfigTerms,
     starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
     counts = np.diff(np.append(starts, len(key)))
     f_req = ct.f_mhz[col]
-    f0, xe, p0, t0, dp0, dt0 = _cap_roots(
-        f_min, np.maximum.reduceat(f_req, starts), np.maximum.reduceat(p_fast, starts),
-        _Cells.of(rows, row[starts], ct, col[starts], params), f_max, params)
+    # the root lies below the lowest capped clock of the run and above the next lower clock of
+    # its group (uncapped: not in the run), if that is above f_min
+    hi = np.minimum.reduceat(f_req, starts)
+    lo = np.maximum(np.minimum.reduceat(ct.below[col], starts), f_min)
+    pairs = _Cells.of(rows, row[starts], ct, col[starts], params)
+    # first guess: the clock where the dynamic power, scaled as V(f)²·f from the lowest capped
+    # clock (power p_hi there), meets the limit
+    p_hi = np.minimum.reduceat(p_fast, starts)
+    dyn_grid = params.vf.dynamic_scale(DYN_GRID_MHZ)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = params.vf.dynamic_scale(hi) * (limit - pairs.static_w) / (p_hi - pairs.static_w)
+    x0 = np.interp(want, dyn_grid, DYN_GRID_MHZ)
+    # a block of pairs at a time: the solve's temporaries stay in cache
+    f0, xe, p0, t0, dp0, dt0 = (np.concatenate(a) for a in zip(*(
+        _cap_roots(lo[b:b + ROOT_BLOCK], hi[b:b + ROOT_BLOCK], x0[b:b + ROOT_BLOCK], f_min,
+                   pairs.take(slice(b, b + ROOT_BLOCK)), f_max, params)
+        for b in range(0, len(starts), ROOT_BLOCK)), strict=True))
     # the bisection of kernel_time_energy on [f_min, f_req] returns the highest point of its
     # grid at or below the root: f_min itself when even f_min is over the limit, or when
     # f_req <= f_min
@@ -314,8 +353,8 @@ def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
     n, c_n = keys.shape[0], len(ct.f_mhz)
     f_min = float(f_min) if f_min is not None else 0.2 * f_max
     capped_rows = np.zeros(n, np.int64)
-    if params.launch_overhead_s < 0 or params.overlap_p < 1 or not (
-            time_out.flags.c_contiguous and energy_out.flags.c_contiguous):
+    if params.launch_overhead_s < 0 or not (time_out.flags.c_contiguous
+                                            and energy_out.flags.c_contiguous):
         return _fill_reference(keys, ct, f_max, m_max, params, time_out, energy_out, f_min,
                                iters, chunk_cells)
     rows = _rows(keys)
@@ -326,11 +365,10 @@ def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
     static, core_base = ct.static_w[None, :], ct.core_base_w[None, :]
     core_util, mem_util = ct.core_util_w[None, :], ct.mem_util_w[None, :]
     near_limit = params.power_limit_w * (1.0 - BAND)
-    p32, ip32 = np.float32(params.overlap_p), np.float32(1.0 / params.overlap_p)
-    terms = _expm1_terms(params.overlap_p)
+    g_tab, g_step = smooth_max_table(params.overlap_p)
+    n_tab = float(len(g_tab) - 1)
     tc_b, tm_b, x_b, y_b = (np.empty((per, c_n)) for _ in range(4))
-    s_b = np.empty((per, c_n), np.float32)
-    z_b = np.empty((per, c_n), np.float32)
+    i_b = np.empty((per, c_n), np.intp)
     w_b = np.empty((per, c_n)) if not uniform else None
     t_flat, e_flat = time_out.reshape(-1), energy_out.reshape(-1)
     pending: list[tuple[np.ndarray, np.ndarray]] = []
@@ -338,7 +376,7 @@ def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
     ov = params.launch_overhead_s
     for lo in range(0, n, per):
         r = min(per, n - lo)
-        tc, tm, x, y, s, z = tc_b[:r], tm_b[:r], x_b[:r], y_b[:r], s_b[:r], z_b[:r]
+        tc, tm, x, y = tc_b[:r], tm_b[:r], x_b[:r], y_b[:r]
         t, e = time_out[lo:lo + r], energy_out[lo:lo + r]
         np.multiply(rows.tc[lo:lo + r, None], fr, out=tc)
         np.multiply(rows.a[lo:lo + r, None], mr, out=tm)
@@ -347,21 +385,15 @@ def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
         np.maximum(tc, tm, out=x)                           # big
         np.minimum(tc, tm, out=y)
         np.divide(y, x, out=y)                              # s = small/big in [0, 1]
-        np.copyto(s, y, casting="same_kind")
-        with np.errstate(divide="ignore"):
-            np.log(s, out=s)                                # -inf where s == 0: s^p = 0
-        np.multiply(s, p32, out=s)
-        np.exp(s, out=s)                                    # s^p
-        np.add(s, np.float32(1.0), out=s)
-        np.log(s, out=s)
-        np.multiply(s, ip32, out=s)                         # y = log(1 + s^p)/p <= log(2)/p
-        np.multiply(s, terms[-1], out=z)                    # expm1(y) = y + y²/2 + ... (Horner)
-        for c in terms[-2::-1]:
-            np.add(z, c, out=z)
-            np.multiply(z, s, out=z)
-        np.copyto(y, z, casting="same_kind")
-        np.multiply(y, x, out=y)
-        np.add(y, x, out=y)                                 # body = big·(1 + s^p)^(1/p)
+        np.multiply(y, n_tab, out=y)
+        np.copyto(i_b[:r], y, casting="unsafe")            # interval of s (floor: s >= 0)
+        i = i_b[:r]
+        np.subtract(y, i, out=y)                            # position inside it
+        w = g_step[i]
+        np.multiply(y, w, out=y)
+        w = g_tab[i]
+        np.add(y, w, out=y)                                 # g(s) = (1 + s^p)^(1/p)
+        np.multiply(y, x, out=y)                            # body = big·g(s)
         np.add(y, ov, out=t)
         if uniform:
             np.multiply(t, s_base, out=e)
