@@ -183,7 +183,7 @@ def characterize(trace: Trace, device: str | DeviceSpec,
                  configs: Sequence[ClockConfig] | None = None, include_auto: bool = True,
                  params: DeviceParams | None = None,
                  work: KernelWork | None = None,
-                 allow_untested: bool = False, chunk_cells: int = 1 << 14) -> Characterization:
+                 allow_untested: bool = False, chunk_cells: int = 1 << 15) -> Characterization:
     """Modeled time (s) and energy (J) of every kernel of ``trace`` at every clock config.
 
     Args:
@@ -272,7 +272,7 @@ def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def model_table(work: KernelWork, rc: ResolvedClocks, spec: DeviceSpec, params: DeviceParams,
-                chunk_cells: int = 1 << 14) -> tuple[np.ndarray, np.ndarray, int, float]:
+                chunk_cells: int = 1 << 15) -> tuple[np.ndarray, np.ndarray, int, float]:
     """Time (s) and energy (J) of every kernel of ``work`` at the clocks ``rc``: (K, C) each.
 
     The model is evaluated by :func:`~.kernel_table.fill_table` (per-config terms computed

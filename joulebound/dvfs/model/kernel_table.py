@@ -1,30 +1,30 @@
-"""The kernel model of :mod:`.kernel` over a whole kernel × config table, at a few ns per cell.
+"""The kernel model of :mod:`.kernel` over a whole kernel × config table, at ~15-25 ns a cell.
 
-:func:`~.kernel.kernel_time_energy` evaluates the model cell by cell in float64 (two fractional
-powers per cell, the V–f curve and the memory voltage per cell, a 22-step bisection over the
+:func:`~.kernel.kernel_time_energy` evaluates the model cell by cell (two fractional powers per
+cell, the V–f curve and the memory voltage per cell, a 22-step bisection over the
 power-capped cells). :func:`fill_table` computes the same figures for a (K, C) table, written in
-place into the caller's arrays, from three observations:
+place into the caller's arrays, a cache-sized chunk of rows at a time:
 
 * everything that depends on the config alone (clock ratios, the V–f and memory-voltage terms,
   static power) is a per-config vector computed once (:class:`ConfigTerms`), and energy is
   ``P·t`` expanded into ``t·(static + a·core_base) + a·(core_util·tc + mem_util·tm)``, which
   needs no division by ``t``;
 * the smooth maximum ``big·(1 + s^p)^(1/p)`` (``s = small/big`` in [0, 1]) is the only
-  transcendental per cell; it is computed in float32 (``s^p = exp(p·log s)``, then
-  ``expm1(log(1 + s^p)/p)`` by its series, truncated below 1e-11), and added to ``big`` in
-  float64: relative error on time and energy < 3.5e-8 at the shipped ``p`` (9.9), < 5.5e-8 at
-  p = 4, < 1e-7 at p = 2, < 2e-7 at p = 1 (float32 rounding of ``s`` and ``s^p``);
+  transcendental per cell; it is read from a table of ``g(s) = (1 + s^p)^(1/p)`` on a uniform
+  grid in ``s``, linearly interpolated (:func:`smooth_max_table`: relative error < 1e-8,
+  checked when the table is built; 4e-9 at the shipped p = 9.9);
 * the power-capped clock of a kernel depends on the memory clock and on which domains are
   governed, not on the requested core clock: the cap is solved once per (kernel, config group)
-  by safeguarded Newton steps in float64 (to < 1e-9 MHz, far below the bisection's step), and
-  each capped cell gets the clock the 22-step bisection of ``kernel_time_energy`` returns — the
-  highest point of its grid ``f_min + k·(f_req - f_min)/2^22`` at or below that root — with time
-  and power from the first-order expansion about the root (second-order term < 1e-11 relative).
-  Cells within 1e-6 of the limit by the float32 path are decided by the float64 model.
+  by safeguarded Newton steps on the float64 model (to < 1e-9 MHz, far below the bisection's
+  step), and each capped cell gets the clock the 22-step bisection of ``kernel_time_energy``
+  returns — the highest point of its grid ``f_min + k·(f_req - f_min)/2^22`` at or below that
+  root — with time and power from the first-order expansion about the root (second-order term
+  < 1e-11 relative). Cells within 1e-6 of the limit by the tabulated path are decided by the
+  float64 model. This assumes, as the bisection does, that power rises with the core clock.
 
-Cell for cell the result is within 1e-7 relative of ``kernel_time_energy`` for ``p >= 2``
-(pinned in ``tests/test_characterize_reference.py``). Parameters outside the fast path's
-assumptions (a negative launch overhead, ``p < 1``) fall back to ``kernel_time_energy``.
+Cell for cell the result is within 1e-8 relative of ``kernel_time_energy`` (pinned at 1e-7 in
+``tests/test_characterize_reference.py``). A negative launch overhead (outside the expansion's
+assumptions) falls back to ``kernel_time_energy``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 BAND = 1e-6              # relative margin around the power limit decided in float64
 TABLE_TOL = 1e-8         # relative error of the tabulated smooth maximum
 TINY_S = 1e-300          # stand-in memory time (s) of a kernel with no work at all
-BATCH_CELLS = 1 << 20    # capped-cell candidates gathered before their cap is solved
+BATCH_CELLS = 1 << 15    # capped-cell candidates gathered before their cap is solved
 DYN_GRID_MHZ = np.linspace(0.0, 4000.0, 4001)   # for the first guess of the capped clock
 ROOT_BLOCK = 8192         # (kernel, config group) power-cap roots solved at a time
 
@@ -270,7 +270,7 @@ def _cap_roots(lo: np.ndarray, hi: np.ndarray, x0: np.ndarray, f_lo: float, c: _
 def _settle(flat: np.ndarray, p_fast: np.ndarray, rows: _Rows, ct: ConfigTerms,
             f_max: float, params: DeviceParams, f_min: float, iters: int, t_flat: np.ndarray,
             e_flat: np.ndarray, capped_rows: np.ndarray) -> None:
-    """Cells ``flat`` (increasing indices into the flattened table) whose power by the float32
+    """Cells ``flat`` (increasing indices into the flattened table) whose power by the tabulated
     path, ``p_fast``, is near or over the limit — all such cells of the rows they are in —:
     decide them in float64, solve the cap of those over it, write their time and energy and
     count them per row into ``capped_rows``."""
@@ -332,7 +332,7 @@ def _settle(flat: np.ndarray, p_fast: np.ndarray, rows: _Rows, ct: ConfigTerms,
 
 def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
                params: DeviceParams, time_out: np.ndarray, energy_out: np.ndarray,
-               f_min: float | None = None, iters: int = 22, chunk_cells: int = 1 << 14
+               f_min: float | None = None, iters: int = 22, chunk_cells: int = 1 << 15
                ) -> np.ndarray:
     """Time (s) and energy (J) of kernels ``keys`` (R, 4: compute time, memory time, activity,
     core-following memory share, as ``characterize._work_keys``) at configs ``ct``, written into
@@ -344,8 +344,8 @@ def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
         f_min: lowest core clock the cap may push to (default 20 % of ``f_max``).
         iters: the bisection steps of :func:`~.kernel.kernel_time_energy` whose capped clock is
             reproduced (grid ``(f_req - f_min)/2^iters``).
-        chunk_cells: cells modeled at a time (temporaries: 6 float64 + 1 float32 arrays of that
-            size, ~1 MiB at the default; the result does not depend on it).
+        chunk_cells: cells modeled at a time (temporaries: 3 float64 and 1 index arrays of
+            that size, 1 MiB at the default; the result does not depend on it).
 
     Returns:
         Power-capped cells per kernel row, shape (R,).
@@ -367,51 +367,45 @@ def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
     near_limit = params.power_limit_w * (1.0 - BAND)
     g_tab, g_step = smooth_max_table(params.overlap_p)
     n_tab = float(len(g_tab) - 1)
-    tc_b, tm_b, x_b, y_b = (np.empty((per, c_n)) for _ in range(4))
+    g_line = g_tab - np.arange(len(g_tab)) * g_step        # interval i: g = g_line[i] + u·g_step[i]
+    a_b, b_b, c_b = (np.empty((per, c_n)) for _ in range(3))
     i_b = np.empty((per, c_n), np.intp)
-    w_b = np.empty((per, c_n)) if not uniform else None
     t_flat, e_flat = time_out.reshape(-1), energy_out.reshape(-1)
     pending: list[tuple[np.ndarray, np.ndarray]] = []
     n_pending = 0
     ov = params.launch_overhead_s
     for lo in range(0, n, per):
         r = min(per, n - lo)
-        tc, tm, x, y = tc_b[:r], tm_b[:r], x_b[:r], y_b[:r]
+        a, b, c, i = a_b[:r], b_b[:r], c_b[:r], i_b[:r]
         t, e = time_out[lo:lo + r], energy_out[lo:lo + r]
-        np.multiply(rows.tc[lo:lo + r, None], fr, out=tc)
-        np.multiply(rows.a[lo:lo + r, None], mr, out=tm)
-        np.multiply(rows.b[lo:lo + r, None], fr, out=x)
-        np.add(tm, x, out=tm)
-        np.maximum(tc, tm, out=x)                           # big
-        np.minimum(tc, tm, out=y)
-        np.divide(y, x, out=y)                              # s = small/big in [0, 1]
-        np.multiply(y, n_tab, out=y)
-        np.copyto(i_b[:r], y, casting="unsafe")            # interval of s (floor: s >= 0)
-        i = i_b[:r]
-        np.subtract(y, i, out=y)                            # position inside it
+        np.multiply(rows.tc[lo:lo + r, None], fr, out=a)      # tc
+        np.multiply(rows.a[lo:lo + r, None], mr, out=b)
+        np.multiply(rows.b[lo:lo + r, None], fr, out=c)
+        np.add(b, c, out=b)                                   # tm
+        np.multiply(b, mem_util, out=e)
+        np.multiply(a, core_util, out=c)
+        np.add(e, c, out=e)                                   # core_util·tc + mem_util·tm
+        np.maximum(a, b, out=c)                               # big
+        np.minimum(a, b, out=a)
+        np.divide(a, c, out=a)                                # s = small/big in [0, 1]
+        np.multiply(a, n_tab, out=a)                          # u = N·s
+        np.copyto(i, a, casting="unsafe")                     # its interval (floor: u >= 0)
         w = g_step[i]
-        np.multiply(y, w, out=y)
-        w = g_tab[i]
-        np.add(y, w, out=y)                                 # g(s) = (1 + s^p)^(1/p)
-        np.multiply(y, x, out=y)                            # body = big·g(s)
-        np.add(y, ov, out=t)
+        np.multiply(a, w, out=a)
+        w = g_line[i]
+        np.add(a, w, out=a)                                   # g(s) = (1 + s^p)^(1/p)
+        np.multiply(a, c, out=a)                              # body = big·g(s)
+        np.add(a, ov, out=t)
         if uniform:
-            np.multiply(t, s_base, out=e)
-            np.multiply(tc, core_util, out=x)
-            np.add(e, x, out=e)
-            np.multiply(tm, mem_util, out=x)
-            np.add(e, x, out=e)
+            np.multiply(t, s_base, out=a)
+            np.add(e, a, out=e)
         else:
-            act = rows.act[lo:lo + r, None]
-            w = w_b[:r]
-            np.multiply(t, core_base, out=w)
-            np.multiply(tc, core_util, out=x)
-            np.add(w, x, out=w)
-            np.multiply(tm, mem_util, out=x)
-            np.add(w, x, out=w)
-            np.multiply(w, act, out=w)
-            np.multiply(t, static, out=e)
-            np.add(e, w, out=e)
+            np.multiply(t, core_base, out=a)
+            np.add(e, a, out=e)
+            np.multiply(e, rows.act[lo:lo + r, None], out=e)
+            np.multiply(t, static, out=a)
+            np.add(e, a, out=e)
+        x = a
         np.multiply(t, near_limit, out=x)
         hot = np.greater(e, x)
         if hot.any():
