@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -87,7 +88,7 @@ ELEMENT_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
 def _kinds(trace: Trace) -> tuple[np.ndarray, list[tuple[str, str]]]:
     """Each kernel's index into the trace's distinct (category, dtype) pairs, and those pairs
     (first-appearance order): per-kernel parameters are then looked up once per pair."""
-    pairs = [(k.category, k.dtype) for k in trace.kernels]
+    pairs = list(map(attrgetter("category", "dtype"), trace.kernels))
     kinds = list(dict.fromkeys(pairs))
     idx = {kd: i for i, kd in enumerate(kinds)}
     return np.fromiter(map(idx.__getitem__, pairs), np.intp, len(pairs)), kinds

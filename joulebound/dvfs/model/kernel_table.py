@@ -43,7 +43,7 @@ BAND = 1e-6              # relative margin around the power limit decided in flo
 TABLE_TOL = 1e-8         # relative error of the tabulated smooth maximum
 TINY_S = 1e-300          # stand-in memory time (s) of a kernel with no work at all
 BATCH_CELLS = 1 << 15    # capped-cell candidates gathered before their cap is solved
-DYN_GRID_MHZ = np.linspace(0.0, 4000.0, 4001)   # for the first guess of the capped clock
+DYN_GRID_MHZ = np.linspace(0.0, 4000.0, 401)    # for the first guess of the capped clock
 ROOT_BLOCK = 8192         # (kernel, config group) power-cap roots solved at a time
 
 
@@ -275,7 +275,9 @@ def _settle(flat: np.ndarray, p_fast: np.ndarray, rows: _Rows, ct: ConfigTerms,
     decide them in float64, solve the cap of those over it, write their time and energy and
     count them per row into ``capped_rows``."""
     limit = params.power_limit_w
-    row, col = np.divmod(flat, len(ct.f_mhz))
+    c_n = len(ct.f_mhz)
+    row = ((flat + 0.5) * (1.0 / c_n)).astype(np.intp)   # flat // c_n, without integer division
+    col = flat - row * c_n
     near = np.flatnonzero(p_fast <= limit * (1.0 + BAND))
     if len(near):
         r, c = row[near], col[near]
