@@ -44,6 +44,7 @@ TABLE_TOL = 1e-8         # relative error of the tabulated smooth maximum
 TINY_S = 1e-300          # stand-in memory time (s) of a kernel with no work at all
 BATCH_CELLS = 1 << 15    # capped-cell candidates gathered before their cap is solved
 DYN_GRID_MHZ = np.linspace(0.0, 4000.0, 401)    # for the first guess of the capped clock
+NEWTON_DONE_MHZ = 1e-6   # a Newton step this small leaves an error ~1e-13 MHz after it
 ROOT_BLOCK = 8192         # (kernel, config group) power-cap roots solved at a time
 
 
@@ -219,22 +220,21 @@ def _cap_roots(lo: np.ndarray, hi: np.ndarray, x0: np.ndarray, f_lo: float, c: _
                f_max: float, params: DeviceParams) -> tuple[np.ndarray, ...]:
     """Per (kernel, config group) ``c``, with ``P(lo) <= limit < P(hi)`` known where
     ``lo > f_lo`` (else ``lo == f_lo`` and unknown) and a first guess ``x0``: the clock ``f0``
-    where power meets the limit (``f_lo`` where even ``f_lo`` is over it), and the model at a
-    clock ``xe`` within 1e-9 MHz of it: ``(f0, xe, P, t, dP/df, dt/df)``.
+    where power meets the limit (``f_lo`` where even ``f_lo`` is over it), and the model at the
+    last clock evaluated, ``xe``, within 1e-6 MHz of it: ``(f0, xe, P, t, dP/df, dt/df)``.
 
     Safeguarded Newton on ``P(f) = limit``: a step that leaves the bracket is replaced by
-    bisection; a pair is done on the limit to rounding (8 ulp) or after a Newton step < 1e-9
-    MHz (the error after it is then far smaller); at most 60 steps. Every pair is stepped
-    together (no gathers of the unfinished ones: they finish within a step of each other)."""
+    bisection (or, below an unknown ``f_lo``, by ``f_lo`` itself); a pair is done on the limit
+    to rounding (8 ulp), at ``f_lo`` over the limit, or with a Newton step < 1e-6 MHz, whose end
+    is ``f0`` (quadratic convergence: the error after it is ~1e-13 MHz); at most 60 steps.
+    Every pair is stepped together (no gathers of the unfinished ones: they finish within a
+    step of each other)."""
     limit = params.power_limit_w
     n = len(lo)
-    lo, hi = lo.astype(float), hi.astype(float)
-    unknown = np.flatnonzero(lo <= f_lo)
-    pinned = np.zeros(n, bool)
-    if len(unknown):
-        pinned[unknown] = _state(lo[unknown], c.take(unknown), f_max, params,
-                                 slopes=False)[0] > limit
-    x = np.where(pinned, lo, np.where(np.isfinite(x0), np.clip(x0, lo, hi), hi))
+    lo = lo.astype(float)
+    hi = np.maximum(hi, lo)          # capped below f_lo (f_req < f_lo): the answer is f_lo
+    lo_known = lo > f_lo
+    x = np.where(np.isfinite(x0), np.clip(x0, lo, hi), hi)
     done = np.zeros(n, bool)
     xe, pe, te, dpe, dte = (np.empty(n) for _ in range(5))
     tol = 8 * np.finfo(float).eps * limit
@@ -245,14 +245,19 @@ def _cap_roots(lo: np.ndarray, hi: np.ndarray, x0: np.ndarray, f_lo: float, c: _
         for keep, new in ((xe, x), (pe, pw), (te, t), (dpe, dpw), (dte, dt)):
             np.copyto(keep, new, where=~done)
         over = pw > limit
+        pinned = over & (x <= f_lo)             # over the limit even at f_lo: stays there
         hi = np.where(over, x, hi)
         lo = np.where(over, lo, x)
+        lo_known |= ~over
         with np.errstate(divide="ignore", invalid="ignore"):
             nxt = x - (pw - limit) / dpw
         newton = (nxt >= lo) & (nxt <= hi)
+        # below an unknown f_lo, try f_lo itself (is the kernel over the limit even there?)
+        bottom = ~lo_known & (nxt < lo)
         stay = (np.abs(pw - limit) <= tol) | pinned
-        conv = stay | (newton & (np.abs(nxt - x) < 1e-9))
-        x = np.where(done | stay, x, np.where(newton, nxt, 0.5 * (lo + hi)))
+        conv = stay | (newton & (np.abs(nxt - x) < NEWTON_DONE_MHZ))
+        x = np.where(done | stay, x,
+                     np.where(newton, nxt, np.where(bottom, f_lo, 0.5 * (lo + hi))))
         done |= conv
     else:
         bad = np.flatnonzero(~done)
