@@ -45,7 +45,7 @@ TINY_S = 1e-300          # stand-in memory time (s) of a kernel with no work at 
 BATCH_CELLS = 1 << 15    # capped-cell candidates gathered before their cap is solved
 DYN_GRID_MHZ = np.linspace(0.0, 4000.0, 401)    # for the first guess of the capped clock
 NEWTON_DONE_MHZ = 1e-6   # a Newton step this small leaves an error ~1e-13 MHz after it
-ROOT_BLOCK = 8192         # (kernel, config group) power-cap roots solved at a time
+ROOT_BLOCK = 2048        # (kernel, config group) power-cap roots solved at a time
 
 
 def smooth_max_table(p: float, tol: float = TABLE_TOL) -> tuple[np.ndarray, np.ndarray]:
