@@ -1,8 +1,9 @@
 """The paths rewritten for scale compute what they computed before.
 
 * ``characterize`` models rows a chunk at a time (and distinct rows in place): cell for cell the
-  figures of the whole-table model (:func:`evaluate_work` expanded), on GPT-3-XL × RTX 3080 Ti
-  and on a 10^4-kernel trace with measured durations (every row distinct, as imported traces are).
+  figures of the whole-table model (:func:`evaluate_work` expanded) within 1e-7, the same bits
+  at any chunk size, on GPT-3-XL × RTX 3080 Ti and on a 10^4-kernel trace with measured
+  durations (every row distinct, as imported traces are).
 * ``Trace.save`` writes every field of every kernel, as the dataclass has them.
 """
 
@@ -45,16 +46,71 @@ def _measured_trace(iterations: int) -> Trace:
 
 
 @pytest.mark.parametrize("case", ["gpt3-xl", "measured-10k"])
-def test_chunked_characterize_is_identical_to_the_whole_table_model(case) -> None:
+def test_chunked_characterize_matches_the_whole_table_model(case) -> None:
+    """Within 1e-7 of ``kernel_time_energy`` on the whole table (the tabulated smooth maximum,
+    see ``kernel_table``), and bit for bit the same whatever the chunk size."""
     tr = build_trace("gpt3-xl") if case == "gpt3-xl" else _measured_trace(11)
     t_ref, e_ref, capped_ref = _whole_table(tr, "rtx3080ti")
-    for chunk in (1 << 20, 40_000):        # default, and chunks of 76 rows (a partial last one)
+    first = None
+    for chunk in (1 << 15, 1 << 20, 40_000):   # default, one chunk, 78 rows (a partial last)
         ch = characterize(tr, "rtx3080ti", chunk_cells=chunk)
-        assert np.array_equal(ch.time_s, t_ref) and np.array_equal(ch.energy_j, e_ref)
+        assert np.abs(ch.time_s / t_ref - 1).max() < 1e-7
+        assert np.abs(ch.energy_j / e_ref - 1).max() < 1e-7
         assert ch.meta["capped_cells_fraction"] == capped_ref
+        if first is None:
+            first = ch
+        assert np.array_equal(ch.time_s, first.time_s)
+        assert np.array_equal(ch.energy_j, first.energy_j)
     assert ch.meta["n_unique_kernels"] == (28 if case == "gpt3-xl" else len(tr))
     if case == "measured-10k":
         assert len(tr) > 10_000 and capped_ref > 0     # the power-cap bisection is exercised
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 4.0, 9.887837481596064, 19.1])
+def test_smooth_max_table_is_within_its_tolerance(p) -> None:
+    from joulebound.dvfs.model.kernel_table import TABLE_TOL, smooth_max_table
+
+    g, dg = smooth_max_table(p)
+    n = len(g) - 1
+    s = np.concatenate([np.random.default_rng(1).random(200_000), [0.0, 1.0, 1 - 1e-12]])
+    u = s * n
+    i = u.astype(np.intp)
+    exact = (1.0 + s ** p) ** (1.0 / p)
+    assert np.abs((g[i] + (u - i) * dg[i]) / exact - 1).max() < TABLE_TOL
+
+
+def test_dynamic_scale_slope_is_the_derivative() -> None:
+    vf = params_for(get_device("rtx3080ti")).vf
+    f = np.linspace(150.0, 2100.0, 400)
+    d, slope = vf.dynamic_scale_and_slope(f)
+    assert np.array_equal(d, vf.dynamic_scale(f))
+    h = 1e-3
+    fd = (vf.dynamic_scale(f + h) - vf.dynamic_scale(f - h)) / (2 * h)
+    assert np.abs(slope / fd - 1).max() < 1e-7
+
+
+def test_fill_table_falls_back_to_the_reference_model() -> None:
+    """Parameters outside the fast path (a negative launch overhead): kernel_time_energy."""
+    from joulebound.dvfs.model.kernel import KernelWork, kernel_time_energy
+    from joulebound.dvfs.model.kernel_table import config_terms, fill_table
+
+    spec = get_device("rtx3080ti")
+    prm = dataclasses.replace(params_for(spec), launch_overhead_s=-1e-7)
+    cfgs, _ = planning_configs(spec, prm)
+    rc = resolve_clocks(spec, cfgs, prm)
+    w = trace_work(_measured_trace(1), spec, prm)
+    keys = np.stack([w.tc_max, w.tm_max, np.ones(len(w.tc_max)), w.lam], axis=1)
+    ct = config_terms(rc.core_mhz, rc.mem_mhz, spec.max_core_mhz, spec.max_mem_mhz, prm,
+                      rc.core_auto, rc.mem_auto)
+    t, e = np.empty((len(keys), len(cfgs))), np.empty((len(keys), len(cfgs)))
+    capped = fill_table(keys, ct, spec.max_core_mhz, spec.max_mem_mhz, prm, t, e)
+    ref = kernel_time_energy(KernelWork(w.tc_max[:, None], w.tm_max[:, None], None,
+                                        w.lam[:, None]),
+                             rc.core_mhz[None], rc.mem_mhz[None], spec.max_core_mhz,
+                             spec.max_mem_mhz, prm, core_auto=rc.core_auto[None],
+                             mem_auto=rc.mem_auto[None])
+    assert np.array_equal(t, ref["time_s"]) and np.array_equal(e, ref["energy_j"])
+    assert np.array_equal(capped, ref["capped"].sum(axis=1))
 
 
 def test_trace_file_has_every_kernel_field() -> None:

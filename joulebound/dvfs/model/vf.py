@@ -45,6 +45,20 @@ class VFCurve:
         f = np.asarray(f_mhz, dtype=float)
         return self(f) ** 2 * (f / self.max_mhz)
 
+    def dynamic_scale_and_slope(self, f_mhz: np.ndarray | float
+                                ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`dynamic_scale` at ``f_mhz`` and its derivative in ``f`` (per MHz), from one
+        softplus: ``d/df (V²·f/fmax) = (2·V·V'·f + V²)/fmax`` with ``V' = (1 - v_min)·σ(z)/over_max``
+        (σ the logistic function, the softplus's derivative)."""
+        f = np.asarray(f_mhz, dtype=float)
+        w = max(self.smooth_mhz, 1e-6)
+        z = (f - self.knee_mhz) / w
+        sp = np.logaddexp(0.0, z)
+        over_max = w * np.logaddexp(0.0, (self.max_mhz - self.knee_mhz) / w)
+        v = self.v_min + (1.0 - self.v_min) * (w * sp) / over_max
+        dv = (1.0 - self.v_min) * np.exp(z - sp) / over_max
+        return v ** 2 * (f / self.max_mhz), (2.0 * v * dv * f + v * v) / self.max_mhz
+
     def to_json(self) -> dict[str, float]:
         return {"knee_mhz": self.knee_mhz, "v_min": self.v_min, "max_mhz": self.max_mhz,
                 "smooth_mhz": self.smooth_mhz}
