@@ -1,5 +1,7 @@
 """``predict --jobs`` batching: a varied table of jobs predicted together gives, row by row, the
-figures pinned in ``tests/data/mech_batch_pin.json`` (within 1e-9 relative).
+figures pinned in ``tests/data/mech_batch_pin.json`` (within 1e-7 relative: the GPU model's
+table evaluation, ``dvfs.model.kernel_table``, equals the per-cell model it replaced within 1e-8,
+pinned by tests/test_characterize_reference.py).
 
 The pinned figures were written by the per-shape code path (one analytic trace per job shape,
 characterized on the GPU model) before the op table was vectorized over jobs; a change to the
@@ -84,7 +86,7 @@ def test_batched_predictions_equal_the_pinned_per_shape_figures():
             continue
         assert isinstance(g, dict), (i, g)
         for k, v in p.items():
-            assert math.isclose(g[k], v, rel_tol=1e-9, abs_tol=1e-12), (i, k, g[k], v)
+            assert math.isclose(g[k], v, rel_tol=1e-7, abs_tol=1e-12), (i, k, g[k], v)
 
 
 def test_one_job_alone_gives_the_figures_it_gets_in_a_table():
