@@ -353,9 +353,6 @@ class GpuDevice:
             return lambda: []
         get = devices[0].nv.nvmlDeviceGetTotalEnergyConsumption
         handles = [d.handle for d in devices]
-        if len(handles) == 1:
-            h0 = handles[0]
-            return lambda: [int(get(h0))]
         return lambda: [int(get(h)) for h in handles]
 
     def power_w(self) -> float:

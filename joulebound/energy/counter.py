@@ -36,7 +36,7 @@ Pure state, no I/O: the sampler feeds it under its lock.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 
 @dataclass(slots=True)
@@ -63,9 +63,17 @@ class EdgeValue:
 
 def window_uncertainty(v0: EdgeValue, v1: EdgeValue, duration_s: float) -> float:
     """Error bound (J) of the energy ``v1 - v0`` of a window lasting ``duration_s`` (s)."""
-    if v0.segment == v1.segment:
-        return max(v0.rate_w, v1.rate_w) * max(duration_s, 0.0) + v0.clamp_j + v1.clamp_j
-    return v0.uncertainty_j + v1.uncertainty_j
+    return uncertainty_of(astuple(v0), astuple(v1), duration_s)
+
+
+def uncertainty_of(v0: tuple[float, float, bool, int, float, float],
+                   v1: tuple[float, float, bool, int, float, float], duration_s: float) -> float:
+    """:func:`window_uncertainty` of two edges given as :class:`EdgeValue` field tuples (what
+    :meth:`CounterTrack.observe_edge_values` returns): with no counter step between them, the
+    larger rate times the duration plus both clamps; else the sum of the edges' bounds (J)."""
+    if v0[3] == v1[3]:
+        return (v0[4] if v0[4] >= v1[4] else v1[4]) * max(duration_s, 0.0) + v0[5] + v1[5]
+    return v0[1] + v1[1]
 
 
 class CounterTrack:
@@ -154,19 +162,9 @@ class CounterTrack:
             self.half_bracket = half = bracket / 2
             self.t_step = ts = t - half
             self.e_cur = e_cur = e
-            steps = self._steps
-            steps.append((ts, e))
+            self._steps.append((ts, e))
             self.n_steps += 1
-            if len(steps) >= 2:         # the rate: slope over the last steps (_update_rate)
-                t0, e0 = steps[0]
-                p = self.power_w or 0.0
-                if ts > t0:
-                    r = (e - e0) / (ts - t0)
-                    r = r if r > 0.0 else 0.0
-                else:
-                    r = p
-                self._rate = r
-                self._rho = r if r >= p else p
+            self._update_rate()
         self.t_read = t
         if integral_j is not None:
             self.integral_at_read = integral_j

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import JouleboundError, did_you_mean
 from .base import Backend, NoneBackend
-from .counter import EdgeValue, window_uncertainty
+from .counter import EdgeValue, uncertainty_of, window_uncertainty
 from .results import DeviceEnergy, WindowResult
 from .sampler import PowerEdge, Sample, Sampler
 from .status import FAILED, FINISHED, from_exception
@@ -72,13 +72,14 @@ BACKENDS = ("auto", "nvml", "rapl", "cpu-model", "simulated", "replay", "none")
 class _Open:
     """An open window: its start (s), counter estimates and power edges at the start (the power
     edges either as :class:`PowerEdge` objects or, from the fast path, as the sampler's power
-    states — ``None`` when no channel had a power reading — turned into edges only if an end
-    needs them), failure counts then, and how many counter events had been seen."""
+    state — ``None`` when no channel had a power reading — turned into edges only if an end
+    needs them; the estimates then as :class:`EdgeValue` field tuples in channel order),
+    failure counts then, and how many counter events had been seen."""
 
     start: float
     edges: dict[int, EdgeValue | None]
     events_seen: int
-    power: dict[int, PowerEdge] | list[Any] | None
+    power: dict[int, PowerEdge] | tuple[Any, ...] | None
     failures: Mapping[int, int]
     failures_total: int = -1        # >= 0: opened by the fast path (every counter read)
 
@@ -259,10 +260,9 @@ class EnergyMeter:
                               else self.backend.sync)
         self._mig_notes = (-1, False)          # (len(notes) when checked, any MIG note)
         # the window-edge fast path: every metered channel has a counter (one batched read)
-        self._fast_chans = [i for i, _, _ in self._chan_info]
         self._fast_read: Callable[[float], list[float | None]] | None = (
-            self.backend.energy_reader(self._fast_chans)
-            if self._fast_chans and not self._power_channels else None)
+            self.backend.energy_reader(self.channels)
+            if self.channels and not self._power_channels else None)
         self._fast_info = [(ch.uuid, ch.index, ch.sensor_period_s or 0.0, ch.source, ch.kind,
                             self.backend.channel_provenance(i)) for i, ch, _ in self._chan_info]
         self.sampler = Sampler(self.backend, self.channels, self.clock,
@@ -332,18 +332,10 @@ class EnergyMeter:
         if sync and self.sync_enabled:
             self._sync()
         t = self.clock()
-        energies = None
-        if self._fast_read is not None:      # _fast_energies, written out (the hot path)
-            try:
-                with self.backend.lock:
-                    energies = self._fast_read(t)
-            except Exception:
-                energies = None
-            if energies is not None and None in energies:
-                energies = None
+        energies = self._fast_energies(t)
         if energies is not None:
-            chans = self._fast_chans
-            got = self.sampler.begin_edge_fast(name, chans, energies, t)  # type: ignore[arg-type]
+            got = self.sampler.begin_edge_fast(name, self.channels, energies,  # type: ignore[arg-type]
+                                               t)
             if got is not None:
                 self._open[name] = _Open(t, got[0], len(self.backend.events),  # type: ignore[arg-type]
                                          got[1], got[2], got[3])
@@ -433,7 +425,7 @@ class EnergyMeter:
         energies = self._fast_energies(t1)
         got = None
         if energies is not None and st.failures_total >= 0:
-            got = self.sampler.end_edge_fast(name, self._fast_chans, energies,  # type: ignore[arg-type]
+            got = self.sampler.end_edge_fast(name, self.channels, energies,  # type: ignore[arg-type]
                                              t1)
         if got is not None:
             res = self._result_fast(name, st, t1, dur, got[0], got[1], flags)
@@ -444,7 +436,7 @@ class EnergyMeter:
             if st.failures_total >= 0:           # opened by the fast path: its edges as objects
                 st.power = self._power_edges_of(st)
                 st.edges = {i: EdgeValue(*v)  # type: ignore[misc]
-                            for i, v in zip(self._fast_chans, st.edges, strict=True)}
+                            for i, v in zip(self.channels, st.edges, strict=True)}
             devices = self._device_energies(st, t1, dur, edges1, stats, flags)
             res = self._result(name, t0, t1, dur, devices, flags)
         if len(self.backend.events) > st.events_seen or self._mig_notes[1] or \
@@ -472,30 +464,27 @@ class EnergyMeter:
             return {i: PowerEdge(0.0, 0.0, 0.0, fails.get(i, 0), False) for i in self.channels}
         edge = self.sampler.power_edge_from
         return {i: edge(st.power, i, fails.get(i, 0), st.start)  # type: ignore[arg-type]
-                for i in self._fast_chans}
+                for i in self.channels}
 
     def _result_fast(self, name: str, st: _Open, t1: float, dur: float, edges1: list[Any],
                      stats: Any, flags: list[str]) -> WindowResult:
         """:meth:`_device_energies` and :meth:`_result` in one pass, when every counter read of
         the window succeeded: the counter estimates at both edges (:class:`EdgeValue` field
-        tuples) apportioned per channel (:func:`~joulebound.energy.counter.window_uncertainty`'s
-        bound), the totals, and the same flags."""
+        tuples) apportioned per channel with their bound
+        (:func:`~joulebound.energy.counter.uncertainty_of`), the totals, and the same flags."""
         devices: list[DeviceEnergy] = []
         peak, n_samples = stats.peak_w, stats.n
         short = False
         gpu_e = gpu_u = cpu_e = 0.0
         n_gpu = n_cpu = 0
         for i, v0, v1, (uuid, index, period, source, kind, prov) in zip(
-                self._fast_chans, st.edges, edges1, self._fast_info, strict=True):
+                self.channels, st.edges, edges1, self._fast_info, strict=True):
             if 0 < dur < period:
                 short = True
             energy = v1[0] - v0[0]
             if energy < 0.0:
                 energy = 0.0
-            if v0[3] == v1[3]:        # no counter step between the edges: rate x duration
-                unc = (v0[4] if v0[4] >= v1[4] else v1[4]) * dur + v0[5] + v1[5]
-            else:
-                unc = v0[1] + v1[1]
+            unc = uncertainty_of(v0, v1, dur)
             if kind == "gpu":
                 n_gpu += 1
                 gpu_e += energy

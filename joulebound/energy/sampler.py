@@ -393,15 +393,11 @@ class Sampler:
                 return None
             self._rated = True
         last = self._last
+        integral = self.integral_j
         out = []
-        if last:
-            integral = self.integral_j
-            for i, e in zip(channels, energies, strict=True):
-                out.append(tracks[i].observe_edge_values(
-                    t, e, None, integral.get(i, 0.0) if i in last else None, t))
-        else:
-            for i, e in zip(channels, energies, strict=True):
-                out.append(tracks[i].observe_edge_values(t, e, None, None, t))
+        for i, e in zip(channels, energies, strict=True):
+            out.append(tracks[i].observe_edge_values(
+                t, e, None, integral.get(i, 0.0) if i in last else None, t))
         if self._watch:
             for w in self._watch.values():
                 n = w.n
