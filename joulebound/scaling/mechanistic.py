@@ -273,10 +273,9 @@ class _Part:
 def _part(parts: Parts, name: str, kappa: float, tau: float) -> _Part:
     key = (name, kappa, tau)
     hit = parts.cache.get(key)
-    if hit is None:  # jobs that share a per-GPU workload share this sum
-        tk = parts.t[name] * kappa
-        t = np.maximum(tk, tau)
-        hit = parts.cache[key] = (float(t.sum()), float(parts.e[name].sum() * kappa), float((t - tk).sum()))
+    if hit is None:  # jobs that share a per-GPU workload share this sum (one formula)
+        prime_part_sums([parts], kappa, tau)
+        hit = parts.cache[key]
     return _Part(*hit)
 
 

@@ -81,21 +81,6 @@ class Parts:
         return float(self.t[part].sum())
 
 
-def _shard(kernels: list, tp: int) -> list:
-    if tp == 1:
-        return kernels
-    from ..workload.trace import Kernel
-
-    out = []
-    for k in kernels:
-        if k.name.startswith(TP_SPLIT):
-            out.append(Kernel(k.name, k.category, k.phase, k.layer, k.flops / tp, k.bytes / tp,
-                              k.dtype, None, k.meta))
-        else:
-            out.append(k)
-    return out
-
-
 #: built 1-layer per-GPU kernel lists by shape (the GPU model is not cached: it may change)
 _TRACES: dict[tuple, tuple] = {}
 _STRUCTURES: dict[tuple, dict[str, np.ndarray]] = {}
