@@ -262,20 +262,10 @@ class Sampler:
         self._first.setdefault(ch, smp.t)
         self._failed_since.discard(ch)
 
-    def integral(self, channel: int) -> float:
-        """Trapezoid integral of ``channel``'s power since the first reading (J)."""
-        with self._lock:
-            return self.integral_j.get(channel, 0.0)
-
     def power_edge(self, channel: int, t: float) -> PowerEdge:
         """The power integral at ``t`` (the last power held after the last reading)."""
         with self._lock:
             return self._power_edge(channel, t)
-
-    def power_edges(self, channels: list[int], t: float) -> dict[int, PowerEdge]:
-        """:meth:`power_edge` of several channels under one lock."""
-        with self._lock:
-            return {i: self._power_edge(i, t) for i in channels}
 
     def _power_edge(self, channel: int, t: float) -> PowerEdge:
         return self.power_edge_from(None, channel, self.failures.get(channel, 0), t)
@@ -314,18 +304,6 @@ class Sampler:
                 gap_e += held_e
         return PowerEdge(integ, gap_t, gap_e, failures, last is not None)
 
-    def counter_edge(self, channel: int, t: float) -> EdgeValue | None:
-        """The counter track's estimate at ``t`` (:meth:`CounterTrack.edge`)."""
-        with self._lock:
-            track = self.tracks.get(channel)
-            return None if track is None else track.edge(t)
-
-    def counter_edges(self, samples: list[Sample], t: float) -> dict[int, EdgeValue | None]:
-        """Fold edge readings in (:meth:`add`) and return each sampled counter channel's
-        estimate at ``t`` (``None`` where its reading failed), under one lock."""
-        with self._lock:
-            return self._counter_edges_locked(samples, t)
-
     def _counter_edges_locked(self, samples: list[Sample],
                               t: float) -> dict[int, EdgeValue | None]:
         out: dict[int, EdgeValue | None] = {}
@@ -356,9 +334,9 @@ class Sampler:
                    channels: list[int]) -> tuple[dict[int, EdgeValue | None],
                                                  dict[int, PowerEdge], dict[int, int]]:
         """A window's start at ``t``, under one lock: the counter readings folded in with their
-        estimates at ``t`` (:meth:`counter_edges`), the power readings folded in (:meth:`add`),
+        estimates at ``t`` (:meth:`_counter_edges_locked`), the power readings folded in (:meth:`add`),
         then the window watched (:meth:`watch`); returns the counter estimates, the power edges
-        of ``channels`` (:meth:`power_edges`) and their failure counts."""
+        of ``channels`` (:meth:`power_edge`) and their failure counts."""
         with self._lock:
             edges = self._counter_edges_locked(counter, t)
             if power:
@@ -372,7 +350,8 @@ class Sampler:
     def end_edge(self, name: str, counter: list[Sample], power: list[Sample],
                  t: float) -> tuple[dict[int, EdgeValue | None], WindowStats]:
         """A window's end at ``t``, under one lock: the readings folded in (counted in the
-        window), the counter estimates at ``t``, and the window's statistics (:meth:`unwatch`)."""
+        window), the counter estimates at ``t``, and the window's statistics (watched since
+        :meth:`begin_edge`)."""
         with self._lock:
             edges = self._counter_edges_locked(counter, t)
             if power:
@@ -444,16 +423,6 @@ class Sampler:
 
     def track(self, channel: int) -> CounterTrack | None:
         return self.tracks.get(channel)
-
-    def watch(self, name: str) -> WindowStats:
-        """Start collecting peak power / sample counts for window ``name``."""
-        with self._lock:
-            self._watch[name] = st = WindowStats()
-            return st
-
-    def unwatch(self, name: str) -> WindowStats:
-        with self._lock:
-            return self._watch.pop(name, WindowStats())
 
     def flush(self) -> None:
         """Hand pending samples to the sink; what it cannot take is counted, not hidden."""
