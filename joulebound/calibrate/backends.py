@@ -19,9 +19,6 @@ from .replay import ReplayOp, check_call
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SENSOR_PERIOD_S = 0.1
-
-
 class SimulatedBackend:
     """The simulated GPU (:class:`~.simulated.SimulatedGpu`): ops are rebuilt on torch's
     ``meta`` device (arguments and schema checked, nothing computed) and run on the model.
@@ -77,7 +74,7 @@ class NvmlBackend:
     def __init__(self, gpu: int | str = 0, helper: str | None = None, nvml: Any = None,
                  sensor_period_s: float | None = None, torch_device: str | None = None) -> None:
         from ..devices import gpu as gpu_layer
-        from ..energy.nvml import catalog_sensor_period
+        from ..energy.nvml import DEFAULT_SENSOR_PERIOD_S, catalog_sensor_period
 
         self.gpu, self.helper, self.nvml = gpu, helper, nvml
         self.session, self.device = gpu_layer.open_gpu(nvml, gpu)

@@ -40,6 +40,7 @@ import numpy as np
 from ..clocks import ClockConfig
 from ..devices.spec import DeviceSpec
 from ..dvfs.control.actuators import Actuator
+from ..energy.nvml import DEFAULT_SENSOR_PERIOD_S
 from ..errors import JouleboundError
 from ..workload.trace import Trace
 
@@ -87,7 +88,8 @@ class SimulatedGpu:
 
         self.spec = resolve_device(device)
         self.params = params if params is not None else params_for(self.spec)
-        self.sensor_period_s = float(sensor_period_s or self.spec.sensor_period_s or 0.1)
+        self.sensor_period_s = float(sensor_period_s or self.spec.sensor_period_s
+                                     or DEFAULT_SENSOR_PERIOD_S)
         self.time_noise = float(time_noise)
         self.power_noise = float(power_noise)
         self.rng = np.random.default_rng(seed)

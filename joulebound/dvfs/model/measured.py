@@ -211,13 +211,11 @@ def characterize_with_measurements(trace, device, path: str | Path,  # type: ign
     fit_trace_work`), every cell is then modeled from the fitted work, and measured cells replace
     the modeled ones (``measured = True``)."""
     from .characterize import resolve_device
-    from .params import params_for
 
     spec = resolve_device(device)
-    prm = params if params is not None else params_for(spec)
     table = read_table(path, spec)
-    _check_kernels(table, Path(path), trace.names())     # before fitting
-    return characterize_from_table(trace, spec, table, params=prm, source=Path(path))
+    # characterize_from_table checks the table's kernels against the trace before fitting
+    return characterize_from_table(trace, spec, table, params=params, source=Path(path))
 
 
 def characterize_from_table(trace, device, table: dict,  # type: ignore[no-untyped-def]
