@@ -481,3 +481,25 @@ def test_cli_unknown_device_and_bad_clocks_are_clear_errors(gpt_step, tmp_path, 
                  "--clocks", "7", "-o", str(tmp_path / "c.npz")]) == 2
     assert "--clocks" in capsys.readouterr().err
     assert not (tmp_path / "c.npz").exists()
+
+
+def test_a_simulated_calibration_labels_cells_tables_and_plans_modeled():
+    """The simulated GPU's "measured" cells come from the device model: the table, each CSV cell
+    and a plan made on it are modeled — one rule (``Characterization.sensor_measured``), not a
+    special case in one reader (the plan was labeled measured)."""
+    import numpy as np
+
+    from joulebound.clocks import ClockConfig
+    from joulebound.dvfs.characterization import Characterization
+    from joulebound.dvfs.solve.objectives import plan_provenance
+    from joulebound.provenance import MEASURED, MODELED
+
+    cfgs = [ClockConfig(), ClockConfig(1500, 5001)]
+    args = dict(kernel_names=["a", "b"], configs=cfgs, time_s=np.ones((2, 2)),
+                energy_j=np.ones((2, 2)), measured=np.ones((2, 2), bool), device="a100-sxm4-80gb")
+    real = Characterization(**args, meta={"backend": "nvml"})
+    sim = Characterization(**args, meta={"backend": "simulated"})
+    choice = np.array([1, 1])
+    assert real.provenance() == MEASURED and plan_provenance(real, choice) == MEASURED
+    assert sim.provenance() == MODELED and plan_provenance(sim, choice) == MODELED
+    assert not sim.sensor_measured.any() and sim.measured.all()   # the mask itself is kept

@@ -96,7 +96,7 @@ def characterize_cmd(
         print_json({
             "device": spec.name, "trace": name, "n_kernels": char.n_kernels,
             "n_configs": char.n_configs, "provenance": prov,
-            "measured_cells": int(char.measured.sum()),
+            "measured_cells": int(char.sensor_measured.sum()),
             "params_calibration": char.meta.get("params_calibration"),
             "power_limit_w": char.meta.get("power_limit_w"),
             "capped_cells_fraction": char.meta.get("capped_cells_fraction"),
@@ -192,6 +192,7 @@ def write_csv(char, trace, path: Path) -> None:  # noqa: ANN001
         w = csv.writer(fh)
         w.writerow(CSV_COLUMNS)
         ks = trace.kernels if trace is not None else None
+        sensor = char.sensor_measured
         for i, name in enumerate(char.kernel_names):
             k = ks[i] if ks is not None else None
             for j, c in enumerate(char.configs):
@@ -200,7 +201,7 @@ def write_csv(char, trace, path: Path) -> None:  # noqa: ANN001
                             "auto" if c.core_mhz is None else c.core_mhz,
                             "auto" if c.mem_mhz is None else c.mem_mhz,
                             f"{char.time_s[i, j]:.6e}", f"{char.energy_j[i, j]:.6e}",
-                            MEASURED if char.measured[i, j] else MODELED])
+                            MEASURED if sensor[i, j] else MODELED])
 
 
 def register(app: typer.Typer) -> None:

@@ -82,13 +82,20 @@ class Characterization:
         except ValueError:
             return None
 
+    @property
+    def sensor_measured(self) -> np.ndarray:
+        """Bool (K, C): the cells a real sensor measured — :attr:`measured`, except for a table
+        from the simulated GPU (``meta["backend"] == "simulated"``), whose "measured" cells come
+        from the device model: none. Every provenance label of a cell, a table or a plan reads
+        this, never :attr:`measured` directly."""
+        if self.meta.get("backend") == "simulated":
+            return np.zeros_like(self.measured)
+        return self.measured
+
     def provenance(self, column: int | None = None) -> str:
         """``"measured"``, ``"modeled"`` or ``"measured+modeled"`` for the whole table, or for
-        one configuration's ``column``. A table from the simulated GPU (``meta["backend"] ==
-        "simulated"``) is modeled throughout: its "measured" cells come from the device model."""
-        if self.meta.get("backend") == "simulated":
-            return MODELED
-        cells = self.measured if column is None else self.measured[:, column]
+        one configuration's ``column`` (from :attr:`sensor_measured`)."""
+        cells = self.sensor_measured if column is None else self.sensor_measured[:, column]
         if cells.all():
             return MEASURED
         return MEASURED_AND_MODELED if cells.any() else MODELED

@@ -55,8 +55,9 @@ def plan_provenance(char: Characterization, kernel_choice: np.ndarray) -> str:
     """``"measured"`` when every chosen cell and the whole baseline column were measured, else
     ``"modeled"`` (a plan's totals and deltas are only as measured as all the cells they add)."""
     rows = np.arange(char.n_kernels)
-    used = char.measured[rows, kernel_choice]
-    return MEASURED if used.all() and char.measured[:, baseline_column(char)].all() else MODELED
+    measured = char.sensor_measured
+    used = measured[rows, kernel_choice]
+    return MEASURED if used.all() and measured[:, baseline_column(char)].all() else MODELED
 
 
 def _plan(char: Characterization, kernel_choice: np.ndarray, *, granularity: str,
