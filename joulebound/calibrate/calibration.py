@@ -161,8 +161,10 @@ def calibrate(trace: Trace, device: str, backend: Any, clocks: str = "3",
     backend.set_ops(ops, calls)
 
     # 2. design -----------------------------------------------------------------------------------
-    distinct = Trace([next(k for k in trace.kernels if k.name == o.name) for o in ops],
-                     name=trace.name, meta=dict(trace.meta))
+    first: dict[str, Any] = {}
+    for k in trace.kernels:              # each op's first kernel, one pass (not one scan per op)
+        first.setdefault(k.name, k)
+    distinct = Trace([first[o.name] for o in ops], name=trace.name, meta=dict(trace.meta))
     plan_cfgs, _ = planning_configs(spec, prm)
     sup = backend.supported
     top_mem = max(sup)
