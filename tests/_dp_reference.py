@@ -5,7 +5,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from joulebound.dvfs.solve.switching import min_block_end
+
+def min_block_end(t: np.ndarray, dwell_s: float) -> np.ndarray:
+    """(K, C) index ``m`` of the last kernel of the shortest run starting at ``j`` that lasts at
+    least ``dwell_s`` at configuration ``c``; ``K`` where the rest of the iteration is shorter."""
+    k, c = t.shape
+    pt = np.zeros((k + 1, c))
+    np.cumsum(t, axis=0, out=pt[1:])
+    out = np.empty((k, c), np.int64)
+    for j in range(c):
+        col = pt[:, j]
+        out[:, j] = np.searchsorted(col, col[:-1] + dwell_s, side="left") - 1
+    out = np.maximum(out, np.arange(k)[:, None])
+    out[out >= k] = k
+    return out
 
 
 def reference_dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float,

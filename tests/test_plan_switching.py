@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
-from _dp_reference import reference_dp_lagrangian
+from _dp_reference import min_block_end, reference_dp_lagrangian
 from _plan_synth import synth_char, synth_trace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from joulebound.dvfs.solve import solve
 from joulebound.dvfs.solve.switching import (
     dp_lagrangian,
-    min_block_end,
     parse_duration,
     phase_repair,
     plan_switch_aware,

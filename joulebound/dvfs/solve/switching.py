@@ -56,21 +56,6 @@ def parse_duration(text: str | float) -> float:
     return _parse(text)
 
 
-def min_block_end(t: np.ndarray, dwell_s: float) -> np.ndarray:
-    """(K, C) index ``m`` of the last kernel of the shortest run starting at ``j`` that lasts at
-    least ``dwell_s`` at configuration ``c``; ``K`` where the rest of the iteration is shorter."""
-    k, c = t.shape
-    pt = np.zeros((k + 1, c))
-    np.cumsum(t, axis=0, out=pt[1:])
-    out = np.empty((k, c), np.int64)
-    for j in range(c):
-        col = pt[:, j]
-        out[:, j] = np.searchsorted(col, col[:-1] + dwell_s, side="left") - 1
-    out = np.maximum(out, np.arange(k)[:, None])
-    out[out >= k] = k
-    return out
-
-
 def _prefix_rows(x: np.ndarray, carry: np.ndarray) -> np.ndarray:
     """Rows ``carry, carry + x[0], ...``: the running sum continued from ``carry``, added in the
     same order as one ``np.cumsum`` over the whole table (so chunked sums are bit-identical)."""
