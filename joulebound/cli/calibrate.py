@@ -110,22 +110,11 @@ def calibrate_cmd(
 
 
 def _run(tr, device, be, clocks, budget_s, ws, quiet):  # type: ignore[no-untyped-def]
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     from ..calibrate.calibration import calibrate
+    from ..progress import progress_bar
 
     show = sys.stderr.isatty() and not quiet
-    with Progress(TextColumn("[bold]calibrate[/]"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                  TextColumn("{task.description}"), disable=not show, transient=True,
-                  console=None) as prog:
+    with progress_bar("calibrate", enabled=show, transient=True) as prog:
         task = prog.add_task("", total=None)
 
         def progress(done: int, total: int, label: str) -> None:

@@ -239,20 +239,9 @@ class _Bar:
         self.total, self.done = total, done
         self.progress = None
         if enabled:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
+            from ..progress import progress_bar
 
-            self.progress = Progress(TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(),
-                                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                                     TextColumn("{task.description}"),
-                                     console=Console(stderr=True), transient=False)
+            self.progress = progress_bar("sweep")
             self.progress.start()
             self.task = self.progress.add_task("starting", total=total, completed=done)
 
