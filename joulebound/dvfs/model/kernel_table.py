@@ -351,7 +351,7 @@ def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
         f_min: lowest core clock the cap may push to (default 20 % of ``f_max``).
         iters: the bisection steps of :func:`~.kernel.kernel_time_energy` whose capped clock is
             reproduced (grid ``(f_req - f_min)/2^iters``).
-        chunk_cells: cells modeled at a time (temporaries: 3 float64 and 1 index arrays of
+        chunk_cells: cells modeled at a time (temporaries: 4 float64 and 1 index arrays of
             that size, 1 MiB at the default; the result does not depend on it).
 
     Returns:
@@ -375,7 +375,7 @@ def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
     g_tab, g_step = smooth_max_table(params.overlap_p)
     n_tab = float(len(g_tab) - 1)
     g_line = g_tab - np.arange(len(g_tab)) * g_step        # interval i: g = g_line[i] + u·g_step[i]
-    a_b, b_b, c_b = (np.empty((per, c_n)) for _ in range(3))
+    a_b, b_b, c_b, w_b = (np.empty((per, c_n)) for _ in range(4))
     i_b = np.empty((per, c_n), np.intp)
     t_flat, e_flat = time_out.reshape(-1), energy_out.reshape(-1)
     pending: list[tuple[np.ndarray, np.ndarray]] = []
@@ -383,7 +383,7 @@ def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
     ov = params.launch_overhead_s
     for lo in range(0, n, per):
         r = min(per, n - lo)
-        a, b, c, i = a_b[:r], b_b[:r], c_b[:r], i_b[:r]
+        a, b, c, i, w = a_b[:r], b_b[:r], c_b[:r], i_b[:r], w_b[:r]
         t, e = time_out[lo:lo + r], energy_out[lo:lo + r]
         np.multiply(rows.tc[lo:lo + r, None], fr, out=a)      # tc
         np.multiply(rows.a[lo:lo + r, None], mr, out=b)
@@ -397,9 +397,9 @@ def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
         np.divide(a, c, out=a)                                # s = small/big in [0, 1]
         np.multiply(a, n_tab, out=a)                          # u = N·s
         np.copyto(i, a, casting="unsafe")                     # its interval (floor: u >= 0)
-        w = g_step[i]
+        np.take(g_step, i, out=w, mode="clip")               # (i <= N: clip never clips)
         np.multiply(a, w, out=a)
-        w = g_line[i]
+        np.take(g_line, i, out=w, mode="clip")
         np.add(a, w, out=a)                                   # g(s) = (1 + s^p)^(1/p)
         np.multiply(a, c, out=a)                              # body = big·g(s)
         np.add(a, ov, out=t)
