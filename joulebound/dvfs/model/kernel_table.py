@@ -352,7 +352,7 @@ def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
         iters: the bisection steps of :func:`~.kernel.kernel_time_energy` whose capped clock is
             reproduced (grid ``(f_req - f_min)/2^iters``).
         chunk_cells: cells modeled at a time (temporaries: 4 float64 and 1 index arrays of
-            that size, 1 MiB at the default; the result does not depend on it).
+            that size, 1.25 MiB at the default; the result does not depend on it).
 
     Returns:
         Power-capped cells per kernel row, shape (R,).
