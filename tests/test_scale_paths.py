@@ -89,6 +89,21 @@ def test_dynamic_scale_slope_is_the_derivative() -> None:
     assert np.abs(slope / fd - 1).max() < 1e-7
 
 
+@pytest.mark.parametrize("device", ["rtx3080ti", "h200-sxm", "a100-sxm4-80gb"])
+def test_compiled_vf_curve_is_the_numpy_curve(device) -> None:
+    """The compiled cap solve evaluates the V–f curve itself (one clock at a time); it must be
+    :meth:`VFCurve.dynamic_scale_and_slope`, knee, floor and both sides of the corner
+    included."""
+    from joulebound.dvfs.model.cells_kernel import vf_dynamic_and_slope, vf_terms
+
+    vf = params_for(get_device(device)).vf
+    terms = vf_terms(vf.knee_mhz, vf.v_min, vf.max_mhz, vf.smooth_mhz)
+    f = np.concatenate([np.linspace(100.0, 2200.0, 300), [vf.knee_mhz, vf.max_mhz]])
+    got = np.array([vf_dynamic_and_slope(x, terms) for x in f])
+    want = np.stack(vf.dynamic_scale_and_slope(f), axis=1)
+    assert np.abs(got / want - 1).max() < 1e-14
+
+
 def test_fill_table_falls_back_to_the_reference_model() -> None:
     """Parameters outside the fast path (a negative launch overhead): kernel_time_energy."""
     from joulebound.dvfs.model.kernel import KernelWork, kernel_time_energy

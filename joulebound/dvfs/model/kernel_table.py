@@ -1,9 +1,10 @@
-"""The kernel model of :mod:`.kernel` over a whole kernel × config table, at ~15-25 ns a cell.
+"""The kernel model of :mod:`.kernel` over a whole kernel × config table, at ~15 ns a cell.
 
 :func:`~.kernel.kernel_time_energy` evaluates the model cell by cell (two fractional powers per
 cell, the V–f curve and the memory voltage per cell, a 22-step bisection over the
 power-capped cells). :func:`fill_table` computes the same figures for a (K, C) table, written in
-place into the caller's arrays, a cache-sized chunk of rows at a time:
+place into the caller's arrays, a cache-sized chunk of rows at a time by compiled loops
+(:mod:`.cells_kernel`, numba):
 
 * everything that depends on the config alone (clock ratios, the V–f and memory-voltage terms,
   static power) is a per-config vector computed once (:class:`ConfigTerms`), and energy is
@@ -15,8 +16,8 @@ place into the caller's arrays, a cache-sized chunk of rows at a time:
   checked when the table is built; 4e-9 at the shipped p = 9.9);
 * the power-capped clock of a kernel depends on the memory clock and on which domains are
   governed, not on the requested core clock: the cap is solved once per (kernel, config group)
-  by safeguarded Newton steps on the float64 model (to < 1e-9 MHz, far below the bisection's
-  step), and each capped cell gets the clock the 22-step bisection of ``kernel_time_energy``
+  by safeguarded Newton steps on the float64 model, right after its chunk of rows is written
+  (to < 1e-9 MHz, far below the bisection's step), and each capped cell gets the clock the 22-step bisection of ``kernel_time_energy``
   returns — the highest point of its grid ``f_min + k·(f_req - f_min)/2^22`` at or below that
   root — with time and power from the first-order expansion about the root (second-order term
   < 1e-11 relative). Cells within 1e-6 of the limit by the tabulated path are decided by the
@@ -24,7 +25,9 @@ place into the caller's arrays, a cache-sized chunk of rows at a time:
 
 Cell for cell the result is within 1e-8 relative of ``kernel_time_energy`` (pinned at 1e-7 in
 ``tests/test_characterize_reference.py``). A negative launch overhead (outside the expansion's
-assumptions) falls back to ``kernel_time_energy``.
+assumptions) falls back to ``kernel_time_energy``. The compiled loops do the numpy
+evaluation's arithmetic operation for operation (it was checked bit for bit on GPT-3-XL tables
+when they replaced it); their first call in a process costs ~1 s of numba start-up.
 """
 
 from __future__ import annotations
@@ -42,10 +45,8 @@ log = logging.getLogger(__name__)
 BAND = 1e-6              # relative margin around the power limit decided in float64
 TABLE_TOL = 1e-8         # relative error of the tabulated smooth maximum
 TINY_S = 1e-300          # stand-in memory time (s) of a kernel with no work at all
-BATCH_CELLS = 1 << 14    # capped-cell candidates gathered before their cap is solved
 DYN_GRID_MHZ = np.linspace(0.0, 4000.0, 401)    # for the first guess of the capped clock
 NEWTON_DONE_MHZ = 1e-6   # a Newton step this small leaves an error ~1e-13 MHz after it
-ROOT_BLOCK = 2048        # (kernel, config group) power-cap roots solved at a time
 
 
 def smooth_max_table(p: float, tol: float = TABLE_TOL) -> tuple[np.ndarray, np.ndarray]:
@@ -153,190 +154,6 @@ def _rows(keys: np.ndarray) -> _Rows:
     return _Rows(tc, a, b, act)
 
 
-@dataclass
-class _Cells:
-    """Float64 model inputs of 1-D cells: the kernel's (``tc``, ``a``, ``b``, ``act`` as in
-    :class:`_Rows`) and the config's (``mem_ratio``, ``static_w``, ``mem_util_w`` as in
-    :class:`ConfigTerms`; ``core_w = core_dyn·gov``)."""
-
-    tc: np.ndarray
-    a: np.ndarray
-    b: np.ndarray
-    act: np.ndarray
-    mem_ratio: np.ndarray
-    static_w: np.ndarray
-    mem_util_w: np.ndarray
-    core_w: np.ndarray
-
-    @classmethod
-    def of(cls, rows: _Rows, row: np.ndarray, ct: ConfigTerms, col: np.ndarray,
-           params: DeviceParams) -> _Cells:
-        return cls(rows.tc[row], rows.a[row], rows.b[row], rows.act[row], ct.mem_ratio[col],
-                   ct.static_w[col], ct.mem_util_w[col], params.core_dyn_w * ct.gov[col])
-
-    def take(self, i: np.ndarray) -> _Cells:
-        return _Cells(*(getattr(self, k)[i] for k in self.__dataclass_fields__))
-
-
-def _state(f: np.ndarray, c: _Cells, f_max: float, params: DeviceParams, slopes: bool = True
-           ) -> tuple[np.ndarray, ...]:
-    """The float64 model at core clock ``f`` (MHz) for 1-D cells ``c``: ``(P, t)`` in W and s,
-    and with ``slopes`` also ``(dP/df, dt/df)`` per MHz."""
-    u = f_max / f
-    tc = c.tc * u
-    tm = c.a * c.mem_ratio + c.b * u
-    p = params.overlap_p
-    big = np.maximum(tc, tm)
-    s = np.minimum(tc, tm) / big
-    x = s ** p
-    gp = 1.0 + x
-    g = gp ** (1.0 / p)
-    body = big * g
-    t = params.launch_overhead_s + body
-    dyn, ddyn = params.vf.dynamic_scale_and_slope(f)
-    k = c.core_w * dyn
-    beta = params.core_base_frac
-    uc, um = tc / t, tm / t
-    pw = c.static_w + c.act * (k * (beta + (1 - beta) * uc) + c.mem_util_w * um)
-    if not slopes:
-        return pw, t
-    # d body = (big/body)^(p-1)·d big + (small/body)^(p-1)·d small, with
-    # (big/body)^(p-1) = g/(1 + s^p) and (small/body)^(p-1) = s^(p-1)·g/(1 + s^p)
-    dtc = -tc / f
-    dtm = -c.b * u / f
-    w_big = g / gp
-    with np.errstate(divide="ignore", invalid="ignore"):
-        w_small = np.where(s > 0, x / s, 0.0) * w_big
-    tc_big = tc >= tm
-    dt = np.where(tc_big, w_big * dtc + w_small * dtm, w_small * dtc + w_big * dtm)
-    dk = c.core_w * ddyn
-    duc = (dtc - uc * dt) / t
-    dum = (dtm - um * dt) / t
-    dpw = c.act * (dk * (beta + (1 - beta) * uc) + k * (1 - beta) * duc + c.mem_util_w * dum)
-    return pw, t, dpw, dt
-
-
-def _cap_roots(lo: np.ndarray, hi: np.ndarray, x0: np.ndarray, f_lo: float, c: _Cells,
-               f_max: float, params: DeviceParams) -> tuple[np.ndarray, ...]:
-    """Per (kernel, config group) ``c``, with ``P(lo) <= limit < P(hi)`` known where
-    ``lo > f_lo`` (else ``lo == f_lo`` and unknown) and a first guess ``x0``: the clock ``f0``
-    where power meets the limit (``f_lo`` where even ``f_lo`` is over it), and the model at the
-    last clock evaluated, ``xe``, within 1e-6 MHz of it: ``(f0, xe, P, t, dP/df, dt/df)``.
-
-    Safeguarded Newton on ``P(f) = limit``: a step that leaves the bracket is replaced by
-    bisection (or, below an unknown ``f_lo``, by ``f_lo`` itself); a pair is done on the limit
-    to rounding (8 ulp), at ``f_lo`` over the limit, or with a Newton step < 1e-6 MHz, whose end
-    is ``f0`` (quadratic convergence: the error after it is ~1e-13 MHz); at most 60 steps.
-    Every pair is stepped together (no gathers of the unfinished ones: they finish within a
-    step of each other)."""
-    limit = params.power_limit_w
-    n = len(lo)
-    lo = lo.astype(float)
-    hi = np.maximum(hi, lo)          # capped below f_lo (f_req < f_lo): the answer is f_lo
-    lo_known = lo > f_lo
-    x = np.where(np.isfinite(x0), np.clip(x0, lo, hi), hi)
-    done = np.zeros(n, bool)
-    xe, pe, te, dpe, dte = (np.empty(n) for _ in range(5))
-    tol = 8 * np.finfo(float).eps * limit
-    for _ in range(60):
-        if done.all():
-            break
-        pw, t, dpw, dt = _state(x, c, f_max, params)
-        for keep, new in ((xe, x), (pe, pw), (te, t), (dpe, dpw), (dte, dt)):
-            np.copyto(keep, new, where=~done)
-        over = pw > limit
-        pinned = over & (x <= f_lo)             # over the limit even at f_lo: stays there
-        hi = np.where(over, x, hi)
-        lo = np.where(over, lo, x)
-        lo_known |= ~over
-        with np.errstate(divide="ignore", invalid="ignore"):
-            nxt = x - (pw - limit) / dpw
-        newton = (nxt >= lo) & (nxt <= hi)
-        # below an unknown f_lo, try f_lo itself (is the kernel over the limit even there?)
-        bottom = ~lo_known & (nxt < lo)
-        stay = (np.abs(pw - limit) <= tol) | pinned
-        conv = stay | (newton & (np.abs(nxt - x) < NEWTON_DONE_MHZ))
-        x = np.where(done | stay, x,
-                     np.where(newton, nxt, np.where(bottom, f_lo, 0.5 * (lo + hi))))
-        done |= conv
-    else:
-        bad = np.flatnonzero(~done)
-        if (lo[bad] > f_lo).any():     # a bracket that was not one: again from f_lo up
-            again = _cap_roots(np.full(len(bad), f_lo), hi[bad], hi[bad], f_lo, c.take(bad),
-                               f_max, params)
-            for keep, new in zip((x, xe, pe, te, dpe, dte), again, strict=True):
-                keep[bad] = new
-        else:
-            log.warning("power-cap solve: %d kernel/config groups not converged in 60 steps",
-                        len(bad))
-    return x, xe, pe, te, dpe, dte
-
-
-def _settle(flat: np.ndarray, p_fast: np.ndarray, rows: _Rows, ct: ConfigTerms,
-            f_max: float, params: DeviceParams, f_min: float, iters: int, t_flat: np.ndarray,
-            e_flat: np.ndarray, capped_rows: np.ndarray) -> None:
-    """Cells ``flat`` (increasing indices into the flattened table) whose power by the tabulated
-    path, ``p_fast``, is near or over the limit — all such cells of the rows they are in —:
-    decide them in float64, solve the cap of those over it, write their time and energy and
-    count them per row into ``capped_rows``."""
-    limit = params.power_limit_w
-    c_n = len(ct.f_mhz)
-    row = ((flat + 0.5) * (1.0 / c_n)).astype(np.intp)   # flat // c_n, without integer division
-    col = flat - row * c_n
-    near = np.flatnonzero(p_fast <= limit * (1.0 + BAND))
-    if len(near):
-        r, c = row[near], col[near]
-        pw, t = _state(ct.f_mhz[c], _Cells.of(rows, r, ct, c, params), f_max, params,
-                       slopes=False)
-        under = pw <= limit
-        t_flat[flat[near[under]]] = t[under]
-        e_flat[flat[near[under]]] = (pw * t)[under]
-        if under.any():
-            keep = np.ones(len(row), bool)
-            keep[near[under]] = False
-            flat, row, col, p_fast = flat[keep], row[keep], col[keep], p_fast[keep]
-    if not len(row):
-        return
-    # runs of one kernel and one config group (configs listed group by group keep row-major
-    # cells sorted; otherwise sort them)
-    key = row * (int(ct.group.max()) + 1) + ct.group[col]
-    if not np.all(key[1:] >= key[:-1]):
-        order = np.argsort(key, kind="stable")
-        flat, row, col, p_fast, key = (a[order] for a in (flat, row, col, p_fast, key))
-    starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
-    counts = np.diff(np.append(starts, len(key)))
-    f_req = ct.f_mhz[col]
-    # the root lies below the lowest capped clock of the run and above the next lower clock of
-    # its group (uncapped: not in the run), if that is above f_min
-    hi = np.minimum.reduceat(f_req, starts)
-    lo = np.maximum(np.minimum.reduceat(ct.below[col], starts), f_min)
-    pairs = _Cells.of(rows, row[starts], ct, col[starts], params)
-    # first guess: the clock where the dynamic power, scaled as V(f)²·f from the lowest capped
-    # clock (power p_hi there), meets the limit
-    p_hi = np.minimum.reduceat(p_fast, starts)
-    dyn_grid = params.vf.dynamic_scale(DYN_GRID_MHZ)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        want = params.vf.dynamic_scale(hi) * (limit - pairs.static_w) / (p_hi - pairs.static_w)
-    x0 = np.interp(want, dyn_grid, DYN_GRID_MHZ)
-    # a block of pairs at a time: the solve's temporaries stay in cache
-    f0, xe, p0, t0, dp0, dt0 = (np.concatenate(a) for a in zip(*(
-        _cap_roots(lo[b:b + ROOT_BLOCK], hi[b:b + ROOT_BLOCK], x0[b:b + ROOT_BLOCK], f_min,
-                   pairs.take(slice(b, b + ROOT_BLOCK)), f_max, params)
-        for b in range(0, len(starts), ROOT_BLOCK)), strict=True))
-    # the bisection of kernel_time_energy on [f_min, f_req] returns the highest point of its
-    # grid at or below the root: f_min itself when even f_min is over the limit, or when
-    # f_req <= f_min
-    step = (f_req - f_min) / 2.0 ** iters
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.where(step > 0, (np.repeat(f0, counts) - f_min) / step, 0.0)
-    d = f_min + np.clip(np.floor(q), 0, 2 ** iters - 1) * step - np.repeat(xe, counts)
-    t = np.repeat(t0, counts) + np.repeat(dt0, counts) * d
-    t_flat[flat] = t
-    e_flat[flat] = (np.repeat(p0, counts) + np.repeat(dp0, counts) * d) * t
-    first = int(row.min())
-    capped_rows[first:int(row.max()) + 1] += np.bincount(row - first)
-
-
 def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
                params: DeviceParams, time_out: np.ndarray, energy_out: np.ndarray,
                f_min: float | None = None, iters: int = 22, chunk_cells: int = 1 << 15
@@ -351,8 +168,9 @@ def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
         f_min: lowest core clock the cap may push to (default 20 % of ``f_max``).
         iters: the bisection steps of :func:`~.kernel.kernel_time_energy` whose capped clock is
             reproduced (grid ``(f_req - f_min)/2^iters``).
-        chunk_cells: cells modeled at a time (temporaries: 4 float64 and 1 index arrays of
-            that size, 1.25 MiB at the default; the result does not depend on it).
+        chunk_cells: cells modeled at a time (its near-limit cells are then settled while
+            its rows are in cache; buffers: 1 float64 and 1 index array of that size, 0.5 MiB
+            at the default; the result does not depend on it).
 
     Returns:
         Power-capped cells per kernel row, shape (R,).
@@ -364,75 +182,40 @@ def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
                                             and energy_out.flags.c_contiguous):
         return _fill_reference(keys, ct, f_max, m_max, params, time_out, energy_out, f_min,
                                iters, chunk_cells)
+    from .cells_kernel import fill_rows, settle_rows, vf_terms  # numba: compiled on first use
+
     rows = _rows(keys)
     uniform = bool(np.all(rows.act == 1.0))
     per = max(1, min(n, int(chunk_cells) // max(c_n, 1)))
-    fr, mr = ct.core_ratio[None, :], ct.mem_ratio[None, :]
-    s_base = (ct.static_w + ct.core_base_w)[None, :]
-    static, core_base = ct.static_w[None, :], ct.core_base_w[None, :]
-    core_util, mem_util = ct.core_util_w[None, :], ct.mem_util_w[None, :]
-    near_limit = params.power_limit_w * (1.0 - BAND)
+    limit = params.power_limit_w
     g_tab, g_step = smooth_max_table(params.overlap_p)
     n_tab = float(len(g_tab) - 1)
     g_line = g_tab - np.arange(len(g_tab)) * g_step        # interval i: g = g_line[i] + u·g_step[i]
-    a_b, b_b, c_b, w_b = (np.empty((per, c_n)) for _ in range(4))
-    i_b = np.empty((per, c_n), np.intp)
-    t_flat, e_flat = time_out.reshape(-1), energy_out.reshape(-1)
-    pending: list[tuple[np.ndarray, np.ndarray]] = []
-    n_pending = 0
-    ov = params.launch_overhead_s
+    vf = params.vf
+    model = np.array([f_max, params.overlap_p, params.launch_overhead_s, params.core_base_frac])
+    vf_t = vf_terms(vf.knee_mhz, vf.v_min, vf.max_mhz, vf.smooth_mhz)
+    core_w = params.core_dyn_w * ct.gov
+    static_base = ct.static_w + ct.core_base_w
+    dyn_grid = vf.dynamic_scale(DYN_GRID_MHZ)
+    hot_cell = np.empty(per * c_n, np.int64)
+    hot_power = np.empty(per * c_n)
+    n_bad = 0
     for lo in range(0, n, per):
-        r = min(per, n - lo)
-        a, b, c, i, w = a_b[:r], b_b[:r], c_b[:r], i_b[:r], w_b[:r]
-        t, e = time_out[lo:lo + r], energy_out[lo:lo + r]
-        np.multiply(rows.tc[lo:lo + r, None], fr, out=a)      # tc
-        np.multiply(rows.a[lo:lo + r, None], mr, out=b)
-        np.multiply(rows.b[lo:lo + r, None], fr, out=c)
-        np.add(b, c, out=b)                                   # tm
-        np.multiply(b, mem_util, out=e)
-        np.multiply(a, core_util, out=c)
-        np.add(e, c, out=e)                                   # core_util·tc + mem_util·tm
-        np.maximum(a, b, out=c)                               # big
-        np.minimum(a, b, out=a)
-        np.divide(a, c, out=a)                                # s = small/big in [0, 1]
-        np.multiply(a, n_tab, out=a)                          # u = N·s
-        np.copyto(i, a, casting="unsafe")                     # its interval (floor: u >= 0)
-        np.take(g_step, i, out=w, mode="clip")               # (i <= N: clip never clips)
-        np.multiply(a, w, out=a)
-        np.take(g_line, i, out=w, mode="clip")
-        np.add(a, w, out=a)                                   # g(s) = (1 + s^p)^(1/p)
-        np.multiply(a, c, out=a)                              # body = big·g(s)
-        np.add(a, ov, out=t)
-        if uniform:
-            np.multiply(t, s_base, out=a)
-            np.add(e, a, out=e)
-        else:
-            np.multiply(t, core_base, out=a)
-            np.add(e, a, out=e)
-            np.multiply(e, rows.act[lo:lo + r, None], out=e)
-            np.multiply(t, static, out=a)
-            np.add(e, a, out=e)
-        x = a
-        np.multiply(t, near_limit, out=x)
-        hot = np.greater(e, x)
-        if hot.any():
-            idx = np.flatnonzero(hot)
-            p_fast = e.reshape(-1)[idx] / t.reshape(-1)[idx]       # from the chunk, in cache
-            idx += lo * c_n
-            pending.append((idx, p_fast))
-            n_pending += len(idx)
-            if n_pending >= BATCH_CELLS:
-                _settle(*_joined(pending), rows, ct, f_max, params, f_min, iters, t_flat,
-                        e_flat, capped_rows)
-                pending, n_pending = [], 0
-    if pending:
-        _settle(*_joined(pending), rows, ct, f_max, params, f_min, iters, t_flat, e_flat,
-                capped_rows)
+        hi = min(n, lo + per)
+        n_hot = fill_rows(rows.tc, rows.a, rows.b, rows.act, lo, hi, ct.core_ratio,
+                          ct.mem_ratio, ct.core_util_w, ct.mem_util_w, ct.static_w,
+                          ct.core_base_w, static_base, uniform, g_line, g_step, n_tab,
+                          float(params.launch_overhead_s), limit * (1.0 - BAND), time_out,
+                          energy_out, hot_cell, hot_power)
+        if n_hot:      # the chunk's rows are still in cache
+            n_bad += settle_rows(hot_cell[:n_hot], hot_power[:n_hot], lo, rows.tc, rows.a,
+                                 rows.b, rows.act, ct.f_mhz, ct.mem_ratio, ct.static_w,
+                                 ct.mem_util_w, core_w, ct.group, ct.below, f_min, iters,
+                                 limit, BAND, model, vf_t, dyn_grid, DYN_GRID_MHZ,
+                                 NEWTON_DONE_MHZ, time_out, energy_out, capped_rows)
+    if n_bad:
+        log.warning("power-cap solve: %d kernel/config groups not converged in 60 steps", n_bad)
     return capped_rows
-
-
-def _joined(pending: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    return (np.concatenate([i for i, _ in pending]), np.concatenate([p for _, p in pending]))
 
 
 def _fill_reference(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
