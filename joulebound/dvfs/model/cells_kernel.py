@@ -2,10 +2,11 @@
 model's uncapped time (s) and energy (J) of a block of kernel rows at every configuration.
 
 Per cell the model is two dozen flops and one read of the smooth-maximum table. As numpy
-ufuncs over a chunk that is two dozen passes over the chunk's temporaries plus two gathers
-(~28 ns a cell on one core); compiled with numba it is one pass that writes each cell once
-(~13 ns a cell), which is most of ``characterize`` on a profiled trace of distinct kernels
-(10^6 kernels × 524 configurations). The arithmetic is the numpy path's, operation for
+ufuncs over a chunk that is two dozen passes over the chunk's temporaries plus two gathers;
+compiled with numba it is one pass that writes each cell once, and the power cap of the few
+cells over the limit is solved per kernel right after its row (measured on one core, GPT-3-XL
+distinct kernels × 524 configurations: ~33 ns a cell as numpy, ~15 compiled, cap solve
+included), which is most of ``characterize`` on a profiled trace of distinct kernels. The arithmetic is the numpy path's, operation for
 operation and in the same order (no fast-math, no fused multiply-add), so the table is the
 same bit for bit.
 
