@@ -225,10 +225,11 @@ def useful_columns(t: np.ndarray, e: np.ndarray, max_work: float = 3e8) -> np.nd
 
 
 def _totals(t: np.ndarray, e: np.ndarray, choice: np.ndarray, sw_e: float,
-            sw_t: float) -> tuple[float, float, int]:
-    """(time s, energy J, switches) of ``choice`` (columns of ``t``/``e``, one per kernel)."""
+            sw_t: float, cyclic: bool = False) -> tuple[float, float, int]:
+    """(time s, energy J, switches) of ``choice`` (columns of ``t``/``e``, one per kernel);
+    ``cyclic``: the plan repeats, so a last phase unlike the first switches back to it."""
     rows = np.arange(len(choice))
-    n_sw = int(np.count_nonzero(np.diff(choice)))
+    n_sw = int(np.count_nonzero(np.diff(choice))) + int(cyclic and choice[0] != choice[-1])
     return (float(t[rows, choice].sum()) + n_sw * sw_t,
             float(e[rows, choice].sum()) + n_sw * sw_e, n_sw)
 
@@ -255,11 +256,38 @@ def _boundaries(choice: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.flatnonzero(np.diff(choice)) + 1, [len(choice)]])
 
 
+def lengthen_first_phase(t: np.ndarray, choice: np.ndarray, dwell_s: float,
+                         columns: np.ndarray | None = None) -> np.ndarray:
+    """``choice`` (indexing ``columns`` of ``t``) with a first phase shorter than ``dwell_s`` (s)
+    given the second phase's configuration, which it then joins.
+
+    A training loop repeats the plan every iteration, so a controller also switches back to the
+    first phase's clocks at the iteration boundary; that switch lands on time only if the first
+    phase, like every other, lasts the dwell. The DP needs no dwell of the first phase (it plans
+    one iteration on its own), and may keep a short one; joined to the second phase it lasts at
+    least as long as the second, which meets the dwell.
+    """
+    sel = np.arange(t.shape[1]) if columns is None else np.asarray(columns, np.int64)
+    b = _boundaries(choice)
+    if len(b) <= 2:
+        return choice
+    end = int(b[1])
+    if float(t[:end, sel[choice[0]]].sum()) >= dwell_s:
+        return choice
+    out = choice.copy()
+    out[:end] = choice[end]
+    return out
+
+
 def phase_repair(t: np.ndarray, e: np.ndarray, choice: np.ndarray, budget: float, dwell_s: float,
                  sw_e: float = 0.0, sw_t: float = 0.0, rounds: int = 50, *,
                  columns: np.ndarray | None = None,
-                 prefix: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+                 prefix: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                 cyclic: bool = False) -> np.ndarray:
     """Move whole phases to configurations that save energy while time slack and dwell allow.
+
+    ``cyclic``: the plan repeats every iteration (the first phase must last the dwell too, and
+    a last phase unlike the first is followed by a switch back to it).
 
     ``choice`` indexes ``columns`` of ``t``/``e`` (default: all columns); so does the result.
     A phase is only ever moved whole, so phases merge but never split: sums of ``t``/``e`` are
@@ -281,7 +309,8 @@ def phase_repair(t: np.ndarray, e: np.ndarray, choice: np.ndarray, budget: float
     a = _boundaries(choice)[:-1]                                 # phase starts
     cur = choice[a]
     for _ in range(rounds):
-        n_sw = len(a) - 1                        # == _totals(t, e, sel[choice], ...), O(K) sums
+        # == _totals(t, e, sel[choice], ..., cyclic), from O(K) sums
+        n_sw = len(a) - 1 + int(cyclic and cur[0] != cur[-1])
         tot_t, tot_e = float(tg.sum()) + n_sw * sw_t, float(eg.sum()) + n_sw * sw_e
         slack = budget - tot_t
         b = np.concatenate([a[1:], [k_n]])
@@ -290,18 +319,20 @@ def phase_repair(t: np.ndarray, e: np.ndarray, choice: np.ndarray, budget: float
         ep = pe[ib] - pe[ia]
         n_p = len(a)
         rows = np.arange(n_p)
-        prev_c = np.concatenate([[-1], cur[:-1]])
-        next_c = np.concatenate([cur[1:], [-1]])
+        wrap = cyclic and n_p > 1                # phase 0 follows the last one
+        prev_c = np.concatenate([[cur[-1] if wrap else -1], cur[:-1]])
+        next_c = np.concatenate([cur[1:], [cur[0] if wrap else -1]])
         cfg = np.arange(c_n)[None, :]
         # switches around phase p before/after the change
-        before = (prev_c >= 0).astype(int) + (next_c >= 0).astype(int)
+        before = ((prev_c >= 0) & (prev_c != cur)).astype(int) + \
+                 ((next_c >= 0) & (next_c != cur)).astype(int)
         after = ((prev_c[:, None] >= 0) & (prev_c[:, None] != cfg)).astype(int) + \
                 ((next_c[:, None] >= 0) & (next_c[:, None] != cfg)).astype(int)
         d_sw = after - before[:, None]
         d_t = tp - tp[rows, cur][:, None] + d_sw * sw_t
         d_e = ep - ep[rows, cur][:, None] + d_sw * sw_e
         ok = (d_t <= slack) & (d_e < -1e-15 * max(abs(tot_e), 1.0))
-        ok[1:] &= tp[1:] >= dwell_s
+        ok[0 if cyclic else 1:] &= tp[0 if cyclic else 1:] >= dwell_s
         ok[rows, cur] = False
         if not ok.any():
             break
@@ -320,18 +351,24 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
                       switch_latency_s: float = 0.0, min_dwell_s: float = 0.0,
                       switch_energy_j: float = 0.0, switch_time_s: float = 0.0,
                       allow_auto: bool = True, n_lambda: int = 12, rounds: int = 2,
-                      repair: bool = True, dp_columns: int = 0) -> Plan:
+                      repair: bool = True, dp_columns: int = 0, cyclic: bool = True) -> Plan:
     """Least-energy phases within ``(1 + slowdown) · T_auto`` under switch latency and dwell.
 
     Args:
         char: time (s) / energy (J) per kernel × configuration, rows in execution order.
         slowdown: allowed slowdown ε (0.01 = 1 %).
-        switch_latency_s: clock-switch latency L (s); phases after the first last >= L.
+        switch_latency_s: clock-switch latency L (s); every phase lasts >= L (with
+            ``cyclic=False``, every phase after the first).
         min_dwell_s: an extra minimum phase duration (s); the rule uses max(L, min_dwell_s).
         switch_energy_j / switch_time_s: energy (J) and stall (s) charged per switch.
         n_lambda, rounds: multipliers per DP pass and refinement passes of the λ search.
         dp_columns: at most this many configurations as DP states (evenly spaced over the useful
             ones; 0: all); the phase repair then considers every useful configuration.
+        cyclic: the plan is repeated every iteration, as a training loop runs it (the default):
+            the first phase lasts the dwell too, so that the switch back to its clocks at the
+            iteration boundary lands on time, and that switch, when the last phase's clocks
+            differ, is charged and counted (``meta["n_switches"]`` is per iteration).
+            ``False`` plans one iteration on its own.
 
     Returns:
         A :class:`Plan` with ``granularity="phase"``; predicted totals include switch costs;
@@ -342,7 +379,7 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
     tb, eb = baseline_totals(char)
     budget = (1.0 + slowdown) * tb * (1.0 + REL_TOL)
     base_meta = {"min_dwell_s": dwell, "switch_energy_j": switch_energy_j,
-                 "switch_time_s": switch_time_s}
+                 "switch_time_s": switch_time_s, "cyclic": cyclic}
     if dwell == 0 and switch_energy_j == 0 and switch_time_s == 0:
         plan = solve(char, objective="relaxed" if slowdown else "waste", slowdown=slowdown,
                      allow_auto=allow_auto)
@@ -392,7 +429,9 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
         ch = sub[ch]
         passes += 1
         for lam, c in zip(lams, ch, strict=True):
-            tt, ee, _ = _totals(t, e, cols[c], switch_energy_j, switch_time_s)
+            if cyclic:
+                c = lengthen_first_phase(t, c, dwell * (1 + 1e-9), cols)
+            tt, ee, _ = _totals(t, e, cols[c], switch_energy_j, switch_time_s, cyclic)
             if tt <= budget:
                 hi = min(hi, lam)
                 found.append((ee, c))
@@ -409,11 +448,11 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
         at = np.unique(np.concatenate([_boundaries(c) for c in candidates]))
         prefix = (at, _prefix_at(t, cols, at), _prefix_at(e, cols, at))
         candidates = [phase_repair(t, e, c, budget, dwell * (1 + 1e-9), switch_energy_j,
-                                   switch_time_s, columns=cols, prefix=prefix)
+                                   switch_time_s, columns=cols, prefix=prefix, cyclic=cyclic)
                       for c in candidates]
     best = min(candidates, key=lambda c: _totals(t, e, cols[c], switch_energy_j,
-                                                 switch_time_s)[1])
-    tt, ee, n_sw = _totals(t, e, cols[best], switch_energy_j, switch_time_s)
+                                                 switch_time_s, cyclic)[1])
+    tt, ee, n_sw = _totals(t, e, cols[best], switch_energy_j, switch_time_s, cyclic)
     choice = cols[best]
     prov = plan_provenance(char, choice)
     return Plan(device=char.device, kernel_names=list(char.kernel_names),
