@@ -39,6 +39,20 @@ def test_lookahead_switches_latency_early_and_wraps():
     assert lookahead_commands(np.array([0, 1, 2, 0]), t, 1.0).tolist() == [1, 2, 0, 0]
 
 
+def test_lookahead_keeps_a_phase_that_lasts_the_latency_despite_dispatch_rounding():
+    """Phase 1 (ops 2-3, 2.5 s) lasts the 2.4 s latency, but switches are issued at op
+    dispatches: the switch into it is issued at op 5 of the iteration before (5.5 s) and the
+    one back is due at op 1 (7.5 s), 2.0 s later, before the first has landed. The phase is
+    kept and the switch back waits: issued at op 2 (8.5 s), it lands at 10.9 s, before op 4
+    (11 s), so ops 2 and 3 run at their clocks (the rule that dropped such a phase lost it)."""
+    choice = np.array([0, 0, 1, 1, 0, 0])
+    t = np.array([1.0, 1.0, 0.5, 2.0, 1.0, 1.0])
+    assert lookahead_commands(choice, t, 2.4).tolist() == [1, 1, 0, 0, 0, 1]
+    # the same phase 0.2 s shorter than the latency is still skipped over
+    t2 = np.array([1.0, 1.0, 0.3, 1.9, 1.0, 1.0])
+    assert lookahead_commands(choice, t2, 2.4).tolist() == [0] * 6
+
+
 def _plan(names, choice):
     return Plan(device="test", kernel_names=names, configs=[AUTO, A, B], choice=choice)
 
