@@ -25,8 +25,10 @@ slack remains. The iteration-level plan (one phase) is always a candidate, so th
 worse than it. With no switch costs and no dwell (``L = 0``) the problem is exactly the
 switch-free knapsack and :func:`~joulebound.dvfs.solve.solve` answers it.
 
-Limitation: one iteration is planned in isolation (its first phase needs no dwell; a switch back
-to the first phase's clocks at the next iteration is not charged).
+Plans repeat every iteration (``cyclic``, the default): the first phase must last ``D`` too and
+the switch back to it at the iteration boundary is charged. The DP plans one iteration with a
+free first phase; a first phase shorter than ``D`` is joined to the second afterwards
+(:func:`lengthen_first_phase`), not optimised jointly.
 """
 
 from __future__ import annotations
