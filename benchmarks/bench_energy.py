@@ -66,6 +66,18 @@ def _pair_cpu(begin, end, n: int = 2000, repeats: int = 7) -> tuple[float, float
     return float(np.median(reps)), min(reps), max(reps)
 
 
+def _read_jb(res) -> float:
+    """What a user reads of every window, as for :func:`_read_zeus`: total energy (J) and
+    duration (s)."""
+    return res.energy_j + res.duration_s
+
+
+def _read_zeus(res) -> float:
+    """Zeus's ``Measurement``: ``total_energy`` (J, summed over GPUs when first read) and
+    ``time`` (s)."""
+    return res.total_energy + res.time
+
+
 def _peer_rows() -> tuple[list[tuple[str, tuple[float, float, float] | str]], dict[int, float]]:
     """joulebound and Zeus (1 and 8 GPUs) and CodeCarbon (tasks), in this run, same fake NVML.
 
@@ -81,14 +93,14 @@ def _peer_rows() -> tuple[list[tuple[str, tuple[float, float, float] | str]], di
     for n in (1, 8):
         m = EnergyMeter("nvml", gpus=list(range(n)), interval_s=0)
         jb_pair = (lambda m=m: m.begin_window("w", sync=False),
-                   lambda m=m: (m.end_window("w", sync=False), m.results.clear()))
+                   lambda m=m: (_read_jb(m.end_window("w", sync=False)), m.results.clear()))
         try:
             logging.getLogger("zeus").setLevel(logging.ERROR)
             from zeus.monitor import ZeusMonitor
 
             z = ZeusMonitor(gpu_indices=list(range(n)), cpu_indices=[], approx_instant_energy=False)
             z_pair = (lambda z=z: z.begin_window("w", sync_execution=False),
-                      lambda z=z: z.end_window("w", sync_execution=False))
+                      lambda z=z: _read_zeus(z.end_window("w", sync_execution=False)))
         except Exception as exc:  # noqa: BLE001 - a peer missing is reported, not fatal
             rows.append((f"joulebound EnergyMeter, {n} GPU(s), sync off", _pair_cpu(*jb_pair)))
             rows.append((f"Zeus, {n} GPU(s)", f"not measured ({type(exc).__name__}: {exc})"))

@@ -36,6 +36,7 @@ Pure state, no I/O: the sampler feeds it under its lock.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import astuple, dataclass
 
 
@@ -86,7 +87,8 @@ class CounterTrack:
     """
 
     __slots__ = ("period", "e_cur", "t_step", "half_bracket", "t_read", "power_w",
-                 "integral_at_read", "_steps", "_v_last", "n_steps", "_rate", "_rho")
+                 "integral_at_read", "_steps", "_v_last", "n_steps", "_slope", "_rate", "_rho",
+                 "_p")
 
     def __init__(self, period_s: float | None, steps_for_rate: int = 3) -> None:
         self.period = float(period_s) if period_s else 0.0
@@ -97,25 +99,23 @@ class CounterTrack:
         self.power_w: float | None = None   # latest power reading (W)
         self.integral_at_read: float | None = None   # power integral at the latest reading (J)
         self._steps: deque[tuple[float, float]] = deque(maxlen=max(2, steps_for_rate))
-        self._v_last: float | None = None
+        self._v_last = float("-inf")        # the last edge value (the clamp's floor, J)
         self.n_steps = 0
+        self._slope: float | None = None    # over the recent steps (W), None before two
         self._rate = 0.0                    # rate_w(), kept current (W)
         self._rho = 0.0                     # max(rate, power reading): the error-bound rate (W)
+        self._p = 0.0                       # the power reading, 0 before one (W)
 
     @property
     def has_rate(self) -> bool:
         """True once the rate is known (two steps, or a power reading)."""
         return len(self._steps) >= 2 or self.power_w is not None
 
-    def _update_rate(self) -> None:
-        """Recompute the cached rate after a step or a power reading."""
-        r = self.power_w or 0.0
-        if len(self._steps) >= 2:
-            (t0, e0), (t1, e1) = self._steps[0], self._steps[-1]
-            if t1 > t0:
-                r = max((e1 - e0) / (t1 - t0), 0.0)
+    def _set_power(self, power_w: float) -> None:
+        """A power reading (W): the rate until two steps are seen, and the error-bound rate."""
+        p = self.power_w = self._p = float(power_w)
+        r = p if self._slope is None else self._slope
         self._rate = r
-        p = self.power_w or 0.0
         self._rho = r if r >= p else p
 
     def observe(self, t: float, energy_j: float | None, power_w: float | None = None,
@@ -123,8 +123,7 @@ class CounterTrack:
         """One reading at ``t`` (s): the counter (J) and/or a power value (W)."""
         if energy_j is None:
             if power_w is not None:
-                self.power_w = float(power_w)
-                self._update_rate()
+                self._set_power(power_w)
             return
         v_last = self._v_last        # a plain observation does not advance the edge clamp
         self.observe_edge_values(t, energy_j, power_w, integral_j, t)
@@ -139,52 +138,14 @@ class CounterTrack:
     def observe_edge_values(self, t: float, energy_j: float, power_w: float | None,
                             integral_j: float | None, t_edge: float
                             ) -> tuple[float, float, bool, int, float, float]:
-        """:meth:`observe_edge` as a plain tuple in :class:`EdgeValue`'s field order. The one
-        implementation of a reading and of the estimate (:meth:`observe` and :meth:`edge` use it),
-        written out in one function: the energy meter calls it per channel at every edge."""
+        """:meth:`observe_edge` as a plain tuple in :class:`EdgeValue`'s field order
+        (:func:`observe_counters` of this one track, after the power reading if any)."""
         if power_w is not None:
-            self.power_w = float(power_w)
-            self._update_rate()
-        t_read = self.t_read
-        if t_read is not None and t < t_read:
-            t = t_read                  # reads may be stamped slightly out of order
-        e = float(energy_j)
-        e_cur = self.e_cur
-        period = self.period
-        if e_cur is None:               # the first reading: its step half a period before
-            self.half_bracket = period / 2
-            self.t_step = t - self.half_bracket
-            self.e_cur = e_cur = e
-        elif e > e_cur:                 # a step, placed in the middle of its bracket
-            bracket = t - t_read if t_read is not None else period
-            if period and bracket > period:
-                bracket = period
-            self.half_bracket = half = bracket / 2
-            self.t_step = ts = t - half
-            self.e_cur = e_cur = e
-            self._steps.append((ts, e))
-            self.n_steps += 1
-            self._update_rate()
-        self.t_read = t
+            self._set_power(power_w)
+        out = observe_counters((self,), t, (float(energy_j),), t_edge)[0]
         if integral_j is not None:
             self.integral_at_read = integral_j
-        v_last = self._v_last
-        if not period:
-            v = e_cur if v_last is None or e_cur >= v_last else v_last
-            self._v_last = v
-            return (v, v - e_cur, v != e_cur, self.n_steps, 0.0, v - e_cur)
-        span = t_edge - self.t_step
-        if span < 0.0:
-            span = 0.0
-        elif span > period:
-            span = period
-        est = e_cur + self._rate * span
-        v = est if v_last is None or est >= v_last else v_last
-        self._v_last = v
-        rho = self._rho
-        d = v - e_cur
-        return (v, rho * (self.half_bracket + span) + (v - est), d > 1e-12 or d < -1e-12,
-                self.n_steps, rho, v - est)
+        return out
 
     def rate_w(self) -> float:
         """Recent rate of the counter (W): slope over the last steps, else the power reading."""
@@ -196,3 +157,70 @@ class CounterTrack:
         if self.e_cur is None:
             return None
         return EdgeValue(*self.observe_edge_values(self.t_read, self.e_cur, None, None, t))
+
+
+def observe_counters(tracks: Sequence[CounterTrack], t: float, energies: Sequence[float],
+                     t_edge: float) -> list[tuple[float, float, bool, int, float, float]]:
+    """One counter reading per track at ``t`` (s), ``energies[k]`` (J, a float) for
+    ``tracks[k]``, and each track's estimate at ``t_edge`` (s) as an :class:`EdgeValue` field
+    tuple.
+
+    The one implementation of a reading and of the estimate (:meth:`CounterTrack.observe`,
+    :meth:`~CounterTrack.observe_edge` and :meth:`~CounterTrack.edge` use it), written out in one
+    loop over the tracks: the energy meter calls it once per window edge for all its channels.
+    (The rate is the slope over the recent steps: with one step, ``_steps[0]`` is that step,
+    no slope, and the power reading is the rate.)"""
+    out = []
+    for tr, e in zip(tracks, energies, strict=True):
+        e_cur = tr.e_cur
+        period = tr.period
+        if e_cur is None:                       # the first reading: its step half a period before
+            tt = t
+            tr.half_bracket = half = period / 2
+            tr.t_step = ts = tt - half
+            tr.e_cur = e_cur = e
+            n_steps, rate, rho = tr.n_steps, tr._rate, tr._rho
+        else:
+            t_read = tr.t_read
+            tt = t_read if t < t_read else t    # reads may be stamped slightly out of order
+            if e > e_cur:                       # a step, placed in the middle of its bracket
+                bracket = tt - t_read
+                if period and bracket > period:
+                    bracket = period
+                tr.half_bracket = half = bracket / 2
+                tr.t_step = ts = tt - half
+                tr.e_cur = e_cur = e
+                steps = tr._steps
+                steps.append((ts, e))
+                tr.n_steps = n_steps = tr.n_steps + 1
+                p = tr._p
+                t0, e0 = steps[0]
+                if ts > t0:                     # steps only go up: the slope is > 0
+                    tr._slope = rate = (e - e0) / (ts - t0)
+                else:
+                    tr._slope = None
+                    rate = p
+                tr._rate = rate
+                tr._rho = rho = rate if rate >= p else p
+            else:
+                ts, half, n_steps, rate, rho = (tr.t_step, tr.half_bracket, tr.n_steps, tr._rate,
+                                                tr._rho)
+        tr.t_read = tt
+        v_last = tr._v_last
+        if period:
+            span = t_edge - ts
+            if span < 0.0:
+                span = 0.0
+            elif span > period:
+                span = period
+            est = e_cur + rate * span
+            v = est if est >= v_last else v_last
+            tr._v_last = v
+            clamp = v - est
+            out.append((v, rho * (half + span) + clamp, abs(v - e_cur) > 1e-12, n_steps, rho,
+                        clamp))
+        else:                                   # a continuous counter: its readings as they are
+            v = e_cur if e_cur >= v_last else v_last
+            tr._v_last = v
+            out.append((v, v - e_cur, v != e_cur, n_steps, 0.0, v - e_cur))
+    return out
