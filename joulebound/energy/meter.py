@@ -57,9 +57,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import JouleboundError, did_you_mean
 from .base import Backend, NoneBackend
-from .counter import uncertainty_of
+from .counter import Edge, edge_uncertainty, uncertainty_of
 from .results import Deferred, DeviceEnergy, WindowResult, window_result
-from .sampler import EdgeTuple, PowerEdge, Sample, Sampler, readings_between
+from .sampler import PowerEdge, Sample, Sampler, readings_between
 from .status import FAILED, FINISHED, from_exception
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -408,7 +408,7 @@ class EnergyMeter:
         hint = did_you_mean(name, choices) if choices else " No window is open."
         return JouleboundError(f"no open window named {name!r}.{hint}")
 
-    def _power_fallback(self, k: int, st: _Open, v0: EdgeTuple | None, t1: float, dur: float,
+    def _power_fallback(self, k: int, st: _Open, v0: Edge | None, t1: float, dur: float,
                         end: tuple[Any, ...], flags: list[str]
                         ) -> tuple[float | None, float | None, str, int]:
         """Channel ``k`` (position) metered by power over the window: ``(energy, uncertainty,
@@ -456,7 +456,7 @@ class EnergyMeter:
                 if "not_stored" not in res.flags:
                     res.flags.append("not_stored")
 
-    def _power_energy(self, i: int, st: _Open, v0: EdgeTuple | None, t1: float, dur: float,
+    def _power_energy(self, i: int, st: _Open, v0: Edge | None, t1: float, dur: float,
                       flags: list[str]) -> tuple[float | None, float | None]:
         """Energy of channel ``i`` over the window from the power integral, with its unmeasured
         part as the uncertainty; ``None`` when it is mostly unmeasured or there is no reading.
@@ -487,7 +487,7 @@ class EnergyMeter:
             # the counter worked until t_read: counter up to there, power after
             energy = max(track.e_cur - v0[0], 0.0) + \
                 max(p1.integral_j - track.integral_at_read, 0.0)   # type: ignore[operator]
-            unc += v0[1] + track.rate_w() * (track.period or 0.0)
+            unc += edge_uncertainty(v0) + track.rate_w() * (track.period or 0.0)
         elif not p0.has_reading:       # no reading before the first one inside the window
             first = sampler.first_power_t(i)
             if first is not None and first > t0:
@@ -550,6 +550,8 @@ def _devices(res: WindowResult, chan_info: list[tuple[Any, ...]], dur: float,
     :meth:`EnergyMeter.end_window` found them (``fallback``, by position); average and peak
     power (W) over the window's ``dur`` (s), and the readings in the window."""
     peaks = end[3]
+    same = start[1][4] is end[1][4]      # no reading but fast-path edges in between
+    n_fast = end[2] - start[2]
     out = []
     for k, ((i, uuid, index, source, kind, prov, _), v0, v1) in enumerate(
             zip(chan_info, start[0], end[0], strict=True)):
@@ -562,7 +564,7 @@ def _devices(res: WindowResult, chan_info: list[tuple[Any, ...]], dur: float,
             if energy < 0.0:
                 energy = 0.0
             unc = uncertainty_of(v0, v1, dur)
-            n = readings_between(start, end, i)
+            n = n_fast if same else readings_between(start, end, i)
         out.append(DeviceEnergy(uuid, index, energy,
                                 energy / dur if energy is not None and dur > 0 else None,
                                 peaks.get(i), source, kind, n, prov, unc))
@@ -571,7 +573,11 @@ def _devices(res: WindowResult, chan_info: list[tuple[Any, ...]], dur: float,
 
 def _gpu_uncertainty(res: WindowResult) -> float:
     """``res.energy_uncertainty_j``: the sum over its GPUs of their bounds (J)."""
-    return float(sum(d.uncertainty_j or 0.0 for d in res.devices if d.kind == "gpu"))
+    total = 0.0
+    for d in res.devices:
+        if d.kind == "gpu" and d.uncertainty_j:
+            total += d.uncertainty_j
+    return total
 
 
 #: the window's uncertainty, computed from its devices when first read

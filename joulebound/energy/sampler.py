@@ -20,14 +20,14 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 from .base import Backend
-from .counter import CounterTrack, observe_counters
+from .counter import CounterTrack, Edge, observe_counters
 
-#: the failure counts of a window that began with none anywhere (read-only, shared)
-_NO_FAILURES: Any = MappingProxyType({})
+#: the failure counts of a snapshot taken before any failure (shared: never modified; a plain
+#: dict, so a window's kept edges pickle)
+_NO_FAILURES: dict[int, int] = {}
 
 
 @dataclass(slots=True)
@@ -40,8 +40,6 @@ class Sample:
     energy_j: float | None
 
 
-#: a counter's estimate at a window edge: :class:`~joulebound.energy.counter.EdgeValue`'s fields
-EdgeTuple = tuple[float, float, bool, int, float, float]
 
 def readings_between(start: tuple[Any, ...], end: tuple[Any, ...], channel: int) -> int:
     """Readings of ``channel`` folded in between two window edges (:meth:`Sampler.window_edge`'s
@@ -118,7 +116,7 @@ class Sampler:
         #: readings folded in (power, counters, their counts) and failed reads
         self._version = 0
         self._snap: tuple[Any, ...] = (-1,)   # :meth:`_snapshot`, taken at ``_snap[0]``
-        self._integrals_version = -1   # _version when the fast path last set integral_at_read
+        self._fast_version = -1   # _version at the last fast-path edge (:meth:`_fast_changed`)
         #: the counter tracks in channel order when every channel has one (the fast path)
         self._fast_tracks = ([self.tracks[i] for i in self.channels]
                              if self.channels and len(self.tracks) == len(self.channels)
@@ -251,11 +249,11 @@ class Sampler:
             self._add_locked(samples)
 
     def _add_locked(self, samples: list[Sample], t_edge: float | None = None
-                    ) -> dict[int, EdgeTuple | None] | None:
+                    ) -> dict[int, Edge | None] | None:
         """:meth:`add` with the lock held. With ``t_edge`` (a window edge, s) it also returns
         the estimate at ``t_edge`` of each counter channel read in ``samples`` (``None`` where
         the read failed)."""
-        edges: dict[int, EdgeTuple | None] | None = None if t_edge is None else {}
+        edges: dict[int, Edge | None] | None = None if t_edge is None else {}
         tracks = self.tracks
         last = self._last
         integral = self.integral_j
@@ -274,8 +272,8 @@ class Sampler:
                 if edges is None:
                     track.observe(smp.t, smp.energy_j, p, integral_j=integ)
                 elif smp.energy_j is not None:   # observe, then the estimate at the edge
-                    edges[ch] = track.observe_edge_values(smp.t, smp.energy_j, p, integ,
-                                                          t_edge)  # type: ignore[arg-type]
+                    edges[ch] = track.observe_edge_raw(smp.t, smp.energy_j, p, integ,
+                                                       t_edge)  # type: ignore[arg-type]
                 else:
                     track.observe(smp.t, None, p, integral_j=integ)
                     edges[ch] = None
@@ -359,49 +357,49 @@ class Sampler:
 
         Returns ``(estimates, snapshot, fast edges)`` at a start (``start``; the window is
         watched from then on) and ``(estimates, snapshot, fast edges, peaks)`` at an end: the
-        counter estimates at ``t`` (:class:`~joulebound.energy.counter.EdgeValue` field tuples
-        in channel order, ``None`` where a channel has no counter or its read failed), the
+        counter estimates at ``t`` (:data:`~joulebound.energy.counter.Edge` s in channel
+        order, ``None`` where a channel has no counter or its read failed), the
         state then (:meth:`_snapshot`; the same object at both edges when nothing but
         fast-path edges happened in between), the fast path's edge count then, and the peak
         power per channel since the start (W)."""
         self._acquire()                # (cheaper than `with`, at every window edge)
         try:
             read = self._fast_read
-            energies = None
             if read is not None:
                 try:
                     energies = read(t)
                 except Exception:     # read again channel by channel, to record which failed
-                    energies = None
-            if energies is not None:
-                if self._version != self._integrals_version:
-                    self._set_integrals()
-                edges = observe_counters(self._fast_tracks, t, energies, t)  # type: ignore[arg-type]
-                self._fast_edges += 1
-                if self.sink is not None:
-                    self._pending.extend([Sample(t, i, None, e) for i, e in
-                                          zip(self.channels, energies, strict=True)])
-            else:
+                    read = None
+                else:
+                    if self._version != self._fast_version:
+                        self._fast_changed()
+                    edges = observe_counters(self._fast_tracks, t, energies, t)  # type: ignore[arg-type]
+                    self._fast_edges = n = self._fast_edges + 1
+                    if self.sink is not None:
+                        self._pending.extend([Sample(t, i, None, e) for i, e in
+                                              zip(self.channels, energies, strict=True)])
+                    snap = self._snap
+            if read is None:
                 got = self._add_locked(self._edge_samples(t), t)
                 edges = [got.get(i) for i in self.channels]  # type: ignore[union-attr]
-                if read is None and self._batch_read is not None and \
+                if self._fast_read is None and self._batch_read is not None and \
                         all(tr.has_rate for tr in self._fast_tracks):  # type: ignore[union-attr]
                     self._fast_read = self._batch_read
-            snap = self._snap
-            if snap[0] != self._version:
                 snap = self._snapshot()
+                n = self._fast_edges
             if start:
                 self._watch[name] = {}
-                return edges, snap, self._fast_edges
-            return edges, snap, self._fast_edges, self._watch.pop(name, None) or {}
+                return edges, snap, n
+            return edges, snap, n, self._watch.pop(name, None) or {}
         finally:
             self._release()
 
-    def _set_integrals(self) -> None:
-        """The power integral now as each track's integral at its reading (J; the fast path's
-        readings, for a counter lost later: it changes only with the state, so this is done
-        only after a change)."""
-        self._integrals_version = self._version
+    def _fast_changed(self) -> None:
+        """Before a fast-path edge after a change (under the lock): the snapshot taken again,
+        and the power integral now as each track's integral at its reading (J, for a counter
+        lost later; it changes only with the state, so this is done only after a change)."""
+        self._fast_version = self._version
+        self._snapshot()
         last, integral = self._last, self.integral_j
         for i, tr in zip(self.channels, self._fast_tracks or (), strict=True):
             if i in last:
