@@ -117,10 +117,10 @@ class Sampler:
         self._version = 0
         self._snap: tuple[Any, ...] = (-1,)   # :meth:`_snapshot`, taken at ``_snap[0]``
         self._fast_version = -1   # _version at the last fast-path edge (:meth:`_fast_changed`)
-        #: the counter tracks in channel order when every channel has one (the fast path)
+        #: the counter tracks in channel order when every channel has one (the fast path; also
+        #: with no channel at all: a time-only edge)
         self._fast_tracks = ([self.tracks[i] for i in self.channels]
-                             if self.channels and len(self.tracks) == len(self.channels)
-                             else None)
+                             if len(self.tracks) == len(self.channels) else None)
         #: every channel's counter read in one batched call (when every channel has one)
         self._batch_read: Callable[[float], list[float]] | None = (
             backend.energy_reader(self.channels) if self._fast_tracks is not None else None)
