@@ -174,8 +174,8 @@ class CounterTrack:
         any reading. Advances the non-decreasing clamp."""
         if self.e_cur is None:
             return None
-        return edge_value(self.observe_edge_raw(self.t_read, self.e_cur, None, None,  # type: ignore[arg-type]
-                                                t))
+        t_read: float = self.t_read  # type: ignore[assignment]
+        return edge_value(self.observe_edge_raw(t_read, self.e_cur, None, None, t))
 
 
 def observe_counters(tracks: Sequence[CounterTrack], t: float, energies: Sequence[float],

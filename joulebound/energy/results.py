@@ -1,8 +1,8 @@
 """Results of the energy meter: one device's energy in a window, and one finished window.
 
-Plain data (no behaviour beyond derived properties and :class:`Deferred` fields), shared by the meter
-(:mod:`~joulebound.energy.meter`), the store (:mod:`~joulebound.energy.store`), the multi-rank
-aggregation (:mod:`~joulebound.energy.distributed`) and the exporters.
+Plain data (no behaviour beyond derived properties and :class:`Deferred` fields), shared by the
+meter (:mod:`~joulebound.energy.meter`), the store (:mod:`~joulebound.energy.store`), the
+multi-rank aggregation (:mod:`~joulebound.energy.distributed`) and the exporters.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Memory stays O(channels x open windows) however long the run: per channel the sampler keeps a
 running trapezoid integral of power (J), the last reading, the energy counter's
 :class:`~joulebound.energy.counter.CounterTrack` and how many readings it folded in, and per
-*watched* (open) window the peak power. Samples are handed to a sink (the SQLite store) in batches, about every second.
-Timestamps are the meter's clock (s, epoch-aligned, monotonic).
+*watched* (open) window the peak power. Samples are handed to a sink (the SQLite store) in batches,
+about every second. Timestamps are the meter's clock (s, epoch-aligned, monotonic).
 
 Nothing is lost silently: every failed read is counted per channel (:attr:`Sampler.failures`) with
 its message, every sample the sink could not take is counted (:attr:`Sampler.samples_lost`), and
@@ -38,7 +38,6 @@ class Sample:
     channel: int
     power_w: float | None
     energy_j: float | None
-
 
 
 def readings_between(start: tuple[Any, ...], end: tuple[Any, ...], channel: int) -> int:
@@ -373,7 +372,8 @@ class Sampler:
                 else:
                     if self._version != self._fast_version:
                         self._fast_changed()
-                    edges = observe_counters(self._fast_tracks, t, energies, t)  # type: ignore[arg-type]
+                    edges = observe_counters(self._fast_tracks, t, energies,  # type: ignore[arg-type]
+                                             t)
                     self._fast_edges = n = self._fast_edges + 1
                     if self.sink is not None:
                         self._pending.extend([Sample(t, i, None, e) for i, e in
