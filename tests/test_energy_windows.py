@@ -268,7 +268,7 @@ def _scenario(fake, fast: bool, seed: int = 11) -> list[tuple]:
     fake(gpus)
     m = EnergyMeter("nvml", gpus=[0, 1], interval_s=0, clock=clock)
     if not fast:
-        m._fast_read = None                 # every edge read channel by channel
+        m.sampler._batch_read = None        # every edge read channel by channel
     out, opened = [], []
     for k in range(1500):
         clock.t += float(rng.choice([2e-4, 3e-3, 0.02, 0.07]))

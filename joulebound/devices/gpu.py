@@ -345,15 +345,15 @@ class GpuDevice:
         return int(self.nv.nvmlDeviceGetTotalEnergyConsumption(self.handle))
 
     @staticmethod
-    def energy_counters_reader(devices: Sequence[GpuDevice]) -> Callable[[], list[int]]:
-        """A function returning the total-energy counters of ``devices`` (mJ), in order: one
-        NVML call each and no per-device Python call on top (the energy meter's window-edge
-        path); prepared once. It raises the first failing read's ``NVMLError``."""
+    def energy_counter_call(devices: Sequence[GpuDevice]) -> tuple[Callable[[Any], int],
+                                                                    list[Any]]:
+        """The NVML total-energy counter call and the handles of ``devices`` (in order): the
+        energy meter's window-edge path calls ``fn(handle)`` per device itself (mJ, a Python
+        int as ``pynvml`` returns it; it raises ``NVMLError``), with no per-device Python call on
+        top of NVML's; prepared once. ``(None, [])`` for no device."""
         if not devices:
-            return lambda: []
-        get = devices[0].nv.nvmlDeviceGetTotalEnergyConsumption
-        handles = [d.handle for d in devices]
-        return lambda: [int(get(h)) for h in handles]
+            return None, []  # type: ignore[return-value]
+        return devices[0].nv.nvmlDeviceGetTotalEnergyConsumption, [d.handle for d in devices]
 
     def power_w(self) -> float:
         """Power draw (W; NVML reports mW)."""

@@ -87,15 +87,22 @@ class Backend:
         """Power of channel ``i`` in W, or ``None`` when the backend cannot read power."""
         return None
 
-    def energy_reader(self, channels: Sequence[int]) -> Callable[[float], list[float | None]]:
+    def energy_reader(self, channels: Sequence[int]) -> Callable[[float], list[float]]:
         """A function reading the counters of ``channels`` at ``t`` (s) in one call: the same
-        values as :meth:`read_energy_j` per channel (J), prepared once so a window edge does no
-        per-channel set-up. It raises at the first failing read (the caller then reads channel
-        by channel to record which failed; an already-taken reading is not lost, counters are
-        cumulative)."""
+        values as :meth:`read_energy_j` per channel (J, floats), prepared once so a window edge
+        does no per-channel set-up. It raises at the first failing read, or when a counter
+        gives no reading (the caller then reads channel by channel to record which failed; an
+        already-taken reading is not lost, counters are cumulative)."""
         chans = list(channels)
-        read = self.read_energy_j
-        return lambda t: [read(i, t) for i in chans]
+        read_one = self.read_energy_j
+
+        def read(t: float) -> list[float]:
+            out = [read_one(i, t) for i in chans]
+            if None in out:
+                raise ValueError("an energy counter gave no reading")
+            return [float(e) for e in out]  # type: ignore[arg-type]
+
+        return read
 
     def channel_provenance(self, i: int) -> str:
         """Provenance of channel ``i``'s figures (the backend's, unless it combines several)."""

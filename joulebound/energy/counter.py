@@ -24,19 +24,23 @@ gets its time share of the steps instead of 0 or a whole step.
 Each edge value comes with an error bound ``uncertainty_j``: the rate times (half the step's
 bracket + the time extrapolated), i.e. what the estimate can be off if the power between two counter
 updates is anywhere between 0 and twice the recent rate, plus anything the monotone clamp added.
-A window's uncertainty (:func:`window_uncertainty`) is the sum over its two edges — or, when no
+A window's uncertainty (:func:`uncertainty_of`) is the sum over its two edges — or, when no
 counter step fell between them, the rate times the window's duration (both edges then share the
 same extrapolation, so only its slope is in doubt). It is of the order of the window's own energy
 for a window much shorter than the sensor period (the counter cannot resolve it) and vanishes
 relative to long windows.
 
-Pure state, no I/O: the sampler feeds it under its lock.
+Pure state, no I/O: the sampler feeds it under its lock. An edge is computed as a plain tuple of
+its terms (:data:`Edge`: what the estimate was made of), from which the :class:`EdgeValue` fields
+and the bounds are derived only where they are read (:func:`edge_value`, :func:`uncertainty_of`):
+the energy meter computes one per channel at every window edge, and reads most windows' totals only.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import astuple, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 @dataclass(slots=True)
@@ -61,19 +65,34 @@ class EdgeValue:
     clamp_j: float = 0.0
 
 
-def window_uncertainty(v0: EdgeValue, v1: EdgeValue, duration_s: float) -> float:
-    """Error bound (J) of the energy ``v1 - v0`` of a window lasting ``duration_s`` (s)."""
-    return uncertainty_of(astuple(v0), astuple(v1), duration_s)
+#: a counter's estimate at an edge, as :func:`observe_counters` computes it: ``(value,
+#: estimate before the clamp, counter value, time span, segment, rate bound)`` — the value (J),
+#: the extrapolated estimate before the non-decreasing clamp (J), the latest counter reading (J),
+#: half the step's bracket plus the time extrapolated (s), the steps seen, and the rate bound (W)
+Edge = tuple[float, float, float, float, int, float]
 
 
-def uncertainty_of(v0: tuple[float, float, bool, int, float, float],
-                   v1: tuple[float, float, bool, int, float, float], duration_s: float) -> float:
-    """:func:`window_uncertainty` of two edges given as :class:`EdgeValue` field tuples (what
-    :meth:`CounterTrack.observe_edge_values` returns): with no counter step between them, the
-    larger rate times the duration plus both clamps; else the sum of the edges' bounds (J)."""
-    if v0[3] == v1[3]:
-        return (v0[4] if v0[4] >= v1[4] else v1[4]) * max(duration_s, 0.0) + v0[5] + v1[5]
-    return v0[1] + v1[1]
+def edge_value(edge: Edge) -> EdgeValue:
+    """The :class:`EdgeValue` of an :data:`Edge`: the bound is the rate bound times the span
+    plus the clamp; interpolated when the value differs from the counter by more than 1e-12 J."""
+    v, est, e_cur, span, segment, rho = edge
+    clamp = v - est
+    return EdgeValue(v, rho * span + clamp, abs(v - e_cur) > 1e-12, segment, rho, clamp)
+
+
+def edge_uncertainty(edge: Edge) -> float:
+    """The error bound (J) of an :data:`Edge`'s value (:attr:`EdgeValue.uncertainty_j`)."""
+    return edge[5] * edge[3] + (edge[0] - edge[1])
+
+
+def uncertainty_of(e0: Edge, e1: Edge, duration_s: float) -> float:
+    """Error bound (J) of the energy ``e1[0] - e0[0]`` of a window lasting ``duration_s`` (s)
+    between two :data:`Edge` s: with no counter step between them (the same segment), the larger
+    rate bound times the duration plus both clamps; else the sum of the edges' bounds."""
+    if e0[4] == e1[4]:
+        return ((e0[5] if e0[5] >= e1[5] else e1[5]) * max(duration_s, 0.0) + (e0[0] - e0[1])
+                + (e1[0] - e1[1]))
+    return e0[5] * e0[3] + (e0[0] - e0[1]) + (e1[5] * e1[3] + (e1[0] - e1[1]))  # both bounds
 
 
 class CounterTrack:
@@ -86,7 +105,8 @@ class CounterTrack:
     """
 
     __slots__ = ("period", "e_cur", "t_step", "half_bracket", "t_read", "power_w",
-                 "integral_at_read", "_steps", "_v_last", "n_steps", "_rate", "_rho")
+                 "integral_at_read", "_steps", "_v_last", "n_steps", "_slope", "_rate", "_rho",
+                 "_p")
 
     def __init__(self, period_s: float | None, steps_for_rate: int = 3) -> None:
         self.period = float(period_s) if period_s else 0.0
@@ -97,94 +117,53 @@ class CounterTrack:
         self.power_w: float | None = None   # latest power reading (W)
         self.integral_at_read: float | None = None   # power integral at the latest reading (J)
         self._steps: deque[tuple[float, float]] = deque(maxlen=max(2, steps_for_rate))
-        self._v_last: float | None = None
+        self._v_last = float("-inf")        # the last edge value (the clamp's floor, J)
         self.n_steps = 0
+        self._slope: float | None = None    # over the recent steps (W), None before two
         self._rate = 0.0                    # rate_w(), kept current (W)
         self._rho = 0.0                     # max(rate, power reading): the error-bound rate (W)
+        self._p = 0.0                       # the power reading, 0 before one (W)
 
     @property
     def has_rate(self) -> bool:
         """True once the rate is known (two steps, or a power reading)."""
         return len(self._steps) >= 2 or self.power_w is not None
 
-    def _update_rate(self) -> None:
-        """Recompute the cached rate after a step or a power reading."""
-        r = self.power_w or 0.0
-        if len(self._steps) >= 2:
-            (t0, e0), (t1, e1) = self._steps[0], self._steps[-1]
-            if t1 > t0:
-                r = max((e1 - e0) / (t1 - t0), 0.0)
+    def _set_power(self, power_w: float) -> None:
+        """A power reading (W): the rate until two steps are seen, and the error-bound rate."""
+        p = self.power_w = self._p = float(power_w)
+        r = p if self._slope is None else self._slope
         self._rate = r
-        p = self.power_w or 0.0
         self._rho = r if r >= p else p
 
     def observe(self, t: float, energy_j: float | None, power_w: float | None = None,
                 integral_j: float | None = None) -> None:
-        """One reading at ``t`` (s): the counter (J) and/or a power value (W)."""
+        """One reading at ``t`` (s): the counter (J) and/or a power value (W); ``integral_j``:
+        the power integral then (J)."""
         if energy_j is None:
             if power_w is not None:
-                self.power_w = float(power_w)
-                self._update_rate()
+                self._set_power(power_w)
             return
         v_last = self._v_last        # a plain observation does not advance the edge clamp
-        self.observe_edge_values(t, energy_j, power_w, integral_j, t)
+        self.observe_edge_raw(t, energy_j, power_w, integral_j, t)
         self._v_last = v_last
 
     def observe_edge(self, t: float, energy_j: float, power_w: float | None,
                      integral_j: float | None, t_edge: float) -> EdgeValue:
         """:meth:`observe` of a counter reading (not ``None``) at ``t`` then :meth:`edge` at
-        ``t_edge``, in one call: the meter's window-edge path (same arithmetic, fewer look-ups)."""
-        return EdgeValue(*self.observe_edge_values(t, energy_j, power_w, integral_j, t_edge))
+        ``t_edge``, in one call."""
+        return edge_value(self.observe_edge_raw(t, energy_j, power_w, integral_j, t_edge))
 
-    def observe_edge_values(self, t: float, energy_j: float, power_w: float | None,
-                            integral_j: float | None, t_edge: float
-                            ) -> tuple[float, float, bool, int, float, float]:
-        """:meth:`observe_edge` as a plain tuple in :class:`EdgeValue`'s field order. The one
-        implementation of a reading and of the estimate (:meth:`observe` and :meth:`edge` use it),
-        written out in one function: the energy meter calls it per channel at every edge."""
+    def observe_edge_raw(self, t: float, energy_j: float, power_w: float | None,
+                         integral_j: float | None, t_edge: float) -> Edge:
+        """:meth:`observe_edge` as an :data:`Edge` (:func:`observe_counters` of this one
+        track, after the power reading if any)."""
         if power_w is not None:
-            self.power_w = float(power_w)
-            self._update_rate()
-        t_read = self.t_read
-        if t_read is not None and t < t_read:
-            t = t_read                  # reads may be stamped slightly out of order
-        e = float(energy_j)
-        e_cur = self.e_cur
-        period = self.period
-        if e_cur is None:               # the first reading: its step half a period before
-            self.half_bracket = period / 2
-            self.t_step = t - self.half_bracket
-            self.e_cur = e_cur = e
-        elif e > e_cur:                 # a step, placed in the middle of its bracket
-            bracket = t - t_read if t_read is not None else period
-            if period and bracket > period:
-                bracket = period
-            self.half_bracket = half = bracket / 2
-            self.t_step = ts = t - half
-            self.e_cur = e_cur = e
-            self._steps.append((ts, e))
-            self.n_steps += 1
-            self._update_rate()
-        self.t_read = t
+            self._set_power(power_w)
+        out = observe_counters((self,), t, (float(energy_j),), t_edge)[0]
         if integral_j is not None:
             self.integral_at_read = integral_j
-        v_last = self._v_last
-        if not period:
-            v = e_cur if v_last is None or e_cur >= v_last else v_last
-            self._v_last = v
-            return (v, v - e_cur, v != e_cur, self.n_steps, 0.0, v - e_cur)
-        span = t_edge - self.t_step
-        if span < 0.0:
-            span = 0.0
-        elif span > period:
-            span = period
-        est = e_cur + self._rate * span
-        v = est if v_last is None or est >= v_last else v_last
-        self._v_last = v
-        rho = self._rho
-        d = v - e_cur
-        return (v, rho * (self.half_bracket + span) + (v - est), d > 1e-12 or d < -1e-12,
-                self.n_steps, rho, v - est)
+        return out
 
     def rate_w(self) -> float:
         """Recent rate of the counter (W): slope over the last steps, else the power reading."""
@@ -195,4 +174,70 @@ class CounterTrack:
         any reading. Advances the non-decreasing clamp."""
         if self.e_cur is None:
             return None
-        return EdgeValue(*self.observe_edge_values(self.t_read, self.e_cur, None, None, t))
+        t_read: float = self.t_read  # type: ignore[assignment]
+        return edge_value(self.observe_edge_raw(t_read, self.e_cur, None, None, t))
+
+
+def observe_counters(tracks: Sequence[CounterTrack], t: float, energies: Sequence[float],
+                     t_edge: float) -> list[Edge]:
+    """One counter reading per track at ``t`` (s), ``energies[k]`` (J, a float) for
+    ``tracks[k]``, and each track's estimate at ``t_edge`` (s) as an :data:`Edge`.
+
+    The one implementation of a reading and of the estimate (:meth:`CounterTrack.observe`,
+    :meth:`~CounterTrack.observe_edge_raw` and :meth:`~CounterTrack.edge` use it), written out in
+    one loop over the tracks: the energy meter calls it once per window edge for all its
+    channels.
+    (The rate is the slope over the recent steps: with one step, ``_steps[0]`` is that step,
+    no slope, and the power reading is the rate.)"""
+    out = []
+    for tr, e in zip(tracks, energies, strict=True):
+        e_cur = tr.e_cur
+        period = tr.period
+        if e_cur is None:                       # the first reading: its step half a period before
+            tt = t
+            tr.half_bracket = half = period / 2
+            tr.t_step = ts = tt - half
+            tr.e_cur = e_cur = e
+            n_steps, rate, rho = tr.n_steps, tr._rate, tr._rho
+        else:
+            t_read = tr.t_read
+            tt = t_read if t < t_read else t    # reads may be stamped slightly out of order
+            if e > e_cur:                       # a step, placed in the middle of its bracket
+                bracket = tt - t_read
+                if period and bracket > period:
+                    bracket = period
+                tr.half_bracket = half = bracket / 2
+                tr.t_step = ts = tt - half
+                tr.e_cur = e_cur = e
+                steps = tr._steps
+                steps.append((ts, e))
+                tr.n_steps = n_steps = tr.n_steps + 1
+                p = tr._p
+                t0, e0 = steps[0]
+                if ts > t0:                     # steps only go up: the slope is > 0
+                    tr._slope = rate = (e - e0) / (ts - t0)
+                else:
+                    tr._slope = None
+                    rate = p
+                tr._rate = rate
+                tr._rho = rho = rate if rate >= p else p
+            else:
+                ts, half, n_steps, rate, rho = (tr.t_step, tr.half_bracket, tr.n_steps, tr._rate,
+                                                tr._rho)
+        tr.t_read = tt
+        v_last = tr._v_last
+        if period:
+            span = t_edge - ts
+            if span < 0.0:
+                span = 0.0
+            elif span > period:
+                span = period
+            est = e_cur + rate * span
+            v = est if est >= v_last else v_last
+            tr._v_last = v
+            out.append((v, est, e_cur, half + span, n_steps, rho))
+        else:                                   # a continuous counter: its readings as they are
+            v = e_cur if e_cur >= v_last else v_last
+            tr._v_last = v
+            out.append((v, e_cur, e_cur, 0.0, n_steps, 0.0))
+    return out

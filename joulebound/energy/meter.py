@@ -51,15 +51,15 @@ import sys
 import time
 import uuid as uuidlib
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JouleboundError, did_you_mean
 from .base import Backend, NoneBackend
-from .counter import EdgeValue, uncertainty_of, window_uncertainty
-from .results import DeviceEnergy, WindowResult
-from .sampler import PowerEdge, Sample, Sampler
+from .counter import Edge, edge_uncertainty, uncertainty_of
+from .results import Deferred, DeviceEnergy, WindowResult, window_result
+from .sampler import PowerEdge, Sample, Sampler, readings_between
 from .status import FAILED, FINISHED, from_exception
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,20 +68,11 @@ if TYPE_CHECKING:  # pragma: no cover
 BACKENDS = ("auto", "nvml", "rapl", "cpu-model", "simulated", "replay", "none")
 
 
-@dataclass(slots=True)
-class _Open:
-    """An open window: its start (s), counter estimates and power edges at the start (the power
-    edges either as :class:`PowerEdge` objects or, from the fast path, as the sampler's power
-    state — ``None`` when no channel had a power reading — turned into edges only if an end
-    needs them; the estimates then as :class:`EdgeValue` field tuples in channel order),
-    failure counts then, and how many counter events had been seen."""
-
-    start: float
-    edges: dict[int, EdgeValue | None]
-    events_seen: int
-    power: dict[int, PowerEdge] | tuple[Any, ...] | None
-    failures: Mapping[int, int]
-    failures_total: int = -1        # >= 0: opened by the fast path (every counter read)
+#: an open window, as its end needs it (a plain tuple: one is built at every window start):
+#: ``(start (s), counter events seen then, the start edge)``, the edge as
+#: :meth:`Sampler.window_edge` returns it: ``(counter estimates, the sampler's snapshot, its
+#: fast-path edge count)``
+_Open = tuple[float, int, tuple[Any, ...]]
 
 
 def _make_clock() -> Callable[[], float]:
@@ -228,6 +219,7 @@ class EnergyMeter:
         #: finished windows, oldest first: the most recent ``keep_results`` of them
         self.results: list[WindowResult] = []
         self.keep_results = keep_results
+        self._keep_max = float("inf") if keep_results is None else keep_results
         #: finished windows dropped from :attr:`results` by the ``keep_results`` bound
         self.results_dropped = 0
         self._cuda_sync_fn: Callable[[], None] | None = None
@@ -249,22 +241,24 @@ class EnergyMeter:
             def sink(batch: list[Sample]) -> None:
                 store_.add_samples(self.run_id, [(s.t, chans[s.channel].uuid, chans[s.channel].kind,
                                                   s.power_w, s.energy_j) for s in batch])
-        self._counter_channels = [i for i in self.channels if self.backend.has_counter(i)]
-        self._power_channels = [i for i in self.channels if not self.backend.has_counter(i)]
-        # what every window needs about the channels, looked up once
-        self._chan_info = [(i, self.backend.channels[i], self.backend.has_counter(i))
+        # what every window needs about the channels, looked up once: (channel, uuid, index,
+        # source, kind, provenance, has a counter) in channel order
+        chans = self.backend.channels
+        self._chan_info = [(i, chans[i].uuid, chans[i].index, chans[i].source, chans[i].kind,
+                            self.backend.channel_provenance(i), self.backend.has_counter(i))
                            for i in self.channels]
-        self._gpu_metered = any(ch.kind == "gpu" for _, ch, _ in self._chan_info)
-        self._gpu_indices = [ch.index for _, ch, _ in self._chan_info if ch.kind == "gpu"]
+        #: windows shorter than this (s, the longest sensor period metered) are short windows
+        self._short_below = max([chans[i].sensor_period_s or 0.0 for i in self.channels],
+                                default=0.0)
+        self._is_gpu = [chans[i].kind == "gpu" for i in self.channels]
+        self._n_gpu = sum(self._is_gpu)
+        self._n_cpu = len(self.channels) - self._n_gpu
+        self._gpu_metered = self._n_gpu > 0
+        self._gpu_indices = [chans[i].index for i in self.channels if chans[i].kind == "gpu"]
         self._backend_sync = (None if type(self.backend).sync is Backend.sync
                               else self.backend.sync)
-        self._mig_notes = (-1, False)          # (len(notes) when checked, any MIG note)
-        # the window-edge fast path: every metered channel has a counter (one batched read)
-        self._fast_read: Callable[[float], list[float | None]] | None = (
-            self.backend.energy_reader(self.channels)
-            if self.channels and not self._power_channels else None)
-        self._fast_info = [(ch.uuid, ch.index, ch.sensor_period_s or 0.0, ch.source, ch.kind,
-                            self.backend.channel_provenance(i)) for i, ch, _ in self._chan_info]
+        #: a metered GPU has MIG enabled (its note is the backend's, made when it opened)
+        self._mig = bool(self.channels) and any(n.startswith("MIG") for n in self.backend.notes)
         self.sampler = Sampler(self.backend, self.channels, self.clock,
                                interval_s=interval_s or 1.0, sink=sink)
         if self.channels and interval_s > 0:
@@ -332,275 +326,123 @@ class EnergyMeter:
         if sync and self.sync_enabled:
             self._sync()
         t = self.clock()
-        energies = self._fast_energies(t)
-        if energies is not None:
-            got = self.sampler.begin_edge_fast(name, self.channels, energies,  # type: ignore[arg-type]
-                                               t)
-            if got is not None:
-                self._open[name] = _Open(t, got[0], len(self.backend.events),  # type: ignore[arg-type]
-                                         got[1], got[2], got[3])
-                return
-        edges, power, fails = self.sampler.begin_edge(
-            name, self._counter_samples(t, energies),
-            self._power_samples(t) if self._power_channels else [], t, self.channels)
-        self._open[name] = _Open(t, edges, len(self.backend.events), power, fails)
-
-    def _fast_energies(self, t: float) -> list[float | None] | None:
-        """Every channel's counter read at ``t`` in one batch (the fast path), or ``None`` when
-        the fast path does not apply (a channel without counter) or a read failed or gave
-        nothing (then :meth:`_counter_samples` reads channel by channel and records why)."""
-        read = self._fast_read
-        if read is None:
-            return None
-        try:
-            with self.backend.lock:
-                energies = read(t)
-        except Exception:
-            return None
-        return None if None in energies else energies
-
-    def _counter_samples(self, t: float, energies: list[float | None] | None = None
-                         ) -> list[Sample]:
-        """Every counter channel read at ``t`` (energy ``None`` where the read failed; a power
-        reading too while the counter's rate is not known yet). ``energies``: the channels'
-        counter readings already taken at ``t`` by :meth:`_fast_energies` (none failed)."""
-        samples = []
-        tracks = self.sampler.tracks
-        backend = self.backend
-        with backend.lock:                      # one acquisition for all channels (re-entrant)
-            for k, i in enumerate(self._counter_channels):
-                if energies is not None:
-                    e = energies[k]
-                else:
-                    try:
-                        e = backend.read_energy_j(i, t)
-                    except Exception as exc:
-                        self.sampler.record_failure(i, "energy counter", exc)
-                        e = None
-                p = None
-                track = tracks.get(i)
-                if e is not None and track is not None and not track.has_rate:
-                    p = self._read_power(i, t, quiet=True)   # seeds the rate until 2 steps seen
-                samples.append(Sample(t, i, p, e))
-        return samples
-
-    def _read_energy(self, i: int, t: float) -> float | None:
-        """Counter read; a failing read (GPU lost, driver error) gives ``None`` and is counted."""
-        try:
-            with self.backend.lock:
-                return self.backend.read_energy_j(i, t)
-        except Exception as exc:
-            self.sampler.record_failure(i, "energy counter", exc)
-            return None
-
-    def _read_power(self, i: int, t: float, quiet: bool = False) -> float | None:
-        try:
-            with self.backend.lock:
-                return self.backend.read_power_w(i, t)
-        except Exception as exc:
-            if not quiet:
-                self.sampler.record_failure(i, "power", exc)
-            return None
-
-    def _power_samples(self, t: float) -> list[Sample]:
-        """Power reads at an edge for the channels metered by power integration."""
-        samples = []
-        for i in self._power_channels:
-            p = self._read_power(i, t)
-            if p is not None:
-                samples.append(Sample(t, i, p, None))
-        return samples
+        self._open[name] = (t, len(self.backend.events), self.sampler.window_edge(name, t))
 
     def end_window(self, name: str, sync: bool = True, cancel: bool = False) -> WindowResult:
-        """End window ``name`` and return its :class:`WindowResult` (committed to the store)."""
-        st = self._pop_window(name, sync)
+        """End window ``name`` and return its :class:`WindowResult` (committed to the store;
+        ``cancel``: returned only).
+
+        Per channel, the energy from its counter estimates at both edges, else (no counter, or
+        its read failed at an edge) from the power integral (:meth:`_power_fallback`, read
+        now); the GPU total (``None`` unless every GPU's energy is known), the CPU total, and
+        the flags. The per-device figures and the uncertainty are
+        :class:`~joulebound.energy.results.Deferred`: computed from the two edges
+        (:func:`_devices`) when first read."""
+        st = self._open.pop(name, None)
+        if st is None:
+            raise self._no_window(name)
+        if sync and self.sync_enabled:
+            try:
+                self._sync()
+            except BaseException:
+                self._open[name] = st         # the window stays open
+                raise
         t1 = self.clock()
-        t0 = st.start
-        dur = max(t1 - t0, 0.0)
-        flags: list[str] = []
-        if not self._gpu_metered:
-            flags.append("no_energy_sensor")   # no GPU sensor: energy_j is None
-        if dur == 0.0:
+        t0 = st[0]
+        dur = t1 - t0
+        flags: list[str] = [] if self._gpu_metered else ["no_energy_sensor"]  # energy_j None
+        if dur <= 0.0:
+            dur = 0.0
             flags.append("zero_length")
-        energies = self._fast_energies(t1)
-        got = None
-        if energies is not None and st.failures_total >= 0:
-            got = self.sampler.end_edge_fast(name, self.channels, energies,  # type: ignore[arg-type]
-                                             t1)
-        if got is not None:
-            res = self._result_fast(name, st, t1, dur, got[0], got[1], flags)
-        else:
-            edges1, stats = self.sampler.end_edge(
-                name, self._counter_samples(t1, energies),
-                self._power_samples(t1) if self._power_channels else [], t1)
-            if st.failures_total >= 0:           # opened by the fast path: its edges as objects
-                st.power = self._power_edges_of(st)
-                st.edges = {i: EdgeValue(*v)  # type: ignore[misc]
-                            for i, v in zip(self.channels, st.edges, strict=True)}
-            devices = self._device_energies(st, t1, dur, edges1, stats, flags)
-            res = self._result(name, t0, t1, dur, devices, flags)
-        if len(self.backend.events) > st.events_seen or self._mig_notes[1] or \
-                len(self.backend.notes) != self._mig_notes[0]:
+        elif dur < self._short_below:
+            flags.append("short_window")
+        end = self.sampler.window_edge(name, t1, False)
+        start = st[2]
+        gpu_e = cpu_e = 0.0
+        gpu_known = cpu_known = True
+        fallback: dict[int, tuple[float | None, float | None, str, int]] | None = None
+        is_gpu = self._is_gpu
+        for k, (v0, v1) in enumerate(zip(start[0], end[0], strict=True)):
+            if v0 is not None and v1 is not None:
+                d = v1[0] - v0[0]
+                if d > 0.0:
+                    if is_gpu[k]:
+                        gpu_e += d
+                    else:
+                        cpu_e += d
+                continue
+            if fallback is None:
+                fallback = {}
+            fallback[k] = got = self._power_fallback(k, st, v0, t1, dur, end, flags)
+            if got[0] is not None:
+                if is_gpu[k]:
+                    gpu_e += got[0]
+                else:
+                    cpu_e += got[0]
+            elif is_gpu[k]:
+                gpu_known = False
+            else:
+                cpu_known = False
+        if start[1] is not end[1] and end[1][3] > start[1][3]:
+            flags.append("read_error")        # a read failed in the window
+        energy: float | None = gpu_e if self._n_gpu and gpu_known else None
+        if self._n_gpu and not gpu_known and "no_energy_sensor" not in flags:
+            flags.append("energy_unavailable")
+        backend = self.backend
+        res = window_result(    # positional, in field order
+            name, t0, t1, dur, energy,
+            Deferred((_devices, self._chan_info, dur, start, end, fallback)),
+            backend.provenance, flags, cpu_e if self._n_cpu and cpu_known else None, self.rank,
+            self.host, backend.name, None if energy is None else _GPU_UNCERTAINTY)
+        if len(backend.events) > st[1] or self._mig:
             self._event_flags(st, flags)      # appends to res.flags (the same list)
-        if cancel:
-            return res
-        self._keep(res)
+        if not cancel:
+            self.results.append(res)
+            if len(self.results) > self._keep_max or self.store is not None:
+                self._keep(res)
         return res
 
-    def _pop_window(self, name: str, sync: bool) -> _Open:
-        """The open window ``name``, removed from the open ones (after syncing the device)."""
-        if name not in self._open:
-            choices = list(self._open)
-            hint = did_you_mean(name, choices) if choices else " No window is open."
-            raise JouleboundError(f"no open window named {name!r}.{hint}")
-        if sync and self.sync_enabled:
-            self._sync()
-        return self._open.pop(name)
+    def _no_window(self, name: str) -> JouleboundError:
+        """The error for ending a window that is not open."""
+        choices = list(self._open)
+        hint = did_you_mean(name, choices) if choices else " No window is open."
+        return JouleboundError(f"no open window named {name!r}.{hint}")
 
-    def _power_edges_of(self, st: _Open) -> dict[int, PowerEdge]:
-        """The start's power edges of a window the fast path opened (from its power states)."""
-        fails = st.failures
-        if st.power is None:
-            return {i: PowerEdge(0.0, 0.0, 0.0, fails.get(i, 0), False) for i in self.channels}
-        edge = self.sampler.power_edge_from
-        return {i: edge(st.power, i, fails.get(i, 0), st.start)  # type: ignore[arg-type]
-                for i in self.channels}
-
-    def _result_fast(self, name: str, st: _Open, t1: float, dur: float, edges1: list[Any],
-                     stats: Any, flags: list[str]) -> WindowResult:
-        """:meth:`_device_energies` and :meth:`_result` in one pass, when every counter read of
-        the window succeeded: the counter estimates at both edges (:class:`EdgeValue` field
-        tuples) apportioned per channel with their bound
-        (:func:`~joulebound.energy.counter.uncertainty_of`), the totals, and the same flags."""
-        devices: list[DeviceEnergy] = []
-        peak, n_samples = stats.peak_w, stats.n
-        short = False
-        gpu_e = gpu_u = cpu_e = 0.0
-        n_gpu = n_cpu = 0
-        for i, v0, v1, (uuid, index, period, source, kind, prov) in zip(
-                self.channels, st.edges, edges1, self._fast_info, strict=True):
-            if 0 < dur < period:
-                short = True
-            energy = v1[0] - v0[0]
-            if energy < 0.0:
-                energy = 0.0
-            unc = uncertainty_of(v0, v1, dur)
-            if kind == "gpu":
-                n_gpu += 1
-                gpu_e += energy
-                gpu_u += unc
-            else:
-                n_cpu += 1
-                cpu_e += energy
-            devices.append(DeviceEnergy(uuid, index, energy, energy / dur if dur > 0 else None,
-                                        peak.get(i), source, kind, n_samples.get(i, 0), prov,
-                                        float(unc)))
-        if short:
-            flags.append("short_window")
-        if self.sampler.failures_total > st.failures_total:
-            flags.append("read_error")
-        backend = self.backend
-        return WindowResult(name, st.start, t1, dur, float(gpu_e) if n_gpu else None, devices,
-                            backend.provenance, flags, float(cpu_e) if n_cpu else None,
-                            self.rank, self.host, backend.name,
-                            float(gpu_u) if n_gpu else None)
-
-    def _device_energies(self, st: _Open, t1: float, dur: float,
-                         edges1: dict[int, EdgeValue | None], stats: Any,
-                         flags: list[str]) -> list[DeviceEnergy]:
-        """Energy of every metered channel over the window: counter edges apportioned, else the
-        power integral; flags what the figures need to be read with."""
-        def flag(f: str) -> None:
-            if f not in flags:
-                flags.append(f)
-
-        devices: list[DeviceEnergy] = []
-        failures = self.sampler.failures
-        fails0 = st.failures
-        edges0 = st.edges
-        peak, n_samples = stats.peak_w, stats.n
-        provenance = self.backend.channel_provenance
-        for i, ch, counter in self._chan_info:
-            period = ch.sensor_period_s
-            if period is not None and 0 < dur < period and "short_window" not in flags:
-                flags.append("short_window")
-            source = ch.source
-            energy: float | None
-            unc: float | None
-            v0 = edges0.get(i) if counter else None
-            v1 = edges1.get(i) if counter else None
-            if v0 is not None and v1 is not None:
-                energy = v1.energy_j - v0.energy_j
-                if energy < 0.0:
-                    energy = 0.0
-                unc = window_uncertainty(v0, v1, dur)
-            else:
-                if counter:   # the counter failed at an edge: power instead
-                    p = self._read_power(i, t1)
-                    if p is not None:
-                        edge = Sample(t1, i, p, None)
-                        self.sampler.add([edge])
-                        stats.update(edge)
-                    source = f"{source}->power_integration"
-                energy, unc = self._power_energy(i, st, t1, dur, flag)
-            if failures.get(i, 0) > fails0.get(i, 0) and "read_error" not in flags:
-                flags.append("read_error")
-            devices.append(DeviceEnergy(
-                ch.uuid, ch.index, energy,
-                (energy / dur) if (energy is not None and dur > 0) else None,
-                peak.get(i), source, ch.kind, n_samples.get(i, 0), provenance(i),
-                None if energy is None or unc is None else float(unc)))
-        return devices
+    def _power_fallback(self, k: int, st: _Open, v0: Edge | None, t1: float, dur: float,
+                        end: tuple[Any, ...], flags: list[str]
+                        ) -> tuple[float | None, float | None, str, int]:
+        """Channel ``k`` (position) metered by power over the window: ``(energy, uncertainty,
+        source, sample count)``. A counter channel whose read failed at an edge reads power
+        now (counted in the window) and is labeled ``...->power_integration``."""
+        i, _uuid, _index, source, _kind, _prov, counter = self._chan_info[k]
+        start = st[2]
+        peaks = end[3]
+        n = readings_between(start, end, i)
+        if counter:   # the counter failed at an edge: power instead
+            p = self.sampler.read_power(i, t1)
+            if p is not None:
+                self.sampler.add([Sample(t1, i, p, None)])
+                n += 1
+                if p > peaks.get(i, float("-inf")):
+                    peaks[i] = p
+            source = f"{source}->power_integration"
+        energy, unc = self._power_energy(i, st, v0, t1, dur, flags)
+        return energy, unc, source, n
 
     def _event_flags(self, st: _Open, flags: list[str]) -> None:
         """Counter resets / wraparounds / glitches seen since the window began, and MIG."""
         events = self.backend.events
-        if len(events) > st.events_seen:
-            for ev in events[st.events_seen:]:
+        if len(events) > st[1]:
+            for ev in events[st[1]:]:
                 f = {"reset": "counter_reset", "glitch": "counter_glitch"}.get(
                     ev.kind, "counter_wraparound")
                 if f not in flags:
                     flags.append(f)
-        notes = self.backend.notes
-        if self._mig_notes[0] != len(notes):   # notes only grow: look again when they did
-            self._mig_notes = (len(notes), any(n.startswith("MIG") for n in notes))
-        if self._mig_notes[1] and self.channels and "mig" not in flags:
+        if self._mig and "mig" not in flags:
             flags.append("mig")
 
-    def _result(self, name: str, t0: float, t1: float, dur: float, devices: list[DeviceEnergy],
-                flags: list[str]) -> WindowResult:
-        """The window's result: GPU total (``None`` unless every GPU's energy is known), CPU
-        total, uncertainty."""
-        n_gpu = n_cpu = 0
-        gpu_e: float | None = 0.0
-        gpu_u = 0.0
-        cpu_e: float | None = 0.0
-        for d in devices:          # one pass: GPU total (known only if every GPU is), CPU total
-            e = d.energy_j
-            if d.kind == "gpu":
-                n_gpu += 1
-                if e is None or gpu_e is None:
-                    gpu_e = None
-                else:
-                    gpu_e += e
-                    gpu_u += d.uncertainty_j or 0.0
-            else:
-                n_cpu += 1
-                cpu_e = None if e is None or cpu_e is None else cpu_e + e
-        known = n_gpu > 0 and gpu_e is not None
-        backend = self.backend
-        res = WindowResult(     # positional, in field order (the window-edge path)
-            name, t0, t1, dur, float(gpu_e) if known else None,  # type: ignore[arg-type]
-            devices, backend.provenance, flags,
-            float(cpu_e) if n_cpu and cpu_e is not None else None,
-            self.rank, self.host, backend.name, float(gpu_u) if known else None)
-        if n_gpu and not known and "no_energy_sensor" not in flags:
-            flags.append("energy_unavailable")
-        return res
-
     def _keep(self, res: WindowResult) -> None:
-        """Add ``res`` to :attr:`results` (bounded) and commit it to the store."""
-        self.results.append(res)
+        """Bound :attr:`results` (``res`` just added) and commit ``res`` to the store."""
         over = 0 if self.keep_results is None else len(self.results) - self.keep_results
         if over > 0:
             del self.results[:over]
@@ -614,11 +456,23 @@ class EnergyMeter:
                 if "not_stored" not in res.flags:
                     res.flags.append("not_stored")
 
-    def _power_energy(self, i: int, st: _Open, t1: float, dur: float,
-                      flag: Callable[[str], None]) -> tuple[float | None, float | None]:
+    def _power_energy(self, i: int, st: _Open, v0: Edge | None, t1: float, dur: float,
+                      flags: list[str]) -> tuple[float | None, float | None]:
         """Energy of channel ``i`` over the window from the power integral, with its unmeasured
-        part as the uncertainty; ``None`` when it is mostly unmeasured or there is no reading."""
-        p0, p1 = st.power[i], self.sampler.power_edge(i, t1)
+        part as the uncertainty; ``None`` when it is mostly unmeasured or there is no reading.
+        ``v0``: the channel's counter estimate at the start (``None`` without one). Flags
+        ``power_read_failed`` / ``no_power_samples``."""
+        def flag(f: str) -> None:
+            if f not in flags:
+                flags.append(f)
+
+        sampler = self.sampler
+        t0 = st[0]
+        _, state, fails, _, _ = st[2][1]          # the sampler's snapshot at the start
+        fails0 = fails.get(i, 0)
+        p0 = (PowerEdge(0.0, 0.0, 0.0, fails0, False) if state is None
+              else sampler.power_edge_from(state, i, fails0, t0))
+        p1 = sampler.power_edge(i, t1)
         if p1.failures > p0.failures:
             flag("power_read_failed")
         if not p1.has_reading:
@@ -627,18 +481,17 @@ class EnergyMeter:
         energy = max(p1.integral_j - p0.integral_j, 0.0)
         gap_t = p1.gap_time_s - p0.gap_time_s
         unc = max(p1.gap_energy_j - p0.gap_energy_j, 0.0)
-        track = self.sampler.track(i)
-        v0 = st.edges.get(i)
+        track = sampler.track(i)
         if track is not None and v0 is not None and track.t_read is not None and \
-                track.t_read > st.start and track.integral_at_read is not None:
+                track.t_read > t0 and track.integral_at_read is not None:
             # the counter worked until t_read: counter up to there, power after
-            energy = max(track.e_cur - v0.energy_j, 0.0) + \
+            energy = max(track.e_cur - v0[0], 0.0) + \
                 max(p1.integral_j - track.integral_at_read, 0.0)   # type: ignore[operator]
-            unc += v0.uncertainty_j + track.rate_w() * (track.period or 0.0)
+            unc += edge_uncertainty(v0) + track.rate_w() * (track.period or 0.0)
         elif not p0.has_reading:       # no reading before the first one inside the window
-            first = self.sampler.first_power_t(i)
-            if first is not None and first > st.start:
-                gap_t += first - st.start
+            first = sampler.first_power_t(i)
+            if first is not None and first > t0:
+                gap_t += first - t0
         if dur > 0 and gap_t > 0.5 * dur:
             flag("power_read_failed")
             return None, None
@@ -684,6 +537,51 @@ class EnergyMeter:
     def __del__(self) -> None:  # pragma: no cover - best effort
         with contextlib.suppress(Exception):
             self.sampler._stop.set()
+
+
+def _devices(res: WindowResult, chan_info: list[tuple[Any, ...]], dur: float,
+             start: tuple[Any, ...], end: tuple[Any, ...],
+             fallback: dict[int, tuple[float | None, float | None, str, int]] | None
+             ) -> list[DeviceEnergy]:
+    """The per-device figures of a window (``res.devices``, computed when first read) from the
+    meter's channel info and the window's two edges (:meth:`Sampler.window_edge`'s): each
+    counter channel's energy (J) from its estimates at both edges with their bound
+    (:func:`~joulebound.energy.counter.uncertainty_of`), the power-metered ones as
+    :meth:`EnergyMeter.end_window` found them (``fallback``, by position); average and peak
+    power (W) over the window's ``dur`` (s), and the readings in the window."""
+    peaks = end[3]
+    same = start[1][4] is end[1][4]      # no reading but fast-path edges in between
+    n_fast = end[2] - start[2]
+    out = []
+    for k, ((i, uuid, index, source, kind, prov, _), v0, v1) in enumerate(
+            zip(chan_info, start[0], end[0], strict=True)):
+        if fallback is not None and k in fallback:
+            energy, unc, source, n = fallback[k]
+            if energy is None:
+                unc = None
+        else:
+            energy = v1[0] - v0[0]
+            if energy < 0.0:
+                energy = 0.0
+            unc = uncertainty_of(v0, v1, dur)
+            n = n_fast if same else readings_between(start, end, i)
+        out.append(DeviceEnergy(uuid, index, energy,
+                                energy / dur if energy is not None and dur > 0 else None,
+                                peaks.get(i), source, kind, n, prov, unc))
+    return out
+
+
+def _gpu_uncertainty(res: WindowResult) -> float:
+    """``res.energy_uncertainty_j``: the sum over its GPUs of their bounds (J)."""
+    total = 0.0
+    for d in res.devices:
+        if d.kind == "gpu" and d.uncertainty_j:
+            total += d.uncertainty_j
+    return total
+
+
+#: the window's uncertainty, computed from its devices when first read
+_GPU_UNCERTAINTY = Deferred((_gpu_uncertainty,))
 
 
 def _close_at_exit(ref: weakref.ReferenceType[EnergyMeter]) -> None:

@@ -186,26 +186,30 @@ class NvmlBackend(Backend):
             return None
         return self._unwrap(i, self._devices[i].energy_mj(), t)
 
-    def energy_reader(self, channels: Sequence[int]) -> Callable[[float], list[float | None]]:
+    def energy_reader(self, channels: Sequence[int]) -> Callable[[float], list[float]]:
         """:meth:`read_energy_j` of ``channels`` in one call (see
-        :meth:`~joulebound.energy.base.Backend.energy_reader`): one batched device-layer read,
-        the common non-decreasing case unwrapped inline, anything else by :meth:`_unwrap`."""
+        :meth:`~joulebound.energy.base.Backend.energy_reader`): one NVML call per GPU and no
+        Python call on top, the common non-decreasing case unwrapped inline, anything else by
+        :meth:`_unwrap`."""
         chans = list(channels)
         if not all(self._counter[i] for i in chans):
             return super().energy_reader(chans)
-        batch = gpu_layer.GpuDevice.energy_counters_reader([self._devices[i] for i in chans])
+        get, handles = gpu_layer.GpuDevice.energy_counter_call([self._devices[i] for i in chans])
         last_raw, total, unwrap = self._last_raw, self._total_j, self._unwrap
+        pairs = list(zip(chans, handles, strict=True))
 
-        def read(t: float) -> list[float | None]:
-            out: list[float | None] = []
-            for i, raw in zip(chans, batch(), strict=True):
+        def read(t: float) -> list[float]:
+            out: list[float] = []
+            for i, h in pairs:
+                raw = get(h)
                 last = last_raw[i]
                 if last is not None and raw >= last:
                     last_raw[i] = raw
-                    total[i] += (raw - last) / 1000.0
-                    out.append(total[i])
+                    e = total[i] + (raw - last) / 1000.0
+                    total[i] = e
+                    out.append(e)
                 else:
-                    out.append(unwrap(i, raw, t))
+                    out.append(unwrap(i, int(raw), t))
             return out
 
         return read

@@ -1,13 +1,13 @@
 """Results of the energy meter: one device's energy in a window, and one finished window.
 
-Plain data (no behaviour beyond derived properties), shared by the meter
-(:mod:`~joulebound.energy.meter`), the store (:mod:`~joulebound.energy.store`), the multi-rank
-aggregation (:mod:`~joulebound.energy.distributed`) and the exporters.
+Plain data (no behaviour beyond derived properties and :class:`Deferred` fields), shared by the
+meter (:mod:`~joulebound.energy.meter`), the store (:mod:`~joulebound.energy.store`), the
+multi-rank aggregation (:mod:`~joulebound.energy.distributed`) and the exporters.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from ..provenance import MODELED
@@ -44,6 +44,42 @@ class DeviceEnergy:
     uncertainty_j: float | None = None
 
 
+class Deferred(tuple):  # type: ignore[type-arg]
+    """A field value computed when it is first read: ``Deferred((fn, *args))`` stands for
+    ``fn(result, *args)``, which then replaces it. The energy meter's window edge gives the
+    per-device figures this way (they are computed from the edge readings it kept, the same
+    figures, only later: most windows' devices are never read). A tuple, so it is built
+    without a Python call and pickles as it is."""
+
+    __slots__ = ()
+
+
+class _DeferredField:
+    """A dataclass field (descriptor-typed, with ``default`` unless ``MISSING``) whose value may
+    be a :class:`Deferred`: it is computed on the first read and stored in its place."""
+
+    def __init__(self, default: Any = MISSING) -> None:
+        self.default = default
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:                     # the class's default (dataclass asks for it)
+            if self.default is MISSING:
+                raise AttributeError(self.name)
+            return self.default
+        d = obj.__dict__
+        v = d[self.name]
+        if v.__class__ is Deferred:
+            v = d[self.name] = v[0](obj, *v[1:])
+        return v
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.name] = value
+
+
 @dataclass
 class WindowResult:
     """One finished window.
@@ -66,6 +102,9 @@ class WindowResult:
         backend: backend name.
         energy_uncertainty_j: bound of the error of ``energy_j`` (J), the sum over GPUs of
             :attr:`DeviceEnergy.uncertainty_j`; ``None`` when ``energy_j`` is.
+
+    ``devices`` and ``energy_uncertainty_j`` may be given as :class:`Deferred` (computed when
+    first read, the same figures).
     """
 
     name: str
@@ -73,14 +112,14 @@ class WindowResult:
     end_s: float
     duration_s: float
     energy_j: float | None
-    devices: list[DeviceEnergy]
-    provenance: str
+    devices: list[DeviceEnergy] = _DeferredField()  # type: ignore[assignment]
+    provenance: str  # type: ignore[misc]
     flags: list[str] = field(default_factory=list)
     cpu_energy_j: float | None = None
     rank: int = 0
     host: str = ""
     backend: str = ""
-    energy_uncertainty_j: float | None = None
+    energy_uncertainty_j: float | None = _DeferredField(None)  # type: ignore[assignment]
 
     @property
     def avg_power_w(self) -> float | None:
@@ -113,3 +152,25 @@ class WindowResult:
         d = dict(d)
         d["devices"] = [DeviceEnergy(**x) for x in d.get("devices", [])]
         return cls(**d)
+
+
+_FIELDS = ("name", "start_s", "end_s", "duration_s", "energy_j", "devices", "provenance", "flags",
+           "cpu_energy_j", "rank", "host", "backend", "energy_uncertainty_j")
+if tuple(f.name for f in fields(WindowResult)) != _FIELDS:  # pragma: no cover - a new field
+    raise ImportError("window_result() lists WindowResult's fields: add the new one there")
+_new = object.__new__
+
+
+def window_result(name: str, start_s: float, end_s: float, duration_s: float,
+                  energy_j: float | None, devices: list[DeviceEnergy] | Deferred,
+                  provenance: str, flags: list[str], cpu_energy_j: float | None, rank: int,
+                  host: str, backend: str,
+                  energy_uncertainty_j: float | Deferred | None) -> WindowResult:
+    """``WindowResult(...)`` with every field given, as the dataclass builds it but without its
+    per-field descriptor calls: the energy meter's window edge builds one per window."""
+    r = _new(WindowResult)
+    r.__dict__ = {"name": name, "start_s": start_s, "end_s": end_s, "duration_s": duration_s,
+                  "energy_j": energy_j, "devices": devices, "provenance": provenance,
+                  "flags": flags, "cpu_energy_j": cpu_energy_j, "rank": rank, "host": host,
+                  "backend": backend, "energy_uncertainty_j": energy_uncertainty_j}
+    return r

@@ -2,9 +2,9 @@
 
 Memory stays O(channels x open windows) however long the run: per channel the sampler keeps a
 running trapezoid integral of power (J), the last reading, the energy counter's
-:class:`~joulebound.energy.counter.CounterTrack`, and per *watched* window the peak power and
-sample count. Samples are handed to a sink (the SQLite store) in batches, about every second.
-Timestamps are the meter's clock (s, epoch-aligned, monotonic).
+:class:`~joulebound.energy.counter.CounterTrack` and how many readings it folded in, and per
+*watched* (open) window the peak power. Samples are handed to a sink (the SQLite store) in batches,
+about every second. Timestamps are the meter's clock (s, epoch-aligned, monotonic).
 
 Nothing is lost silently: every failed read is counted per channel (:attr:`Sampler.failures`) with
 its message, every sample the sink could not take is counted (:attr:`Sampler.samples_lost`), and
@@ -19,15 +19,15 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Any
 
 from .base import Backend
-from .counter import CounterTrack, EdgeValue
+from .counter import CounterTrack, Edge, observe_counters
 
-#: the failure counts of a window that began with none anywhere (read-only, shared)
-_NO_FAILURES: Any = MappingProxyType({})
+#: the failure counts of a snapshot taken before any failure (shared: never modified; a plain
+#: dict, so a window's kept edges pickle)
+_NO_FAILURES: dict[int, int] = {}
 
 
 @dataclass(slots=True)
@@ -40,17 +40,14 @@ class Sample:
     energy_j: float | None
 
 
-@dataclass(slots=True)
-class WindowStats:
-    """Running power statistics of one open window: peak (W) and sample count per channel."""
-
-    peak_w: dict[int, float] = field(default_factory=dict)
-    n: dict[int, int] = field(default_factory=dict)
-
-    def update(self, s: Sample) -> None:
-        self.n[s.channel] = self.n.get(s.channel, 0) + 1
-        if s.power_w is not None and s.power_w > self.peak_w.get(s.channel, float("-inf")):
-            self.peak_w[s.channel] = s.power_w
+def readings_between(start: tuple[Any, ...], end: tuple[Any, ...], channel: int) -> int:
+    """Readings of ``channel`` folded in between two window edges (:meth:`Sampler.window_edge`'s
+    results: after the start's, up to the end's)."""
+    n = end[2] - start[2]
+    c0, c1 = start[1][4], end[1][4]
+    if c1 is not c0:
+        n += c1.get(channel, 0) - c0.get(channel, 0)
+    return n
 
 
 @dataclass(slots=True)
@@ -108,20 +105,42 @@ class Sampler:
         self._last: dict[int, tuple[float, float]] = {}
         self._first: dict[int, float] = {}
         self._failed_since: set[int] = set()   # a power read failed since the last good one
-        self._watch: dict[str, WindowStats] = {}
+        #: open window name -> peak power per channel (W) since it began
+        self._watch: dict[str, dict[int, float]] = {}
+        #: readings folded in per channel (besides the fast path's edges, :attr:`_fast_edges`)
+        self._n_read: dict[int, int] = {}
+        #: window edges the fast path folded in (a reading of every channel each)
+        self._fast_edges = 0
+        #: bumped by every change a window's figures depend on, other than a fast-path edge:
+        #: readings folded in (power, counters, their counts) and failed reads
+        self._version = 0
+        self._snap: tuple[Any, ...] = (-1,)   # :meth:`_snapshot`, taken at ``_snap[0]``
+        self._fast_version = -1   # _version at the last fast-path edge (:meth:`_fast_changed`)
+        #: the counter tracks in channel order when every channel has one (the fast path; also
+        #: with no channel at all: a time-only edge)
+        self._fast_tracks = ([self.tracks[i] for i in self.channels]
+                             if len(self.tracks) == len(self.channels) else None)
+        #: every channel's counter read in one batched call (when every channel has one)
+        self._batch_read: Callable[[float], list[float]] | None = (
+            backend.energy_reader(self.channels) if self._fast_tracks is not None else None)
+        #: the window-edge fast path's read: :attr:`_batch_read` once every track knows its
+        #: rate (then it stays so), ``None`` before
+        self._fast_read: Callable[[float], list[float]] | None = None
+        self._counter_channels = [i for i in self.channels if backend.has_counter(i)]
+        self._power_channels = [i for i in self.channels if not backend.has_counter(i)]
         #: failed reads per channel
         self.failures: Counter[int] = Counter()
         #: sum of :attr:`failures` (one integer a window edge can compare)
         self.failures_total = 0
-        self._rated = False      # every counter track knows its rate (then it stays so)
-        self._power_version = 0  # bumped by every change of the power state
-        self._power_snapshot: tuple[int, Any] = (-1, None)   # (version, _power_state())
         self._messages: Counter[str] = Counter()
         #: samples the sink could not take, and the last reason
         self.samples_lost = 0
         self.sink_error: str | None = None
         self._pending: list[Sample] = []
-        self._lock = threading.Lock()
+        #: one lock for the backend's reads and the sampler's state: the backend's (re-entrant),
+        #: so a window edge reads and folds its readings in one acquisition
+        self._lock = backend.lock
+        self._acquire, self._release = self._lock.acquire, self._lock.release
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.n_reads = 0
@@ -198,9 +217,9 @@ class Sampler:
             if channel is not None:
                 self.failures[channel] += 1
                 self.failures_total += 1
+                self._version += 1
                 if what == "power":
                     self._failed_since.add(channel)
-                    self._power_version += 1
             ch = "" if channel is None else f"{self._label(channel)} "
             self._messages[f"{ch}{what} read failed: {type(exc).__name__}: {exc}"] += 1
 
@@ -228,27 +247,46 @@ class Sampler:
         with self._lock:
             self._add_locked(samples)
 
-    def _add_locked(self, samples: list[Sample]) -> None:
-        """:meth:`add` with the lock held."""
+    def _add_locked(self, samples: list[Sample], t_edge: float | None = None
+                    ) -> dict[int, Edge | None] | None:
+        """:meth:`add` with the lock held. With ``t_edge`` (a window edge, s) it also returns
+        the estimate at ``t_edge`` of each counter channel read in ``samples`` (``None`` where
+        the read failed)."""
+        edges: dict[int, Edge | None] | None = None if t_edge is None else {}
+        tracks = self.tracks
+        last = self._last
+        integral = self.integral_j
+        n_read = self._n_read
         for smp in samples:
             ch = smp.channel
-            if smp.power_w is not None:
+            p = smp.power_w
+            if p is not None:
                 self._fold_power(smp)
-            track = self.tracks.get(ch)
+                for peaks in self._watch.values():
+                    if p > peaks.get(ch, float("-inf")):
+                        peaks[ch] = p
+            track = tracks.get(ch)
             if track is not None:
-                track.observe(smp.t, smp.energy_j, smp.power_w,
-                              integral_j=self.integral_j.get(ch, 0.0)
-                              if ch in self._last else None)
-            for w in self._watch.values():
-                w.update(smp)
+                integ = integral.get(ch, 0.0) if ch in last else None
+                if edges is None:
+                    track.observe(smp.t, smp.energy_j, p, integral_j=integ)
+                elif smp.energy_j is not None:   # observe, then the estimate at the edge
+                    edges[ch] = track.observe_edge_raw(smp.t, smp.energy_j, p, integ,
+                                                       t_edge)  # type: ignore[arg-type]
+                else:
+                    track.observe(smp.t, None, p, integral_j=integ)
+                    edges[ch] = None
+            n_read[ch] = n_read.get(ch, 0) + 1
+        if samples:
+            self._version += 1
         if self.sink is not None:
             self._pending.extend(samples)
+        return edges
 
     def _fold_power(self, smp: Sample) -> None:
         """A power reading into the channel's trapezoid integral and gap accounting (under the
         lock)."""
         ch = smp.channel
-        self._power_version += 1
         last = self._last.get(ch)
         if last is not None and smp.t > last[0]:
             dt = smp.t - last[0]
@@ -270,24 +308,27 @@ class Sampler:
     def _power_edge(self, channel: int, t: float) -> PowerEdge:
         return self.power_edge_from(None, channel, self.failures.get(channel, 0), t)
 
-    def _power_state(self) -> tuple[dict[int, float], dict[int, float], dict[int, float],
-                                    dict[int, tuple[float, float]], set[int]]:
-        """A copy of what power edges need, as it is now (under the lock): per channel the
-        integral (J), gap time (s) and energy (J), the last reading ``(t, W)``, and the channels
-        whose read failed since. Copied again only after the state changed (a copy is never
-        modified, so windows opened in between share it)."""
-        version, state = self._power_snapshot
-        if version != self._power_version:
-            state = (self.integral_j.copy(), self.gap_time_s.copy(), self.gap_energy_j.copy(),
-                     self._last.copy(), self._failed_since.copy())
-            self._power_snapshot = (self._power_version, state)
-        return state
+    def _snapshot(self) -> tuple[Any, ...]:
+        """What a window's end needs of the sampler's state at its start, as it is now (under
+        the lock): ``(version, power state, failed reads per channel, their total, readings per
+        channel)`` — the power state (per channel the integral (J), gap time (s) and energy (J),
+        the last reading ``(t, W)``, and the channels whose read failed since; ``None`` before
+        any power reading) for :meth:`power_edge_from`. Copied again only after a change (a
+        copy is never modified, so the windows opened in between share it)."""
+        snap = self._snap
+        if snap[0] != self._version:
+            state = ((self.integral_j.copy(), self.gap_time_s.copy(), self.gap_energy_j.copy(),
+                      self._last.copy(), self._failed_since.copy()) if self._last else None)
+            total = self.failures_total
+            fails = dict(self.failures) if total else _NO_FAILURES
+            snap = self._snap = (self._version, state, fails, total, self._n_read.copy())
+        return snap
 
     def power_edge_from(self, state: tuple[dict[int, float], dict[int, float], dict[int, float],
                                            dict[int, tuple[float, float]], set[int]] | None,
                         channel: int, failures: int, t: float) -> PowerEdge:
-        """The power edge of ``channel`` at ``t`` from a :meth:`_power_state` taken then
-        (``None``: the state now, under the lock); ``failures``: its failed reads then."""
+        """The power edge of ``channel`` at ``t`` from a power state of :meth:`_snapshot` taken
+        then (``None``: the state now, under the lock); ``failures``: its failed reads then."""
         integral, gap_time, gap_energy, lasts, failed_since = (
             (self.integral_j, self.gap_time_s, self.gap_energy_j, self._last, self._failed_since)
             if state is None else state)
@@ -304,117 +345,101 @@ class Sampler:
                 gap_e += held_e
         return PowerEdge(integ, gap_t, gap_e, failures, last is not None)
 
-    def _counter_edges_locked(self, samples: list[Sample],
-                              t: float) -> dict[int, EdgeValue | None]:
-        out: dict[int, EdgeValue | None] = {}
-        tracks = self.tracks
-        last = self._last
-        integral = self.integral_j
-        watched = list(self._watch.values())
-        for smp in samples:
-            ch = smp.channel
-            if smp.power_w is not None:
-                self._fold_power(smp)
-            track = tracks.get(ch)
-            value = None
-            if track is not None:
-                integ = integral.get(ch, 0.0) if ch in last else None
-                if smp.energy_j is not None:   # observe, then the estimate at t
-                    value = track.observe_edge(smp.t, smp.energy_j, smp.power_w, integ, t)
+    # -- window edges -------------------------------------------------------------------------
+    def window_edge(self, name: str, t: float, start: bool = True) -> tuple[Any, ...]:
+        """A window's edge at ``t``: every channel read and folded in under one lock.
+
+        The fast path reads every counter in one batched call (when every channel has one and
+        every track knows its rate) and, when all reads succeed, folds the readings in without
+        building samples; else the channels are read one by one (:meth:`_edge_samples`: failed
+        reads counted, power read where needed) and folded in by :meth:`_add_locked`.
+
+        Returns ``(estimates, snapshot, fast edges)`` at a start (``start``; the window is
+        watched from then on) and ``(estimates, snapshot, fast edges, peaks)`` at an end: the
+        counter estimates at ``t`` (:data:`~joulebound.energy.counter.Edge` s in channel
+        order, ``None`` where a channel has no counter or its read failed), the
+        state then (:meth:`_snapshot`; the same object at both edges when nothing but
+        fast-path edges happened in between), the fast path's edge count then, and the peak
+        power per channel since the start (W)."""
+        self._acquire()                # (cheaper than `with`, at every window edge)
+        try:
+            read = self._fast_read
+            if read is not None:
+                try:
+                    energies = read(t)
+                except Exception:     # read again channel by channel, to record which failed
+                    read = None
                 else:
-                    track.observe(smp.t, None, smp.power_w, integral_j=integ)
-            out[ch] = value
-            for w in watched:
-                w.update(smp)
-        if self.sink is not None:
-            self._pending.extend(samples)
-        return out
+                    if self._version != self._fast_version:
+                        self._fast_changed()
+                    edges = observe_counters(self._fast_tracks, t, energies,  # type: ignore[arg-type]
+                                             t)
+                    self._fast_edges = n = self._fast_edges + 1
+                    if self.sink is not None:
+                        self._pending.extend([Sample(t, i, None, e) for i, e in
+                                              zip(self.channels, energies, strict=True)])
+                    snap = self._snap
+            if read is None:
+                got = self._add_locked(self._edge_samples(t), t)
+                edges = [got.get(i) for i in self.channels]  # type: ignore[union-attr]
+                if self._fast_read is None and self._batch_read is not None and \
+                        all(tr.has_rate for tr in self._fast_tracks):  # type: ignore[union-attr]
+                    self._fast_read = self._batch_read
+                snap = self._snapshot()
+                n = self._fast_edges
+            if start:
+                self._watch[name] = {}
+                return edges, snap, n
+            return edges, snap, n, self._watch.pop(name, None) or {}
+        finally:
+            self._release()
 
-    def begin_edge(self, name: str, counter: list[Sample], power: list[Sample], t: float,
-                   channels: list[int]) -> tuple[dict[int, EdgeValue | None],
-                                                 dict[int, PowerEdge], dict[int, int]]:
-        """A window's start at ``t``, under one lock: the counter readings folded in with their
-        estimates at ``t`` (:meth:`_counter_edges_locked`), the power readings folded in (:meth:`add`),
-        then the window watched (:meth:`watch`); returns the counter estimates, the power edges
-        of ``channels`` (:meth:`power_edge`) and their failure counts."""
-        with self._lock:
-            edges = self._counter_edges_locked(counter, t)
-            if power:
-                self._add_locked(power)
-            self._watch[name] = WindowStats()
-            pe = {i: self._power_edge(i, t) for i in channels}
-            failures = self.failures
-            fails = {i: failures.get(i, 0) for i in channels}
-        return edges, pe, fails
+    def _fast_changed(self) -> None:
+        """Before a fast-path edge after a change (under the lock): the snapshot taken again,
+        and the power integral now as each track's integral at its reading (J, for a counter
+        lost later; it changes only with the state, so this is done only after a change)."""
+        self._fast_version = self._version
+        self._snapshot()
+        last, integral = self._last, self.integral_j
+        for i, tr in zip(self.channels, self._fast_tracks or (), strict=True):
+            if i in last:
+                tr.integral_at_read = integral.get(i, 0.0)
 
-    def end_edge(self, name: str, counter: list[Sample], power: list[Sample],
-                 t: float) -> tuple[dict[int, EdgeValue | None], WindowStats]:
-        """A window's end at ``t``, under one lock: the readings folded in (counted in the
-        window), the counter estimates at ``t``, and the window's statistics (watched since
-        :meth:`begin_edge`)."""
-        with self._lock:
-            edges = self._counter_edges_locked(counter, t)
-            if power:
-                self._add_locked(power)
-            return edges, self._watch.pop(name, None) or WindowStats()
-
-    # -- the window-edge fast path ------------------------------------------------------------
-    def _edges_fast(self, channels: list[int], energies: list[float], t: float
-                    ) -> list[tuple[float, float, bool, int, float, float]] | None:
-        """Counter readings at ``t`` (no power reading, none failed) folded in, with their
-        estimates at ``t`` as :class:`~joulebound.energy.counter.EdgeValue` field tuples — what
-        :meth:`_counter_edges_locked` does with such samples, without building them — or
-        ``None`` (nothing folded in) while some track still needs a power reading to know its
-        rate. Under the lock."""
+    def _edge_samples(self, t: float) -> list[Sample]:
+        """A window edge's readings at ``t``, channel by channel (under the lock): every counter
+        channel's counter (energy ``None`` where the read failed, which is counted; a power
+        reading too while the counter's rate is not known yet), then the power of the channels
+        metered by power integration."""
+        samples = []
         tracks = self.tracks
-        if not self._rated:
-            if not all(tracks[i].has_rate for i in channels):
-                return None
-            self._rated = True
-        last = self._last
-        integral = self.integral_j
-        out = []
-        for i, e in zip(channels, energies, strict=True):
-            out.append(tracks[i].observe_edge_values(
-                t, e, None, integral.get(i, 0.0) if i in last else None, t))
-        if self._watch:
-            for w in self._watch.values():
-                n = w.n
-                for i in channels:
-                    n[i] = n.get(i, 0) + 1
-        if self.sink is not None:
-            self._pending.extend([Sample(t, i, None, e)
-                                  for i, e in zip(channels, energies, strict=True)])
-        return out
+        backend = self.backend
+        for i in self._counter_channels:
+            try:
+                e = backend.read_energy_j(i, t)
+            except Exception as exc:
+                self.record_failure(i, "energy counter", exc)
+                e = None
+            p = None
+            track = tracks.get(i)
+            if e is not None and track is not None and not track.has_rate:
+                p = self.read_power(i, t, quiet=True)   # seeds the rate until 2 steps seen
+            samples.append(Sample(t, i, p, e))
+        for i in self._power_channels:
+            p = self.read_power(i, t)
+            if p is not None:
+                samples.append(Sample(t, i, p, None))
+        return samples
 
-    def begin_edge_fast(self, name: str, channels: list[int], energies: list[float], t: float
-                        ) -> tuple[list[tuple[float, float, bool, int, float, float]],
-                                   Any, Any, int] | None:
-        """:meth:`begin_edge` for counter channels whose readings all succeeded: the counter
-        estimates at ``t``; the power state (``None`` when no channel ever had a power reading:
-        then every power edge is empty) for :meth:`power_edge_from`; the failure counts and
-        their total. ``None`` (nothing changed) while a track needs a power reading."""
-        with self._lock:
-            edges = self._edges_fast(channels, energies, t)
-            if edges is None:
-                return None
-            self._watch[name] = WindowStats()
-            state = self._power_state() if self._last else None
-            total = self.failures_total
-            fails = {i: self.failures.get(i, 0) for i in channels} if total else _NO_FAILURES
-        return edges, state, fails, total
-
-    def end_edge_fast(self, name: str, channels: list[int], energies: list[float], t: float
-                      ) -> tuple[list[tuple[float, float, bool, int, float, float]],
-                                 WindowStats] | None:
-        """:meth:`end_edge` for counter channels whose readings all succeeded (see
-        :meth:`begin_edge_fast`); ``None`` (nothing changed) while a track needs a power
-        reading."""
-        with self._lock:
-            edges = self._edges_fast(channels, energies, t)
-            if edges is None:
-                return None
-            return edges, self._watch.pop(name, None) or WindowStats()
+    def read_power(self, i: int, t: float, quiet: bool = False) -> float | None:
+        """Channel ``i``'s power now (W); ``None`` when the read fails (counted unless
+        ``quiet``)."""
+        try:
+            with self._lock:
+                return self.backend.read_power_w(i, t)
+        except Exception as exc:
+            if not quiet:
+                self.record_failure(i, "power", exc)
+            return None
 
     def first_power_t(self, channel: int) -> float | None:
         """Time of the channel's first good power reading (s), ``None`` before it."""
