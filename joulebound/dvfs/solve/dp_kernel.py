@@ -282,8 +282,11 @@ def plan_sums(t: np.ndarray, e: np.ndarray, sel: np.ndarray,
     ee = np.zeros(n_p)
     n_sw = np.zeros(n_p, np.int64)
     for k in range(k_n):
+        pre = min(k + 8, k_n - 1)
         for i in range(n_p):
             col = sel[choice[i, k]]
+            _prefetch(t, pre, sel[choice[i, pre]])
+            _prefetch(e, pre, sel[choice[i, pre]])
             tt[i] += t[k, col]
             ee[i] += e[k, col]
             if k and choice[i, k] != choice[i, k - 1]:
@@ -325,8 +328,11 @@ def column_scan(t: np.ndarray, e: np.ndarray, sel: np.ndarray, a: np.ndarray,
     se = np.zeros(c_n)
     ok = np.ones(p_n, np.bool_)
     for k in range(k_n):
+        pre = min(k + 8, k_n - 1)
         for c in range(c_n):
             col = sel[c]
+            _prefetch(t, pre, col)
+            _prefetch(e, pre, col)
             st[c] += t[k, col]
             se[c] += e[k, col]
         for i in range(p_n):
