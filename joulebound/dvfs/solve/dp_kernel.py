@@ -25,6 +25,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 from llvmlite import ir
+from llvmlite.binding import llvm_version_info
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -75,8 +76,9 @@ def _prefetch(typingctx, arr, i, j):
         mod = builder.module
         i8p = ir.IntType(8).as_pointer()
         i32 = ir.IntType(32)
-        fn = mod.globals.get("llvm.prefetch.p0") or ir.Function(
-            mod, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), name="llvm.prefetch.p0")
+        name = "llvm.prefetch.p0" if llvm_version_info[0] >= 15 else "llvm.prefetch"
+        fn = mod.globals.get(name) or ir.Function(
+            mod, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), name=name)
         builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
                           ir.Constant(i32, 1)])
         return context.get_dummy_value()
