@@ -16,14 +16,20 @@ Method: Lagrangian relaxation of the time budget. For a multiplier ``λ`` (J/s) 
 rule. States are the clock configurations; a phase entered at kernel ``s`` comes from the best
 state at ``s - 1`` (the "stay vs. switch from best" trick), and the best plan ending at ``k`` in
 ``c`` is the least such entry up to the latest start whose phase lasts ``D`` by ``k``, plus a
-prefix sum: O(K·C) overall, computed in blocks of kernels vectorized over configurations and
-``λ``, chunk by chunk (no K × C arrays; :func:`dp_lagrangian`). Each entry keeps its phase
-start and each kernel the best state's, so the plan is read back phase by phase. ``λ`` is
-searched on a grid refined around the budget (several ``λ`` per DP pass, vectorized), the best
-feasible plan is kept, and a repair pass moves whole phases to cheaper configurations while
-slack remains. The iteration-level plan (one phase) is always a candidate, so the result is never
-worse than it. With no switch costs and no dwell (``L = 0``) the problem is exactly the
-switch-free knapsack and :func:`~joulebound.dvfs.solve.solve` answers it.
+prefix sum. That latest start only moves forward, so one pointer per configuration absorbs the
+entries as it passes them: O(K·C) per multiplier, with (C × multipliers) working state, compiled
+(:mod:`.dp_kernel`; :func:`dp_lagrangian`). Each kernel keeps the best state and its phase start,
+so the plan is read back phase by phase.
+
+``λ`` is searched in three stages, several ``λ`` per DP pass: a bracket of the budget from a DP on
+a coarse share of the configurations (cheap), one DP on all of them on a grid around it (widened
+until it brackets the budget), then a finer grid between the two bracketing plans with a DP on
+the configurations they use. The two plans nearest the budget on either side are spliced
+(:func:`mix_plans`: the slower, cheaper one wherever it fits), and a repair moves whole phases to
+cheaper configurations while slack remains (:func:`phase_repair`, many phases per round). The
+iteration-level plan (one phase) is always a candidate, so the result is never worse than it.
+With no switch costs and no dwell (``L = 0``) the problem is exactly the switch-free knapsack and
+:func:`~joulebound.dvfs.solve.solve` answers it.
 
 Plans repeat every iteration (``cyclic``, the default): the first phase must last ``D`` too and
 the switch back to it at the iteration boundary is charged. The DP plans one iteration with a
@@ -33,6 +39,7 @@ free first phase; a first phase shorter than ``D`` is joined to the second after
 
 from __future__ import annotations
 
+import logging
 import time as _time
 
 import numpy as np
@@ -40,9 +47,10 @@ import numpy as np
 from ...errors import JouleboundError
 from ..characterization import Characterization
 from ..plan import Plan
-from .hull import unique_rows
 from .objectives import REL_TOL, plan_provenance, solve
 from .problem import baseline_column, baseline_totals, planning_columns
+
+_log = logging.getLogger(__name__)
 
 #: published clock-switch latencies (s) usable as presets (DESIGN.md; Spaan et al. and others)
 LATENCY_PRESETS: dict[str, float] = {
@@ -58,29 +66,17 @@ def parse_duration(text: str | float) -> float:
     return _parse(text)
 
 
-def _prefix_rows(x: np.ndarray, carry: np.ndarray) -> np.ndarray:
-    """Rows ``carry, carry + x[0], ...``: the running sum continued from ``carry``, added in the
-    same order as one ``np.cumsum`` over the whole table (so chunked sums are bit-identical)."""
-    out = np.empty((len(x) + 1, x.shape[1]))
-    out[0] = carry
-    out[1:] = x
-    np.cumsum(out, axis=0, out=out)
-    return out
-
-
 def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float,
                   switch_energy_j: float = 0.0, switch_time_s: float = 0.0, *,
-                  columns: np.ndarray | None = None,
-                  chunk: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+                  columns: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Exact minimiser of ``Σ e + λ Σ t + n_sw (E_sw + λ T_sw)`` under the dwell rule, per ``λ``.
 
     Args:
-        t, e: (K, C) time (s) and energy (J) per kernel × configuration (read a chunk of rows
-            at a time; never copied whole).
+        t, e: (K, C) time (s) and energy (J) per kernel × configuration (read in place, never
+            copied; non-float64 tables are converted once).
         lams: (L,) multipliers (J/s), >= 0.
         dwell_s: minimum duration of every phase but the first (s).
         columns: the columns of ``t``/``e`` to plan over (default: all); choices index them.
-        chunk: kernels whose prefix sums and dwell windows are prepared at once.
 
     Returns:
         ``(choice, value)``: (L, K) configuration column per kernel, and (L,) optimal values.
@@ -91,171 +87,124 @@ def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float
     Q_c[s]``, and the best plan ending at ``k`` in ``c`` costs ``M[s_max(k, c), c] + Q_c[k+1]``
     where ``M`` is the running minimum of ``E`` over ``s`` (``E[0, c] = 0``: the first phase
     needs no dwell) and ``s_max(k, c)`` the latest start whose phase lasts ``dwell_s`` by
-    ``k``. ``h[k]`` depends on ``h`` only up to ``max_c s_max(k, c) - 1``, so kernels come in
-    blocks (up to the next one that reaches a not yet computed entry) that are computed at
-    once for every configuration and ``λ``: O(K·C·L) work, O((chunk + window)·C·L) memory.
-    Each entry keeps the start of its phase (the earliest on ties, as a phase that is not
-    switched keeps its start); each kernel records the best state and its phase start, and
-    the plan is read back phase by phase.
+    ``k``. ``s_max`` only grows with ``k``, so one pointer per configuration absorbs the
+    entries as it advances and only the running minimum (and the start attaining it, the
+    earliest on ties) is kept: O(K·C·L) time, O(C·L) working state plus O(K·L) pointers
+    (:func:`~joulebound.dvfs.solve.dp_kernel.dp_forward`, compiled). Each kernel records the
+    best state and its phase start, and the plan is read back phase by phase.
     """
+    from .dp_kernel import LANES, dp_backtrack, dp_forward
+
     lams = np.asarray(lams, np.float64)
+    t = np.asarray(t, np.float64)
+    e = np.asarray(e, np.float64)
     k_n = t.shape[0]
     sel = np.arange(t.shape[1]) if columns is None else np.asarray(columns, np.int64)
-    c_n, n_l = len(sel), len(lams)
-    whole = columns is None or (c_n == t.shape[1] and np.array_equal(sel, np.arange(c_n)))
+    n_l = len(lams)
+    if np.any(lams < 0) or not np.all(np.isfinite(lams)):
+        raise JouleboundError(f"multipliers must be finite and >= 0, got {lams}")
     sw = switch_energy_j + lams * switch_time_s                      # (L,)
+    # lanes of LANES multipliers: pad with the last one (computed, then ignored)
+    n_pad = -(-max(n_l, 1) // LANES) * LANES
+    pad = np.full(n_pad - n_l, lams[-1] if n_l else 0.0)
+    lams_p = np.concatenate([lams, pad])
+    sw_p = np.concatenate([sw, switch_energy_j + pad * switch_time_s])
     idx_t = np.int32 if k_n < 2**31 - 1 else np.int64
     best_c = np.empty((k_n, n_l), np.int32)       # best state after kernel k
     best_start = np.empty((k_n, n_l), idx_t)      # ... and the start of its phase
-    # entries' running minimum M and its phase start A, rows s = base .. (window + chunk)
-    cap = 2 * chunk + 2
-    m_buf = np.empty((cap, c_n, n_l))
-    a_buf = np.empty((cap, c_n, n_l), idx_t)
-    m_buf[0] = 0.0
-    a_buf[0] = 0
-    base = 0                                      # s of row 0 of m_buf / a_buf / prefix rows
-    p_buf = np.zeros((cap, c_n, 2))               # prefix sums (time, energy) before kernel s
-    weights = np.stack([lams, np.ones(n_l)])      # (2, L): Q = λ · PT + PE
-    ar_c = np.arange(c_n)
-    ar_l = np.arange(n_l)
-    s_index = np.empty((chunk, 1, 1), idx_t)
-    h = np.zeros(n_l)
-    prev_smax = np.zeros(c_n, np.int64)           # s_max(lo - 1, c)
-    for lo in range(0, k_n, chunk):
-        hi = min(k_n, lo + chunk)
-        tc = np.asarray(t[lo:hi] if whole else t[lo:hi][:, sel], np.float64)
-        ec = np.asarray(e[lo:hi] if whole else e[lo:hi][:, sel], np.float64)
-        new_base = int(prev_smax.min())           # no later kernel reaches an entry before it
-        keep = lo - new_base + 1                  # rows new_base .. lo
-        old = slice(new_base - base, lo - base + 1)
-        if keep + (hi - lo) > cap:                # grow: a dwell longer than a chunk
-            cap = 2 * (keep + (hi - lo))
-            m2, a2 = np.empty((cap, c_n, n_l)), np.empty((cap, c_n, n_l), idx_t)
-            p2 = np.empty((cap, c_n, 2))
-            m2[:keep], a2[:keep], p2[:keep] = m_buf[old], a_buf[old], p_buf[old]
-            m_buf, a_buf, p_buf = m2, a2, p2
-        elif new_base > base:
-            m_buf[:keep], a_buf[:keep], p_buf[:keep] = m_buf[old], a_buf[old], p_buf[old]
-        base = new_base
-        # prefix rows s = lo+1 .. hi continue row s = lo, added in np.cumsum's order
-        p_buf[keep:keep + hi - lo, :, 0] = tc
-        p_buf[keep:keep + hi - lo, :, 1] = ec
-        run_rows = p_buf[keep - 1:keep + hi - lo]
-        np.cumsum(run_rows, axis=0, out=run_rows)
-        pre = p_buf
-        pt = pre[:, :, 0]
-        m_flat = m_buf.reshape(cap * c_n, n_l)
-        a_flat = a_buf.reshape(cap * c_n, n_l)
-        # s_max(k, c) for k in lo..hi-1: the latest s >= 1 with PT[s] + dwell <= PT[k+1]
-        # (as min_block_end: the block from s ends by k), else 0; never beyond k
-        s0 = max(base, 1)
-        ends = (pt[s0 - base:hi - base] + dwell_s).T.copy()      # (C, n): PT[s] + dwell
-        reach_t = pt[lo + 1 - base:hi + 1 - base].T.copy()       # (C, hi - lo): PT[k + 1]
-        smax = np.empty((c_n, hi - lo), np.int64)
-        for j in range(c_n):
-            smax[j] = np.searchsorted(ends[j], reach_t[j], side="right")
-        smax = smax.T + (s0 - 1)
-        np.maximum(smax, 0, out=smax)
-        np.minimum(smax, np.arange(lo, hi)[:, None], out=smax)
-        prev_smax = smax[-1]
-        reach = smax.max(axis=1)                  # nondecreasing in k
-        a = lo
-        while a < hi:
-            b = lo + int(np.searchsorted(reach, a, side="right"))   # first k reaching past a
-            b = max(min(b, hi), a + 1)
-            rows = slice(a + 1 - base, b + 1 - base)                 # prefix rows s = a+1..b
-            q = (pre[rows].reshape(-1, 2) @ weights).reshape(b - a, c_n, n_l)   # Q[k + 1]
-            sm = smax[a - lo:b - lo]                                 # (B, C)
-            flat = (sm - base) * c_n + ar_c
-            v = m_flat.take(flat.ravel(), axis=0).reshape(b - a, c_n, n_l)
-            v += q
-            bc = v.argmin(axis=1)                                    # (B, L)
-            cell = (np.arange(b - a)[:, None] * c_n + bc) * n_l + ar_l   # (B, L) into v
-            hb = v.ravel()[cell]
-            best_c[a:b] = bc
-            best_start[a:b] = a_flat.ravel()[flat.ravel()[cell // n_l] * n_l + ar_l]
-            h = hb[-1]
-            n_new = min(b, k_n - 1) - a                              # entries s = a+1..
-            s_index[:n_new] = np.arange(a + 1, a + 1 + n_new)[:, None, None]
-            if n_new > 0:
-                ent = (hb[:n_new] + sw)[:, None, :] - q[:n_new]
-                r0 = a + 1 - base                                    # row of entry s = a + 1
-                for r in range(n_new):
-                    np.minimum(m_buf[r0 + r - 1], ent[r], out=m_buf[r0 + r])
-                # an entry starts a new phase where it is strictly below the running minimum
-                # (ties keep the earlier start); starts only grow, so a maximum carries them
-                new_start = (ent < m_buf[r0 - 1:r0 - 1 + n_new]) * s_index[:n_new]
-                for r in range(n_new):
-                    np.maximum(a_buf[r0 + r - 1], new_start[r], out=a_buf[r0 + r])
-            a = b
-    values = h.copy()
-    choice = np.empty((n_l, k_n), np.int64)
-    for li in range(n_l):
-        end = k_n
-        c = int(best_c[k_n - 1, li])
-        s0 = int(best_start[k_n - 1, li])
-        while True:
-            choice[li, s0:end] = c
-            if s0 == 0:
-                break
-            end = s0
-            c, s0 = int(best_c[s0 - 1, li]), int(best_start[s0 - 1, li])
-    return choice, values
+    values, finite = dp_forward(t, e, sel, lams_p, sw_p, n_l, float(dwell_s), best_c, best_start)
+    if not finite:
+        raise JouleboundError("the time/energy table has NaN or infinite entries in the planned "
+                              "columns; the switch-aware DP needs finite values")
+    return dp_backtrack(best_c, best_start), values
 
 
-def useful_columns(t: np.ndarray, e: np.ndarray, max_work: float = 3e8) -> np.ndarray:
-    """Columns not dominated on every kernel by another column (slower and costlier everywhere).
+def useful_columns(t: np.ndarray, e: np.ndarray, columns: np.ndarray | None = None, *,
+                   sample_rows: int = 128) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Columns not dominated by another, and the column totals, in one pass over the table.
 
-    Such a column never improves a plan (up to the dwell rule: its dominator is never slower, so
-    a phase can only get shorter). Checked on the distinct rows; skipped (all columns kept) when
-    rows × columns² exceeds ``max_work``.
+    A column is dominated when another is no slower and no costlier on every kernel (identical
+    columns: the first is kept). Such a column never improves a plan (up to the dwell rule: its
+    dominator is never slower, so a phase can only get shorter). Candidates come from an evenly
+    spaced sample of ``sample_rows`` rows; each dropped column's dominator (one the sample keeps)
+    is then checked on every row, and the column is kept if the check fails. So a column is
+    dropped only when truly dominated; one the sample's choice of dominator misses is kept (it
+    costs DP time, never plan quality).
+
+    Returns:
+        ``(keep, time_s, energy_j)``: positions into ``columns`` (default: all columns) of the
+        kept ones, and the (len(columns),) sums of time (s) and energy (J) over the kernels.
     """
-    reps, _ = unique_rows(t, e)
-    c_n = t.shape[1]
-    if len(reps) * c_n * c_n > max_work:
-        return np.arange(c_n)
-    tu, eu = t[reps], e[reps]
-    dom = np.ones((c_n, c_n), bool)                  # dom[a, b]: a <= b on every kernel
-    for lo in range(0, len(reps), 64):
-        ta, ea = tu[lo:lo + 64], eu[lo:lo + 64]
-        dom &= ((ta[:, :, None] <= ta[:, None, :]) & (ea[:, :, None] <= ea[:, None, :])).all(0)
-    np.fill_diagonal(dom, False)
-    same = dom & dom.T                               # identical columns: keep the first
-    lower = np.arange(c_n)[:, None] < np.arange(c_n)[None, :]
-    dominated = (dom & ~same).any(0) | (same & lower).any(0)
-    return np.flatnonzero(~dominated)
+    from .dp_kernel import column_scan
+
+    t = np.asarray(t, np.float64)
+    e = np.asarray(e, np.float64)
+    sel = np.arange(t.shape[1]) if columns is None else np.asarray(columns, np.int64)
+    k_n, c_n = t.shape[0], len(sel)
+    dropped = np.zeros(c_n, bool)
+    a = b = np.zeros(0, np.int64)
+    if c_n >= 2 and k_n:
+        rows = np.unique(np.linspace(0, k_n - 1, min(k_n, sample_rows)).round().astype(np.int64))
+        both = np.unique(np.concatenate([t[rows][:, sel], e[rows][:, sel]], axis=1), axis=0)
+        ts, es = both[:, :c_n], both[:, c_n:]        # the distinct sampled rows
+        dom = np.ones((c_n, c_n), bool)              # dom[a, b]: a <= b on every sampled row
+        for lo in range(0, len(ts), 16):
+            ta, ea = ts[lo:lo + 16], es[lo:lo + 16]
+            dom &= ((ta[:, :, None] <= ta[:, None, :]) & (ea[:, :, None] <= ea[:, None, :])).all(0)
+        np.fill_diagonal(dom, False)
+        same = dom & dom.T                           # identical on the sample: first one wins
+        beats = dom & (~same | (np.arange(c_n)[:, None] < np.arange(c_n)[None, :]))
+        dropped = beats.any(0)
+        # a dominator the sample keeps: "beats" is a strict partial order, so one exists
+        b = np.flatnonzero(dropped)
+        a = np.argmax(beats[:, b] & ~dropped[:, None], axis=0)
+    sum_t, sum_e, ok = column_scan(t, e, sel, sel[a], sel[b])
+    dropped[b[~ok]] = False
+    return np.flatnonzero(~dropped), sum_t, sum_e
 
 
-def _totals(t: np.ndarray, e: np.ndarray, choice: np.ndarray, sw_e: float,
-            sw_t: float, cyclic: bool = False) -> tuple[float, float, int]:
-    """(time s, energy J, switches) of ``choice`` (columns of ``t``/``e``, one per kernel);
-    ``cyclic``: the plan repeats, so a last phase unlike the first switches back to it."""
-    rows = np.arange(len(choice))
-    n_sw = int(np.count_nonzero(np.diff(choice))) + int(cyclic and choice[0] != choice[-1])
-    return (float(t[rows, choice].sum()) + n_sw * sw_t,
-            float(e[rows, choice].sum()) + n_sw * sw_e, n_sw)
+def _totals(t: np.ndarray, e: np.ndarray, choice: np.ndarray, sw_e: float, sw_t: float,
+            sel: np.ndarray | None = None, cyclic: bool = False
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(time s, energy J, switches) of each plan, switch costs included: ``choice`` is (K,) or
+    (L, K), kernel ``k`` at column ``sel[choice[..., k]]`` (``sel`` default: all columns); one
+    pass over the table for all plans. ``cyclic``: the plan repeats, so a last phase unlike the
+    first switches back to it. Returns floats/int for one plan, (L,) arrays for L."""
+    from .dp_kernel import plan_sums
 
-
-def _prefix_at(x: np.ndarray, columns: np.ndarray, at: np.ndarray,
-               chunk: int = 4096) -> np.ndarray:
-    """(len(at), C) sums of ``x[:i, columns]`` for each sorted row index ``i`` in ``at``, the
-    same floats as a whole-table ``np.cumsum`` (summed chunk by chunk, never all rows at once)."""
-    out = np.empty((len(at), len(columns)))
-    carry = np.zeros(len(columns))
-    k_n = x.shape[0]
-    for lo in range(0, k_n, chunk):
-        hi = min(k_n, lo + chunk)
-        pref = _prefix_rows(np.asarray(x[lo:hi][:, columns], np.float64), carry)
-        i0, i1 = np.searchsorted(at, [lo, hi])
-        out[i0:i1] = pref[at[i0:i1] - lo]
-        carry = pref[-1]
-    out[np.searchsorted(at, k_n):] = carry
-    return out
+    sel = np.arange(t.shape[1]) if sel is None else np.asarray(sel, np.int64)
+    ch = np.asarray(choice, np.int64)
+    ch2 = np.atleast_2d(ch)
+    tt, ee, n_sw = plan_sums(np.asarray(t, np.float64), np.asarray(e, np.float64), sel, ch2)
+    if cyclic and ch2.shape[1]:
+        n_sw = n_sw + (ch2[:, 0] != ch2[:, -1])
+    tt, ee = tt + n_sw * sw_t, ee + n_sw * sw_e
+    if ch.ndim == 1:
+        return float(tt[0]), float(ee[0]), int(n_sw[0])
+    return tt, ee, n_sw
 
 
 def _boundaries(choice: np.ndarray) -> np.ndarray:
     """0, the first kernel of every phase after the first, and K."""
     return np.concatenate([[0], np.flatnonzero(np.diff(choice)) + 1, [len(choice)]])
+
+
+def _pick_nonadjacent(phase: np.ndarray, order: np.ndarray, n_p: int,
+                      cyclic: bool = False) -> np.ndarray:
+    """Positions (into ``phase``), taken in ``order``, of moves on pairwise non-adjacent phases
+    (``cyclic``: the first and the last phase are neighbours too)."""
+    blocked = np.zeros(n_p + 2, bool)
+    out = []
+    for i in order:
+        p = int(phase[i]) + 1
+        if not blocked[p]:
+            out.append(i)
+            blocked[p - 1:p + 2] = True
+            if cyclic and p == 1:
+                blocked[n_p] = True
+            if cyclic and p == n_p:
+                blocked[1] = True
+    return np.asarray(out, np.int64)
 
 
 def lengthen_first_phase(t: np.ndarray, choice: np.ndarray, dwell_s: float,
@@ -274,7 +223,7 @@ def lengthen_first_phase(t: np.ndarray, choice: np.ndarray, dwell_s: float,
     if len(b) <= 2:
         return choice
     end = int(b[1])
-    if float(t[:end, sel[choice[0]]].sum()) >= dwell_s:
+    if float(np.asarray(t[:end, sel[choice[0]]], np.float64).sum()) >= dwell_s:
         return choice
     out = choice.copy()
     out[:end] = choice[end]
@@ -282,78 +231,230 @@ def lengthen_first_phase(t: np.ndarray, choice: np.ndarray, dwell_s: float,
 
 
 def phase_repair(t: np.ndarray, e: np.ndarray, choice: np.ndarray, budget: float, dwell_s: float,
-                 sw_e: float = 0.0, sw_t: float = 0.0, rounds: int = 50, *,
-                 columns: np.ndarray | None = None,
-                 prefix: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-                 cyclic: bool = False) -> np.ndarray:
+                 sw_e: float = 0.0, sw_t: float = 0.0, rounds: int = 200, *,
+                 columns: np.ndarray | None = None, cyclic: bool = False) -> np.ndarray:
     """Move whole phases to configurations that save energy while time slack and dwell allow.
 
     ``cyclic``: the plan repeats every iteration (the first phase must last the dwell too, and
     a last phase unlike the first is followed by a switch back to it).
 
     ``choice`` indexes ``columns`` of ``t``/``e`` (default: all columns); so does the result.
-    A phase is only ever moved whole, so phases merge but never split: sums of ``t``/``e`` are
-    needed only at the first plan's phase boundaries (O(phases · C) memory, one pass over K).
-    ``prefix``: ``(at, pt, pe)`` from :func:`_prefix_at` at sorted rows ``at`` that include
-    those boundaries (to share one pass among several plans).
+    A phase is only ever moved whole, so phases merge but never split: its sums at every
+    configuration are taken once (one pass over the table, O(phases · C) memory) and added on
+    merges. Each round makes many moves at once, on phases no two of which are neighbours (so
+    each move's change in switches is exact): every move that saves energy without costing
+    time, else the moves that save the most energy per second of slack, best first, while the
+    slack lasts. Rounds repeat until no move helps (at most ``rounds``).
     """
-    k_n = t.shape[0]
+    from .dp_kernel import segment_sums
+
     sel = np.arange(t.shape[1]) if columns is None else np.asarray(columns, np.int64)
     c_n = len(sel)
-    choice = choice.copy()
-    if prefix is None:
-        at = _boundaries(choice)
-        pt, pe = _prefix_at(t, sel, at), _prefix_at(e, sel, at)
-    else:
-        at, pt, pe = prefix
-    rows_k = np.arange(k_n)
-    tg, eg = t[rows_k, sel[choice]], e[rows_k, sel[choice]]     # (K,) at the chosen configs
+    choice = np.asarray(choice, np.int64)
     a = _boundaries(choice)[:-1]                                 # phase starts
     cur = choice[a]
+    tp, ep = segment_sums(np.asarray(t, np.float64), np.asarray(e, np.float64), sel, a)
+    cfg = np.arange(c_n)[None, :]
+    n_rounds = 0
     for _ in range(rounds):
-        # == _totals(t, e, sel[choice], ..., cyclic), from O(K) sums
-        n_sw = len(a) - 1 + int(cyclic and cur[0] != cur[-1])
-        tot_t, tot_e = float(tg.sum()) + n_sw * sw_t, float(eg.sum()) + n_sw * sw_e
-        slack = budget - tot_t
-        b = np.concatenate([a[1:], [k_n]])
-        ia, ib = np.searchsorted(at, a), np.searchsorted(at, b)
-        tp = pt[ib] - pt[ia]                     # (P, C) phase time at each config
-        ep = pe[ib] - pe[ia]
+        n_rounds += 1
         n_p = len(a)
         rows = np.arange(n_p)
+        tt, ee = tp[rows, cur], ep[rows, cur]
+        n_sw = n_p - 1 + int(cyclic and cur[0] != cur[-1])
+        tot_t = float(tt.sum()) + n_sw * sw_t
+        tot_e = float(ee.sum()) + n_sw * sw_e
+        slack = budget - tot_t
         wrap = cyclic and n_p > 1                # phase 0 follows the last one
         prev_c = np.concatenate([[cur[-1] if wrap else -1], cur[:-1]])
         next_c = np.concatenate([cur[1:], [cur[0] if wrap else -1]])
-        cfg = np.arange(c_n)[None, :]
-        # switches around phase p before/after the change
-        before = ((prev_c >= 0) & (prev_c != cur)).astype(int) + \
-                 ((next_c >= 0) & (next_c != cur)).astype(int)
-        after = ((prev_c[:, None] >= 0) & (prev_c[:, None] != cfg)).astype(int) + \
-                ((next_c[:, None] >= 0) & (next_c[:, None] != cfg)).astype(int)
-        d_sw = after - before[:, None]
-        d_t = tp - tp[rows, cur][:, None] + d_sw * sw_t
-        d_e = ep - ep[rows, cur][:, None] + d_sw * sw_e
-        ok = (d_t <= slack) & (d_e < -1e-15 * max(abs(tot_e), 1.0))
+        # switches around phase p after moving it to each configuration, minus before
+        d_sw = (((prev_c[:, None] >= 0) & (prev_c[:, None] != cfg)).astype(np.int8)
+                + ((next_c[:, None] >= 0) & (next_c[:, None] != cfg))
+                - (((prev_c >= 0) & (prev_c != cur)).astype(np.int8)
+                   + ((next_c >= 0) & (next_c != cur)))[:, None])
+        d_t = tp - tt[:, None]
+        d_e = ep - ee[:, None]
+        if sw_t:
+            d_t += d_sw * sw_t
+        if sw_e:
+            d_e += d_sw * sw_e
+        ok = (d_e < -1e-15 * max(abs(tot_e), 1.0)) & (d_t <= slack)
         ok[0 if cyclic else 1:] &= tp[0 if cyclic else 1:] >= dwell_s
         ok[rows, cur] = False
         if not ok.any():
             break
-        flat = np.where(ok, d_e, np.inf)
-        p, c = np.unravel_index(int(np.argmin(flat)), flat.shape)
-        span = slice(int(a[p]), int(b[p]))
-        choice[span] = c
-        tg[span], eg[span] = t[span, sel[c]], e[span, sel[c]]
-        cur[p] = c
-        keep = np.concatenate([[True], cur[1:] != cur[:-1]])   # merge with equal neighbours
+        free = ok & (d_t <= 0)
+        if free.any():                           # save energy and time: the biggest saving
+            score = np.where(free, d_e, np.inf)
+        else:                                    # most energy per second of slack
+            score = np.where(ok, d_e / np.maximum(d_t, 1e-300), np.inf)
+        move = score.argmin(1)
+        phase = np.flatnonzero(np.isfinite(score[rows, move]))
+        move = move[phase]
+        take = _pick_nonadjacent(phase, np.argsort(score[phase, move], kind="stable"), n_p,
+                                 wrap)
+        if not free.any():                       # ... while the slack lasts
+            used = np.cumsum(d_t[phase[take], move[take]])
+            take = take[:max(1, int(np.searchsorted(used, slack, side="right")))]
+            # ... unless the single biggest saving beats them all (much slack, few phases)
+            p1, c1 = divmod(int(np.argmin(np.where(ok, d_e, np.inf))), c_n)
+            if d_e[p1, c1] < d_e[phase[take], move[take]].sum():
+                phase, move, take = np.array([p1]), np.array([c1]), np.array([0])
+        cur = cur.copy()
+        cur[phase[take]] = move[take]
+        keep = np.concatenate([[True], cur[1:] != cur[:-1]])    # merge with equal neighbours
+        if not keep.all():
+            tp = np.add.reduceat(tp, np.flatnonzero(keep), axis=0)
+            ep = np.add.reduceat(ep, np.flatnonzero(keep), axis=0)
         a, cur = a[keep], cur[keep]
-    return choice
+    _log.debug("phase repair: %d rounds, %d phases left", n_rounds, len(a))
+    return np.repeat(cur, np.diff(np.concatenate([a, [len(choice)]])))
+
+
+def _phases_last(d: np.ndarray, plan: np.ndarray, dwell_s: float) -> bool:
+    """Whether every phase of ``plan`` after the first lasts ``dwell_s`` (``d``: each kernel's
+    duration at its chosen configuration, s)."""
+    cuts = _boundaries(plan)
+    return bool((np.add.reduceat(d, cuts[:-1])[1:] >= dwell_s).all()) if len(cuts) > 2 else True
+
+
+def _cuts_keeping_dwell(cand: np.ndarray, starts: np.ndarray, d: np.ndarray,
+                        dwell_s: float) -> np.ndarray:
+    """The cuts among sorted ``cand`` that split no phase of a plan (phase starts ``starts``,
+    durations ``d`` per kernel, s) into a piece shorter than ``dwell_s``: scanning each phase,
+    a cut is kept when the piece since the previous kept cut (or the phase start; not counted
+    for the plan's first phase, which needs no dwell) and the rest of the phase both last it."""
+    pre = np.concatenate([[0.0], np.cumsum(d)])
+    phase = np.searchsorted(starts, cand, side="right") - 1
+    ends = np.append(starts[1:], len(d))
+    keep = np.ones(len(cand), bool)
+    inside = np.flatnonzero(cand != starts[phase])
+    last_phase, last = -1, 0
+    for i in inside:
+        p, s = int(phase[i]), int(cand[i])
+        if p != last_phase:
+            last_phase, last = p, int(starts[p])
+        if ((last == 0 or pre[s] - pre[last] >= dwell_s)
+                and pre[ends[p]] - pre[s] >= dwell_s):
+            last = s
+        else:
+            keep[i] = False
+    return cand[keep]
+
+
+def mix_plans(t: np.ndarray, e: np.ndarray, cheap: np.ndarray, fast: np.ndarray, budget: float,
+              sw_e: float = 0.0, sw_t: float = 0.0, *, dwell_s: float = 0.0,
+              columns: np.ndarray | None = None) -> np.ndarray:
+    """The least-energy splice of two plans within ``budget``: ``fast`` (within budget) where
+    ``cheap`` (slower, cheaper in energy) does not fit.
+
+    The plans are cut at their phase starts, except where a cut would leave a piece of the
+    other plan's phase shorter than ``dwell_s`` (s); between two cuts either plan is kept, so
+    every phase of the result is made of pieces that each last the dwell (checked again on the
+    result). Segments of ``cheap`` that save energy without costing time are always taken, then
+    those that save the most energy per second, as many as fit in the budget (switches at the
+    cuts counted exactly; the result's totals rechecked in one pass). Choices index
+    ``columns`` (default all).
+    """
+    sel = np.arange(t.shape[1]) if columns is None else np.asarray(columns, np.int64)
+    k_n = len(fast)
+    if k_n == 0 or np.array_equal(cheap, fast):
+        return fast.copy()
+    rows = np.arange(k_n)
+    d_c = np.asarray(t[rows, sel[cheap]], np.float64)
+    d_f = np.asarray(t[rows, sel[fast]], np.float64)
+    st_c, st_f = _boundaries(cheap)[:-1], _boundaries(fast)[:-1]
+    cut = np.union1d(st_c, st_f)
+    cut = _cuts_keeping_dwell(cut, st_c, d_c, dwell_s)
+    cut = _cuts_keeping_dwell(cut, st_f, d_f, dwell_s)        # (cut[0] == 0 stays)
+    both = np.zeros(k_n, bool)
+    both[cut] = True
+    seg = np.cumsum(both) - 1                                   # segment of every kernel
+    start_c = np.zeros(k_n, np.int64)
+    start_f = np.zeros(k_n, np.int64)
+    start_c[st_c] = 1
+    start_f[st_f] = 1
+    start_c[cut], start_f[cut] = 1, 1                           # (counted at the cuts below)
+    # per segment: time/energy and switches inside it under either plan; the switch at a cut
+    # depends on the plans on both sides
+    seg_t = np.stack([np.add.reduceat(d_f, cut), np.add.reduceat(d_c, cut)])
+    seg_e = np.stack([np.add.reduceat(np.asarray(e[rows, sel[fast]], np.float64), cut),
+                      np.add.reduceat(np.asarray(e[rows, sel[cheap]], np.float64), cut)])
+    inner = np.stack([np.add.reduceat(start_f, cut), np.add.reduceat(start_c, cut)]) - 1
+    first = np.stack([fast[cut], cheap[cut]])
+    last_k = np.append(cut[1:], k_n) - 1
+    last = np.stack([fast[last_k], cheap[last_k]])
+    d_t = seg_t[1] - seg_t[0] + (inner[1] - inner[0]) * sw_t
+    d_e = seg_e[1] - seg_e[0] + (inner[1] - inner[0]) * sw_e
+    free = (d_e < 0) & (d_t <= 0)
+    paid = np.flatnonzero((d_e < 0) & (d_t > 0))
+    paid = paid[np.argsort(d_e[paid] / d_t[paid], kind="stable")]
+    idx = np.arange(len(cut))
+
+    def take(n: int) -> np.ndarray:
+        out = free.copy()
+        out[paid[:n]] = True
+        return out.astype(np.int64)
+
+    def time_of(n: int) -> float:
+        w = take(n)
+        n_sw = int(inner[w, idx].sum()) + int(np.count_nonzero(last[w[:-1], idx[:-1]]
+                                                                != first[w[1:], idx[1:]]))
+        return float(seg_t[w, idx].sum()) + n_sw * sw_t
+
+    lo, hi = -1, len(paid)                # the most segments that fit (time grows with n)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if time_of(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    while lo >= 0:                        # recheck in row order (the sums' rounding differs)
+        w = take(lo)[seg] == 1
+        out = np.where(w, cheap, fast)
+        if (_totals(t, e, out, sw_e, sw_t, sel)[0] <= budget
+                and _phases_last(np.where(w, d_c, d_f), out, dwell_s)):
+            return out
+        lo -= 1
+    return fast.copy()
+
+
+#: DP states of the λ search's first stage (evenly spaced over the DP's configurations)
+COARSE_COLUMNS = 24
+
+
+def _bracket(evaluate, lams: np.ndarray, lam_top: float, n_lambda: int,
+             rounds: int) -> tuple[float, float, int]:
+    """Multiplier bracket ``(lo, hi)``: ``lo`` the largest tried λ whose plan is over budget
+    (0 if none), ``hi`` the smallest within it (inf if none); refined ``rounds - 1`` times on a
+    linear grid; raised geometrically while no plan fits. ``evaluate(lams)`` returns one
+    within-budget flag per λ. Returns the bracket and the number of DP passes."""
+    lo, hi = 0.0, np.inf
+    passes = 0
+    for r in range(rounds + 2):
+        fit = evaluate(lams)
+        passes += 1
+        for lam, ok in zip(lams, fit, strict=True):
+            if ok:
+                hi = min(hi, float(lam))
+            else:
+                lo = max(lo, float(lam))
+        if r + 1 >= rounds and np.isfinite(hi):
+            break
+        if not np.isfinite(hi):
+            lams = max(float(lams[-1]), lam_top) * np.geomspace(2.0, 2.0**12, n_lambda)
+            continue
+        lams = np.linspace(lo, hi, n_lambda + 2)[1:-1]
+    return lo, hi, passes
 
 
 def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
                       switch_latency_s: float = 0.0, min_dwell_s: float = 0.0,
                       switch_energy_j: float = 0.0, switch_time_s: float = 0.0,
-                      allow_auto: bool = True, n_lambda: int = 12, rounds: int = 2,
-                      repair: bool = True, dp_columns: int = 0, cyclic: bool = True) -> Plan:
+                      allow_auto: bool = True, n_lambda: int = 12, full_lambda: int = 4,
+                      rounds: int = 2, repair: bool = True, dp_columns: int = 0,
+                      cyclic: bool = True) -> Plan:
     """Least-energy phases within ``(1 + slowdown) · T_auto`` under switch latency and dwell.
 
     Args:
@@ -363,7 +464,12 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
             ``cyclic=False``, every phase after the first).
         min_dwell_s: an extra minimum phase duration (s); the rule uses max(L, min_dwell_s).
         switch_energy_j / switch_time_s: energy (J) and stall (s) charged per switch.
-        n_lambda, rounds: multipliers per DP pass and refinement passes of the λ search.
+        n_lambda: multipliers per DP pass on a share of the configurations (cheap).
+        full_lambda: multipliers of the DP pass on all of them (the costly one).
+        rounds: DP passes of the multiplier search on a coarse share of the configurations,
+            and again on the configurations the bracketing plans use (the full DP runs once
+            in between, again only if its grid misses the bracket).
+        repair: move whole phases to cheaper configurations while slack remains.
         dp_columns: at most this many configurations as DP states (evenly spaced over the useful
             ones; 0: all); the phase repair then considers every useful configuration.
         cyclic: the plan is repeated every iteration, as a training loop runs it (the default):
@@ -374,9 +480,9 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
 
     Returns:
         A :class:`Plan` with ``granularity="phase"``; predicted totals include switch costs;
-        ``meta`` holds the dwell, switch costs, multiplier and the number of DP passes.
+        ``meta`` holds the dwell, switch costs, multiplier bracket and the number of DP passes.
     """
-    t_start = _time.perf_counter()
+    t_start, cpu_start = _time.perf_counter(), _time.process_time()
     dwell = max(switch_latency_s, min_dwell_s)
     tb, eb = baseline_totals(char)
     budget = (1.0 + slowdown) * tb * (1.0 + REL_TOL)
@@ -388,14 +494,14 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
         plan.granularity = "phase"
         plan.meta.update(base_meta, dp="separable: switches are free, solved as the knapsack")
         return plan
-    cols = planning_columns(char, allow_auto)
-    whole = len(cols) == char.n_configs          # no column copy of the (K, C) tables
-    cols = cols[useful_columns(char.time_s if whole else char.time_s[:, cols],
-                               char.energy_j if whole else char.energy_j[:, cols])]
     t, e = char.time_s, char.energy_j            # plans below index ``cols``
-    candidates: list[np.ndarray] = []
+    cols = planning_columns(char, allow_auto)
+    keep, tot_t, tot_e = useful_columns(t, e, cols)
+    cols, tot_t, tot_e = cols[keep], tot_t[keep], tot_e[keep]
+    if not (np.isfinite(tot_t).all() and np.isfinite(tot_e).all()):
+        raise JouleboundError("the characterization has NaN or infinite time/energy cells; "
+                              "re-run characterize or drop those configurations")
     # one phase: the best single configuration within budget (always includes the baseline)
-    tot_t, tot_e = t.sum(0)[cols], e.sum(0)[cols]
     feas = np.flatnonzero(tot_t <= budget)
     if len(feas) == 0:
         tmin = float(tot_t.min())
@@ -403,67 +509,119 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
             f"no clock plan meets the time budget {budget:.6g} s; the smallest feasible slowdown "
             f"is {tmin / tb - 1:+.4%}")
     one = int(feas[np.argmin(tot_e[feas])])
-    candidates.append(np.full(char.n_kernels, one, np.int64))
+    _log.debug("switch-aware plan: %d kernels, %d useful configurations of %d (%.2f CPU s)",
+               char.n_kernels, len(cols), char.n_configs, _time.process_time() - cpu_start)
     # the DP's states: every useful configuration, or an evenly spaced share of them (plus the
     # one-phase best) when there are more than dp_columns; the phase repair below then moves
     # each phase to the best of *all* useful configurations, so a plan is never worse for it
     sub = np.arange(len(cols))
     if dp_columns and len(cols) > dp_columns:
         sub = np.union1d(np.linspace(0, len(cols) - 1, dp_columns).round().astype(np.int64), [one])
-    # multiplier scale: the switch-free critical multiplier (the LP's: no exact core re-solve,
-    # which would only polish a plan that is not used), else average power
-    try:
-        free = solve(char, objective="relaxed", slowdown=slowdown, allow_auto=allow_auto,
-                     tol=float("inf"))
-        lam0 = float(free.meta.get("multiplier_j_per_s") or 0.0)
-    except JouleboundError:
-        lam0 = 0.0
-    if lam0 <= 0:
-        lam0 = eb / tb
-    lams = np.concatenate([[0.0], lam0 * np.geomspace(0.25, 64.0, n_lambda - 1)])
-    lo, hi = 0.0, np.inf
-    passes = 0
-    found: list[tuple[float, np.ndarray]] = []
-    for r in range(rounds + 2):
-        # the planner's dwell is a hair longer than the rule so float sums never undercut it
-        ch, _ = dp_lagrangian(t, e, lams, dwell * (1 + 1e-9), switch_energy_j, switch_time_s,
-                              columns=cols[sub])
-        ch = sub[ch]
-        passes += 1
-        for lam, c in zip(lams, ch, strict=True):
+    dwell_dp = dwell * (1 + 1e-9)   # a hair longer than the rule so float sums never undercut it
+    plans: dict[float, tuple[float, float, np.ndarray]] = {}    # λ -> (T s, E J, plan)
+    passes = {"coarse": 0, "full": 0, "refine": 0}
+
+    def evaluate(states: np.ndarray, stage: str):
+        """DP over ``states`` (positions in ``cols``) for some λ; records the plans unless
+        ``stage`` is "coarse" (a share of the states only locates the bracket)."""
+        def run(lams: np.ndarray) -> np.ndarray:
+            t0 = _time.process_time()
+            ch, _ = dp_lagrangian(t, e, lams, dwell_dp, switch_energy_j, switch_time_s,
+                                  columns=cols[states])
+            ch = states[ch]
             if cyclic:
-                c = lengthen_first_phase(t, c, dwell * (1 + 1e-9), cols)
-            tt, ee, _ = _totals(t, e, cols[c], switch_energy_j, switch_time_s, cyclic)
-            if tt <= budget:
-                hi = min(hi, lam)
-                found.append((ee, c))
+                ch = np.stack([lengthen_first_phase(t, c, dwell_dp, cols) for c in ch])
+            tt, ee, _ = _totals(t, e, ch, switch_energy_j, switch_time_s, cols, cyclic)
+            passes[stage] += 1
+            if stage != "coarse":
+                for i, lam in enumerate(lams):
+                    plans[float(lam)] = (float(tt[i]), float(ee[i]), ch[i])
+            _log.debug("DP pass (%s, %d states, %d multipliers): %.2f CPU s", stage,
+                       len(states), len(lams), _time.process_time() - t0)
+            return tt <= budget
+        return run
+
+    # the multiplier search. Stage 1: bracket the budget with a DP on a coarse share of the
+    # states (a few columns: cheap); stage 2: one DP on all states over a geometric grid around
+    # that bracket, widened until it brackets the budget; stage 3: refine the bracket with a DP
+    # on the configurations its two plans use (between them, plans from a subset of the states
+    # are valid candidates, at a fraction of the cost)
+    scale = eb / tb                                             # average power (J/s)
+    grid0 = np.concatenate([[0.0], scale * np.geomspace(1 / 16, 64.0, n_lambda - 1)])
+    coarse = sub
+    if len(sub) > COARSE_COLUMNS + 1:
+        coarse = np.union1d(sub[np.linspace(0, len(sub) - 1, COARSE_COLUMNS).round()
+                                .astype(np.int64)], [one] if one in sub else [])
+    full = len(coarse) == len(sub)
+    lo, hi, _ = _bracket(evaluate(coarse, "full" if full else "coarse"), grid0, scale, n_lambda,
+                         rounds)
+    _log.debug("multiplier bracket on %d states: [%.6g, %.6g] J/s", len(coarse), lo, hi)
+    if not full:
+        top = hi if np.isfinite(hi) else scale * 64.0
+        bottom = lo if lo > 0 else top / 64.0
+        lams = np.geomspace(bottom / 1.5, top * 1.5, full_lambda)
+        if lo == 0:
+            lams[0] = 0.0
+        for _ in range(4):
+            fit = evaluate(sub, "full")(lams)
+            if fit.any() and not fit.all() or fit.all() and lams[0] == 0:
+                break
+            if not fit.any():
+                lams = lams[-1] * np.geomspace(2.0, 2.0**12, full_lambda)
             else:
-                lo = max(lo, lam)
-        if r + 1 >= rounds and np.isfinite(hi):
-            break
-        if not np.isfinite(hi):
-            lams = lams[-1] * np.geomspace(2.0, 2.0**12, n_lambda)
-            continue
-        lams = np.linspace(lo, hi, n_lambda + 2)[1:-1]
-    candidates += [c for _, c in sorted(found, key=lambda x: x[0])[:3]]
+                lams = np.concatenate([[0.0], lams[0] * np.geomspace(2.0**-10, 0.5,
+                                                                      full_lambda - 1)])
+
+    def split() -> tuple[dict, dict]:
+        return ({lam: v for lam, v in plans.items() if v[0] <= budget},
+                {lam: v for lam, v in plans.items() if v[0] > budget})
+
+    inside, over = split()
+    if inside and over and not full:
+        used = np.union1d(np.union1d(np.unique(over[max(over)][2]),
+                                     np.unique(inside[min(inside)][2])), coarse)
+        for _ in range(rounds if len(used) < len(sub) else 0):
+            evaluate(used, "refine")(np.linspace(max(over), min(inside), n_lambda + 2)[1:-1])
+            inside, over = split()
+    lo = max(over) if over else 0.0
+    hi = min(inside) if inside else np.inf
+    candidates = [np.full(char.n_kernels, one, np.int64)]
+    if inside:
+        ranked = sorted(inside.values(), key=lambda v: v[1])
+        best = ranked[0][2]
+        if over:        # splice the over-budget plan nearest the bracket into the best one
+            mixed = mix_plans(t, e, over[lo][2], best, budget, switch_energy_j, switch_time_s,
+                              dwell_s=dwell_dp, columns=cols)
+            if cyclic:
+                mixed = lengthen_first_phase(t, mixed, dwell_dp, cols)
+            if _totals(t, e, mixed, switch_energy_j, switch_time_s, cols, cyclic)[0] <= budget:
+                best = mixed
+        # repair the cheapest few others too: as many as ~2e7 kernel × configuration cells of
+        # work allow (all of them on small problems, where a repaired plan from a farther
+        # multiplier is sometimes best; none on large ones, where the splice is)
+        n_more = int(np.clip(2e7 / (char.n_kernels * len(cols)), 0, len(ranked) - 1))
+        candidates += [best] + [v[2] for v in ranked[1:1 + n_more]]
     if repair:
-        at = np.unique(np.concatenate([_boundaries(c) for c in candidates]))
-        prefix = (at, _prefix_at(t, cols, at), _prefix_at(e, cols, at))
-        candidates = [phase_repair(t, e, c, budget, dwell * (1 + 1e-9), switch_energy_j,
-                                   switch_time_s, columns=cols, prefix=prefix, cyclic=cyclic)
-                      for c in candidates]
-    best = min(candidates, key=lambda c: _totals(t, e, cols[c], switch_energy_j,
-                                                 switch_time_s, cyclic)[1])
-    tt, ee, n_sw = _totals(t, e, cols[best], switch_energy_j, switch_time_s, cyclic)
-    choice = cols[best]
+        t0 = _time.process_time()
+        candidates[1:] = [phase_repair(t, e, c, budget, dwell_dp, switch_energy_j,
+                                       switch_time_s, columns=cols, cyclic=cyclic)
+                          for c in candidates[1:]]
+        _log.debug("phase repair of %d plans: %.2f CPU s", len(candidates) - 1,
+                   _time.process_time() - t0)
+    tt, ee, n_sw = _totals(t, e, np.stack(candidates), switch_energy_j, switch_time_s, cols,
+                           cyclic)
+    i = int(np.argmin(ee))
+    choice = cols[candidates[i]]
     prov = plan_provenance(char, choice)
     return Plan(device=char.device, kernel_names=list(char.kernel_names),
                 configs=list(char.configs), choice=choice, granularity="phase",
                 objective="relaxed" if slowdown else "waste", slowdown=slowdown,
-                switch_latency_s=switch_latency_s, predicted_time_s=tt, predicted_energy_j=ee,
-                baseline_time_s=tb, baseline_energy_j=eb, provenance=prov,
+                switch_latency_s=switch_latency_s, predicted_time_s=float(tt[i]),
+                predicted_energy_j=float(ee[i]), baseline_time_s=tb, baseline_energy_j=eb,
+                provenance=prov,
                 meta={**base_meta, "baseline_config": char.configs[baseline_column(char)].label,
-                      "dp_passes": passes, "lambda_bracket_j_per_s": [lo, hi],
+                      "dp_passes": sum(passes.values()), "dp_passes_by_stage": dict(passes),
+                      "lambda_bracket_j_per_s": [lo, hi],
                       "dp_columns": len(sub), "useful_columns": len(cols),
-                      "budget_s": budget, "n_switches": n_sw,
+                      "budget_s": budget, "n_switches": int(n_sw[i]),
                       "solve_time_s": _time.perf_counter() - t_start})
