@@ -16,8 +16,12 @@ iterations to pay for its aliasing checks), and a running minimum written back t
 ``fmul`` in the same order as scalar code (no contraction, no reassociation) and ``minnum``
 only where both operands are ordinary numbers, so results equal the scalar loop's bit for bit.
 
+Rows are prefetched a few kernels ahead (``_prefetch``): a pass over a share of the columns
+otherwise waits on memory for every row.
+
 Compiled on first use and cached on disk (``cache=True``): the first call in a fresh
-environment compiles for a few seconds, later processes load the cached machine code.
+environment compiles (~6 CPU s for all of this module), later processes load the cached machine
+code (~1.4 s with numba's import; docs/benchmarks.md, *Scaling*).
 """
 
 from __future__ import annotations

@@ -610,7 +610,7 @@ def plan_switch_aware(char: Characterization, *, slowdown: float = 0.0,
                    _time.process_time() - t0)
     tt, ee, n_sw = _totals(t, e, np.stack(candidates), switch_energy_j, switch_time_s, cols,
                            cyclic)
-    i = int(np.argmin(ee))
+    i = int(np.argmin(np.where(tt <= budget, ee, np.inf)))     # (the one-phase plan fits)
     choice = cols[candidates[i]]
     prov = plan_provenance(char, choice)
     return Plan(device=char.device, kernel_names=list(char.kernel_names),
