@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-import pytest
+# One BLAS / OpenMP thread per test process (and the children it starts), set before numpy or
+# torch is imported here: the suite's arrays are small, and under `pytest -n 2` on two cores each
+# worker's thread pools would oversubscribe the cores and spin-wait. Measured on the 2-core VM:
+# the Perseus kernel-model evaluation (a 32x608 @ 608x38 product per call) takes 6 ms of CPU with
+# one OpenBLAS thread and 46 ms with two. A value set by the caller is kept.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-from joulebound.datapath import find_data
+import pytest  # noqa: E402
+
+from joulebound.datapath import find_data  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +52,4 @@ def pytest_collection_modifyitems(session, config, items):
     order, so a module-scoped fixture is still built once per worker that runs it)."""
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
     items.sort(key=lambda it: rank.get(it.path.name, len(rank)))
+
