@@ -1,4 +1,5 @@
-"""Worker for tests/test_energy_distributed.py, run under torchrun (gloo, CPU).
+"""Energy cases for tests/test_energy_distributed.py, run under torchrun (gloo, CPU): the suite
+runs :func:`run_case` inside tests/_torchrun_worker.py's launch; ``main`` runs them alone.
 
 Two simulated GPUs (SIM-GPU-0 at 100 W, SIM-GPU-1 at 200 W) shared by the ranks of one host.
 Three ways of holding meters, each over a 1.0 s window (manual clock, so exact):

@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
+# One BLAS / OpenMP thread per test process (and the children it starts), set before numpy or
+# torch is imported here: the suite's arrays are small, and under `pytest -n 2` on two cores each
+# worker's thread pools would oversubscribe the cores and spin-wait. Measured on the 2-core VM:
+# the Perseus kernel-model evaluation (a 32x608 @ 608x38 product per call) takes 6 ms of CPU with
+# one OpenBLAS thread and 46 ms with two. A value set by the caller is kept.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-from joulebound.datapath import find_data
+import pytest  # noqa: E402
+
+from joulebound.datapath import find_data  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +57,48 @@ def pytest_collection_modifyitems(session, config, items):
     order, so a module-scoped fixture is still built once per worker that runs it)."""
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
     items.sort(key=lambda it: rank.get(it.path.name, len(rank)))
+
+
+def once_per_session(tmp_path_factory: pytest.TempPathFactory, name: str,
+                     build: Callable[[Path], None]) -> Path:
+    """``build(folder)`` run once per test session, whichever xdist worker asks first; every
+    caller gets the same finished folder. The workers of one session share the parent of their
+    base temp folders, where a file lock serialises the callers (a worker asking while another
+    builds waits for it). A build that raises leaves no result: the next caller tries again."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = root / f"once-{name}"
+    with open(root / f"once-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".done").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            (folder / ".done").touch()
+    return folder
+
+
+@pytest.fixture(scope="session")
+def torchrun_cpu(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """The suite's plain torchrun launch of tests/_torchrun_worker.py (2 CPU ranks, gloo), run
+    once per session for the two modules that read it (test_energy_distributed.py,
+    test_runtime_ddp.py): ``(the finished launch, its output folder)``."""
+    pytest.importorskip("torch")
+    worker = Path(__file__).with_name("_torchrun_worker.py")
+
+    def launch(out: Path) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                               "--nproc-per-node", "2", str(worker), str(out)],
+                              env=env, capture_output=True, text=True, timeout=180)
+        (out / "launch.json").write_text(json.dumps(
+            {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}))
+
+    out = once_per_session(tmp_path_factory, "torchrun-cpu", launch)
+    rec = json.loads((out / "launch.json").read_text())
+    return subprocess.CompletedProcess([], rec["returncode"], rec["stdout"], rec["stderr"]), out

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,18 +12,12 @@ from joulebound.energy.meter import DeviceEnergy, WindowResult
 pytest.importorskip("torch")
 
 
-def test_torchrun_two_ranks_count_each_gpu_once(tmp_path):
-    out = tmp_path / "agg.json"
-    worker = Path(__file__).with_name("_dist_meter_worker.py")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-         str(worker), str(out)],
-        env=env, capture_output=True, text=True, timeout=120)
+def test_torchrun_two_ranks_count_each_gpu_once(torchrun_cpu):
+    """The cases of tests/_dist_meter_worker.py in a real torchrun launch (shared with
+    test_runtime_ddp.py: tests/_torchrun_worker.py)."""
+    proc, out = torchrun_cpu
     assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(out.read_text())
+    res = json.loads((out / "agg.json").read_text())
     for case in ("own", "all", "rank0"):
         r = res[case]
         assert r["energy_j"] == pytest.approx(300.0), case  # 100 W + 200 W over 1 s

@@ -11,6 +11,7 @@ with status 2.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import pkgutil
@@ -96,13 +97,21 @@ def _register_all() -> None:
 _register_all()
 
 
+@functools.lru_cache(maxsize=1)
+def _click_command() -> typer.core.TyperGroup:
+    """The click command tree of :data:`app`, built once per process: ``app(...)`` rebuilds it
+    from every command's signature on each call (~0.1 s of CPU), which a caller running several
+    commands in one process (a test suite, a notebook) would pay every time."""
+    return typer.main.get_command(app)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI; user errors print a message (no traceback) and exit with 2.
 
     Usage errors (bad option values, missing arguments) are reported by click in its usual form.
     """
     try:
-        app(args=argv, standalone_mode=True)
+        _click_command()(args=argv, standalone_mode=True)
     except JouleboundError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 2

@@ -183,11 +183,15 @@ def load_mayaki(path: str | Path) -> pd.DataFrame:
     ok = (dur > 0) & (en > 0)
     raw = raw[ok]
     device = raw["source"].map({"a100": "a100-pcie-80gb", "grid": "rtx2080ti"}).fillna(raw["source"])
+    known: set[str] = set()  # each device looked up once (a catalog copy each), not per row
     for i, d in zip(raw.index, device, strict=True):
+        if d in known:
+            continue
         try:
             get_hw(str(d))
         except JouleboundError as exc:
             raise SchemaError(p, f"line {int(i) + 2}, column source", str(exc)) from None
+        known.add(d)
     df = pd.DataFrame({
         "dataset": "mayaki_ecai2025",
         "arch": raw["model"].astype(str),

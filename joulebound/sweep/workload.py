@@ -24,25 +24,35 @@ from .grid import SweepConfig
 DATA_NOTE = "random token ids (uniform over vocab, seeded); real vs padded tokens recorded"
 
 
-def build_model(cfg: SweepConfig) -> nn.Module:
-    """The randomly initialised model of ``cfg`` (same weights for the same seed, on CPU)."""
-    torch.manual_seed(cfg.seed)
-    if cfg.arch == "bert":
+def model_classes(arch: str) -> tuple[type, type]:
+    """``(config class, model class)`` of ``arch`` from transformers (importing them costs a few
+    CPU seconds the first time: the sweep worker does it once per rank before its first
+    configuration)."""
+    if arch == "bert":
         from transformers import BertConfig, BertForSequenceClassification
 
-        hf = BertConfig(vocab_size=cfg.vocab, hidden_size=cfg.hidden, num_hidden_layers=cfg.layers,
+        return BertConfig, BertForSequenceClassification
+    if arch == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        return GPT2Config, GPT2LMHeadModel
+    raise ValueError(f"unknown arch {arch!r}")
+
+
+def build_model(cfg: SweepConfig) -> nn.Module:
+    """The randomly initialised model of ``cfg`` (same weights for the same seed, on CPU)."""
+    config_cls, model_cls = model_classes(cfg.arch)
+    torch.manual_seed(cfg.seed)
+    if cfg.arch == "bert":
+        hf = config_cls(vocab_size=cfg.vocab, hidden_size=cfg.hidden, num_hidden_layers=cfg.layers,
                         num_attention_heads=cfg.heads, intermediate_size=cfg.ff,
                         max_position_embeddings=cfg.seq, hidden_dropout_prob=cfg.dropout,
                         attention_probs_dropout_prob=cfg.dropout, num_labels=2)
-        return BertForSequenceClassification(hf)
-    if cfg.arch == "gpt2":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
-        hf = GPT2Config(vocab_size=cfg.vocab, n_embd=cfg.hidden, n_layer=cfg.layers,
-                        n_head=cfg.heads, n_inner=cfg.ff, n_positions=cfg.seq,
-                        resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout)
-        return GPT2LMHeadModel(hf)
-    raise ValueError(f"unknown arch {cfg.arch!r}")
+        return model_cls(hf)
+    hf = config_cls(vocab_size=cfg.vocab, n_embd=cfg.hidden, n_layer=cfg.layers,
+                    n_head=cfg.heads, n_inner=cfg.ff, n_positions=cfg.seq,
+                    resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout)
+    return model_cls(hf)
 
 
 def make_dataset(cfg: SweepConfig, n_steps: int) -> torch.utils.data.TensorDataset:

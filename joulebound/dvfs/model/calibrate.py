@@ -171,9 +171,15 @@ class StageModel:
             r = self._power_fit(VFCurve(knee, vmin, fm), f3, p3, f_cap)[4]
             return float(np.mean(r ** 2))
 
-        grid = [(k, v) for k in np.linspace(0.4 * fm, 0.97 * fm, 39)
-                for v in np.linspace(0.5, 0.98, 17)]
-        k0, v0 = min(grid, key=lambda kv: loss(*kv))
+        # the 39 x 17 grid (all inside the loss's bounds) in one broadcast evaluation: knee and
+        # floor as (G, 1) columns against the (S,) stages; the first minimum, as min() over the list
+        knees, vmins = np.meshgrid(np.linspace(0.4 * fm, 0.97 * fm, 39), np.linspace(0.5, 0.98, 17),
+                                   indexing="ij")
+        knees, vmins = knees.ravel(), vmins.ravel()
+        r = self._power_fit(VFCurve(knees[:, None], vmins[:, None], fm),  # type: ignore[arg-type]
+                            f3, p3, f_cap)[4]
+        best = int(np.argmin(np.mean(r ** 2, axis=1)))
+        k0, v0 = float(knees[best]), float(vmins[best])
         sol = minimize(lambda x: loss(x[0], x[1]), [k0, v0], method="Nelder-Mead",
                        options={"xatol": 0.5, "fatol": 1e-9, "maxiter": 400})
         k, v = (sol.x if sol.fun <= loss(k0, v0) else (k0, v0))
