@@ -168,7 +168,9 @@ def run() -> str:
         lines += ["", f"The DP cells include the planner's start in a fresh process: {start[0]:.2f} CPU s "
                   "(importing numba and loading the DP's compiled code from its cache, plus a tiny "
                   f"plan); compiling that code into an empty cache, once per environment: "
-                  f"{start[1]:.2f} CPU s."]
+                  f"{start[1]:.2f} CPU s. The characterize cells include the same kind of start "
+                  "for its own compiled loops (numba's import and their cache load: most of the "
+                  "947-kernel cell), which also flattens the slopes from 10^4."]
     lines += ["", "Log-log slope of CPU time vs kernels from 10^4 up (target ≤ 1.1):", ""]
     lines += [f"- {s}" for s in slopes]
     lines += ["", "Targets at 10^6 kernels × the device's configurations (RTX 3080 Ti: 512) and slope ≤ 1.1:", ""]
