@@ -102,3 +102,21 @@ def torchrun_cpu(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     out = once_per_session(tmp_path_factory, "torchrun-cpu", launch)
     rec = json.loads((out / "launch.json").read_text())
     return subprocess.CompletedProcess([], rec["returncode"], rec["stdout"], rec["stderr"]), out
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """``fake(gpus, **kw)`` installs a fake ``pynvml`` (``joulebound.testing.fakenvml``) with
+    those GPUs, no rank or visible-device variables set, and returns it (a test module may
+    define its own ``fake``)."""
+    from joulebound.testing.fakenvml import FakeGPU, FakeNvml
+
+    for var in ("CUDA_VISIBLE_DEVICES", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+
+    def install(gpus: list[FakeGPU], **kw) -> FakeNvml:
+        nv = FakeNvml(gpus=gpus, **kw)
+        monkeypatch.setitem(sys.modules, "pynvml", nv)
+        return nv
+
+    return install

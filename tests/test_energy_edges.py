@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-import sys
 import time
 
 import numpy as np
@@ -15,28 +14,8 @@ import pytest
 
 from joulebound.energy.meter import EnergyMeter
 from joulebound.energy.results import Deferred, DeviceEnergy, WindowResult, window_result
-from joulebound.testing.fakenvml import FakeGPU, FakeNvml
-
-
-class Clock:
-    def __init__(self, t: float = 100.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.delenv("LOCAL_RANK", raising=False)
-
-    def install(gpus: list[FakeGPU]) -> FakeNvml:
-        nv = FakeNvml(gpus=gpus)
-        monkeypatch.setitem(sys.modules, "pynvml", nv)
-        return nv
-
-    return install
+from joulebound.testing.clock import ManualClock as Clock
+from joulebound.testing.fakenvml import FakeGPU
 
 
 def _figures(r: WindowResult) -> tuple:
@@ -50,7 +29,7 @@ def test_an_edge_reads_each_counter_once_and_nothing_else(fake):
     counter call per GPU per edge — no power read, no other NVML call — as Zeus does."""
     gpus = [FakeGPU(f"GPU-{k}", energy_mj=1_000_000 + k) for k in range(8)]
     nv = fake(gpus)
-    clock = Clock()
+    clock = Clock(100.0)
     m = EnergyMeter("nvml", gpus="all", interval_s=0, clock=clock)
     for k in range(53):                      # the first edge reads power to seed the rates
         if k == 3:
@@ -78,7 +57,7 @@ def _run(fake, read_at_once: bool, seed: int = 5) -> list[tuple]:
     rng = np.random.default_rng(seed)
     gpus = [FakeGPU(f"GPU-{k}", energy_mj=3_000_000 + 11 * k, power_mw=120_000) for k in range(2)]
     fake(gpus)
-    clock = Clock()
+    clock = Clock(100.0)
     m = EnergyMeter("nvml", gpus=[0, 1], interval_s=0, clock=clock)
     results, opened, out = [], [], []
     for k in range(600):
@@ -119,7 +98,7 @@ def test_device_figures_computed_when_read_equal_those_read_at_once(fake):
 def test_a_result_is_complete_when_copied_pickled_or_compared_before_its_devices_are_read(fake):
     g = FakeGPU("GPU-a", energy_mj=7_000_000)
     fake([g])
-    clock = Clock()
+    clock = Clock(100.0)
     m = EnergyMeter("nvml", interval_s=0, clock=clock)
     m.begin_window("warm")
     clock.t += 0.2
@@ -158,7 +137,7 @@ def test_nested_windows_on_the_batched_path_telescope_exactly(fake):
     and in total), and a window overlapping the enclosing one's end gets its own interval."""
     gpus = [FakeGPU(f"GPU-{k}", energy_mj=2_000_000) for k in range(2)]
     fake(gpus)
-    clock = Clock()
+    clock = Clock(100.0)
     m = EnergyMeter("nvml", gpus=[0, 1], interval_s=0, clock=clock)
     m.begin_window("warm")
     clock.t += 0.1

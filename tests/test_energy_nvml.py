@@ -3,38 +3,13 @@ wraparound, power-integration fallback, permission errors, MIG, device selection
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from joulebound.energy.meter import EnergyMeter
 from joulebound.energy.nvml import NvmlBackend
 from joulebound.errors import JouleboundError
-from joulebound.testing.fakenvml import FakeGPU, FakeNvml
-
-
-class Clock:
-    def __init__(self, t: float = 0.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    """Install a fake pynvml with the given GPUs; returns the module."""
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.delenv("LOCAL_RANK", raising=False)
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-
-    def install(gpus: list[FakeGPU], **kw) -> FakeNvml:
-        nv = FakeNvml(gpus=gpus, **kw)
-        monkeypatch.setitem(sys.modules, "pynvml", nv)
-        return nv
-
-    return install
+from joulebound.testing.clock import ManualClock as Clock
+from joulebound.testing.fakenvml import FakeGPU
 
 
 def meter(clock: Clock, **kw) -> EnergyMeter:

@@ -20,6 +20,21 @@ import numba
 import numpy as np
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _uncapped(x_tc: float, x_a: float, x_b: float, core_ratio: float, mem_ratio: float,
+              core_util: float, mem_util: float, g_line: np.ndarray, g_step: np.ndarray,
+              n_tab: float, overhead_s: float) -> tuple[float, float]:
+    """One cell, uncapped: time (s) and the activity-scaled part of its energy,
+    ``core_util·tc + mem_util·tm`` (J), before the static and core-base terms."""
+    t_c = x_tc * core_ratio
+    t_m = x_a * mem_ratio + x_b * core_ratio
+    e = t_m * mem_util + t_c * core_util
+    big = max(t_c, t_m)
+    u = min(t_c, t_m) / big * n_tab
+    i = int(u)
+    return (u * g_step[i] + g_line[i]) * big + overhead_s, e
+
+
 @numba.njit(cache=True, nogil=True)
 def fill_rows(tc: np.ndarray, ma: np.ndarray, mb: np.ndarray, act: np.ndarray, lo: int,
               hi: int, core_ratio: np.ndarray, mem_ratio: np.ndarray, core_util: np.ndarray,
@@ -54,24 +69,14 @@ def fill_rows(tc: np.ndarray, ma: np.ndarray, mb: np.ndarray, act: np.ndarray, l
         # one loop without branches on the cell (it vectorizes), then the scan for hot cells
         if uniform:
             for j in range(c_n):
-                t_c = x_tc * core_ratio[j]
-                t_m = x_a * mem_ratio[j] + x_b * core_ratio[j]
-                e = t_m * mem_util[j] + t_c * core_util[j]
-                big = max(t_c, t_m)
-                u = min(t_c, t_m) / big * n_tab
-                i = int(u)
-                t = (u * g_step[i] + g_line[i]) * big + overhead_s
+                t, e = _uncapped(x_tc, x_a, x_b, core_ratio[j], mem_ratio[j], core_util[j],
+                                 mem_util[j], g_line, g_step, n_tab, overhead_s)
                 t_row[j] = t
                 e_row[j] = e + t * static_base[j]
         else:
             for j in range(c_n):
-                t_c = x_tc * core_ratio[j]
-                t_m = x_a * mem_ratio[j] + x_b * core_ratio[j]
-                e = t_m * mem_util[j] + t_c * core_util[j]
-                big = max(t_c, t_m)
-                u = min(t_c, t_m) / big * n_tab
-                i = int(u)
-                t = (u * g_step[i] + g_line[i]) * big + overhead_s
+                t, e = _uncapped(x_tc, x_a, x_b, core_ratio[j], mem_ratio[j], core_util[j],
+                                 mem_util[j], g_line, g_step, n_tab, overhead_s)
                 t_row[j] = t
                 e_row[j] = (e + t * core_base[j]) * x_act + t * static[j]
         base = (k - lo) * c_n
