@@ -27,10 +27,13 @@ demo: $(STAMP)
 
 # the suite on both cores of the CI machine (pytest-xdist; every test is independent: own tmp
 # dirs, torchrun --standalone on free ports, one GPU-lock dir per test); `pytest -q` alone works too.
-# worksteal: a worker that runs out takes tests not yet started from the other, so the long
-# end-to-end tests (collected first, tests/conftest.py) never leave one core idle at the end
+# loadfile --no-loadscope-reorder: whole modules, in collection order (the long ones first,
+# tests/conftest.py), each worker taking the next when it runs out: module fixtures are built
+# once and no core idles at the end. PYTHONDONTWRITEBYTECODE is cleared for the run: with it set
+# (as on some CI images) every CLI / torchrun child recompiled the package and both workers
+# re-rewrote every test module; the caches land in the ignored __pycache__ folders
 test: $(STAMP) browser
-	$(BIN)/python -m pytest -q -n 2 --dist worksteal
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # headless Chromium for the HTML report checks (Debian's package; installed when run as root)
 browser:

@@ -40,21 +40,28 @@ def _private_gpu_lock_dir(tmp_path_factory, monkeypatch):
 
 
 #: modules holding the suite's long tests (end-to-end launches, real-data fits, the demo study;
-#: 10-90 s each on the 2-core VM), longest first. They are collected first so that under
-#: `pytest -n 2` the two workers start on them and the short tests fill in at the end, instead of
-#: one worker finishing a long test alone while the other idles. Order only: nothing is skipped.
+#: 5-70 s each on the 2-core VM), longest first (measured: `pytest --durations`, summed per
+#: module). `make test` hands whole modules to its two workers in this order (pytest-xdist
+#: ``--dist loadfile``, each worker taking the next module when it runs out), so the long ones
+#: start first and the short ones fill in at the end, and a module-scoped fixture is built
+#: once. test_energy_distributed.py stays out of the list: it reads the torchrun launch that
+#: test_runtime_ddp.py (early here) runs for both (``torchrun_cpu``), so it is not waiting on it.
+#: Order only: nothing is skipped.
 LONG_FIRST = (
-    "test_sweep_run.py", "test_validation_checks.py", "test_validation_stage.py",
-    "test_runtime_ddp.py", "test_sweep_workload.py", "test_energy_distributed.py",
-    "test_energy_capture.py", "test_model_grounding.py", "test_clock_safety.py",
-    "test_plan_cli.py", "test_packaging.py", "test_parser_fuzz.py", "test_energy_trainers.py",
-    "test_logs.py", "test_energy_losses.py",
+    "test_sweep_run.py", "test_clock_safety.py", "test_calibrate.py", "test_sweep_workload.py",
+    "test_plan_cli.py", "test_scale_paths.py", "test_runtime_ddp.py", "test_validation_checks.py",
+    "test_model_grounding.py", "test_plan_solvers.py", "test_energy_capture.py",
+    "test_scaling_data.py", "test_validation_stage.py", "test_energy_losses.py",
+    "test_report_browser.py", "test_energy_gpu_check.py", "test_logs.py", "test_parser_fuzz.py",
+    "test_scaling_calibration.py", "test_energy_measure.py", "test_energy_trainers.py",
+    "test_runtime_cli.py", "test_runtime_walkthrough.py", "test_simulate.py",
+    "test_packaging.py", "test_trace_flopcounter.py",
 )
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Run the modules of :data:`LONG_FIRST` first (each module's tests kept together and in
-    order, so a module-scoped fixture is still built once per worker that runs it)."""
+    """Run the modules of :data:`LONG_FIRST` first, in its order (each module's tests kept
+    together and in order)."""
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
     items.sort(key=lambda it: rank.get(it.path.name, len(rank)))
 
