@@ -30,8 +30,10 @@ def _modules() -> dict[str, tuple[Path, bool]]:
 MODULES = _modules()
 
 
+@functools.cache
 def _imports(mod: str) -> list[tuple[str, list[str], int]]:
-    """``(target module, imported names, line)`` of every joulebound import in ``mod``."""
+    """``(target module, imported names, line)`` of every joulebound import in ``mod`` (parsed
+    once per module for all the tests here)."""
     path, is_pkg = MODULES[mod]
     out = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
