@@ -113,16 +113,25 @@ def test_info_section_reads_clock_table_on_a_fake(tmp_path, monkeypatch):
     assert "mem_clocks_match" in d["catalog_h200_sxm"]
 
 
-def test_rehearsal_runs_the_nvml_sections_without_a_gpu(tmp_path):
+def test_rehearsal_runs_the_nvml_sections_without_a_gpu(tmp_path, monkeypatch, capsys):
     """``--rehearse``: the testing package's fake NVML behind the read-only proxy; the idle
-    section's counter, power integral and meter agree on the fake's 150 W."""
+    section's counter, power integral and meter agree on the fake's 150 W. The script's ``main()``
+    runs in this process (torch is loaded already: a child would pay its import, ~7 CPU-s); its
+    ``python benchmarks/gpu_check.py`` entry point is checked with ``--help``. ``pynvml`` and
+    ``CUDA_VISIBLE_DEVICES``, which the script sets, are restored afterwards."""
     import json
     import subprocess
 
+    entry = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True,
+                           text=True, timeout=60)
+    assert entry.returncode == 0 and "--rehearse" in entry.stdout, entry.stderr[-2000:]
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    for var in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
+        monkeypatch.delenv(var, raising=False)
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, str(SCRIPT), "--rehearse", "--quick", "--idle-s", "0.3",
-                        "--out", str(out)], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert load_script().main(["--rehearse", "--quick", "--idle-s", "0.3",
+                               "--calibrate-budget-s", "2", "--out", str(out)]) == 0
+    assert "[gpu_check] calibrate_auto ..." in capsys.readouterr().out
     res = json.loads((out / "gpu_check.json").read_text())
     assert res["rehearsal"] is True and res["info"]["uuid"] == "GPU-rehearsal"
     idle = res["idle"]
