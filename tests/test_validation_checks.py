@@ -107,6 +107,19 @@ def test_1f1b_makespan_equals_the_op_by_op_event_loop(pp, nmb):
         assert np.array_equal(busy, [f.sum() + b.sum() for f, b in zip(fwd, bwd, strict=True)])
 
 
+@pytest.mark.parametrize("pp,nmb", [(1, 3), (4, 6), (8, 8)])
+def test_1f1b_of_many_pipelines_at_once_equals_each_one_alone(pp, nmb):
+    """The vectorized simulation (all plans of a workload in one pass) gives every pipeline the
+    event loop's makespan and busy times, exactly."""
+    rng = np.random.default_rng(pp * 10 + nmb)
+    fwd, bwd = rng.uniform(0.1, 3.0, (7, pp, nmb)), rng.uniform(0.1, 6.0, (7, pp, nmb))
+    t, busy = perseus_plans.simulate_1f1b_many(fwd, bwd)
+    assert t.shape == (7,) and busy.shape == (7, pp)
+    for i in range(7):
+        assert t[i] == _event_loop_1f1b(list(fwd[i]), list(bwd[i]))
+        assert np.allclose(busy[i], fwd[i].sum(axis=1) + bwd[i].sum(axis=1), rtol=1e-15)
+
+
 def test_split_power_states_pairs():
     st = [1000, 1000, 1100, 1100] * 3 + [1410, 1410]     # rank 3 of pp4: F,B alternate
     fwd, bwd = perseus_plans.split_power_states(st, 3, 4, 3)

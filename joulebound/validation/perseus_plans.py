@@ -156,6 +156,34 @@ def simulate_1f1b(fwd: list[np.ndarray], bwd: list[np.ndarray]) -> tuple[float, 
     return float(max(clock)), busy
 
 
+def simulate_1f1b_many(fwd: np.ndarray, bwd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`simulate_1f1b` of ``n`` pipelines of one shape at once: ``fwd`` and ``bwd`` are
+    (n, pp, nmb) durations (s); returns the makespans (n,) and the busy time per rank (n, pp).
+    The schedule is the same for every pipeline, so each of its ops is one vector step over the
+    ``n`` pipelines (the plans of a workload) instead of ``n`` scalar ones."""
+    fwd = np.asarray(fwd, float)
+    bwd = np.asarray(bwd, float)
+    n, pp, nmb = fwd.shape
+    fw = np.ascontiguousarray(fwd.transpose(1, 2, 0))    # (pp, nmb, n): one row per op
+    bw = np.ascontiguousarray(bwd.transpose(1, 2, 0))
+    f_end = np.zeros((pp, nmb, n))
+    b_end = np.zeros((pp, nmb, n))
+    clock = np.zeros((pp, n))
+    last = pp - 1
+    for r, forward, m in _schedule_1f1b(pp, nmb):
+        c = clock[r]
+        if forward:
+            start = np.maximum(c, f_end[r - 1, m]) if r > 0 else c
+            np.add(start, fw[r, m], out=c)
+            f_end[r, m] = c
+        else:
+            start = np.maximum(c, b_end[r + 1, m]) if r < last else c
+            np.add(start, bw[r, m], out=c)
+            b_end[r, m] = c
+    busy = fwd.sum(axis=2) + bwd.sum(axis=2)
+    return clock.max(axis=0), busy
+
+
 def load_workload(data: Path, model: str) -> Workload:
     import pandas as pd
 
@@ -192,35 +220,37 @@ class PlanDeviceParams:
 
 def predict_workload(wl: Workload, prm: PlanDeviceParams, vf: VFCurve
                      ) -> tuple[np.ndarray, np.ndarray]:
-    """Predicted (iteration time s, energy J) of every plan of ``wl``."""
-    def g(f: np.ndarray) -> np.ndarray:
-        fe = np.minimum(f, prm.f_cap)
-        return 1 - prm.phi + prm.phi * np.minimum(F_MAX, prm.f_cap) / fe
-
-    def h(f: np.ndarray) -> np.ndarray:
-        fe = np.minimum(f, prm.f_cap)
-        return (prm.c + vf.dynamic_scale(fe)) / (prm.c + vf.dynamic_scale(min(F_MAX, prm.f_cap)))
-
+    """Predicted (iteration time s, energy J) of every plan of ``wl``, all plans at once."""
+    if not wl.plans:
+        return np.empty(0), np.empty(0)
+    f_ref = min(F_MAX, prm.f_cap)
     pp, nmb = wl.pp, wl.nmb
     fwd0 = [np.full(nmb, wl.fwd_s[r]) for r in range(pp)]
     bwd0 = [np.full(nmb, wl.bwd_s[r]) for r in range(pp)]
     t_sim0, busy0 = simulate_1f1b(fwd0, bwd0)
     overhead = wl.time0_s - t_sim0
     p_busy = (wl.rank_energy_j - BLOCKING_POWER_W * (wl.time0_s - busy0)) / busy0
-    ts, es = [], []
-    for case in wl.plans:
-        fw = [wl.fwd_s[r] * g(case.fwd_mhz[r]) for r in range(pp)]
-        bw = [wl.bwd_s[r] * g(case.bwd_mhz[r]) for r in range(pp)]
-        t_sim, busy = simulate_1f1b(fw, bw)
-        t = t_sim + overhead
-        e = 0.0
-        for r in range(pp):
-            e += p_busy[r] * float((fw[r] * h(case.fwd_mhz[r])).sum()
-                                   + (bw[r] * h(case.bwd_mhz[r])).sum())
-            e += BLOCKING_POWER_W * (t - busy[r])
-        ts.append(t)
-        es.append(e)
-    return np.array(ts), np.array(es)
+    mhz = _plan_clocks(wl)                         # (2, n plans, pp, nmb): forward, backward
+    fe = np.minimum(mhz, prm.f_cap)
+    g = 1 - prm.phi + prm.phi * f_ref / fe         # time scale at each instruction's clock
+    h = (prm.c + vf.dynamic_scale(fe)) / (prm.c + vf.dynamic_scale(f_ref))   # busy power scale
+    dur = np.stack([wl.fwd_s, wl.bwd_s])[:, None, :, None] * g             # (2, n, pp, nmb) s
+    t_sim, busy = simulate_1f1b_many(dur[0], dur[1])
+    t = t_sim + overhead
+    active = (dur * h).sum(axis=(0, 3))            # (n, pp): busy seconds × power scale
+    e = active @ p_busy + BLOCKING_POWER_W * (pp * t - busy.sum(axis=1))
+    return t, e
+
+
+def _plan_clocks(wl: Workload) -> np.ndarray:
+    """The plans' instruction clocks (MHz) as one (2, n plans, pp, nmb) array (forward, backward),
+    built once per workload object."""
+    cached = wl.__dict__.get("_clocks")
+    if cached is None or cached.shape[1] != len(wl.plans):
+        cached = np.array([[np.stack(c.fwd_mhz) for c in wl.plans],
+                           [np.stack(c.bwd_mhz) for c in wl.plans]], float)
+        wl.__dict__["_clocks"] = cached
+    return cached
 
 
 def fit_device(wls: list[Workload], vf: VFCurve, split: str = "even") -> PlanDeviceParams:
