@@ -21,6 +21,22 @@ def test_reads_real_files_and_holds_out(shared_data):
     assert set(np.unique(sd.freq[sd.calib])) == {855.0, 1305.0, 1740.0}
 
 
+@pytest.mark.parametrize("n", [3.0, 30.0, 150.0])
+def test_floor_jacobian_equals_numerical_differences(n):
+    from joulebound.dvfs.model.calibrate import softmin
+
+    f = np.linspace(600.0, 1980.0, 40)
+    t = 1e-3 * (1 + 1300 / f)
+    x = np.array([2e-4, 1.1, 1350.0, n])
+    def resid(x):
+        return (x[0] + x[1] / softmin(f, x[2], x[3])) / t - 1
+
+    step = 1e-6 * np.abs(x)                      # central differences
+    num = np.column_stack([(resid(x + d) - resid(x - d)) / (2 * d[i])
+                           for i, d in enumerate(np.diag(step))])
+    assert np.allclose(perseus_stage.floor_jacobian(x, f, t), num, rtol=1e-6, atol=1e-9)
+
+
 def test_a100_sxm_targets(rows):
     r = rows[("A100-SXM4-80GB", "all stages")]
     assert r.n_points == 1120
