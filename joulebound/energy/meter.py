@@ -597,26 +597,34 @@ def _devices(res: WindowResult, chan_info: list[tuple[Any, ...]], dur: float,
     same = start[1][4] is end[1][4]      # no reading but fast-path edges in between
     n_fast = end[2] - start[2]
     out = []
-    for k, ((i, uuid, index, source, kind, prov, _), v0, v1) in enumerate(
-            zip(chan_info, start[0], end[0], strict=True)):
+    gpu_unc = 0.0
+    e0s, e1s = start[0], end[0]          # (as long as chan_info: zip(strict=True) costs ~0.5 us)
+    for k, (i, uuid, index, source, kind, prov, _) in enumerate(chan_info):
         if fallback is not None and k in fallback:
             energy, unc, source, n = fallback[k]
             if energy is None:
                 unc = None
         else:
+            v0, v1 = e0s[k], e1s[k]
             energy = v1[0] - v0[0]
             if energy < 0.0:
                 energy = 0.0
             unc = uncertainty_of(v0, v1, dur)
             n = n_fast if same else readings_between(start, end, i)
+        if kind == "gpu" and unc:
+            gpu_unc += unc
         out.append(DeviceEnergy(uuid, index, energy,
                                 energy / dur if energy is not None and dur > 0 else None,
                                 peaks.get(i), source, kind, n, prov, unc))
+    d = res.__dict__
+    if d.get("energy_uncertainty_j") is _GPU_UNCERTAINTY:   # computed here at no extra cost:
+        d["energy_uncertainty_j"] = gpu_unc                  # what _gpu_uncertainty sums
     return out
 
 
 def _gpu_uncertainty(res: WindowResult) -> float:
-    """``res.energy_uncertainty_j``: the sum over its GPUs of their bounds (J)."""
+    """``res.energy_uncertainty_j``: the sum over its GPUs of their bounds (J); :func:`_devices`
+    stores the same sum when the devices are read first."""
     total = 0.0
     for d in res.devices:
         if d.kind == "gpu" and d.uncertainty_j:
