@@ -334,6 +334,16 @@ def run() -> str:
                 + "; every GPU's figures read too: " + ", ".join(
                     f"{g} GPU{'s' if g != '1' else ''} {ratio(g + ' devices')}" for g in gpus)
                 + "."]
+    out += ["", "Like for like: per window, both meters read each GPU's counter once per edge "
+            "(the NVML calls below) and return a result object. Zeus then takes each GPU's "
+            "counter difference (a dict) and sums it when `total_energy` is first read; "
+            "joulebound also apportions each counter step by time at both edges (the "
+            "counter's interpolation, the bound's terms), holds its sampler lock, watches the "
+            "window's peak power, keeps the result in `meter.results` (a bounded deque) and "
+            "takes the total as the difference of the two edges' sums. Only the per-device "
+            "figures (energy, average and peak power, readings, source) and the uncertainty, "
+            "none of which but the energy is in Zeus's `Measurement`, are computed when first "
+            "read — the \"every GPU's figures\" rows count that."]
     if work:
         out += ["", "Work per begin + end pair (total energy and duration read), counted: NVML "
                 "calls into the fake (the same driver work for both), and Python bytecode "
