@@ -346,6 +346,30 @@ def test_cuda_sync_is_looked_up_until_cuda_is_initialised_then_reused(monkeypatc
     assert len(looked) == 1                  # ... with the function built once
 
 
+
+def test_a_process_without_cuda_is_asked_once_not_at_every_edge(monkeypatch):
+    """torch imported but no CUDA in the process: ``is_available()`` is asked at the first edge
+    only (the answer cannot change), not at every edge as while CUDA is not yet initialised."""
+    import sys
+    import types
+
+    asked: list[int] = []
+
+    def is_available() -> bool:
+        asked.append(1)
+        return False
+
+    cuda = types.SimpleNamespace(is_available=is_available, is_initialized=lambda: False,
+                                 device_count=lambda: 0, synchronize=lambda d: None)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    clock = Clock()
+    m = EnergyMeter(SimulatedBackend(n_devices=1, t0=clock.t), gpus="all", interval_s=0,
+                    clock=clock)
+    for _ in range(5):
+        with m.window("step"):
+            clock.t += 0.1
+    assert len(asked) == 1 and len(m.results) == 5
+
 # -- closing: atexit, with, one status vocabulary ------------------------------------------------
 
 def _status(db):
