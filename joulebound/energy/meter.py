@@ -630,8 +630,12 @@ def _devices(res: WindowResult, chan_info: list[tuple[Any, ...]], dur: float,
 def _gpu_uncertainty(res: WindowResult) -> float:
     """``res.energy_uncertainty_j``: the sum over its GPUs of their bounds (J); :func:`_devices`
     stores the same sum when the devices are read first."""
+    devices = res.devices
+    got = res.__dict__.get("energy_uncertainty_j")
+    if got is not None and got.__class__ is not Deferred:   # _devices just stored it
+        return got
     total = 0.0
-    for d in res.devices:
+    for d in devices:
         if d.kind == "gpu" and d.uncertainty_j:
             total += d.uncertainty_j
     return total
