@@ -351,7 +351,8 @@ def run() -> str:
         out += ["", "Work per begin + end pair (total energy and duration read), counted: NVML "
                 "calls into the fake (the same driver work for both), and the Python bytecode "
                 "instructions and function calls executed (`sys.settrace` opcode and call "
-                "events over one pair, the fake's calls included: the interpreter's work, "
+                "events over one pair, the fake's and the harness's calls included: the "
+                "interpreter's work, "
                 "independent of the machine's load; a Python call costs several bytecodes' "
                 "time, so the CPU-time ratio above, not the bytecode count, is the measure):", "",
                 "| meter | NVML calls per pair | bytecodes per pair | Python calls per pair |",
