@@ -77,15 +77,18 @@ def _nvml_calls(nv: types.ModuleType, make_pair, n: int = 100) -> dict[str, floa
     return counts
 
 
-def _bytecodes(pair) -> int:
-    """Python bytecode instructions executed by one ``pair()`` (``sys.settrace`` opcode events):
-    the interpreter's work, independent of the machine's load."""
-    count = [0]
+def _bytecodes(pair) -> tuple[int, int]:
+    """Python bytecode instructions executed by one ``pair()`` and the Python function calls
+    among them (``sys.settrace`` opcode and call events, ``pair`` itself not counted): the
+    interpreter's work, independent of the machine's load."""
+    count = [0, -1]
 
     def trace(frame, event, arg):
         frame.f_trace_opcodes = True
         if event == "opcode":
             count[0] += 1
+        elif event == "call":
+            count[1] += 1
         return trace
 
     sys.settrace(trace)
@@ -93,7 +96,7 @@ def _bytecodes(pair) -> int:
         pair()
     finally:
         sys.settrace(None)
-    return count[0]
+    return count[0], count[1]
 
 
 def _pair_us(meter, n: int = 2000) -> tuple[float, float, float]:
@@ -334,13 +337,27 @@ def run() -> str:
                 + "; every GPU's figures read too: " + ", ".join(
                     f"{g} GPU{'s' if g != '1' else ''} {ratio(g + ' devices')}" for g in gpus)
                 + "."]
+    out += ["", "Like for like: per window, both meters read each GPU's counter once per edge "
+            "(the NVML calls below) and return a result object. Zeus then takes each GPU's "
+            "counter difference (a dict) and sums it when `total_energy` is first read; "
+            "joulebound also apportions each counter step by time at both edges (the "
+            "counter's interpolation, the bound's terms), holds its sampler lock, watches the "
+            "window's peak power, keeps the result in `meter.results` (a bounded deque) and "
+            "takes the total as the difference of the two edges' sums. Only the per-device "
+            "figures (energy, average and peak power, readings, source) and the uncertainty, "
+            "none of which but the energy is in Zeus's `Measurement`, are computed when first "
+            "read — the \"every GPU's figures\" rows count that."]
     if work:
         out += ["", "Work per begin + end pair (total energy and duration read), counted: NVML "
-                "calls into the fake (the same driver work for both), and Python bytecode "
-                "instructions executed (`sys.settrace` opcode events over one pair: the "
-                "interpreter's work, independent of the machine's load):", "",
-                "| meter | NVML calls per pair | bytecodes per pair |", "|---|---|---:|"]
-        out += [f"| {label} | {calls} | {ops:,} |" for label, calls, ops in work]
+                "calls into the fake (the same driver work for both), and the Python bytecode "
+                "instructions and function calls executed (`sys.settrace` opcode and call "
+                "events over one pair, the fake's and the harness's calls included: the "
+                "interpreter's work, "
+                "independent of the machine's load; a Python call costs several bytecodes' "
+                "time, so the CPU-time ratio above, not the bytecode count, is the measure):", "",
+                "| meter | NVML calls per pair | bytecodes per pair | Python calls per pair |",
+                "|---|---|---:|---:|"]
+        out += [f"| {label} | {calls} | {ops[0]:,} | {ops[1]} |" for label, calls, ops in work]
     out += ["", "Background sampler CPU use over 3 s (process CPU time while the main thread "
             "sleeps, % of one core; measured), fake `pynvml`:", "",
             "| channels | target Hz | CPU % of one core | achieved Hz |", "|---|---:|---:|---:|"]

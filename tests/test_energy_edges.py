@@ -271,3 +271,56 @@ def test_windows_telescope_while_the_sampler_thread_reads_concurrently(fake):
     n_outer = outer.devices[0].n_samples
     assert 2 * 200 + 1 + reads - 1 <= n_outer <= 2 * 200 + 1 + reads + 1
     assert 200 <= sum(r.devices[0].n_samples for r in parts) <= 200 + reads + 1
+
+
+def _run_paths(fake, batched: bool, n_gpus: int, seed: int) -> tuple[list[tuple], int]:
+    """Nested and overlapping windows on ``n_gpus`` fake GPUs whose counters step at most edges
+    (the batched path's costliest case: every edge apportions a step), with sampler reads and a
+    driver reset; ``batched=False`` keeps every edge on the channel-by-channel path. Returns
+    every window's figures, read when the meter is closed, and the batched edges."""
+    rng = np.random.default_rng(seed)
+    gpus = [FakeGPU(f"GPU-{k}", energy_mj=3_000_000 + 11 * k, power_mw=120_000)
+            for k in range(n_gpus)]
+    fake(gpus)
+    clock = Clock(100.0)
+    m = EnergyMeter("nvml", gpus="all", interval_s=0, clock=clock)
+    if not batched:
+        m.sampler._batch_read = None
+    results, opened = [], []
+    for k in range(400):
+        clock.t += float(rng.choice([1e-4, 4e-3, 0.03, 0.12]))
+        for g in gpus:
+            if rng.random() < 0.8:
+                g.energy_mj += int(rng.integers(1, 20_000))
+            g.power_mw = int(rng.integers(50_000, 300_000))
+        if k == 200:
+            gpus[0].energy_mj = 500                  # the driver reloaded: a reset
+        u = rng.random()
+        if u < 0.05:
+            m.sampler.sample_now()
+        elif opened and (u < 0.5 or len(opened) > 3):
+            results.append(m.end_window(opened.pop(int(rng.integers(len(opened))))))
+        else:
+            m.begin_window(f"w{k}")
+            opened.append(f"w{k}")
+    m.close()
+    return [_figures(r) for r in results], m.sampler._fast_edges
+
+
+@pytest.mark.parametrize("n_gpus", [1, 3])
+def test_the_batched_edge_gives_the_figures_of_the_channel_by_channel_edge(fake, n_gpus):
+    """The batched window edge (one counter call per GPU, the apportioning folded in at once,
+    the totals from the edges' sums) gives each window the figures the general path gives —
+    channel by channel through the counter tracks — on the same readings: the same per-device
+    energies, uncertainties, reading counts, peaks and flags, and the same totals (to float
+    rounding)."""
+    fast, n_fast = _run_paths(fake, True, n_gpus, seed=11)
+    slow, n_slow = _run_paths(fake, False, n_gpus, seed=11)
+    assert n_slow == 0 and n_fast > 300 and len(fast) == len(slow) > 150
+    assert any("counter_reset" in w[7] for w in fast)
+    for a, b in zip(fast, slow, strict=True):
+        if n_gpus == 1:
+            assert a == b                                         # one GPU: exactly
+        else:
+            assert a[:4] == b[:4] and a[5:] == b[5:]              # devices exactly the same
+            assert a[4] == pytest.approx(b[4], rel=1e-12, abs=1e-9)   # the total: rounding

@@ -292,6 +292,31 @@ def test_results_default_keeps_ordinary_runs_whole():
             EnergyMeter("none", interval_s=0, keep_results=bad)
 
 
+def test_results_bound_keeps_the_last_n_and_counts_every_dropped_one():
+    """Past ``keep_results`` each new window drops the oldest (the last N kept, in order, every
+    dropped one counted), also after the user clears the list and with a bound of 0; cancelled
+    windows are neither kept nor counted."""
+    clock = Clock()
+    m = EnergyMeter("none", interval_s=0, clock=clock, keep_results=4)
+    for i in range(23):
+        with m.window(f"w{i}"):
+            clock.t += 0.1
+    assert [r.name for r in m.results] == ["w19", "w20", "w21", "w22"]
+    assert m.results[-1].name == "w22" and m.results[0].name == "w19"
+    assert m.results_dropped == 19
+    m.results.clear()
+    for i in range(6):
+        m.begin_window(f"v{i}")
+        clock.t += 0.1
+        m.end_window(f"v{i}", cancel=i == 5)
+    assert [r.name for r in m.results] == ["v1", "v2", "v3", "v4"] and m.results_dropped == 20
+    none_kept = EnergyMeter("none", interval_s=0, clock=clock, keep_results=0)
+    for _ in range(3):
+        with none_kept.window("w"):
+            clock.t += 0.1
+    assert len(none_kept.results) == 0 and none_kept.results_dropped == 3
+
+
 def test_cuda_sync_is_looked_up_until_cuda_is_initialised_then_reused(monkeypatch):
     import sys
     import types
@@ -320,6 +345,30 @@ def test_cuda_sync_is_looked_up_until_cuda_is_initialised_then_reused(monkeypatc
     assert calls == [0, 1] * 6               # every edge synchronises both GPUs ...
     assert len(looked) == 1                  # ... with the function built once
 
+
+
+def test_a_process_without_cuda_is_asked_once_not_at_every_edge(monkeypatch):
+    """torch imported but no CUDA in the process: ``is_available()`` is asked at the first edge
+    only (the answer cannot change), not at every edge as while CUDA is not yet initialised."""
+    import sys
+    import types
+
+    asked: list[int] = []
+
+    def is_available() -> bool:
+        asked.append(1)
+        return False
+
+    cuda = types.SimpleNamespace(is_available=is_available, is_initialized=lambda: False,
+                                 device_count=lambda: 0, synchronize=lambda d: None)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    clock = Clock()
+    m = EnergyMeter(SimulatedBackend(n_devices=1, t0=clock.t), gpus="all", interval_s=0,
+                    clock=clock)
+    for _ in range(5):
+        with m.window("step"):
+            clock.t += 0.1
+    assert len(asked) == 1 and len(m.results) == 5
 
 # -- closing: atexit, with, one status vocabulary ------------------------------------------------
 

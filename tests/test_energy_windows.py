@@ -298,12 +298,14 @@ def _scenario(fake, fast: bool, seed: int = 11) -> list[tuple]:
 
 
 def test_batched_edge_path_gives_the_same_windows_as_reading_channel_by_channel(fake):
-    """The meter's fast window-edge path (one batched counter read, tuple edges, one pass over
-    the channels) changes no figure or flag: the same random run with it on and off — counter
+    """The meter's fast window-edge path (one batched counter read, tuple edges, the total from
+    the edges' sums) changes no figure or flag (the total to float rounding): the same random run with it on and off — counter
     steps, nested windows, a lost counter, failing power reads and a driver reset included."""
     fast, slow = _scenario(fake, True), _scenario(fake, False)
     assert len(fast) == len(slow) > 500
     for a, b in zip(fast, slow, strict=True):
-        assert a == b, (a, b)
+        # the batched total is the difference of the edges' sums: the same to float rounding
+        assert a[3] == pytest.approx(b[3], rel=1e-12, abs=1e-9), (a, b)
+        assert a[:3] + a[4:] == b[:3] + b[4:], (a, b)
     flags = {f for w in fast for f in w[5]}
     assert {"read_error", "counter_reset", "short_window"} <= flags, flags

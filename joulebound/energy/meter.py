@@ -51,6 +51,7 @@ import sys
 import time
 import uuid as uuidlib
 import weakref
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -71,24 +72,36 @@ BACKENDS = ("auto", "nvml", "rapl", "cpu-model", "simulated", "replay", "none")
 #: an open window, as its end needs it (a plain tuple: one is built at every window start):
 #: ``(start (s), counter events seen then, the start edge)``, the edge as
 #: :meth:`Sampler.window_edge` returns it: ``(counter estimates, the sampler's snapshot, its
-#: fast-path edge count)``
+#: fast-path edge count, the estimates' sum or None)``
 _Open = tuple[float, int, tuple[Any, ...]]
 
 
 def _make_clock() -> Callable[[], float]:
-    """Epoch-aligned monotonic clock (s): ``time.time()`` at creation + ``perf_counter`` since."""
-    epoch0, perf0 = time.time(), time.perf_counter()
-    return lambda: epoch0 + (time.perf_counter() - perf0)
+    """Epoch-aligned monotonic clock (s): ``perf_counter()`` plus its ``offset`` attribute, the
+    difference ``time.time() - perf_counter()`` at creation (the window edges add it inline)."""
+    perf = time.perf_counter
+    offset = time.time() - perf()
+
+    def clock() -> float:
+        return perf() + offset
+
+    clock.offset = offset  # type: ignore[attr-defined]
+    return clock
 
 
-def _cuda_sync(devices: Sequence[int]) -> Callable[[], None] | None:
+def _cuda_sync(devices: Sequence[int]) -> Callable[[], None] | bool | None:
     """A function synchronising each metered CUDA device (all of them when ``devices`` is empty)
-    when torch is already imported and CUDA is initialised; else ``None`` (nothing to wait for)."""
+    when torch is already imported and CUDA is initialised; ``None`` when there is nothing to
+    wait for yet (no torch, or CUDA not initialised: look again later); ``False`` when this
+    process has no CUDA at all (``torch.cuda.is_available()`` is false: never look again — the
+    check costs ~2.5 µs, at every window edge otherwise)."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
     try:
-        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        if not torch.cuda.is_available():
+            return False
+        if not torch.cuda.is_initialized():
             return None
         n = torch.cuda.device_count()
     except Exception:  # pragma: no cover - broken CUDA setups
@@ -204,7 +217,14 @@ class EnergyMeter:
                                          not isinstance(keep_results, int) or keep_results < 0):
             raise JouleboundError(f"keep_results must be a whole number >= 0 or None (keep every "
                                   f"window), got {keep_results!r}")
-        self.clock = clock or _make_clock()
+        #: the default clock's offset (s): its time is ``perf_counter() + offset``, which the
+        #: window edges compute inline; ``None`` with a given clock
+        self._clock_offset: float | None = None
+        self._perf = time.perf_counter
+        if clock is None:
+            clock = _make_clock()
+            self._clock_offset = clock.offset   # type: ignore[attr-defined]
+        self.clock = clock
         self.backend = make_backend(backend, gpus=gpus, **backend_kwargs)
         self.rank = int(os.environ.get("RANK", "0")) if rank is None else int(rank)
         self.host = socket.gethostname()
@@ -216,13 +236,14 @@ class EnergyMeter:
         #: windows the store could not take, and why (the windows are still returned)
         self.windows_not_stored = 0
         self.store_error: str | None = None
-        #: finished windows, oldest first: the most recent ``keep_results`` of them
-        self.results: list[WindowResult] = []
+        #: finished windows, oldest first: the most recent ``keep_results`` of them (a
+        #: :class:`collections.deque`: iterate, index, ``len``, ``clear``; ``list(...)`` to
+        #: slice). A new window past the bound drops the oldest in O(1).
+        self.results: deque[WindowResult] = deque(maxlen=keep_results)
         self.keep_results = keep_results
-        self._keep_max = float("inf") if keep_results is None else keep_results
         #: finished windows dropped from :attr:`results` by the ``keep_results`` bound
         self.results_dropped = 0
-        self._cuda_sync_fn: Callable[[], None] | None = None
+        self._cuda_sync_fn: Callable[[], None] | bool | None = None
         self.run_id = run_id or uuidlib.uuid4().hex
         self.store = None
         if store is not None:
@@ -251,6 +272,9 @@ class EnergyMeter:
         self._short_below = max([chans[i].sensor_period_s or 0.0 for i in self.channels],
                                 default=0.0)
         self._is_gpu = [chans[i].kind == "gpu" for i in self.channels]
+        self._events = self.backend.events          # (appended to, never replaced)
+        self._provenance = self.backend.provenance
+        self._backend_name = self.backend.name
         self._n_gpu = sum(self._is_gpu)
         self._n_cpu = len(self.channels) - self._n_gpu
         self._gpu_metered = self._n_gpu > 0
@@ -314,28 +338,32 @@ class EnergyMeter:
             if "torch" not in sys.modules:          # no torch: nothing queued to wait for
                 return
             fn = self._cuda_sync_fn = _cuda_sync(self._gpu_indices)
-        if fn is not None:
+        if fn:                                      # (False: no CUDA in this process)
             fn()
 
     # -- windows ------------------------------------------------------------------------------
     def begin_window(self, name: str, sync: bool = True) -> None:
         """Start window ``name`` (any string not already open)."""
-        if name in self._open:
+        open_ = self._open
+        if name in open_:
             raise JouleboundError(f"window {name!r} is already open; end it first or use another "
-                                  f"name (open: {', '.join(self._open)})")
+                                  f"name (open: {', '.join(open_)})")
         if sync and self.sync_enabled:
             self._sync()
-        t = self.clock()
-        self._open[name] = (t, len(self.backend.events), self.sampler.window_edge(name, t))
+        off = self._clock_offset
+        t = self._perf() + off if off is not None else self.clock()
+        open_[name] = (t, len(self._events), self.sampler.window_edge(name, t))
 
     def end_window(self, name: str, sync: bool = True, cancel: bool = False) -> WindowResult:
         """End window ``name`` and return its :class:`WindowResult` (committed to the store;
         ``cancel``: returned only).
 
-        Per channel, the energy from its counter estimates at both edges, else (no counter, or
-        its read failed at an edge) from the power integral (:meth:`_power_fallback`, read
-        now); the GPU total (``None`` unless every GPU's energy is known), the CPU total, and
-        the flags. The per-device figures and the uncertainty are
+        When both edges read every channel's counter in one batch and every channel is a GPU,
+        the energy is the difference of the edges' sums of counter estimates; else, per channel,
+        the energy from its counter estimates at both edges, or (no counter, or its read failed
+        at an edge) from the power integral (:meth:`_power_fallback`, read now); the GPU total
+        (``None`` unless every GPU's energy is known), the CPU total, and the flags. The
+        per-device figures and the uncertainty are
         :class:`~joulebound.energy.results.Deferred`: computed from the two edges
         (:func:`_devices`) when first read."""
         st = self._open.pop(name, None)
@@ -347,16 +375,56 @@ class EnergyMeter:
             except BaseException:
                 self._open[name] = st         # the window stays open
                 raise
-        t1 = self.clock()
+        off = self._clock_offset
+        t1 = self._perf() + off if off is not None else self.clock()
         t0 = st[0]
         dur = t1 - t0
-        flags: list[str] = [] if self._gpu_metered else ["no_energy_sensor"]  # energy_j None
-        if dur <= 0.0:
-            dur = 0.0
-            flags.append("zero_length")
-        elif dur < self._short_below:
-            flags.append("short_window")
         end = self.sampler.window_edge(name, t1, False)
+        start = st[2]
+        s0 = start[3]
+        fallback: dict[int, tuple[float | None, float | None, str, int]] | None = None
+        if s0 is not None and end[3] is not None:  # batched edges, every channel a GPU
+            flags: list[str] = []
+            energy: float | None = end[3] - s0
+            cpu: float | None = None
+            if dur <= 0.0:
+                dur = 0.0
+                flags.append("zero_length")
+            elif dur < self._short_below:
+                flags.append("short_window")
+        else:
+            flags = [] if self._gpu_metered else ["no_energy_sensor"]  # energy_j None
+            if dur <= 0.0:
+                dur = 0.0
+                flags.append("zero_length")
+            elif dur < self._short_below:
+                flags.append("short_window")
+            energy, cpu, fallback = self._channel_energies(st, t1, dur, end, flags)
+        if start[1] is not end[1] and end[1][3] > start[1][3]:
+            flags.append("read_error")        # a read failed in the window
+        res = window_result(    # positional, in field order
+            name, t0, t1, dur, energy,
+            Deferred((_devices, self._chan_info, dur, start, end, fallback)),
+            self._provenance, flags, cpu, self.rank, self.host, self._backend_name,
+            None if energy is None else _GPU_UNCERTAINTY)
+        if len(self._events) > st[1] or self._mig:
+            self._event_flags(st, flags)      # appends to res.flags (the same list)
+        if not cancel:
+            results = self.results
+            if len(results) == results.maxlen:
+                self.results_dropped += 1      # the oldest one goes
+            results.append(res)
+            if self.store is not None:
+                self._commit(res)
+        return res
+
+    def _channel_energies(self, st: _Open, t1: float, dur: float, end: tuple[Any, ...],
+                          flags: list[str]
+                          ) -> tuple[float | None, float | None,
+                                     dict[int, tuple[float | None, float | None, str, int]] | None]:
+        """A window's GPU and CPU energy (J) channel by channel: ``(GPU total, CPU total, the
+        power-metered channels' figures by position)``; appends ``energy_unavailable`` (some
+        GPU's energy is unknown: the GPU total is ``None``) and the power fallback's flags."""
         start = st[2]
         gpu_e = cpu_e = 0.0
         gpu_known = cpu_known = True
@@ -383,24 +451,10 @@ class EnergyMeter:
                 gpu_known = False
             else:
                 cpu_known = False
-        if start[1] is not end[1] and end[1][3] > start[1][3]:
-            flags.append("read_error")        # a read failed in the window
         energy: float | None = gpu_e if self._n_gpu and gpu_known else None
         if self._n_gpu and not gpu_known and "no_energy_sensor" not in flags:
             flags.append("energy_unavailable")
-        backend = self.backend
-        res = window_result(    # positional, in field order
-            name, t0, t1, dur, energy,
-            Deferred((_devices, self._chan_info, dur, start, end, fallback)),
-            backend.provenance, flags, cpu_e if self._n_cpu and cpu_known else None, self.rank,
-            self.host, backend.name, None if energy is None else _GPU_UNCERTAINTY)
-        if len(backend.events) > st[1] or self._mig:
-            self._event_flags(st, flags)      # appends to res.flags (the same list)
-        if not cancel:
-            self.results.append(res)
-            if len(self.results) > self._keep_max or self.store is not None:
-                self._keep(res)
-        return res
+        return energy, cpu_e if self._n_cpu and cpu_known else None, fallback
 
     def _no_window(self, name: str) -> JouleboundError:
         """The error for ending a window that is not open."""
@@ -416,7 +470,7 @@ class EnergyMeter:
         now (counted in the window) and is labeled ``...->power_integration``."""
         i, _uuid, _index, source, _kind, _prov, counter = self._chan_info[k]
         start = st[2]
-        peaks = end[3]
+        peaks = end[4]
         n = readings_between(start, end, i)
         if counter:   # the counter failed at an edge: power instead
             p = self.sampler.read_power(i, t1)
@@ -441,20 +495,15 @@ class EnergyMeter:
         if self._mig and "mig" not in flags:
             flags.append("mig")
 
-    def _keep(self, res: WindowResult) -> None:
-        """Bound :attr:`results` (``res`` just added) and commit ``res`` to the store."""
-        over = 0 if self.keep_results is None else len(self.results) - self.keep_results
-        if over > 0:
-            del self.results[:over]
-            self.results_dropped += over
-        if self.store is not None:
-            try:
-                self.store.add_window(self.run_id, res)
-            except Exception as exc:  # a full disk must not stop training; it is reported
-                self.windows_not_stored += 1
-                self.store_error = f"{type(exc).__name__}: {exc}"
-                if "not_stored" not in res.flags:
-                    res.flags.append("not_stored")
+    def _commit(self, res: WindowResult) -> None:
+        """Commit ``res`` to the store (a failure is counted and flagged, never raised)."""
+        try:
+            self.store.add_window(self.run_id, res)  # type: ignore[union-attr]
+        except Exception as exc:  # a full disk must not stop training; it is reported
+            self.windows_not_stored += 1
+            self.store_error = f"{type(exc).__name__}: {exc}"
+            if "not_stored" not in res.flags:
+                res.flags.append("not_stored")
 
     def _power_energy(self, i: int, st: _Open, v0: Edge | None, t1: float, dur: float,
                       flags: list[str]) -> tuple[float | None, float | None]:
@@ -549,32 +598,44 @@ def _devices(res: WindowResult, chan_info: list[tuple[Any, ...]], dur: float,
     (:func:`~joulebound.energy.counter.uncertainty_of`), the power-metered ones as
     :meth:`EnergyMeter.end_window` found them (``fallback``, by position); average and peak
     power (W) over the window's ``dur`` (s), and the readings in the window."""
-    peaks = end[3]
+    peaks = end[4]
     same = start[1][4] is end[1][4]      # no reading but fast-path edges in between
     n_fast = end[2] - start[2]
     out = []
-    for k, ((i, uuid, index, source, kind, prov, _), v0, v1) in enumerate(
-            zip(chan_info, start[0], end[0], strict=True)):
+    gpu_unc = 0.0
+    e0s, e1s = start[0], end[0]          # (as long as chan_info: zip(strict=True) costs ~0.5 us)
+    for k, (i, uuid, index, source, kind, prov, _) in enumerate(chan_info):
         if fallback is not None and k in fallback:
             energy, unc, source, n = fallback[k]
             if energy is None:
                 unc = None
         else:
+            v0, v1 = e0s[k], e1s[k]
             energy = v1[0] - v0[0]
             if energy < 0.0:
                 energy = 0.0
             unc = uncertainty_of(v0, v1, dur)
             n = n_fast if same else readings_between(start, end, i)
+        if kind == "gpu" and unc:
+            gpu_unc += unc
         out.append(DeviceEnergy(uuid, index, energy,
                                 energy / dur if energy is not None and dur > 0 else None,
                                 peaks.get(i), source, kind, n, prov, unc))
+    d = res.__dict__
+    if d.get("energy_uncertainty_j") is _GPU_UNCERTAINTY:   # computed here at no extra cost:
+        d["energy_uncertainty_j"] = gpu_unc                  # what _gpu_uncertainty sums
     return out
 
 
 def _gpu_uncertainty(res: WindowResult) -> float:
-    """``res.energy_uncertainty_j``: the sum over its GPUs of their bounds (J)."""
+    """``res.energy_uncertainty_j``: the sum over its GPUs of their bounds (J); :func:`_devices`
+    stores the same sum when the devices are read first."""
+    devices = res.devices
+    got = res.__dict__.get("energy_uncertainty_j")
+    if got is not None and got.__class__ is not Deferred:   # _devices just stored it
+        return got
     total = 0.0
-    for d in res.devices:
+    for d in devices:
         if d.kind == "gpu" and d.uncertainty_j:
             total += d.uncertainty_j
     return total

@@ -197,6 +197,19 @@ class NvmlBackend(Backend):
         get, handles = gpu_layer.GpuDevice.energy_counter_call([self._devices[i] for i in chans])
         last_raw, total, unwrap = self._last_raw, self._total_j, self._unwrap
         pairs = list(zip(chans, handles, strict=True))
+        if len(pairs) == 1:            # one GPU (a rank's own): no loop
+            (i, h), = pairs
+
+            def read_one(t: float) -> list[float]:
+                raw = get(h)
+                last = last_raw[i]
+                if last is not None and raw >= last:
+                    last_raw[i] = raw
+                    e = total[i] = total[i] + (raw - last) / 1000.0
+                    return [e]
+                return [unwrap(i, int(raw), t)]
+
+            return read_one
 
         def read(t: float) -> list[float]:
             out: list[float] = []

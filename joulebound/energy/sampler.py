@@ -126,6 +126,10 @@ class Sampler:
         #: the window-edge fast path's read: :attr:`_batch_read` once every track knows its
         #: rate (then it stays so), ``None`` before
         self._fast_read: Callable[[float], list[float]] | None = None
+        #: the fast path's edges sum their estimates (every channel a GPU: the sum is the
+        #: window total's share of the edge)
+        self.fast_sums = bool(self.channels) and self._fast_tracks is not None and all(
+            backend.channels[i].kind == "gpu" for i in self.channels)
         self._counter_channels = [i for i in self.channels if backend.has_counter(i)]
         self._power_channels = [i for i in self.channels if not backend.has_counter(i)]
         #: failed reads per channel
@@ -347,20 +351,20 @@ class Sampler:
 
     # -- window edges -------------------------------------------------------------------------
     def window_edge(self, name: str, t: float, start: bool = True) -> tuple[Any, ...]:
-        """A window's edge at ``t``: every channel read and folded in under one lock.
+        """A window's edge at ``t`` (s): every channel read and folded in under one lock.
 
         The fast path reads every counter in one batched call (when every channel has one and
         every track knows its rate) and, when all reads succeed, folds the readings in without
-        building samples; else the channels are read one by one (:meth:`_edge_samples`: failed
-        reads counted, power read where needed) and folded in by :meth:`_add_locked`.
+        building samples; else the channels are read one by one (:meth:`_slow_edge`).
 
-        Returns ``(estimates, snapshot, fast edges)`` at a start (``start``; the window is
-        watched from then on) and ``(estimates, snapshot, fast edges, peaks)`` at an end: the
-        counter estimates at ``t`` (:data:`~joulebound.energy.counter.Edge` s in channel
-        order, ``None`` where a channel has no counter or its read failed), the
-        state then (:meth:`_snapshot`; the same object at both edges when nothing but
-        fast-path edges happened in between), the fast path's edge count then, and the peak
-        power per channel since the start (W)."""
+        Returns ``(estimates, snapshot, fast edges, total)`` at a start (``start``; the window
+        is watched from then on) and ``(estimates, snapshot, fast edges, total, peaks)`` at an
+        end: the counter estimates at ``t`` (:data:`~joulebound.energy.counter.Edge` s in
+        channel order, ``None`` where a channel has no counter or its read failed), the state
+        then (:meth:`_snapshot`; the same object at both edges when nothing but fast-path edges
+        happened in between), the fast path's edge count then, the sum of the estimates' values
+        (J) on the fast path when every channel is a GPU (:attr:`fast_sums`; else ``None``),
+        and the peak power per channel since the start (W)."""
         self._acquire()                # (cheaper than `with`, at every window edge)
         try:
             read = self._fast_read
@@ -372,27 +376,36 @@ class Sampler:
                 else:
                     if self._version != self._fast_version:
                         self._fast_changed()
-                    edges = observe_counters(self._fast_tracks, t, energies,  # type: ignore[arg-type]
-                                             t)
+                    edges: list[Edge] = []
+                    total = observe_counters(self._fast_tracks, t, energies,  # type: ignore[arg-type]
+                                             t, edges)
                     self._fast_edges = n = self._fast_edges + 1
                     if self.sink is not None:
                         self._pending.extend([Sample(t, i, None, e) for i, e in
                                               zip(self.channels, energies, strict=True)])
-                    snap = self._snap
-            if read is None:
-                got = self._add_locked(self._edge_samples(t), t)
-                edges = [got.get(i) for i in self.channels]  # type: ignore[union-attr]
-                if self._fast_read is None and self._batch_read is not None and \
-                        all(tr.has_rate for tr in self._fast_tracks):  # type: ignore[union-attr]
-                    self._fast_read = self._batch_read
-                snap = self._snapshot()
-                n = self._fast_edges
+                    if start:
+                        self._watch[name] = {}
+                        return edges, self._snap, n, total if self.fast_sums else None
+                    return (edges, self._snap, n, total if self.fast_sums else None,
+                            self._watch.pop(name, None) or {})
             if start:
                 self._watch[name] = {}
-                return edges, snap, n
-            return edges, snap, n, self._watch.pop(name, None) or {}
+                return self._slow_edge(t)
+            return (*self._slow_edge(t), self._watch.pop(name, None) or {})
         finally:
             self._release()
+
+    def _slow_edge(self, t: float) -> tuple[Any, ...]:
+        """A window edge read channel by channel (under the lock; :meth:`_edge_samples`: failed
+        reads counted, power read where needed), folded in by :meth:`_add_locked`:
+        ``(estimates, snapshot, fast edges, None)``. Enables the fast path once every track
+        knows its rate."""
+        got = self._add_locked(self._edge_samples(t), t)
+        edges = [got.get(i) for i in self.channels]  # type: ignore[union-attr]
+        if self._fast_read is None and self._batch_read is not None and \
+                all(tr.has_rate for tr in self._fast_tracks):  # type: ignore[union-attr]
+            self._fast_read = self._batch_read
+        return edges, self._snapshot(), self._fast_edges, None
 
     def _fast_changed(self) -> None:
         """Before a fast-path edge after a change (under the lock): the snapshot taken again,
