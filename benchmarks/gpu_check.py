@@ -259,6 +259,7 @@ def counter_vs_power(dev: Any, seconds: float, work: Any, out: Path,
     return {"seconds": t1 - t0, "counter_j": e_counter, "power_integral_j": e_power,
             "power_over_counter": (e_power / e_counter) if e_power and e_counter else None,
             "avg_power_w_counter": e_counter / (t1 - t0), "meter_j": res.energy_j,
+            "meter_uncertainty_j": res.energy_uncertainty_j, "meter_s": res.duration_s,
             "meter_flags": res.flags, "meter_source": res.devices[0].source,
             "meter_peak_w": res.devices[0].peak_power_w, "n_power_samples": int(len(rows)),
             **(extra or {})}

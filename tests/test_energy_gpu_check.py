@@ -115,7 +115,7 @@ def test_info_section_reads_clock_table_on_a_fake(tmp_path, monkeypatch):
 
 def test_rehearsal_runs_the_nvml_sections_without_a_gpu(tmp_path, monkeypatch, capsys):
     """``--rehearse``: the testing package's fake NVML behind the read-only proxy; the idle
-    section's counter, power integral and meter agree on the fake's 150 W. The script's ``main()``
+    section's counter reads the fake's 150 W and the meter agrees within its stated bound. The script's ``main()``
     runs in this process (torch is loaded already: a child would pay its import, ~7 CPU-s); its
     ``python benchmarks/gpu_check.py`` entry point is checked with ``--help``. ``pynvml`` and
     ``CUDA_VISIBLE_DEVICES``, which the script sets, are restored afterwards."""
@@ -136,7 +136,12 @@ def test_rehearsal_runs_the_nvml_sections_without_a_gpu(tmp_path, monkeypatch, c
     assert res["rehearsal"] is True and res["info"]["uuid"] == "GPU-rehearsal"
     idle = res["idle"]
     assert idle["avg_power_w_counter"] == pytest.approx(150, rel=0.02)
-    assert idle["meter_j"] == pytest.approx(idle["counter_j"], rel=0.1)
+    # the meter's window on the fake's 150 W, within the meter's own error bound (a thread
+    # stalled between two counter reads widens a step's bracket: under load the meter was seen
+    # 7 J off the 45.6 J with a 16.6 J bound, never outside it in 100 windows under 4 CPU hogs)
+    true_j = 150.0 * idle["meter_s"]
+    assert abs(idle["meter_j"] - true_j) <= idle["meter_uncertainty_j"] + 1e-6
+    assert idle["meter_uncertainty_j"] < true_j          # a bound that says something
     assert res["bert"] == {"skipped": "rehearsal without a GPU"}
     cal = res["calibrate_auto"]           # read-only calibration, replayed on CPU against the fake
     assert "error" not in cal, cal
