@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -51,35 +52,47 @@ def test_an_edge_reads_each_counter_once_and_nothing_else(fake):
     m.close()
 
 
-def _run(fake, read_at_once: bool, seed: int = 5) -> list[tuple]:
-    """Nested and overlapping windows on two fake GPUs with random counter steps, power reads and
-    a driver reset; each window's figures read at once, or only after the meter is closed."""
-    rng = np.random.default_rng(seed)
-    gpus = [FakeGPU(f"GPU-{k}", energy_mj=3_000_000 + 11 * k, power_mw=120_000) for k in range(2)]
-    fake(gpus)
-    clock = Clock(100.0)
-    m = EnergyMeter("nvml", gpus=[0, 1], interval_s=0, clock=clock)
-    results, opened, out = [], [], []
-    for k in range(600):
+def _drive(m: EnergyMeter, gpus: list[FakeGPU], clock: Clock, rng: np.random.Generator,
+           steps: int, p_step: float, p_sample: float,
+           on_end: Callable[[WindowResult], None] | None = None) -> list[WindowResult]:
+    """Nested and overlapping windows on ``gpus`` for ``steps`` random events: time advances,
+    each counter steps with probability ``p_step``, power moves, the driver reloads GPU 0 half
+    way (a counter reset), the sampler reads with probability ``p_sample``. ``on_end(result)``
+    is called as each window ends; the meter is closed at the end; returns the results."""
+    results: list[WindowResult] = []
+    opened: list[str] = []
+    for k in range(steps):
         clock.t += float(rng.choice([1e-4, 4e-3, 0.03, 0.12]))
         for g in gpus:
-            if rng.random() < 0.4:
+            if rng.random() < p_step:
                 g.energy_mj += int(rng.integers(1, 20_000))
             g.power_mw = int(rng.integers(50_000, 300_000))
-        if k == 300:
+        if k == steps // 2:
             gpus[0].energy_mj = 500                  # the driver reloaded: a reset
         u = rng.random()
-        if u < 0.08:
+        if u < p_sample:
             m.sampler.sample_now()
         elif opened and (u < 0.5 or len(opened) > 3):
-            r = m.end_window(opened.pop(int(rng.integers(len(opened)))))
-            results.append(r)
-            if read_at_once:
-                out.append(_figures(r))
+            results.append(m.end_window(opened.pop(int(rng.integers(len(opened))))))
+            if on_end is not None:
+                on_end(results[-1])
         else:
             m.begin_window(f"w{k}")
             opened.append(f"w{k}")
     m.close()
+    return results
+
+
+def _run(fake, read_at_once: bool, seed: int = 5) -> list[tuple]:
+    """Nested and overlapping windows on two fake GPUs with random counter steps, power reads and
+    a driver reset; each window's figures read at once, or only after the meter is closed."""
+    gpus = [FakeGPU(f"GPU-{k}", energy_mj=3_000_000 + 11 * k, power_mw=120_000) for k in range(2)]
+    fake(gpus)
+    clock = Clock(100.0)
+    m = EnergyMeter("nvml", gpus=[0, 1], interval_s=0, clock=clock)
+    out: list[tuple] = []
+    results = _drive(m, gpus, clock, np.random.default_rng(seed), 600, 0.4, 0.08,
+                     (lambda r: out.append(_figures(r))) if read_at_once else None)
     return out if read_at_once else [_figures(r) for r in results]
 
 
@@ -278,7 +291,6 @@ def _run_paths(fake, batched: bool, n_gpus: int, seed: int) -> tuple[list[tuple]
     (the batched path's costliest case: every edge apportions a step), with sampler reads and a
     driver reset; ``batched=False`` keeps every edge on the channel-by-channel path. Returns
     every window's figures, read when the meter is closed, and the batched edges."""
-    rng = np.random.default_rng(seed)
     gpus = [FakeGPU(f"GPU-{k}", energy_mj=3_000_000 + 11 * k, power_mw=120_000)
             for k in range(n_gpus)]
     fake(gpus)
@@ -286,24 +298,7 @@ def _run_paths(fake, batched: bool, n_gpus: int, seed: int) -> tuple[list[tuple]
     m = EnergyMeter("nvml", gpus="all", interval_s=0, clock=clock)
     if not batched:
         m.sampler._batch_read = None
-    results, opened = [], []
-    for k in range(400):
-        clock.t += float(rng.choice([1e-4, 4e-3, 0.03, 0.12]))
-        for g in gpus:
-            if rng.random() < 0.8:
-                g.energy_mj += int(rng.integers(1, 20_000))
-            g.power_mw = int(rng.integers(50_000, 300_000))
-        if k == 200:
-            gpus[0].energy_mj = 500                  # the driver reloaded: a reset
-        u = rng.random()
-        if u < 0.05:
-            m.sampler.sample_now()
-        elif opened and (u < 0.5 or len(opened) > 3):
-            results.append(m.end_window(opened.pop(int(rng.integers(len(opened))))))
-        else:
-            m.begin_window(f"w{k}")
-            opened.append(f"w{k}")
-    m.close()
+    results = _drive(m, gpus, clock, np.random.default_rng(seed), 400, 0.8, 0.05)
     return [_figures(r) for r in results], m.sampler._fast_edges
 
 
