@@ -123,19 +123,33 @@ class PredictorStats:
 
 
 _SOURCES = ("period", "markov", "none")
+_PAGE = mmap.PAGESIZE // 8           # int64 slots per memory page
 _PERIOD, _MARKOV, _NONE = 0, 1, 2
 
 
-def _ring(size: int) -> memoryview:
-    """``size`` zeroed int64 slots in anonymous memory (no gc-tracked object, never resized).
+def _ring(size: int, offset: int = 0, prefault: bool = True) -> memoryview:
+    """``size`` zeroed int64 slots in anonymous memory (no gc-tracked object, never resized),
+    starting ``offset`` slots into their first page.
 
-    The pages are committed by the kernel as they are first touched (a few µs each, spread over
-    the stream), not at construction, so a predictor costs nothing for the history it never
-    fills; transparent huge pages are declined so a first touch never zeroes 2 MiB at once."""
-    buf = mmap.mmap(-1, 8 * size)
-    if hasattr(buf, "madvise") and hasattr(mmap, "MADV_NOHUGEPAGE"):
-        buf.madvise(mmap.MADV_NOHUGEPAGE)
-    return memoryview(buf).cast("q")
+    ``prefault``: the pages are committed now (``MAP_POPULATE`` where the OS has it, else one
+    write per page), so no later write takes a first-touch page fault. Otherwise the kernel
+    commits them as they are first written (a fault every 512 slots, a few µs each, spread
+    over the stream; transparent huge pages are declined so one never zeroes 2 MiB at once);
+    rings written in step are then given different offsets so that their faults fall on
+    different ops (three in one call measured ~58 µs median on a VM)."""
+    populate = getattr(mmap, "MAP_POPULATE", 0) if prefault else 0
+    if populate:
+        buf = mmap.mmap(-1, 8 * (size + offset), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                        | populate)
+    else:
+        buf = mmap.mmap(-1, 8 * (size + offset))
+        if hasattr(buf, "madvise") and hasattr(mmap, "MADV_NOHUGEPAGE"):
+            buf.madvise(mmap.MADV_NOHUGEPAGE)
+    ring = memoryview(buf).cast("q")
+    if prefault and not populate:
+        for i in range(0, len(ring), _PAGE):
+            ring[i] = 0
+    return ring[offset:]
 
 
 class NextKernelPredictor:
@@ -153,10 +167,13 @@ class NextKernelPredictor:
             expected position (0 disables it).
         max_history: the history holds the newest ``max_history`` ops (ops; at least
             ``8 * max(resync_orders) + 16``). It is a ring buffer allocated once at this size
-            (three int64 slots per op: key, label, previous occurrence of the key; 24 MiB of
-            address space at the default 2**20, committed as it fills): an op overwrites the
-            oldest entry, so no :meth:`observe` ever grows, copies, compacts or frees history, at
-            any stream length.
+            (three int64 slots per op: key, label, previous occurrence of the key; 24 MiB at
+            the default 2**20): an op overwrites the oldest entry, so no :meth:`observe` ever
+            grows, copies, compacts or frees history, at any stream length.
+        prefault: commit the ring's memory at construction (about 16 ms of CPU and 24 MiB
+            resident at the default bound, measured), so no :meth:`observe` takes a first-touch
+            page fault; ``False`` commits it as the history fills (a fault every 512 ops, a few
+            µs each, occasionally over 50 µs on a VM: ``docs/benchmarks.md``, *Runtime*).
 
     Positions are absolute op numbers (0 = the first op ever observed); the entry of position
     ``i`` lives in slot ``i & mask``, and positions older than ``len(self)`` ops are gone. The
@@ -179,7 +196,7 @@ class NextKernelPredictor:
 
     def __init__(self, resync_orders: Sequence[int] = (32, 3), markov_order: int = 2,
                  warm: int = 8, max_candidates: int = 64, max_history: int = 1 << 20,
-                 relock_window: int = 3, markov_window: int = 64) -> None:
+                 relock_window: int = 3, markov_window: int = 64, prefault: bool = True) -> None:
         orders = sorted({int(m) for m in resync_orders}, reverse=True)
         if not orders or orders[-1] < 1:
             raise ValueError("resync_orders must hold positive suffix lengths")
@@ -195,9 +212,10 @@ class NextKernelPredictor:
         self.max_history = max(8 * self.max_match + 16, int(max_history))
         size = 1 << (self.max_history - 1).bit_length()     # a power of two >= max_history
         self._mask = size - 1
-        self._hist = _ring(size)            # slot -> key
-        self._labels = _ring(size)          # slot -> label
-        self._prev = _ring(size)            # slot -> position of the key's previous op (-1 none)
+        self._hist = _ring(size, 0, prefault)                   # slot -> key
+        self._labels = _ring(size, _PAGE // 3, prefault)        # slot -> label
+        self._prev = _ring(size, 2 * _PAGE // 3, prefault)      # slot -> previous position of
+        #                                                          the slot's key (-1 none)
         self._last: dict[int, int] = {}     # key -> position of its newest op
         self._n = 0                         # ops in the history so far (next position)
         self._ll = UNKNOWN                  # label of the newest op
