@@ -10,6 +10,7 @@ Run: ``.venv/bin/python -m benchmarks.run_all --only runtime``; the long-stream 
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -333,7 +334,9 @@ def _mr(xs: list[float], fmt: str = "{:.0f}") -> str:
 
 def stall_table(n_ops: int = 3_500_000, repeats: int = 3) -> list[str]:
     """The *Long streams* subsection: :func:`stall_runs` as a table, with the verdict."""
+    load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     r = stall_runs(n_ops, repeats)
+    load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     runs = r["runs"]
     rows = ["### Long streams: no `observe()` stalls", "",
             f"{repeats} runs, each a fresh predictor (defaults: a history ring of 2^20 ops "
@@ -346,7 +349,8 @@ def stall_table(n_ops: int = 3_500_000, repeats: int = 3) -> list[str]:
             f"touched) calibrated to the predictor's mean time per call (re-fitted after each "
             f"run), so it is exposed about as long to the machine's interruptions (page faults, cache and VM effects, timer ticks counted in "
             f"thread CPU time). Per call: this thread's CPU time (`time.thread_time_ns`), "
-            f"measured; median (min–max) over the runs.", "",
+            f"measured; median (min–max) over the runs. Machine load (1-min load average, "
+            f"{os.cpu_count()} cores): {load0:.1f} at the start, {load1:.1f} at the end.", "",
             "| call | calls > 50 µs while filling | after (ring full) | all | per second timed "
             "| worst call (µs) | mean per call incl. timer (ns) |",
             "|---|---:|---:|---:|---:|---:|---:|"]
