@@ -107,7 +107,7 @@ def test_prime_labels_and_predict_ahead():
     keys, labels, conf = pred.predict_ahead(8)
     assert keys == tmpl + tmpl[:2] and labels == [0, 1, 2, 3, 4, 5, 0, 1] and conf == 1.0
     pred.observe(99)                            # unknown op: label -1, lock lost
-    assert pred._labels[-1] == UNKNOWN
+    assert pred.last_label == UNKNOWN
 
 
 def test_single_stray_op_costs_at_most_two_misses():

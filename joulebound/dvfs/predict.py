@@ -30,8 +30,12 @@ enough to cover the switch latency. :class:`NextKernelPredictor` learns this onl
   primes the predictor with the plan's iteration labelled 0..K-1, so a prediction also says which
   *plan position* comes next (label -1 = unknown).
 
-Cost: a matched op is a few list appends and integer updates — 0.3–0.7 us of pure Python on the
-development machine (``benchmarks/bench_runtime.py``; target <= 2 us).
+* **History.** A ring buffer of the newest ``max_history`` ops in fixed int64 storage allocated
+  once (outside the Python heap, invisible to the garbage collector): no call grows, copies,
+  compacts or frees history at any stream length, so no ``observe()`` stalls the dispatch hook.
+
+Cost: a matched op is a few slot writes and integer updates, well under a microsecond of pure
+Python (``benchmarks/bench_runtime.py``, ``docs/benchmarks.md``, *Runtime*; target <= 2 us).
 
 :func:`joulebound.testing.streams.perturbed_stream` is the documented perturbation generator used
 by tests and benchmarks (``DEFAULT_PERTURBATION`` for the >= 95 % target).
@@ -39,7 +43,7 @@ by tests and benchmarks (``DEFAULT_PERTURBATION`` for the >= 95 % target).
 
 from __future__ import annotations
 
-import bisect
+import mmap
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -119,7 +123,33 @@ class PredictorStats:
 
 
 _SOURCES = ("period", "markov", "none")
+_PAGE = mmap.PAGESIZE // 8           # int64 slots per memory page
 _PERIOD, _MARKOV, _NONE = 0, 1, 2
+
+
+def _ring(size: int, offset: int = 0, prefault: bool = True) -> memoryview:
+    """``size`` zeroed int64 slots in anonymous memory (no gc-tracked object, never resized),
+    starting ``offset`` slots into their first page.
+
+    ``prefault``: the pages are committed now (``MAP_POPULATE`` where the OS has it, else one
+    write per page), so no later write takes a first-touch page fault. Otherwise the kernel
+    commits them as they are first written (a fault every 512 slots, a few µs each, spread
+    over the stream; transparent huge pages are declined so one never zeroes 2 MiB at once);
+    rings written in step are then given different offsets so that their faults fall on
+    different ops (three in one call measured ~58 µs median on a VM)."""
+    populate = getattr(mmap, "MAP_POPULATE", 0) if prefault else 0
+    if populate:
+        buf = mmap.mmap(-1, 8 * (size + offset), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                        | populate)
+    else:
+        buf = mmap.mmap(-1, 8 * (size + offset))
+        if hasattr(buf, "madvise") and hasattr(mmap, "MADV_NOHUGEPAGE"):
+            buf.madvise(mmap.MADV_NOHUGEPAGE)
+    ring = memoryview(buf).cast("q")
+    if prefault and not populate:
+        for i in range(0, len(ring), _PAGE):
+            ring[i] = 0
+    return ring[offset:]
 
 
 class NextKernelPredictor:
@@ -135,14 +165,26 @@ class NextKernelPredictor:
         max_candidates: earlier occurrences of the current key examined per resync.
         relock_window: ops after a lost lock during which :meth:`_relock` may re-lock near the
             expected position (0 disables it).
-        max_history: bound of the history length. From about 11/12 of it the older half is
-            dropped *incrementally*: the newer half is copied a few entries per op into fresh
-            lists (and the old ones freed a few hundred entries per op), then swapped in, so no
-            single :meth:`observe` does more than a bounded amount of work at any stream length.
+        max_history: the history holds the newest ``max_history`` ops (ops; at least
+            ``8 * max(resync_orders) + 16``). It is a ring buffer allocated once at this size
+            (three int64 slots per op: key, label, previous occurrence of the key; 24 MiB at
+            the default 2**20): an op overwrites the oldest entry, so no :meth:`observe` ever
+            grows, copies, compacts or frees history, at any stream length.
+        prefault: commit the ring's memory at construction (about 16 ms of CPU and 24 MiB
+            resident at the default bound, measured), so no :meth:`observe` takes a first-touch
+            page fault; ``False`` commits it as the history fills (a fault every 512 ops, a few
+            µs each, occasionally over 50 µs on a VM: ``docs/benchmarks.md``, *Runtime*).
 
-    The matched case (the pointer was right) does O(1) work: three list appends and a few
-    integer updates. The Markov counts are computed on demand from the per-key position index,
-    only when the pointer is lost, so they cost nothing in steady state.
+    Positions are absolute op numbers (0 = the first op ever observed); the entry of position
+    ``i`` lives in slot ``i & mask``, and positions older than ``len(self)`` ops are gone. The
+    occurrences of a key are a linked list through the history (each entry holds the position
+    of the previous op with the same key), so the resync and Markov searches walk the most
+    recent occurrences without any per-key list.
+
+    The matched case (the pointer was right) does O(1) work: three slot writes, one dict update
+    and a few integer updates, allocating no object that outlives the call. The Markov counts
+    are computed on demand from the occurrence links, only when the pointer is lost, so they
+    cost nothing in steady state.
 
     Usage::
 
@@ -154,7 +196,7 @@ class NextKernelPredictor:
 
     def __init__(self, resync_orders: Sequence[int] = (32, 3), markov_order: int = 2,
                  warm: int = 8, max_candidates: int = 64, max_history: int = 1 << 20,
-                 relock_window: int = 3, markov_window: int = 64) -> None:
+                 relock_window: int = 3, markov_window: int = 64, prefault: bool = True) -> None:
         orders = sorted({int(m) for m in resync_orders}, reverse=True)
         if not orders or orders[-1] < 1:
             raise ValueError("resync_orders must hold positive suffix lengths")
@@ -168,19 +210,16 @@ class NextKernelPredictor:
         self.warm = max(1, int(warm))
         self.max_candidates = max(1, int(max_candidates))
         self.max_history = max(8 * self.max_match + 16, int(max_history))
-        # entries this recent may still get their label changed (relock, controller): they are
-        # copied at the swap itself, never earlier
-        self._margin = 2 * self.relock_window + 16
-        self._start_at = max(self.max_history - self.max_history // 12 - self._margin - _STEP,
-                             self.max_history // 2 + 2 * self._margin)
-        self._work_at = self._start_at      # history length from which observe() does upkeep
-        self._mig: _Migration | None = None
-        self._trash: list[list] = []        # old lists being freed a chunk per op
-        self._trash_dicts: list[dict] = []
-        self._hist: list[int] = []
-        self._labels: list[int] = []
-        self._where: dict[int, list[int]] = {}           # key -> history positions
-        self._p: int | None = None          # history index of the predicted next op
+        size = 1 << (self.max_history - 1).bit_length()     # a power of two >= max_history
+        self._mask = size - 1
+        self._hist = _ring(size, 0, prefault)                   # slot -> key
+        self._labels = _ring(size, _PAGE // 3, prefault)        # slot -> label
+        self._prev = _ring(size, 2 * _PAGE // 3, prefault)      # slot -> previous position of
+        #                                                          the slot's key (-1 none)
+        self._last: dict[int, int] = {}     # key -> position of its newest op
+        self._n = 0                         # ops in the history so far (next position)
+        self._ll = UNKNOWN                  # label of the newest op
+        self._p: int | None = None          # position of the predicted next op
         self._run = 0                       # consecutive correct pointer predictions
         self._expect: int | None = None     # where a lost stream was expected to continue
         self._lost = 0                      # ops since the lock was lost
@@ -210,7 +249,7 @@ class NextKernelPredictor:
         In steady state this is the iteration period; ``None`` while not locked."""
         if self._p is None:
             return None
-        return len(self._hist) - self._p
+        return self._n - self._p
 
     @property
     def confidence(self) -> float:
@@ -220,17 +259,25 @@ class NextKernelPredictor:
     @property
     def last_label(self) -> int:
         """Label of the op observed last (its plan position when primed; -1 unknown)."""
-        return self._labels[-1] if self._labels else UNKNOWN
+        return self._ll
 
     def set_last_label(self, label: int) -> None:
         """Overwrite the last op's label (e.g. from plan continuity); later matches inherit it."""
-        if self._labels:
-            self._labels[-1] = label
+        if self._n:
+            self._labels[(self._n - 1) & self._mask] = label
+            self._ll = label
+
+    def recent(self, k: int) -> tuple[list[int], list[int]]:
+        """Keys and labels of the newest ``k`` ops still in the history, oldest first."""
+        n, m = self._n, self._mask
+        lo = n - max(0, min(k, len(self)))
+        return ([self._hist[i & m] for i in range(lo, n)],
+                [self._labels[i & m] for i in range(lo, n)])
 
     @property
     def stats(self) -> PredictorStats:
         """Counters since construction or :meth:`reset_stats`."""
-        f = self._fast
+        f = self._n - self._n0 - self._obs       # ops taken by the fast path (all correct)
         src = [list(x) for x in self._src]
         src[_PERIOD][0] += f
         src[_PERIOD][1] += f
@@ -239,7 +286,7 @@ class NextKernelPredictor:
                               by_source=dict(zip(_SOURCES, src, strict=True)))
 
     def reset_stats(self) -> None:
-        self._fast = 0           # ops predicted by the pointer (fast path), all correct
+        self._n0 = self._n       # history position at reset (less ops primed since)
         self._obs = 0            # other ops observed
         self._hit = 0            # ... of which predicted correctly
         self._src = [[0, 0], [0, 0], [0, 0]]
@@ -259,14 +306,14 @@ class NextKernelPredictor:
         labels = range(len(keys)) if labels is None else labels
         if len(labels) != len(keys):
             raise ValueError("prime(): labels and keys differ in length")
-        start = len(self._hist)
+        start = self._n
         for k, lab in zip(keys, labels, strict=True):
             self._append(int(k), int(lab))
+        self._n0 += self._n - start             # primed ops are not observed ones
         if expect_start and len(keys):
             self._p = start
             self._run = 0
-        if len(self._hist) >= self._work_at:
-            self._upkeep()
+        self._forget_old()
         if expect_start and len(keys) and self._p is not None:
             self._set_pred_from_pointer()
 
@@ -274,33 +321,34 @@ class NextKernelPredictor:
         """Feed the op that was just dispatched; returns whether it had been predicted."""
         p = self._p
         if key == self._nk and p is not None:
-            # fast path: the pointer was right; follow it
-            self._fast += 1
-            h = self._hist
-            n = len(h)
+            # fast path: the pointer was right; follow it. The new op overwrites the oldest
+            # slot; p is at least one op newer than it (the lag never exceeds the history)
+            m = self._mask
+            n = self._n
             labels = self._labels
-            h.append(key)
-            labels.append(labels[p])
-            w = self._where.get(key)
-            if w is None:
-                self._where[key] = [n]
-            else:
-                w.append(n)
+            lab = labels[p & m]
+            j = n & m
+            self._hist[j] = key
+            labels[j] = lab
+            last = self._last
+            self._prev[j] = last.get(key, -1)
+            last[key] = n
+            self._n = n + 1
+            self._ll = lab
             p += 1
-            if labels[p] == STRAY:
+            q = p & m
+            lab = labels[q]
+            if lab == STRAY:
                 self._p = p
                 self._skip_strays()
                 p = self._p
+                q = p & m
+                lab = labels[q]
             self._p = p
             run = self._run = self._run + 1
-            self._nk = h[p]
-            self._nl = labels[p]
+            self._nk = self._hist[q]
+            self._nl = lab
             self._nc = 1.0 if run >= self.warm else run / self.warm
-            if n + 1 >= self._work_at and self._upkeep():
-                if self._p is not None:
-                    self._set_pred_from_pointer()
-                else:
-                    self._set_pred_markov()
             return True
         hit = key == self._nk
         self._obs += 1
@@ -315,21 +363,22 @@ class NextKernelPredictor:
             # lock lost here: remember where the stream was expected to continue
             if self._run >= self.warm:
                 self._expect = p
-                self._lag = len(self._hist) - 1 - p
+                self._lag = self._n - 1 - p
             else:
                 self._expect = None
             self._lost = 0
         if not self._relock(key):
             self._resync()
-        if len(self._hist) >= self._work_at:
-            self._upkeep()                  # pointers move with the history; predict after it
+        self._forget_old()
+        self._ll = self._labels[(self._n - 1) & self._mask]
         if self._p is not None:
             self._set_pred_from_pointer()
-        elif self._expect is not None and self._expect < len(self._hist):
+        elif self._expect is not None and self._expect < self._n:
             # lost a moment ago: most likely the last op was an extra one and the stream
             # continues where it was expected to
-            self._nk = self._hist[self._expect]
-            self._nl = self._labels[self._expect]
+            e = self._expect & self._mask
+            self._nk = self._hist[e]
+            self._nl = self._labels[e]
             self._nc = 0.5
             self._ns = _PERIOD
         else:
@@ -350,22 +399,23 @@ class NextKernelPredictor:
         if p is None:
             keys = [self._nk] + [UNKNOWN] * (k - 1)
             return keys[:k], [UNKNOWN] * k, self._nc if k == 1 else 0.0
-        hist, labels_ = self._hist, self._labels
-        n = len(hist)
+        hist, labels_, m = self._hist, self._labels, self._mask
+        n = self._n
         lag = n - p
         keys, labels = [], []
         j = p
         while len(keys) < k:
             while j >= n:
                 j -= lag
-            if labels_[j] != STRAY:
-                keys.append(hist[j])
-                labels.append(labels_[j])
+            lab = labels_[j & m]
+            if lab != STRAY:
+                keys.append(hist[j & m])
+                labels.append(lab)
             j += 1
         return keys, labels, self._nc
 
     def __len__(self) -> int:
-        return len(self._hist)
+        return min(self._n, self.max_history)
 
     # -- internals --------------------------------------------------------------------------
     def _relock(self, key: int) -> bool:
@@ -382,16 +432,17 @@ class NextKernelPredictor:
         * ``key`` is a remembered skipped op: it came late (second half of a swap); the pointer
           stays where it is.
         """
-        h = self._hist
-        n = len(h) - 1
-        labels = self._labels
+        h, labels, m = self._hist, self._labels, self._mask
+        n = self._n - 1                     # position of the op just observed
+        base = self._n - len(self)          # oldest position still in the history
         sk = self._skipped
         if sk and self._p is not None:
             for c in sk:
-                if h[c] == key:
+                if c >= base and h[c & m] == key:
                     sk.remove(c)
-                    if labels[n] == UNKNOWN and labels[c] != STRAY:
-                        labels[n] = labels[c]
+                    lab = labels[c & m]
+                    if labels[n & m] == UNKNOWN and lab != STRAY:
+                        labels[n & m] = lab
                     self._run = self.warm - 1
                     self._expect = None
                     return True
@@ -401,18 +452,18 @@ class NextKernelPredictor:
         lost = self._lost
         for j in dict.fromkeys((lost, 0, lost + 1, lost + 2, *range(1, lost))):
             c = e + j
-            if 0 <= c < n and h[c] == key:
+            if base <= c < n and h[c & m] == key:
                 if j == 0 and lost:
                     # the ops since the lock was lost were extra: skip them in later iterations
                     for i in range(n - lost, n):
-                        if labels[i] == UNKNOWN:
-                            labels[i] = STRAY
+                        if labels[i & m] == UNKNOWN:
+                            labels[i & m] = STRAY
                 self._skipped = list(range(e + lost, c))
                 self._p = c + 1
                 self._skip_strays()
                 self._run = self.warm - 1
-                if labels[n] == UNKNOWN:
-                    labels[n] = labels[c]
+                if labels[n & m] == UNKNOWN:
+                    labels[n & m] = labels[c & m]
                 self._expect = None
                 return True
         self._lost = lost + 1
@@ -424,26 +475,39 @@ class NextKernelPredictor:
         """Move the pointer past entries marked :data:`STRAY`; remember them in case the op
         turns out to recur (then it arrives "late" and is absorbed by :meth:`_relock`)."""
         p = self._p
-        labels = self._labels
-        if p is None or labels[p] != STRAY:
+        labels, m = self._labels, self._mask
+        if p is None or labels[p & m] != STRAY:
             return
         skipped = []
-        while p < len(labels) - 1 and labels[p] == STRAY:
+        while p < self._n - 1 and labels[p & m] == STRAY:
             skipped.append(p)
             p += 1
         self._skipped = skipped
         self._p = p
 
     def _append(self, key: int, label: int) -> None:
-        h = self._hist
-        n = len(h)
-        h.append(key)
-        self._labels.append(label)
-        w = self._where.get(key)
-        if w is None:
-            self._where[key] = [n]
-        else:
-            w.append(n)
+        n = self._n
+        j = n & self._mask
+        self._hist[j] = key
+        self._labels[j] = label
+        self._prev[j] = self._last.get(key, -1)
+        self._last[key] = n
+        self._n = n + 1
+        self._ll = label
+
+    def _forget_old(self) -> None:
+        """Drop the positions that left the history from the pointer and the relock state
+        (a few integers; the ring itself needs no upkeep)."""
+        base = self._n - len(self)
+        if not base:
+            return
+        if self._p is not None and self._p < base:
+            self._p = None
+            self._run = 0
+        if self._expect is not None and self._expect < base:
+            self._expect = None
+        if self._skipped and self._skipped[0] < base:
+            self._skipped = [c for c in self._skipped if c >= base]
 
     def _resync(self) -> None:
         """Point after the earlier occurrence of the current key with the longest common suffix.
@@ -454,25 +518,37 @@ class NextKernelPredictor:
         self._p = None
         self._run = 0
         self._skipped = []
-        h = self._hist
-        n = len(h) - 1                      # index of the op just observed
-        occ = self._where[h[n]]
+        h, labels, prev, m = self._hist, self._labels, self._prev, self._mask
+        n = self._n - 1                     # position of the op just observed
+        base = self._n - len(self)
+        key = h[n & m]
         best, best_len = -1, 0
         top = self.max_match
-        lo = max(0, len(occ) - 1 - self.max_candidates)
-        cands = range(len(occ) - 2, lo - 1, -1)
+        cands = []
         lag = self._lag
         if lag:
             # the last known period first: after a disturbance the stream usually continues
-            # one period after the ops it followed before
-            i = bisect.bisect_left(occ, n - lag, 0, len(occ) - 1)
-            near = [j for j in (i, i - 1) if 0 <= j < len(occ) - 1 and
-                    abs(occ[j] - (n - lag)) <= 2]
-            cands = [*near, *cands]
-        for idx in cands:
-            c = occ[idx]
+            # one period after the ops it followed before; the occurrence at or just after
+            # n - lag, then the one just before it (within 2 ops)
+            t = n - lag
+            for c in (t, t + 1, t + 2):
+                if base <= c < n and h[c & m] == key:
+                    cands.append(c)
+                    break
+            for c in (t - 1, t - 2):
+                if base <= c < n and h[c & m] == key:
+                    cands.append(c)
+                    break
+        c = prev[n & m]                     # then the most recent occurrences
+        for _ in range(self.max_candidates):
+            if c < base:
+                break
+            cands.append(c)
+            c = prev[c & m]
+        for c in cands:
             length = 1
-            while length < top and c - length >= 0 and h[c - length] == h[n - length]:
+            while (length < top and c - length >= base
+                   and h[(c - length) & m] == h[(n - length) & m]):
                 length += 1
             if length > best_len:
                 best, best_len = c, length
@@ -481,15 +557,16 @@ class NextKernelPredictor:
         if best_len >= self.min_match:
             self._p = best + 1
             self._run = best_len
-            if self._labels[n] == UNKNOWN:
-                self._labels[n] = self._labels[best]
+            if labels[n & m] == UNKNOWN:
+                labels[n & m] = labels[best & m]
 
     def _set_pred_from_pointer(self) -> None:
         self._skip_strays()
         p = self._p
         assert p is not None
-        self._nk = self._hist[p]
-        self._nl = self._labels[p]
+        j = p & self._mask
+        self._nk = self._hist[j]
+        self._nl = self._labels[j]
         self._nc = min(1.0, self._run / self.warm)
         self._ns = _PERIOD
 
@@ -501,19 +578,26 @@ class NextKernelPredictor:
         most frequent successor among the occurrences with the longest matching context
         (backing off to shorter contexts). Confidence = the count share of that successor,
         scaled by (context order used) / k."""
-        h = self._hist
-        n = len(h)
+        h, prev, m = self._hist, self._prev, self._mask
         self._nk, self._nl, self._nc, self._ns = UNKNOWN, UNKNOWN, 0.0, _NONE
-        if n == 0:
+        if self._n == 0:
             return
+        n = self._n - 1                     # position of the newest op
+        base = self._n - len(self)
         k = self.markov_order
-        occ = self._where[h[-1]]
+        occ = []
+        c = prev[n & m]
+        for _ in range(self.markov_window):
+            if c < base:
+                break
+            occ.append(c)
+            c = prev[c & m]
         by_order: list[dict[int, int]] = [{} for _ in range(k + 1)]
-        for i in occ[-self.markov_window - 1:-1]:
+        for i in reversed(occ):             # oldest first: ties go to the first seen
             o = 1
-            while o < k and i - o >= 0 and h[i - o] == h[n - 1 - o]:
+            while o < k and i - o >= base and h[(i - o) & m] == h[(n - o) & m]:
                 o += 1
-            nxt = h[i + 1]
+            nxt = h[(i + 1) & m]
             c = by_order[o]
             c[nxt] = c.get(nxt, 0) + 1
         for order in range(k, 0, -1):
@@ -525,96 +609,6 @@ class NextKernelPredictor:
                 self._nc = cnt / sum(counts.values()) * (order / k)
                 self._ns = _MARKOV
                 return
-
-    def _upkeep(self) -> bool:
-        """A bounded share of the history compaction (see ``max_history``); True when the new
-        history was swapped in (pointers moved with it)."""
-        if self._trash or self._trash_dicts:
-            self._free_some()
-        h = self._hist
-        n = len(h)
-        m = self._mig
-        if m is None:
-            if n < self._start_at:
-                self._work_at = 0 if (self._trash or self._trash_dicts) else self._start_at
-                return False
-            m = self._mig = _Migration(n // 2)
-            self._work_at = 0
-        stop = min(m.cursor + _STEP, n - self._margin)
-        if stop > m.cursor:
-            m.copy(h, self._labels, m.cursor, stop)
-        if m.cursor < n - self._margin:
-            return False
-        m.copy(h, self._labels, m.cursor, n)       # the newest entries, labels as they are now
-        self._swap(m)
-        return True
-
-    def _swap(self, m: _Migration) -> None:
-        """Replace the history by its newer half (built by :class:`_Migration`)."""
-        cut = m.cut
-        self._trash += [self._hist, self._labels]
-        self._trash_dicts.append(self._where)
-        self._hist, self._labels, self._where = m.hist, m.labels, m.where
-        self._mig = None
-        self._work_at = 0                           # free the old lists, a chunk per op
-        self._skipped = [c - cut for c in self._skipped if c >= cut]
-        if self._expect is not None:
-            self._expect = self._expect - cut if self._expect >= cut else None
-        if self._p is not None:
-            self._p = self._p - cut if self._p >= cut else None
-            if self._p is None:
-                self._run = 0
-
-    def _free_some(self, budget: int = 512) -> None:
-        """Release up to ``budget`` entries of the old history (a large list freed at once would
-        stall one op for milliseconds)."""
-        while budget > 0 and self._trash_dicts:
-            d = self._trash_dicts[-1]
-            if not d:
-                self._trash_dicts.pop()
-                continue
-            _, lst = d.popitem()
-            self._trash.append(lst)
-            budget -= 16
-        while budget > 0 and self._trash:
-            lst = self._trash[-1]
-            k = min(budget, len(lst))
-            del lst[len(lst) - k:]
-            budget -= k
-            if not lst:
-                self._trash.pop()
-
-
-#: history entries copied per op while a compaction is under way
-_STEP = 8
-
-
-class _Migration:
-    """The newer half of the history (from ``cut``), copied into fresh lists a few entries per op;
-    positions in ``where`` are already relative to the new lists."""
-
-    __slots__ = ("cursor", "cut", "hist", "labels", "where")
-
-    def __init__(self, cut: int) -> None:
-        self.cut = cut
-        self.cursor = cut
-        self.hist: list[int] = []
-        self.labels: list[int] = []
-        self.where: dict[int, list[int]] = {}
-
-    def copy(self, hist: list[int], labels: list[int], lo: int, hi: int) -> None:
-        nh, nl, nw = self.hist, self.labels, self.where
-        cut = self.cut
-        for i in range(lo, hi):
-            k = hist[i]
-            nh.append(k)
-            nl.append(labels[i])
-            w = nw.get(k)
-            if w is None:
-                nw[k] = [i - cut]
-            else:
-                w.append(i - cut)
-        self.cursor = hi
 
 
 def accuracy(keys: Sequence[int], skip: int = 0, predictor: NextKernelPredictor | None = None

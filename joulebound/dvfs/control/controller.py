@@ -124,8 +124,7 @@ class Controller:
         """Called by the hook before op ``key`` (interned id) runs."""
         pred = self.predictor
         pred.observe(key)
-        labels = pred._labels
-        label = labels[-1]
+        label = pred._ll                    # pred.last_label, without the property call
         if label < 0 and self._last_label >= 0:
             # continuity with the plan: the op the plan has next after the previous one.
             # Written back into the history so later iterations that follow it keep the label.
@@ -133,7 +132,8 @@ class Controller:
             if nxt == self.k:
                 nxt = 0
             if self.keys[nxt] == key:
-                label = labels[-1] = nxt
+                label = nxt
+                pred.set_last_label(nxt)
         self._last_label = label
         self._n_ops += 1
         # configs are canonical objects, so identity is equality here
