@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import re
 import sys
 import time
@@ -125,9 +126,15 @@ def test_rehearsal_runs_the_nvml_sections_without_a_gpu(tmp_path, monkeypatch, c
     entry = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True,
                            text=True, timeout=60)
     assert entry.returncode == 0 and "--rehearse" in entry.stdout, entry.stderr[-2000:]
-    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    # recorded so that teardown undoes what the script sets (delitem/delenv of an absent name
+    # record nothing: the script's fake pynvml and GPU UUID would leak into later tests)
+    if "pynvml" not in sys.modules:
+        monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.delitem(sys.modules, "pynvml")
     for var in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
-        monkeypatch.delenv(var, raising=False)
+        if var not in os.environ:
+            monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     out = tmp_path / "out"
     assert load_script().main(["--rehearse", "--quick", "--idle-s", "0.3",
                                "--calibrate-budget-s", "2", "--out", str(out)]) == 0
