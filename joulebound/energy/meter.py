@@ -383,22 +383,16 @@ class EnergyMeter:
         start = st[2]
         s0 = start[3]
         fallback: dict[int, tuple[float | None, float | None, str, int]] | None = None
+        flags: list[str] = [] if self._gpu_metered else ["no_energy_sensor"]  # energy_j None
+        if dur <= 0.0:
+            dur = 0.0
+            flags.append("zero_length")
+        elif dur < self._short_below:
+            flags.append("short_window")
         if s0 is not None and end[3] is not None:  # batched edges, every channel a GPU
-            flags: list[str] = []
             energy: float | None = end[3] - s0
             cpu: float | None = None
-            if dur <= 0.0:
-                dur = 0.0
-                flags.append("zero_length")
-            elif dur < self._short_below:
-                flags.append("short_window")
         else:
-            flags = [] if self._gpu_metered else ["no_energy_sensor"]  # energy_j None
-            if dur <= 0.0:
-                dur = 0.0
-                flags.append("zero_length")
-            elif dur < self._short_below:
-                flags.append("short_window")
             energy, cpu, fallback = self._channel_energies(st, t1, dur, end, flags)
         if start[1] is not end[1] and end[1][3] > start[1][3]:
             flags.append("read_error")        # a read failed in the window

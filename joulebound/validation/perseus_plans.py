@@ -135,25 +135,10 @@ def simulate_1f1b(fwd: list[np.ndarray], bwd: list[np.ndarray]) -> tuple[float, 
     """Makespan (s) of a 1F1B pipeline with per-rank, per-microbatch durations; busy time per rank.
 
     Each op starts when its rank is free and its input is ready (the forward of the previous
-    stage, the backward of the next), in the order of :func:`_schedule_1f1b`."""
-    pp = len(fwd)
-    nmb = len(fwd[0])
-    fw = [np.asarray(x, float).tolist() for x in fwd]
-    bw = [np.asarray(x, float).tolist() for x in bwd]
-    f_end = [[0.0] * nmb for _ in range(pp)]
-    b_end = [[0.0] * nmb for _ in range(pp)]
-    clock = [0.0] * pp
-    last = pp - 1
-    for r, forward, m in _schedule_1f1b(pp, nmb):
-        c = clock[r]
-        if forward:
-            ready = f_end[r - 1][m] if r > 0 else 0.0
-            f_end[r][m] = clock[r] = (c if c >= ready else ready) + fw[r][m]
-        else:
-            ready = b_end[r + 1][m] if r < last else 0.0
-            b_end[r][m] = clock[r] = (c if c >= ready else ready) + bw[r][m]
-    busy = np.array([fwd[r].sum() + bwd[r].sum() for r in range(pp)])
-    return float(max(clock)), busy
+    stage, the backward of the next), in the order of :func:`_schedule_1f1b`
+    (:func:`simulate_1f1b_many` of this one pipeline)."""
+    t, busy = simulate_1f1b_many(np.asarray(fwd, float)[None], np.asarray(bwd, float)[None])
+    return float(t[0]), busy[0]
 
 
 def simulate_1f1b_many(fwd: np.ndarray, bwd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
