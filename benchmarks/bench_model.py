@@ -1,27 +1,57 @@
 """GPU model benchmark: characterize a GPT-3-XL iteration over every RTX 3080 Ti clock pair.
 
-Target (issue 3): < 1 s and < 1 GiB on one core. Time is the median (min–max) CPU time of 7 runs (after one warm-up);
+Target (issue 3): < 1 s and < 1 GiB on one core. Time: the median (min–max) over fresh processes of
+each one's median CPU time (``benchmarks.timing.fresh_cpu_runs``);
 memory is the peak of Python/numpy allocations during one run (tracemalloc), plus the size of the
 result arrays. Run with ``OMP_NUM_THREADS=1`` semantics: the model is plain numpy (no BLAS calls).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import tracemalloc
+from collections.abc import Callable
+
+PROCESSES = 5
+#: (label, preset, build_trace overrides, device, every invocation distinct)
+CASES = (("gpt3-xl", "gpt3-xl", {}, "rtx3080ti", False),
+         ("gpt3-xl, batch=8", "gpt3-xl", {"batch": 8}, "rtx3080ti", False),
+         ("bert-large", "bert-large", {}, "rtx3080ti", False),
+         ("gpt3-xl, all 947 invocations distinct (measured durations)", "gpt3-xl", {}, "rtx3080ti",
+          True),
+         ("gpt3-xl on a100-sxm4-80gb", "gpt3-xl", {}, "a100-sxm4-80gb", False))
 
 
-def _measure(trace, spec) -> tuple[tuple[float, float, float], float, object]:
-    """((median, min, max) CPU s of 7 runs, tracemalloc peak of one run (B), the result)."""
+def _inputs(preset: str, overrides: dict, device: str, distinct: bool):  # noqa: ANN202
+    from joulebound.devices.catalog import get_device
+    from joulebound.workload.analytic import build_trace
+
+    tr = build_trace(preset, **overrides)
+    if distinct:   # worst case: every invocation distinct (an imported trace with durations)
+        tr = dataclasses.replace(tr, kernels=[dataclasses.replace(k, duration_s=1e-4 * (1 + i * 1e-3))
+                                              for i, k in enumerate(tr.kernels)])
+    return tr, get_device(device)
+
+
+def case(preset: str, overrides: dict, device: str, distinct: bool) -> Callable[[], object]:
+    """The timed call of one row (built in a fresh process by :func:`benchmarks.timing.fresh_cpu_runs`)."""
     from joulebound.dvfs.model import characterize
 
-    from .timing import cpu_runs
+    tr, spec = _inputs(preset, overrides, device, distinct)
+    return lambda: characterize(tr, spec)
 
-    times = cpu_runs(lambda: characterize(trace, spec))
+
+def _peak(preset: str, overrides: dict, device: str, distinct: bool) -> tuple[float, object]:
+    """(tracemalloc peak of one run (B), the result)."""
+    from joulebound.dvfs.model import characterize
+
+    tr, spec = _inputs(preset, overrides, device, distinct)
+    characterize(tr, spec)
     tracemalloc.start()
-    ch = characterize(trace, spec)
+    ch = characterize(tr, spec)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    return times, peak, ch
+    return peak, ch
 
 
 def _ms(t: tuple[float, float, float]) -> str:
@@ -33,42 +63,27 @@ def _ok(t: tuple[float, float, float], peak: float) -> str:
 
 
 def run() -> str:
-    from joulebound.devices.catalog import get_device
-    from joulebound.workload.analytic import build_trace
+    from .timing import fresh_cpu_runs
 
+    times = fresh_cpu_runs({c[0]: ("benchmarks.bench_model:case", c[1:]) for c in CASES},
+                           processes=PROCESSES)
     rows = []
-    spec = get_device("rtx3080ti")
-    for preset, overrides in (("gpt3-xl", {}), ("gpt3-xl", {"batch": 8}), ("bert-large", {})):
-        tr = build_trace(preset, **overrides)
-        t, peak, ch = _measure(tr, spec)
-        label = preset + "".join(f", {k}={v}" for k, v in overrides.items())
-        cells = ch.n_kernels * ch.n_configs
+    for label, *args in CASES:
+        peak, ch = _peak(*args)
+        t = times[label]
         rows.append(f"| {label} | {ch.n_kernels} | {ch.meta['n_unique_kernels']} | "
-                    f"{ch.n_configs} | {cells:,} | {_ms(t)} | {peak / 2**20:.1f} | {_ok(t, peak)} |")
-    # worst case: every invocation distinct (e.g. an imported trace with measured durations)
-    import dataclasses
-
-    tr = build_trace("gpt3-xl")
-    tr = dataclasses.replace(tr, kernels=[dataclasses.replace(k, duration_s=1e-4 * (1 + i * 1e-3))
-                                          for i, k in enumerate(tr.kernels)])
-    t, peak, ch = _measure(tr, spec)
-    rows.append(f"| gpt3-xl, all {ch.n_kernels} invocations distinct (measured durations) | "
-                f"{ch.n_kernels} | {ch.meta['n_unique_kernels']} | {ch.n_configs} | "
-                f"{ch.n_kernels * ch.n_configs:,} | {_ms(t)} | {peak / 2**20:.1f} | {_ok(t, peak)} |")
-    a100 = get_device("a100-sxm4-80gb")
-    tr = build_trace("gpt3-xl")
-    t, peak, ch = _measure(tr, a100)
-    rows.append(f"| gpt3-xl on a100-sxm4-80gb | {ch.n_kernels} | {ch.meta['n_unique_kernels']} | "
-                f"{ch.n_configs} | {ch.n_kernels * ch.n_configs:,} | {_ms(t)} | "
-                f"{peak / 2**20:.1f} | {_ok(t, peak)} |")
+                    f"{ch.n_configs} | {ch.n_kernels * ch.n_configs:,} | {_ms(t)} | "
+                    f"{peak / 2**20:.1f} | {_ok(t, peak)} |")
     return "\n".join([
         "## GPU model: `characterize` (issue 3)",
         "",
         "`joulebound.dvfs.model.characterize(trace, device)` over every supported (core, memory) "
         "clock pair plus `auto`, RTX 3080 Ti unless named. Target: GPT-3-XL iteration in "
-        "< 1 s and < 1 GiB on one core. Time: CPU ms, median (min–max) of 7 runs; memory: tracemalloc peak of one "
-        "run (numpy arrays included). Identical invocations are computed once "
-        "(unique kernels) and expanded.",
+        f"< 1 s and < 1 GiB on one core. Time: CPU ms, each row timed in {PROCESSES} fresh "
+        "processes (rounds interleaved across the rows; in each, the median of 5 runs after a "
+        "warm-up): the median of the processes' medians and their min–max; memory: "
+        "tracemalloc peak of one run (numpy arrays included). Identical invocations are computed "
+        "once (unique kernels) and expanded.",
         "",
         "| trace | kernels | unique | configs | cells | CPU ms | peak memory (MiB) | "
         "meets target |",

@@ -7,14 +7,14 @@ Targets (interactive use): `joulebound predict` under 50 ms of model time; an `a
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
+from pathlib import Path
 
-
-def _t(fn, reps: int = 7) -> tuple[float, float, float]:  # noqa: ANN001
-    """(median, min, max) CPU s of ``reps`` runs (:func:`benchmarks.timing.cpu_runs`)."""
-    from .timing import cpu_runs
-
-    return cpu_runs(fn, repeats=reps)
+PROCESSES = 5
+"""Fresh processes per interactive figure and per fit (:func:`benchmarks.timing.fresh_cpu_runs`)."""
+PROCESSES_LONG = 3
+"""... per 10^4-job table and for the cross-validation (seconds each)."""
+_CFG = dict(model="bert", layers=12, hidden=768, heads=12, seq=128, batch=32, device="rtx2080ti")
 
 
 def _fmt(t: tuple[float, float, float]) -> str:
@@ -38,85 +38,116 @@ def _jobs_csv(path, n: int, shapes: int, seed: int = 0) -> None:  # noqa: ANN001
     path.write_text("\n".join(lines) + "\n")
 
 
-def _predict_table(n: int, shapes: int) -> tuple[float, int]:
+def case(name: str, *args: object) -> Callable[[], object]:
+    """The timed call of one row, its inputs built here (in a fresh process, by
+    :func:`benchmarks.timing.fresh_cpu_runs`; the first call is the warm-up)."""
+    from joulebound.scaling import advisor, stepcost
+    from joulebound.scaling.job import Job
+
+    if name == "predict-law":
+        from joulebound.scaling.defaults import load_default, predict_job
+
+        law, _ = load_default()
+        return lambda: predict_job(1e8, law=law, q90_log=0.1, gpus=4, strategy="fsdp", **_CFG)
+    if name == "advise-law":
+        return lambda: advisor.advise_law(1e8, 7200, 8, **_CFG)
+    if name == "predict-mechanistic":
+        from joulebound.scaling.mechanistic import predict_jobs
+
+        one = Job(layers=12, hidden=768, heads=12, seq=128, batch=32, gpus=4, strategy="fsdp",
+                  device="a40", tokens=1e8)
+
+        def cold() -> None:  # no cached trace: the analytic trace and the GPU model run every time
+            stepcost._TRACES.clear()
+            predict_jobs([one])
+        return cold
+    if name == "advise-mechanistic":
+        job = Job(layers=12, hidden=768, heads=12, seq=128, global_batch=256, tokens=1e9,
+                  device="a40")
+        return lambda: advisor.advise(job, 7200, 8)
+    if name == "predict-jobs":
+        return _predict_table(*args)
+    from joulebound.scaling.datasets import load
+    from joulebound.scaling.evaluate import cross_validate
+    from joulebound.scaling.laws import make_law
+
+    df = load(Path(str(args[0])) / "mayaki_ecai2025")
+    make_law("paper").fit(df)  # imports statsmodels once
+    if name == "fit":
+        law = str(args[1])
+        return lambda: make_law(law).fit(df)
+    if name == "cv":
+        return lambda: cross_validate(df, "prerun", k=5)
+    raise ValueError(f"no scaling benchmark case {name!r}")
+
+
+def _predict_table(n: int, shapes: int) -> Callable[[], object]:
+    """``joulebound predict --jobs`` on a CSV of ``n`` jobs, cold every call (no per-shape
+    kernels cached from an earlier call), the CSV written once outside the clock."""
+    import atexit
+    import contextlib
+    import io
+    import shutil
     import tempfile
-    from pathlib import Path
 
     from joulebound.cli import main
+    from joulebound.scaling import stepcost
 
-    with tempfile.TemporaryDirectory() as d:
-        src, out = Path(d) / "jobs.csv", Path(d) / "out.csv"
-        _jobs_csv(src, n, shapes)
-        c0 = time.process_time()
-        rc = main(["predict", "--jobs", str(src), "-o", str(out)])
-        dt = time.process_time() - c0
+    d = Path(tempfile.mkdtemp(prefix="jb-bench-jobs-"))
+    atexit.register(shutil.rmtree, d, True)
+    src, out = d / "jobs.csv", d / "out.csv"
+    _jobs_csv(src, n, shapes)
+
+    def call() -> None:
+        stepcost._TRACES.clear()
+        with contextlib.redirect_stdout(io.StringIO()):
+            rc = main(["predict", "--jobs", str(src), "-o", str(out)])
         assert rc == 0
-        rows = out.read_text().count("\n") - 1
-    return dt, rows
+        assert out.read_text().count("\n") - 1 == n
+    return call
 
 
 def run() -> str:
     from joulebound.datapath import find_data
-    from joulebound.scaling import advisor
-    from joulebound.scaling.datasets import load
-    from joulebound.scaling.defaults import load_default, predict_job
-    from joulebound.scaling.evaluate import cross_validate
-    from joulebound.scaling.laws import make_law
 
-    cfg = dict(model="bert", layers=12, hidden=768, heads=12, seq=128, batch=32, device="rtx2080ti")
-    law, rec = load_default()
-    rows = [("predict one job (built-in law)", _t(lambda: predict_job(1e8, law=law, q90_log=0.1, gpus=4,
-                                                                      strategy="fsdp", **cfg)), "< 0.05 s"),
-            ("advise (legacy law): 10 candidates", _t(lambda: advisor.advise_law(1e8, 7200, 8, **cfg), 3),
-             "< 1 s")]
-    from joulebound.scaling.job import Job
+    from .timing import fresh_cpu_runs
 
-    job = Job(layers=12, hidden=768, heads=12, seq=128, global_batch=256, tokens=1e9, device="a40")
-    from joulebound.scaling.mechanistic import predict_jobs
-
-    one = Job(layers=12, hidden=768, heads=12, seq=128, batch=32, gpus=4, strategy="fsdp",
-              device="a40", tokens=1e8)
-    from joulebound.scaling import stepcost
-
-    def cold() -> None:  # no cached trace: the analytic trace and the GPU model run every time
-        stepcost._TRACES.clear()
-        predict_jobs([one])
-
-    rows.append(("predict one job (mechanistic, trace + GPU model included)", _t(cold), "< 0.05 s"))
-    rows.append(("advise (mechanistic): 1 GPU + 4 strategies × 2/4/8 GPUs",
-                 _t(lambda: advisor.advise(job, 7200, 8), 3), "< 1 s"))
-    import contextlib
-    import io
-    import statistics
-
-    for n, shapes in ((10_000, 500), (10_000, 10_000)):
-        runs = []
-        for _ in range(3):  # cold every time: no per-shape kernels cached from an earlier run
-            stepcost._TRACES.clear()
-            with contextlib.redirect_stdout(io.StringIO()):
-                dt, nrow = _predict_table(n, shapes)
-            runs.append(dt)
-        rows.append((f"predict --jobs: {n:,} jobs, {shapes:,} distinct shapes (CSV in/out, {nrow:,} rows)",
-                     (statistics.median(runs), min(runs), max(runs)), "< 10 s"))
+    short = {"predict one job (built-in law)": ("predict-law", (), "< 0.05 s"),
+             "advise (legacy law): 10 candidates": ("advise-law", (), "< 1 s"),
+             "predict one job (mechanistic, trace + GPU model included)":
+                 ("predict-mechanistic", (), "< 0.05 s"),
+             "advise (mechanistic): 1 GPU + 4 strategies × 2/4/8 GPUs":
+                 ("advise-mechanistic", (), "< 1 s")}
+    long = {f"predict --jobs: {n:,} jobs, {shapes:,} distinct shapes (CSV in/out, {n:,} rows)":
+            ("predict-jobs", (n, shapes), "< 10 s") for n, shapes in ((10_000, 500), (10_000, 10_000))}
     data = find_data(required=False)
     extra = ""
     if data is not None:
-        df = load(data / "mayaki_ecai2025")
-        make_law("paper").fit(df)  # warm-up: imports statsmodels once
         for name in ("powerlaw", "paper", "prerun", "roofline", "hgb"):
-            rows.append((f"fit `{name}` on Mayaki (1,576 rows)", _t(lambda n=name: make_law(n).fit(df), 5),
-                         "< 2 s" if name == "prerun" else ""))
-        c0 = time.process_time()
-        cv = cross_validate(df, "prerun", k=5)
-        t = time.process_time() - c0
-        rows.append(("grouped 5-fold CV + conformal, `prerun`", (t, t, t), ""))
+            short[f"fit `{name}` on Mayaki (1,576 rows)"] = ("fit", (str(data), name),
+                                                             "< 2 s" if name == "prerun" else "")
+        long["grouped 5-fold CV + conformal, `prerun`"] = ("cv", (str(data),), "")
+    times = fresh_cpu_runs({k: ("benchmarks.bench_scaling:case", (v[0], *v[1]))
+                            for k, v in short.items()}, processes=PROCESSES)
+    times |= fresh_cpu_runs({k: ("benchmarks.bench_scaling:case", (v[0], *v[1]))
+                             for k, v in long.items()}, processes=PROCESSES_LONG, repeats=1)
+    if data is not None:
+        from joulebound.scaling.datasets import load
+        from joulebound.scaling.evaluate import cross_validate
+
+        cv = cross_validate(load(data / "mayaki_ecai2025"), "prerun", k=5)
         extra = (f"\n\nHeld-out (grouped 5-fold by (L, d)) R² of log E of the pre-run law in the same run: "
                  f"{cv['r2_log']:.3f}, MAPE {cv['mape'] * 100:.1f} % (modeled vs measured).")
-    lines = ["## Scaling model", "", "CPU seconds, median (min–max) of repeated runs (7 for the "
-             "interactive figures, 5 for the fits, 3 for `advise` and the 10^4-job tables, each of "
-             "those from a cold trace cache; one run for the cross-validation).", "",
+    lines = ["## Scaling model", "", "CPU seconds: each row timed in fresh processes "
+             f"({PROCESSES} for the interactive figures and the fits, {PROCESSES_LONG} for the "
+             "10^4-job tables and the cross-validation; rounds interleaved across the rows), "
+             "in each the median of 5 runs (the interactive figures and fits, each looped to "
+             ">= 50 ms) or one run (the rest) after a warm-up call; the figure is the median of the "
+             "processes' medians, with their min–max. The mechanistic rows and the 10^4-job "
+             "tables start from a cold trace cache at every call.", "",
              "| operation | CPU s | target |", "|---|---|---|"]
-    lines += [f"| {a} | {_fmt(b)} | {c} |" for a, b, c in rows]
+    lines += [f"| {label} | {_fmt(times[label])} | {spec[2]} |"
+              for label, spec in (short | long).items()]
     extra = ("\n\n`predict --jobs` characterizes each distinct per-GPU workload (shape × micro-batch × "
              "tensor-parallel degree × GPU) once with the GPU model; with 10,000 distinct shapes on "
              "4 GPUs that is ~9,000 workloads (~7,000 per-GPU shapes). The 1-layer op tables of all "
