@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -99,13 +100,53 @@ def _bytecodes(pair) -> tuple[int, int]:
     return count[0], count[1]
 
 
-def _pair_us(meter, n: int = 2000) -> tuple[float, float, float]:
-    """CPU µs of one begin_window + end_window pair: (median, min, max) of 7 runs of ``n``."""
-    def end() -> None:
-        meter.end_window("w")
-        meter.results.clear()
+PROCESSES = 5
+"""Fresh processes per figure (:mod:`benchmarks.timing`): the per-pair costs and the paired
+comparison with the peers."""
+PROCESSES_SAMPLER = 3
+"""... per sampler row (3 s each)."""
 
-    return _pair_cpu(lambda: meter.begin_window("w"), end, n=n)
+
+def _install_fake(n_gpus: int = 8) -> types.ModuleType:
+    """A fresh fake ``pynvml`` in ``sys.modules`` (a benchmark child's whole life)."""
+    nv = sys.modules["pynvml"] = _fake_pynvml(n_gpus)
+    return nv
+
+
+def pair_case(kind: str) -> Callable[[], object]:
+    """One ``begin_window`` + ``end_window`` pair of the meter ``kind`` (built here, in a fresh
+    process, with the fake ``pynvml``): ``none``, ``simulated``, ``nvml-1``, ``nvml-8``,
+    ``nvml-1-sampler`` (sampler thread at 100 Hz) or ``nvml-1-sqlite`` (a SQLite commit per
+    window)."""
+    import atexit
+    import shutil
+
+    from joulebound.energy.meter import EnergyMeter
+    from joulebound.energy.simulated import SimulatedBackend
+
+    _install_fake(8)
+    if kind == "none":
+        m = EnergyMeter("none", interval_s=0)
+    elif kind == "simulated":
+        m = EnergyMeter(SimulatedBackend(power=lambda t: 250.0), gpus="all", interval_s=0)
+    elif kind in ("nvml-1", "nvml-8"):
+        m = EnergyMeter("nvml", gpus=list(range(int(kind[-1]))), interval_s=0)
+    elif kind == "nvml-1-sampler":
+        m = EnergyMeter("nvml", gpus=[0], interval_s=0.01)
+    elif kind == "nvml-1-sqlite":
+        d = tempfile.mkdtemp(prefix="jb-bench-energy-")
+        atexit.register(shutil.rmtree, d, True)
+        m = EnergyMeter("nvml", gpus=[0], interval_s=0, store=Path(d) / "b.db")
+    else:
+        raise ValueError(f"no meter kind {kind!r}")
+    atexit.register(m.close)
+    begin, end, results = m.begin_window, m.end_window, m.results
+
+    def pair() -> None:
+        begin("w")
+        end("w")
+        results.clear()
+    return pair
 
 
 def _pair_cpu(begin, end, n: int = 2000, repeats: int = 7) -> tuple[float, float, float]:
@@ -156,91 +197,110 @@ def _paired(jb_pair, z_pair) -> tuple[list[float], list[float]]:
     return jb, zs
 
 
-def _peer_rows(nv: types.ModuleType) -> tuple[list[tuple[str, tuple[float, float, float] | str]],
-                                              dict[str, tuple[float, float, float]],
-                                              list[tuple[str, str, int]]]:
-    """joulebound and Zeus (1 and 8 GPUs) and CodeCarbon (tasks), in this run, same fake NVML
-    ``nv``.
-
-    joulebound's and Zeus's runs alternate (one run of 2000 pairs each, 9 times), so a change of
-    the machine's load hits both; besides each meter's median, the median (min–max) of the 9
-    paired ratios per GPU count, for the pair reading each window's total energy and duration
-    and for the pair reading every GPU's energy too; and per meter the NVML calls and Python
-    bytecodes of one pair."""
+def _pairs(n: int) -> tuple[dict, dict]:
+    """joulebound's and Zeus's begin/end pairs on ``n`` fake GPUs (the fake installed first):
+    ``{"total": (begin, end), "devices": (begin, end), "make": factory}`` each; the "devices"
+    pair reads every GPU's figures too; ``make()`` builds a new meter's (begin, end, close)."""
     import logging
 
     from joulebound.energy.meter import EnergyMeter
 
-    rows: list[tuple[str, tuple[float, float, float] | str]] = []
-    ratios: dict[str, tuple[float, float, float]] = {}
-    work: list[tuple[str, str, int]] = []
+    logging.getLogger("zeus").setLevel(logging.ERROR)
+    from zeus.monitor import ZeusMonitor
+
+    m = EnergyMeter("nvml", gpus=list(range(n)), interval_s=0)
+    z = ZeusMonitor(gpu_indices=list(range(n)), cpu_indices=[], approx_instant_energy=False)
+
+    def make_jb():
+        mm = EnergyMeter("nvml", gpus=list(range(n)), interval_s=0)
+        return (lambda: mm.begin_window("w", sync=False),
+                lambda: (_read_jb(mm.end_window("w", sync=False)), mm.results.clear()), mm.close)
+
+    def make_z():
+        zz = ZeusMonitor(gpu_indices=list(range(n)), cpu_indices=[], approx_instant_energy=False)
+        return (lambda: zz.begin_window("w", sync_execution=False),
+                lambda: _read_zeus(zz.end_window("w", sync_execution=False)), lambda: None)
+
+    jb = {"total": (lambda: m.begin_window("w", sync=False),
+                    lambda: (_read_jb(m.end_window("w", sync=False)), m.results.clear())),
+          "devices": (lambda: m.begin_window("w", sync=False),
+                      lambda: (_read_jb_devices(m.end_window("w", sync=False)),
+                               m.results.clear())),
+          "make": make_jb}
+    zs = {"total": (lambda: z.begin_window("w", sync_execution=False),
+                    lambda: _read_zeus(z.end_window("w", sync_execution=False))),
+          "devices": (lambda: z.begin_window("w", sync_execution=False),
+                      lambda: _read_zeus_devices(z.end_window("w", sync_execution=False))),
+          "make": make_z}
+    return jb, zs
+
+
+def peer_case(n: int, read: str) -> dict[str, float]:
+    """In a fresh process: joulebound's and Zeus's pairs on ``n`` fake GPUs (``read``:
+    ``"total"`` or ``"devices"``), 9 alternating runs of 2000 pairs each, so a change of the
+    machine's load hits both: each meter's median µs per pair and the median of the 9 paired
+    ratios."""
+    _install_fake(8)
+    jb, zs = _pairs(n)
+    a, b = _paired(jb[read], zs[read])
+    return {"jb": float(np.median(a)), "zeus": float(np.median(b)),
+            "ratio": float(np.median(np.array(a) / np.array(b)))}
+
+
+def work_case() -> list[tuple[str, str, list[int]]]:
+    """NVML calls, Python bytecodes and calls per begin + end pair (total read), joulebound and
+    Zeus on 1 and 8 GPUs, after 200 pairs of warm-up: counts, the same in every process."""
+    nv = _install_fake(8)
+    work = []
     for n in (1, 8):
-        m = EnergyMeter("nvml", gpus=list(range(n)), interval_s=0)
-        jb_pair = (lambda m=m: m.begin_window("w", sync=False),
-                   lambda m=m: (_read_jb(m.end_window("w", sync=False)), m.results.clear()))
-        jb_dev = (jb_pair[0],
-                  lambda m=m: (_read_jb_devices(m.end_window("w", sync=False)),
-                               m.results.clear()))
-        try:
-            logging.getLogger("zeus").setLevel(logging.ERROR)
-            from zeus.monitor import ZeusMonitor
-
-            z = ZeusMonitor(gpu_indices=list(range(n)), cpu_indices=[], approx_instant_energy=False)
-            z_pair = (lambda z=z: z.begin_window("w", sync_execution=False),
-                      lambda z=z: _read_zeus(z.end_window("w", sync_execution=False)))
-            z_dev = (z_pair[0],
-                     lambda z=z: _read_zeus_devices(z.end_window("w", sync_execution=False)))
-        except Exception as exc:  # noqa: BLE001 - a peer missing is reported, not fatal
-            rows.append((f"joulebound EnergyMeter, {n} GPU(s), sync off", _pair_cpu(*jb_pair)))
-            rows.append((f"Zeus, {n} GPU(s)", f"not measured ({type(exc).__name__}: {exc})"))
-            m.close()
-            continue
-        jb, zs = _paired(jb_pair, z_pair)
-        jb_d, zs_d = _paired(jb_dev, z_dev)
-        def make_jb(n=n):
-            mm = EnergyMeter("nvml", gpus=list(range(n)), interval_s=0)
-            return (lambda: mm.begin_window("w", sync=False),
-                    lambda: (_read_jb(mm.end_window("w", sync=False)), mm.results.clear()),
-                    mm.close)
-
-        def make_z(n=n):
-            zz = ZeusMonitor(gpu_indices=list(range(n)), cpu_indices=[],
-                             approx_instant_energy=False)
-            return (lambda: zz.begin_window("w", sync_execution=False),
-                    lambda: _read_zeus(zz.end_window("w", sync_execution=False)), lambda: None)
-
-        for meter, pair, make in (("joulebound", jb_pair, make_jb), ("Zeus", z_pair, make_z)):
-            calls = _nvml_calls(nv, make)
+        jb, zs = _pairs(n)
+        for meter, pairs in (("joulebound", jb), ("Zeus", zs)):
+            calls = _nvml_calls(nv, pairs["make"])
+            begin, end = pairs["total"]
+            for _ in range(200):          # past the first windows' one-off work
+                begin()
+                end()
             work.append((f"{meter}, {n} GPU{'s' if n > 1 else ''}",
                          ", ".join(f"{v:g} × `{k}`" for k, v in calls.items()) or "none",
-                         _bytecodes(lambda pair=pair: (pair[0](), pair[1]()))))
-        m.close()
-        rows.append((f"joulebound EnergyMeter, {n} GPU(s), sync off",
-                     (float(np.median(jb)), min(jb), max(jb))))
-        rows.append((f"Zeus {_version('zeus')} ZeusMonitor, {n} GPU(s), sync off",
-                     (float(np.median(zs)), min(zs), max(zs))))
-        rows.append((f"joulebound EnergyMeter, {n} GPU(s), every GPU's figures read too",
-                     (float(np.median(jb_d)), min(jb_d), max(jb_d))))
-        rows.append((f"Zeus {_version('zeus')} ZeusMonitor, {n} GPU(s), every GPU's figure "
-                     "read too", (float(np.median(zs_d)), min(zs_d), max(zs_d))))
-        for key, a, b in ((f"{n}", jb, zs), (f"{n} devices", jb_d, zs_d)):
-            r = np.array(a) / np.array(b)
-            ratios[key] = (float(np.median(r)), float(r.min()), float(r.max()))
-    try:
-        logging.getLogger("codecarbon").setLevel(logging.ERROR)
-        from codecarbon import OfflineEmissionsTracker
+                         list(_bytecodes(lambda begin=begin, end=end: (begin(), end())))))
+    return work
 
-        with tempfile.TemporaryDirectory() as d:
-            cc = OfflineEmissionsTracker(country_iso_code="USA", save_to_file=False,
-                                         output_dir=d, log_level="error", gpu_ids=[0])
-            cc.start()
-            rows.append((f"CodeCarbon {_version('codecarbon')} start_task/stop_task, 1 GPU",
-                         _pair_cpu(lambda: cc.start_task("w"), lambda: cc.stop_task("w"),
-                                   n=20, repeats=5)))
+
+def codecarbon_case() -> float:
+    """CodeCarbon's ``start_task`` + ``stop_task``, µs per pair: median of 5 runs of 20."""
+    import logging
+
+    _install_fake(8)
+    logging.getLogger("codecarbon").setLevel(logging.ERROR)
+    from codecarbon import OfflineEmissionsTracker
+
+    with tempfile.TemporaryDirectory() as d:
+        cc = OfflineEmissionsTracker(country_iso_code="USA", save_to_file=False, output_dir=d,
+                                     log_level="error", gpu_ids=[0])
+        cc.start()
+        try:
+            return _pair_cpu(lambda: cc.start_task("w"), lambda: cc.stop_task("w"), n=20,
+                             repeats=5)[0]
+        finally:
             cc.stop()
-    except Exception as exc:  # noqa: BLE001
-        rows.append(("CodeCarbon", f"not measured ({type(exc).__name__}: {exc})"))
-    return rows, ratios, work
+
+
+def sampler_case(n_gpus: int, store: bool, hz: float, seconds: float = 3.0) -> list[float]:
+    """[% of one core used by the sampler thread, achieved rate Hz] over ``seconds`` of a main
+    thread asleep (process CPU time), in a fresh process."""
+    from joulebound.energy.meter import EnergyMeter
+
+    _install_fake(8)
+    with tempfile.TemporaryDirectory() as d:
+        meter = EnergyMeter("nvml", gpus=list(range(n_gpus)), interval_s=1.0 / hz,
+                            store=Path(d) / "s.db" if store else None)
+        n0 = meter.sampler.n_reads
+        c0, t0 = time.process_time(), time.perf_counter()
+        time.sleep(seconds)
+        c1, t1 = time.process_time(), time.perf_counter()
+        rate = (meter.sampler.n_reads - n0) / (t1 - t0)
+        meter.close()
+    return [100.0 * (c1 - c0) / (t1 - t0), rate]
 
 
 def _version(dist: str) -> str:
@@ -252,91 +312,71 @@ def _version(dist: str) -> str:
         return "?"
 
 
-def _sampler_cpu(meter_factory, hz: float, seconds: float = 3.0) -> tuple[float, float]:
-    """(% of one core used by the sampler thread, achieved rate Hz) over ``seconds``."""
-    meter = meter_factory(1.0 / hz)
-    n0 = meter.sampler.n_reads
-    c0, t0 = time.process_time(), time.perf_counter()
-    time.sleep(seconds)
-    c1, t1 = time.process_time(), time.perf_counter()
-    rate = (meter.sampler.n_reads - n0) / (t1 - t0)
-    meter.close()
-    return 100.0 * (c1 - c0) / (t1 - t0), rate
+def _m(t: tuple[float, float, float], nd: int = 1) -> str:
+    return f"{t[0]:.{nd}f} ({t[1]:.{nd}f}–{t[2]:.{nd}f})"
 
 
 def run() -> str:
-    from joulebound.energy.meter import EnergyMeter
-    from joulebound.energy.simulated import SimulatedBackend
+    from .timing import fresh_cpu_runs, fresh_results, in_fresh_process, spread
 
-    old = sys.modules.get("pynvml")
-    nv = sys.modules["pynvml"] = _fake_pynvml(8)
-    rows = []
-    try:
-        m = EnergyMeter("none", interval_s=0)
-        rows.append(("none (time only)", _pair_us(m)))
-        m = EnergyMeter(SimulatedBackend(power=lambda t: 250.0), gpus="all", interval_s=0)
-        rows.append(("simulated, 1 GPU", _pair_us(m)))
-        for n in (1, 8):
-            m = EnergyMeter("nvml", gpus=list(range(n)), interval_s=0)
-            rows.append((f"nvml counter (fake pynvml), {n} GPU{'s' if n > 1 else ''}", _pair_us(m)))
-            m.close()
-        m = EnergyMeter("nvml", gpus=[0], interval_s=0.01)
-        rows.append(("nvml counter (fake pynvml), 1 GPU, sampler at 100 Hz", _pair_us(m)))
-        m.close()
-        with tempfile.TemporaryDirectory() as d:
-            m = EnergyMeter("nvml", gpus=[0], interval_s=0, store=Path(d) / "b.db")
-            rows.append(("nvml counter (fake pynvml), 1 GPU, + SQLite commit per window",
-                         _pair_us(m, n=500)))
-            m.close()
-
-        peers, paired, work = _peer_rows(nv)
-        cpu_rows = []
-        for label, gpus, store in (("1 GPU", [0], False), ("8 GPUs", list(range(8)), False),
-                                   ("8 GPUs + SQLite store", list(range(8)), True)):
-            for hz in (10, 100):
-                with tempfile.TemporaryDirectory() as d:
-                    def factory(iv, gpus=gpus, store=store, d=d):
-                        return EnergyMeter("nvml", gpus=gpus, interval_s=iv,
-                                           store=Path(d) / "s.db" if store else None)
-                    pct, rate = _sampler_cpu(factory, hz)
-                cpu_rows.append((label, hz, pct, rate))
-    finally:
-        if old is None:
-            sys.modules.pop("pynvml", None)
-        else:
-            sys.modules["pynvml"] = old
-
+    kinds = {"none (time only)": "none", "simulated, 1 GPU": "simulated",
+             "nvml counter (fake pynvml), 1 GPU": "nvml-1",
+             "nvml counter (fake pynvml), 8 GPUs": "nvml-8",
+             "nvml counter (fake pynvml), 1 GPU, sampler at 100 Hz": "nvml-1-sampler",
+             "nvml counter (fake pynvml), 1 GPU, + SQLite commit per window": "nvml-1-sqlite"}
+    own = fresh_cpu_runs({label: ("benchmarks.bench_energy:pair_case", (kind,))
+                          for label, kind in kinds.items()}, processes=PROCESSES)
     out = ["## Energy meter (`bench_energy`)", "",
-           "CPU time of one `begin_window` + `end_window` pair (median (min–max) of 7 runs of "
-           "2000 pairs; 500 with the SQLite commit; measured). NVML rows use an in-process fake "
-           "`pynvml`: joulebound's own overhead, without the driver call.", "",
+           "CPU time of one `begin_window` + `end_window` pair (results cleared), µs: each row "
+           f"in {PROCESSES} fresh processes (rounds interleaved across the rows; in each, the "
+           "median of 5 runs, each looped to >= 50 ms, after a warm-up pair), the median of "
+           "the processes' medians and their min–max; measured. NVML rows use an in-process "
+           "fake `pynvml`: joulebound's own overhead, without the driver call.", "",
            "| backend | µs per begin/end pair |", "|---|---:|"]
-    out += [f"| {b} | {r[0]:.1f} ({r[1]:.1f}–{r[2]:.1f}) |" for b, r in rows]
+    out += [f"| {label} | {_m(tuple(x * 1e6 for x in own[label]))} |" for label in kinds]
+    try:
+        import codecarbon  # noqa: F401
+        import zeus  # noqa: F401
+    except ImportError as exc:
+        out += ["", f"Peers not measured ({exc}): `pip install -e .[bench]`."]
+        return "\n".join(out)
+    cases = {(n, read): ("benchmarks.bench_energy:peer_case", (n, read))
+             for n in (1, 8) for read in ("total", "devices")}
+    peers = fresh_results(cases, processes=PROCESSES)
+    cc = spread([float(x) for x in fresh_results(
+        {"cc": ("benchmarks.bench_energy:codecarbon_case", ())}, processes=3)["cc"]])
+    work = in_fresh_process("benchmarks.bench_energy:work_case")
+
+    def fig(n: int, read: str, key: str) -> tuple[float, float, float]:
+        return spread([r[key] for r in peers[(n, read)]])
+
     out += ["", "Side by side, the same fake `pynvml` (its energy counter steps at every read: "
             "each edge of joulebound's is then a counter step to apportion, its costliest case), "
-            "CPU time per begin + end pair (median (min–max) of 9 runs of 2000 pairs, "
-            "joulebound's and Zeus's runs alternating; CodeCarbon 5 × 20; measured in this "
-            "run). Both meters' pairs read each window's total energy and duration (joulebound "
-            "`energy_j`, `duration_s`; Zeus `total_energy`, `time`), so work a meter defers to "
-            "a field's first read is counted; the \"every GPU's figures\" rows read each GPU's "
-            "energy too (joulebound's per-device figures and uncertainty are computed when "
-            "first read; Zeus's `gpu_energy`):",
-            "", "| meter | µs per begin/end pair |", "|---|---:|"]
-    for label, r in peers:
-        out.append(f"| {label} | {r if isinstance(r, str) else f'{r[0]:.1f} ({r[1]:.1f}–{r[2]:.1f})'} |")
+            f"CPU time per begin + end pair, µs: in each of {PROCESSES} fresh processes per row "
+            "pair, 9 runs of 2000 pairs, joulebound's and Zeus's runs alternating, each meter's "
+            "median; the table gives the median of the processes' medians and their min–max "
+            "(CodeCarbon: 3 processes of 5 × 20 tasks). Both meters' pairs read each window's "
+            "total energy and duration (joulebound `energy_j`, `duration_s`; Zeus "
+            "`total_energy`, `time`), so work a meter defers to a field's first read is "
+            "counted; the \"every GPU's figures\" rows read each GPU's energy too "
+            "(joulebound's per-device figures and uncertainty are computed when first read; "
+            "Zeus's `gpu_energy`):", "", "| meter | µs per begin/end pair |", "|---|---:|"]
+    zv = _version("zeus")
+    for n in (1, 8):
+        for read, what in (("total", "sync off"), ("devices", "every GPU's figures read too")):
+            out.append(f"| joulebound EnergyMeter, {n} GPU(s), {what} | {_m(fig(n, read, 'jb'))} |")
+            out.append(f"| Zeus {zv} ZeusMonitor, {n} GPU(s), {what} | {_m(fig(n, read, 'zeus'))} |")
+    out.append(f"| CodeCarbon {_version('codecarbon')} start_task/stop_task, 1 GPU | {_m(cc)} |")
 
-    def ratio(key: str) -> str:
-        med, lo, hi = paired[key]
-        return f"{med:.2f}× ({lo:.2f}–{hi:.2f}; {'met' if med <= 1 else 'NOT met'})"
+    def ratio(n: int, read: str) -> str:
+        med, lo, hi = fig(n, read, "ratio")
+        return (f"{n} GPU{'s' if n != 1 else ''} {med:.2f}× ({lo:.2f}–{hi:.2f}; "
+                f"{'met' if med <= 1 else 'NOT met'})")
 
-    gpus = sorted({k.split()[0] for k in paired}, key=int)
-    if gpus:
-        out += ["", "joulebound / Zeus, median (min–max) of the 9 paired runs' CPU-time ratios, "
-                "same run (target ≤ 1): " + ", ".join(
-                    f"{g} GPU{'s' if g != '1' else ''} {ratio(g)}" for g in gpus)
-                + "; every GPU's figures read too: " + ", ".join(
-                    f"{g} GPU{'s' if g != '1' else ''} {ratio(g + ' devices')}" for g in gpus)
-                + "."]
+    out += ["", "joulebound / Zeus CPU time per pair, in each process the median of its 9 paired "
+            "runs' ratios; the median (min–max) over the processes (target ≤ 1): "
+            + ", ".join(ratio(n, "total") for n in (1, 8)) + "; every GPU's figures read too: "
+            + ", ".join(ratio(n, "devices") for n in (1, 8)) + "."]
     out += ["", "Like for like: per window, both meters read each GPU's counter once per edge "
             "(the NVML calls below) and return a result object. Zeus then takes each GPU's "
             "counter difference (a dict) and sums it when `total_energy` is first read; "
@@ -358,10 +398,19 @@ def run() -> str:
                 "| meter | NVML calls per pair | bytecodes per pair | Python calls per pair |",
                 "|---|---|---:|---:|"]
         out += [f"| {label} | {calls} | {ops[0]:,} | {ops[1]} |" for label, calls, ops in work]
+    samplers = {(label, hz): ("benchmarks.bench_energy:sampler_case", (n, store, hz))
+                for label, n, store in (("1 GPU", 1, False), ("8 GPUs", 8, False),
+                                        ("8 GPUs + SQLite store", 8, True))
+                for hz in (10, 100)}
+    got = fresh_results(samplers, processes=PROCESSES_SAMPLER)
     out += ["", "Background sampler CPU use over 3 s (process CPU time while the main thread "
-            "sleeps, % of one core; measured), fake `pynvml`:", "",
+            f"sleeps, % of one core; measured), fake `pynvml`; median (min–max) over "
+            f"{PROCESSES_SAMPLER} fresh processes per row:", "",
             "| channels | target Hz | CPU % of one core | achieved Hz |", "|---|---:|---:|---:|"]
-    out += [f"| {lab} | {hz} | {pct:.2f} | {rate:.1f} |" for lab, hz, pct, rate in cpu_rows]
+    for (label, hz), runs in got.items():
+        pct = spread([r[0] for r in runs])
+        rate = spread([r[1] for r in runs])
+        out.append(f"| {label} | {hz} | {_m(pct, 2)} | {_m(rate)} |")
     return "\n".join(out)
 
 

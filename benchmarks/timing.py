@@ -65,26 +65,49 @@ def fresh_cpu_runs(cases: Mapping[str, tuple[str, Sequence[object]]], processes:
     Returns:
         label -> (median, min, max) over the processes' medians (CPU s per call).
     """
-    got: dict[str, list[float]] = {label: [] for label in cases}
+    got = fresh_results({label: ("benchmarks.timing:timed_case", (factory, list(args), repeats,
+                                                                   min_total_s))
+                         for label, (factory, args) in cases.items()}, processes, env)
+    return {label: spread([float(x) for x in v]) for label, v in got.items()}
+
+
+def fresh_results(cases: Mapping[str, tuple[str, Sequence[object]]], processes: int = 5,
+                  env: Mapping[str, str] | None = None) -> dict[str, list[object]]:
+    """``function(*args)`` of each case run in ``processes`` fresh interpreters (round ``r``
+    runs every case once before round ``r + 1``): label -> the JSON-able results, one per
+    process. The primitive under :func:`fresh_cpu_runs`, for benchmarks that measure more than
+    one figure per process (paired runs of two meters, a sampler's CPU share and rate)."""
+    got: dict[str, list[object]] = {label: [] for label in cases}
     for _ in range(processes):
-        for label, (factory, args) in cases.items():
-            got[label].append(_child(factory, args, repeats, min_total_s, env))
-    return {label: (statistics.median(v), min(v), max(v)) for label, v in got.items()}
+        for label, (func, args) in cases.items():
+            got[label].append(in_fresh_process(func, args, env))
+    return got
 
 
-def _child(factory: str, args: Sequence[object], repeats: int, min_total_s: float,
-           env: Mapping[str, str] | None) -> float:
-    cmd = [sys.executable, "-m", "benchmarks.timing", factory, json.dumps(list(args)),
-           str(repeats), str(min_total_s)]
+def spread(values: Sequence[float]) -> tuple[float, float, float]:
+    """(median, min, max)."""
+    return statistics.median(values), min(values), max(values)
+
+
+def timed_case(factory: str, args: Sequence[object], repeats: int, min_total_s: float) -> float:
+    """Median CPU s of :func:`cpu_runs` on the callable ``factory(*args)`` returns."""
+    return cpu_runs(resolve(factory)(*args), repeats, min_total_s)[0]
+
+
+def in_fresh_process(func: str, args: Sequence[object] = (),
+                     env: Mapping[str, str] | None = None) -> object:
+    """``func(*args)`` (``"module:function"``, JSON-able args and result) in a fresh interpreter
+    started from the repository root."""
+    cmd = [sys.executable, "-m", "benchmarks.timing", func, json.dumps(list(args))]
     proc = subprocess.run(cmd, cwd=ROOT, env=dict(env if env is not None else os.environ),
                           capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"benchmark child {factory}{tuple(args)} failed "
+        raise RuntimeError(f"benchmark child {func}{tuple(args)} failed "
                            f"(rc {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return float(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def resolve(factory: str) -> Callable[..., Callable[[], object]]:
+def resolve(factory: str) -> Callable[..., object]:
     """The function named ``"module:function"``."""
     module, _, name = factory.partition(":")
     return getattr(importlib.import_module(module), name)
@@ -95,7 +118,5 @@ def fmt(m: float, lo: float, hi: float, scale: float = 1e3, unit: str = "ms") ->
     return f"{m * scale:.3g} ({lo * scale:.3g}–{hi * scale:.3g}) {unit}"
 
 
-if __name__ == "__main__":  # the child of fresh_cpu_runs: FACTORY ARGS_JSON REPEATS MIN_TOTAL_S
-    _factory, _args, _repeats, _min_total = sys.argv[1:5]
-    _fn = resolve(_factory)(*json.loads(_args))
-    print(json.dumps(cpu_runs(_fn, int(_repeats), float(_min_total))[0]))
+if __name__ == "__main__":  # the child of in_fresh_process: FUNC ARGS_JSON
+    print(json.dumps(resolve(sys.argv[1])(*json.loads(sys.argv[2]))))
