@@ -3,7 +3,7 @@ trace of many iterations), switch-aware DP (L = 6 ms) and ``characterize`` on di
 (every kernel its own measured duration, as a profiled trace). GPT-3-XL on the RTX 3080 Ti model,
 524 clock configurations, 947 kernels per iteration.
 
-Each cell is a fresh child process (one thread: OMP/BLAS pinned to 1) doing only that case: CPU
+Each cell is measured in fresh child processes (one thread: OMP/BLAS pinned to 1) doing only that case: CPU
 time of the stage (``time.process_time``), its peak RSS above the process before the stage
 (the kernel's high-water mark ``VmHWM`` reset through ``/proc/self/clear_refs`` just before
 the stage, minus the RSS then; for ``characterize`` the table it returns is part of it) and the size of the
@@ -13,8 +13,10 @@ the first writes to the fresh pages of the 8 GiB table at 10^6, which on this VM
 per GiB depending on whether the host had backed those pages already. Slopes are least-squares
 fits of log CPU time on log kernels over the sizes >= 10^4.
 
-``JOULEBOUND_BENCH_MAX_KERNELS`` (default 1.1 × 10^6) caps the sizes; the DP alone can be capped
-lower with ``JOULEBOUND_BENCH_MAX_DP_KERNELS`` (default: the same cap).
+Each cell runs in ``REPEATS`` (3) fresh processes, the rounds interleaved; the table gives the
+median (min–max) over them. ``JOULEBOUND_BENCH_MAX_KERNELS`` (default 1.1 × 10^6) caps the sizes;
+the DP alone can be capped lower with ``JOULEBOUND_BENCH_MAX_DP_KERNELS`` (default: the same cap);
+``JOULEBOUND_BENCH_SCALE_REPEATS`` sets the repeats.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 ITERATIONS = (1, 11, 106, 1056)        # 947, 10,417, 100,382, 1,000,032 kernels
+REPEATS = 3                            # fresh processes per cell (JOULEBOUND_BENCH_SCALE_REPEATS)
 
 CHILD = r"""
 import dataclasses, json, os, resource, sys, time
@@ -126,43 +129,81 @@ def _slope(ks: list[int], ts: list[float]) -> float | None:
     return float(np.polyfit(x, y, 1)[0])
 
 
+def _cell(case: str, it: int) -> dict | str:
+    """One cell in a fresh child: its figures, or the child's last error line."""
+    out = subprocess.run([sys.executable, "-c", CHILD, case, str(it)], capture_output=True,
+                         text=True, env=ENV)
+    if out.returncode != 0:
+        return (out.stderr.strip().splitlines() or [f"rc {out.returncode}"])[-1]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _mr(xs: list[float], nd: int) -> str:
+    """``median (min–max)`` with ``nd`` decimals (one value: just it)."""
+    med = float(np.median(xs))
+    if len(xs) == 1:
+        return f"{med:.{nd}f}"
+    return f"{med:.{nd}f} ({min(xs):.{nd}f}–{max(xs):.{nd}f})"
+
+
 def run() -> str:
     cap = int(os.environ.get("JOULEBOUND_BENCH_MAX_KERNELS", 1_100_000))
     cap_dp = int(os.environ.get("JOULEBOUND_BENCH_MAX_DP_KERNELS", cap))
+    repeats = int(os.environ.get("JOULEBOUND_BENCH_SCALE_REPEATS", REPEATS))
+    cells = [(case, it) for case, _, _ in CASES for it in ITERATIONS
+             if 947 * it <= (cap_dp if case == "dp" else cap)]
+    got: dict[tuple[str, int], list[dict]] = {c: [] for c in cells}
+    failed: dict[tuple[str, int], str] = {}
+    for _ in range(repeats):              # round by round: load drift reaches every cell
+        for c in cells:
+            if c in failed:
+                continue
+            r = _cell(*c)
+            if isinstance(r, str):
+                failed[c] = r
+            else:
+                got[c].append(r)
     lines = ["## Scaling with the number of kernels (`bench_scale`)", "",
              f"Load average when started: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores. "
-             "One child process per cell, one thread; CPU s / peak RSS above the process before the "
-             "stage (MiB) / table = time + energy + measured arrays (MiB). Measured.", "",
+             f"Each cell run in {repeats} fresh child processes (one thread; rounds: every cell "
+             "once, then again), each doing only that case: median (min–max) over the runs of the "
+             "CPU s and of the peak RSS above the process before the stage (MiB); table = time + "
+             "energy + measured arrays (MiB). Measured.", "",
              "| stage | kernels | CPU s | peak MiB | table MiB | result | target |",
              "|---|---:|---:|---:|---:|---:|---|"]
     slopes = []
     verdicts = []
     for case, label, target in CASES:
-        ks, ts = [], []
+        ks: list[int] = []
+        runs_t: list[list[float]] = []
         big: dict | None = None
         for it in ITERATIONS:
-            n = 947 * it
-            if n > (cap_dp if case == "dp" else cap):
+            c = (case, it)
+            if c in failed:
+                lines.append(f"| {label} | ~{947 * it:,} | failed: {failed[c]} | | | | |")
                 continue
-            out = subprocess.run([sys.executable, "-c", CHILD, case, str(it)], capture_output=True,
-                                 text=True, env=ENV)
-            if out.returncode != 0:
-                lines.append(f"| {label} | ~{n:,} | failed: {out.stderr.strip().splitlines()[-1]} "
-                             "| | | | |")
+            rs = got.get(c)
+            if not rs:
                 continue
-            r = json.loads(out.stdout.strip().splitlines()[-1])
+            r = rs[0]
+            cpu = [x["cpu"] for x in rs]
             ks.append(r["kernels"])
-            ts.append(r["cpu"])
+            runs_t.append(cpu)
             if r["kernels"] >= 1_000_000:
-                big = r
-            res = (f"{r['extra']:,} distinct; {r['sys']:.1f} s of the CPU s in the kernel"
-                   if case == "char" else f"ΔE {r['extra']:+.2%}")
-            lines.append(f"| {label} | {r['kernels']:,} | {r['cpu']:.2f} | {r['peak_mib']:.0f} | "
-                         f"{r['table_mib']:.0f} | {res} | {target} |")
-        s = _slope(ks, ts)
+                big = {**r, "cpu": float(np.median(cpu)),
+                       "peak_mib": float(np.median([x["peak_mib"] for x in rs]))}
+            res = (f"{r['extra']:,} distinct; {_mr([x['sys'] for x in rs], 1)} s of the CPU s in "
+                   "the kernel" if case == "char" else f"ΔE {r['extra']:+.2%}")
+            lines.append(f"| {label} | {r['kernels']:,} | {_mr(cpu, 2)} | "
+                         f"{_mr([x['peak_mib'] for x in rs], 0)} | {r['table_mib']:.0f} | {res} | "
+                         f"{target} |")
+        s = _slope(ks, [float(np.median(t)) for t in runs_t])
+        per_run = [_slope(ks, [t[i] for t in runs_t]) for i in range(min(map(len, runs_t), default=0))]
+        per_run = [x for x in per_run if x is not None]
         verdicts.append(f"{label}: {_verdict(case, big, s)}")
         slopes.append(f"{label}: {'n/a' if s is None else f'{s:.2f}'}"
-                      f" (sizes {', '.join(f'{k:,}' for k in ks if k >= 10_000)})")
+                      + (f" (each run's: {_mr(per_run, 2)})" if len(per_run) > 1 else "")
+                      + f" (sizes {', '.join(f'{k:,}' for k in ks if k >= 10_000)})")
     start = numba_start()
     if start is not None:
         lines += ["", f"The DP cells include the planner's start in a fresh process: {start[0]:.2f} CPU s "
@@ -171,9 +212,10 @@ def run() -> str:
                   f"{start[1]:.2f} CPU s. The characterize cells include the same kind of start "
                   "for its own compiled loops (numba's import and their cache load: most of the "
                   "947-kernel cell), which also flattens the slopes from 10^4."]
-    lines += ["", "Log-log slope of CPU time vs kernels from 10^4 up (target ≤ 1.1):", ""]
+    lines += ["", "Log-log slope of the median CPU time vs kernels from 10^4 up (target ≤ 1.1):", ""]
     lines += [f"- {s}" for s in slopes]
-    lines += ["", "Targets at 10^6 kernels × the device's configurations (RTX 3080 Ti: 512) and slope ≤ 1.1:", ""]
+    lines += ["", "Targets at 10^6 kernels × the device's configurations (RTX 3080 Ti: 512), on the "
+              "medians, and slope ≤ 1.1:", ""]
     lines += [f"- {v}" for v in verdicts]
     return "\n".join(lines)
 
