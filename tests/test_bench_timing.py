@@ -1,0 +1,46 @@
+"""benchmarks/timing.py: figures taken in fresh interpreters, their spread over the processes, and
+a failing child reported with its error (the machinery under every section of docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))             # `pytest` alone does not put the checkout on the path
+
+from benchmarks.timing import fresh_cpu_runs, fresh_results, in_fresh_process, spread  # noqa: E402
+
+
+def test_each_call_runs_in_its_own_fresh_interpreter() -> None:
+    got = fresh_results({"pid": ("os:getpid", ())}, processes=3)["pid"]
+    assert len(set(got)) == 3 and os.getpid() not in got
+    assert in_fresh_process("math:hypot", (3, 4)) == 5.0
+
+
+def test_fresh_cpu_runs_gives_median_within_the_process_spread() -> None:
+    # getattr("abc", "upper") is the zero-argument callable the child times
+    t = fresh_cpu_runs({"upper": ("builtins:getattr", ("abc", "upper"))}, processes=3, repeats=2,
+                       min_total_s=0.002)["upper"]
+    med, lo, hi = t
+    assert 0 < lo <= med <= hi < 1e-3          # seconds per call of str.upper
+
+
+def test_a_failing_child_raises_with_its_error() -> None:
+    with pytest.raises(RuntimeError, match="math domain error"):
+        in_fresh_process("math:sqrt", (-1,))
+
+
+def test_spread_is_median_min_max() -> None:
+    assert spread([3.0, 1.0, 2.0, 10.0]) == (2.5, 1.0, 10.0)
+
+
+def test_run_all_refuses_an_unknown_area_and_names_the_known_ones() -> None:
+    r = subprocess.run([sys.executable, "-m", "benchmarks.run_all", "--only", "nosuch"], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "invalid choice: 'nosuch'" in r.stderr and "planner" in r.stderr
