@@ -77,11 +77,12 @@ def section(area: str) -> str:
 def _fresh_section(area: str) -> str:
     """:func:`section` computed in a fresh interpreter (``--section-to``), so an area's figures do
     not depend on what the areas before it left in this process: imported libraries (torch,
-    zeus, codecarbon, OR-Tools), a large heap for the garbage collector to walk, background
-    threads. Measured: the predictor's stall check, run after the other areas in one process,
-    took 2131 ns a call where the same check in a fresh process took 959 ns; trace builds
-    moved up to 2x between runs. An area therefore measures the same whether it is run alone
-    (``--only``) or in ``make bench``."""
+    zeus, codecarbon, OR-Tools), caches, a large heap for the garbage collector to walk (after
+    the scaling area, a full collection of ~10 ms fell inside a 1.7 ms trace build now and
+    then), background threads. An area therefore measures the same whether it is run alone
+    (``--only``) or in ``make bench``. (The larger swings between two runs of this machine, up
+    to 2x, come from the VM's CPU speed itself; :mod:`benchmarks.timing` spreads each figure's
+    runs over processes and time for that.)"""
     import subprocess
     import sys
     import tempfile
