@@ -44,3 +44,19 @@ def test_run_all_refuses_an_unknown_area_and_names_the_known_ones() -> None:
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert "invalid choice: 'nosuch'" in r.stderr and "planner" in r.stderr
+
+
+def test_compare_flags_exactly_the_figures_outside_the_first_runs_spread() -> None:
+    from benchmarks.compare import compare, figures
+
+    def doc(a: str, b: str, c: str) -> str:
+        return ("<!-- bench:x -->\n| case | CPU ms | n |\n|---|---:|---:|\n"
+                f"| one | {a} | 7 |\n| one | {b} | 7 |\n\nratio {c}; met.\n<!-- /bench:x -->")
+
+    old = doc("2.0 (1.5–2.5)", "4.0 (3.9–4.1)", "0.93× (0.88–0.94)")
+    new = doc("2.4 (2.2–2.6)", "4.3 (4.2–4.4)", "0.95× (0.90–0.99)")
+    assert len(figures(old)) == 3            # the repeated row label is kept apart; counts skipped
+    outside, per = compare(old, new)
+    assert [(f.median, g.median) for f, g in outside] == [(4.0, 4.3), (0.93, 0.95)]
+    assert per == {"x": [3, 2]}
+    assert compare(old, new, tolerance=0.1)[1] == {"x": [3, 0]}
