@@ -67,7 +67,8 @@ def _synthetic_kineto(steps: int) -> dict:
 
 # One child, in three phases, each timing its cases in rounds (every case once per round, in
 # this order), so that one case's runs are spread over the phase instead of bunched into a
-# fraction of a second: (1) the builds of one iteration and the 10-step import, 7 rounds, each
+# fraction of a second: (1) the builds of one iteration, the 10-step import and a fixed
+# pure-Python loop (10^5 multiply-adds: the machine's speed at the time), 7 rounds, each
 # run looped to >= 50 ms and divided; (2) the large trace's build and summarize, 3 rounds, its
 # save / load once in the middle round; (3) the 200- and 400-step imports, 3 rounds. Only the
 # phase's own objects are alive in it (no large trace or Kineto document while the builds are
@@ -98,9 +99,16 @@ def phase(cases, rounds):
                     fn()
                 res[name].append((time.process_time() - c0) / loops[name])
 
+def ref():                                      # the machine-speed reference
+    s = 0
+    for i in range(100_000):
+        s += i * i
+    return s
+
 small = _synthetic_kineto(KINETO_STEPS[0])
 phase([(f"build:{n}", lambda n=n: build_trace(n), None) for n in PRESETS]
-      + [(f"kineto:{KINETO_STEPS[0]}", lambda: from_chrome_trace(small), None)], ROUNDS)
+      + [(f"kineto:{KINETO_STEPS[0]}", lambda: from_chrome_trace(small), None),
+         ("ref", ref, None)], ROUNDS)
 del small
 big = build_trace("gpt3-xl", iterations=100)
 with tempfile.TemporaryDirectory() as tmp:
@@ -181,6 +189,13 @@ def run() -> str:
         t = col(f"kineto:{steps}")
         lines.append(f"| {steps} steps | {k} | {len(doc['traceEvents'])} | {_s(t)} | "
                      f"{statistics.median(t) / max(1, k) * 1e6:.0f} |")
+    r = col("ref")
+    lines += ["", f"Machine-speed reference, timed in the same rounds as the builds: a fixed "
+              f"pure-Python loop of 10^5 multiply-adds took {_s(r, 1e3, 2)} CPU ms. Its "
+              "median moves with the VM's speed state; a rerun whose reference median differs "
+              "by some factor shows the builds shifted by about that factor (a build's time over "
+              "the loop's, timed alternately in one process, stayed within 0.42-0.52 while "
+              "both moved 2x)."]
     return "\n".join(lines)
 
 
