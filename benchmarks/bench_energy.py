@@ -149,8 +149,9 @@ def pair_case(kind: str) -> Callable[[], object]:
     return pair
 
 
-def _pair_cpu(begin, end, n: int = 2000, repeats: int = 7) -> tuple[float, float, float]:
-    """(median, min, max) CPU µs of one begin + end pair over ``repeats`` runs of ``n`` pairs."""
+def _pair_cpu(begin, end, n: int = 2000, repeats: int = 7) -> list[float]:
+    """CPU µs of one begin + end pair in each of ``repeats`` runs of ``n`` pairs (after 200
+    pairs of warm-up)."""
     for _ in range(200):
         begin()
         end()
@@ -161,7 +162,7 @@ def _pair_cpu(begin, end, n: int = 2000, repeats: int = 7) -> tuple[float, float
             begin()
             end()
         reps.append((time.process_time() - c0) / n * 1e6)
-    return float(np.median(reps)), min(reps), max(reps)
+    return reps
 
 
 def _read_jb(res) -> float:
@@ -192,8 +193,8 @@ def _paired(jb_pair, z_pair) -> tuple[list[float], list[float]]:
     """9 alternating runs of 2000 pairs each: joulebound's and Zeus's CPU µs per pair."""
     jb, zs = [], []
     for _ in range(9):
-        jb.append(_pair_cpu(*jb_pair, repeats=1)[0])
-        zs.append(_pair_cpu(*z_pair, repeats=1)[0])
+        jb += _pair_cpu(*jb_pair, repeats=1)
+        zs += _pair_cpu(*z_pair, repeats=1)
     return jb, zs
 
 
@@ -238,13 +239,11 @@ def _pairs(n: int) -> tuple[dict, dict]:
 def peer_case(n: int, read: str) -> dict[str, float]:
     """In a fresh process: joulebound's and Zeus's pairs on ``n`` fake GPUs (``read``:
     ``"total"`` or ``"devices"``), 9 alternating runs of 2000 pairs each, so a change of the
-    machine's load hits both: each meter's median µs per pair and the median of the 9 paired
-    ratios."""
+    machine's load hits both: each meter's µs per pair and the 9 paired ratios."""
     _install_fake(8)
     jb, zs = _pairs(n)
     a, b = _paired(jb[read], zs[read])
-    return {"jb": float(np.median(a)), "zeus": float(np.median(b)),
-            "ratio": float(np.median(np.array(a) / np.array(b)))}
+    return {"jb": a, "zeus": b, "ratio": (np.array(a) / np.array(b)).tolist()}
 
 
 def work_case() -> list[tuple[str, str, list[int]]]:
@@ -266,8 +265,8 @@ def work_case() -> list[tuple[str, str, list[int]]]:
     return work
 
 
-def codecarbon_case() -> float:
-    """CodeCarbon's ``start_task`` + ``stop_task``, µs per pair: median of 5 runs of 20."""
+def codecarbon_case() -> list[float]:
+    """CodeCarbon's ``start_task`` + ``stop_task``, µs per pair in each of 5 runs of 20."""
     import logging
 
     _install_fake(8)
@@ -280,7 +279,7 @@ def codecarbon_case() -> float:
         cc.start()
         try:
             return _pair_cpu(lambda: cc.start_task("w"), lambda: cc.stop_task("w"), n=20,
-                             repeats=5)[0]
+                             repeats=5)
         finally:
             cc.stop()
 
@@ -329,8 +328,8 @@ def run() -> str:
     out = ["## Energy meter (`bench_energy`)", "",
            "CPU time of one `begin_window` + `end_window` pair (results cleared), µs: each row "
            f"in {PROCESSES} fresh processes (rounds interleaved across the rows; in each, the "
-           "median of 5 runs, each looped to >= 50 ms, after a warm-up pair), the median of "
-           "the processes' medians and their min–max; measured. NVML rows use an in-process "
+           "5 runs, each looped to >= 50 ms, after a warm-up pair), the median (min–max) of "
+           "all the runs pooled; measured. NVML rows use an in-process "
            "fake `pynvml`: joulebound's own overhead, without the driver call.", "",
            "| backend | µs per begin/end pair |", "|---|---:|"]
     out += [f"| {label} | {_m(tuple(x * 1e6 for x in own[label]))} |" for label in kinds]
@@ -343,19 +342,19 @@ def run() -> str:
     cases = {(n, read): ("benchmarks.bench_energy:peer_case", (n, read))
              for n in (1, 8) for read in ("total", "devices")}
     peers = fresh_results(cases, processes=PROCESSES)
-    cc = spread([float(x) for x in fresh_results(
-        {"cc": ("benchmarks.bench_energy:codecarbon_case", ())}, processes=3)["cc"]])
+    cc = spread([x for r in fresh_results(
+        {"cc": ("benchmarks.bench_energy:codecarbon_case", ())}, processes=3)["cc"] for x in r])
     work = in_fresh_process("benchmarks.bench_energy:work_case")
 
     def fig(n: int, read: str, key: str) -> tuple[float, float, float]:
-        return spread([r[key] for r in peers[(n, read)]])
+        return spread([x for r in peers[(n, read)] for x in r[key]])
 
     out += ["", "Side by side, the same fake `pynvml` (its energy counter steps at every read: "
             "each edge of joulebound's is then a counter step to apportion, its costliest case), "
             f"CPU time per begin + end pair, µs: in each of {PROCESSES} fresh processes per row "
-            "pair, 9 runs of 2000 pairs, joulebound's and Zeus's runs alternating, each meter's "
-            "median; the table gives the median of the processes' medians and their min–max "
-            "(CodeCarbon: 3 processes of 5 × 20 tasks). Both meters' pairs read each window's "
+            "pair, 9 runs of 2000 pairs, joulebound's and Zeus's runs alternating; the table "
+            "gives the median (min–max) of all the runs pooled (CodeCarbon: 3 processes of 5 × "
+            "20 tasks). Both meters' pairs read each window's "
             "total energy and duration (joulebound `energy_j`, `duration_s`; Zeus "
             "`total_energy`, `time`), so work a meter defers to a field's first read is "
             "counted; the \"every GPU's figures\" rows read each GPU's energy too "
@@ -373,8 +372,9 @@ def run() -> str:
         return (f"{n} GPU{'s' if n != 1 else ''} {med:.2f}× ({lo:.2f}–{hi:.2f}; "
                 f"{'met' if med <= 1 else 'NOT met'})")
 
-    out += ["", "joulebound / Zeus CPU time per pair, in each process the median of its 9 paired "
-            "runs' ratios; the median (min–max) over the processes (target ≤ 1): "
+    out += ["", f"joulebound / Zeus CPU time per pair, the ratio of each paired run (9 in each of "
+            f"{PROCESSES} processes), median (min–max) over them all (target ≤ 1, on the "
+            "median): "
             + ", ".join(ratio(n, "total") for n in (1, 8)) + "; every GPU's figures read too: "
             + ", ".join(ratio(n, "devices") for n in (1, 8)) + "."]
     out += ["", "Like for like: per window, both meters read each GPU's counter once per edge "

@@ -1,7 +1,7 @@
 """GPU model benchmark: characterize a GPT-3-XL iteration over every RTX 3080 Ti clock pair.
 
-Target (issue 3): < 1 s and < 1 GiB on one core. Time: the median (min–max) over fresh processes of
-each one's median CPU time (``benchmarks.timing.fresh_cpu_runs``);
+Target (issue 3): < 1 s and < 1 GiB on one core. Time: the median (min–max) of the runs of
+several fresh processes pooled (``benchmarks.timing.fresh_cpu_runs``);
 memory is the peak of Python/numpy allocations during one run (tracemalloc), plus the size of the
 result arrays. Run with ``OMP_NUM_THREADS=1`` semantics: the model is plain numpy (no BLAS calls).
 """
@@ -80,8 +80,8 @@ def run() -> str:
         "`joulebound.dvfs.model.characterize(trace, device)` over every supported (core, memory) "
         "clock pair plus `auto`, RTX 3080 Ti unless named. Target: GPT-3-XL iteration in "
         f"< 1 s and < 1 GiB on one core. Time: CPU ms, each row timed in {PROCESSES} fresh "
-        "processes (rounds interleaved across the rows; in each, the median of 5 runs after a "
-        "warm-up): the median of the processes' medians and their min–max; memory: "
+        "processes (rounds interleaved across the rows; in each, 5 runs after a warm-up), "
+        "the median (min–max) of all the runs pooled; memory: "
         "tracemalloc peak of one run (numpy arrays included). Identical invocations are computed "
         "once (unique kernels) and expanded.",
         "",

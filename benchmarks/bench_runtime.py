@@ -499,6 +499,8 @@ def latency_table() -> list[str]:
 
 
 def run() -> str:
+    from .timing import sample_speed
+
     out = ["## Runtime: next-kernel predictor and clock controller", "",
            "Predictor = period following (pointer into the op history) + order-2 Markov "
            "fallback (`joulebound/dvfs/predict.py`). Accuracy = share of ops whose key was "
@@ -524,8 +526,8 @@ def run() -> str:
     cm = construction_ms()
     out += ["", "ns / prediction: CPU time of feeding the whole 60-iteration stream to a "
             f"predictor built before the clock starts, per op; each case in {PROCESSES} fresh "
-            "processes (in each, the median of 5 feeds after a warm-up feed that finds the "
-            "period), the median of the processes' medians (min–max). Building a predictor "
+            "processes (in each, 5 feeds after a warm-up feed that finds the period), the "
+            "median (min–max) of all the feeds pooled. Building a predictor "
             "(its 2^20-op history ring allocated and committed, once per run), CPU ms, in "
             f"{PROCESSES} fresh processes of 7 builds each: the first build "
             f"{cm[0][0]:.1f} ({cm[0][1]:.1f}–{cm[0][2]:.1f}) (median (min–max) over the "
@@ -579,11 +581,14 @@ def run() -> str:
                f"{acc * 100:.2f} % |")
     out.append("")
 
+    sample_speed()
     out += stall_table_fresh()
+    sample_speed()
     out += latency_table()
     ns = controller_ns()
     (hook_us, hook_lo, hook_hi), (full_us, full_lo, full_hi) = per_op_cost_us()
     h = hook_overhead()
+    sample_speed()
     est = (hook_us * h["dispatched"] + (full_us - hook_us) * h["ops"]) * 1e-6 / h["step_s"]
     half = max((h["ctl_ci"][1] - h["ctl_ci"][0]) / 2, (h["hook_ci"][1] - h["hook_ci"][0]) / 2)
     resolved = ("resolves ±1 %" if half <= 0.01 else
@@ -592,7 +597,7 @@ def run() -> str:
     out += ["### Overhead", "",
             f"- `Controller.on_op` (predictor + command lookup + dry-run actuator, a switch every "
             f"25 ops), torch-free: **{ns[0]:.0f} ns / op** ({ns[1]:.0f}–{ns[2]:.0f}; CPU time, "
-            f"median (min–max) over {PROCESSES} fresh processes of each one's median of 5 runs).",
+            f"median (min–max) of 5 runs in each of {PROCESSES} fresh processes, pooled).",
             f"- Per dispatched op (trivial `torch.neg`; in {PROCESSES_TORCH} fresh processes, 9 "
             f"rounds each of 3000 ops unhooked, hooked, with the controller, back to back; CPU "
             f"time; median (min–max) of the per-round differences, the processes' rounds "

@@ -147,6 +147,8 @@ def _mr(xs: list[float], nd: int) -> str:
 
 
 def run() -> str:
+    from .timing import sample_speed
+
     cap = int(os.environ.get("JOULEBOUND_BENCH_MAX_KERNELS", 1_100_000))
     cap_dp = int(os.environ.get("JOULEBOUND_BENCH_MAX_DP_KERNELS", cap))
     repeats = int(os.environ.get("JOULEBOUND_BENCH_SCALE_REPEATS", REPEATS))
@@ -158,6 +160,7 @@ def run() -> str:
         for c in cells:
             if c in failed:
                 continue
+            sample_speed()
             r = _cell(*c)
             if isinstance(r, str):
                 failed[c] = r

@@ -141,9 +141,9 @@ def run() -> str:
     lines = ["## Scaling model", "", "CPU seconds: each row timed in fresh processes "
              f"({PROCESSES} for the interactive figures and the fits, {PROCESSES_LONG} for the "
              "10^4-job tables and the cross-validation; rounds interleaved across the rows), "
-             "in each the median of 5 runs (the interactive figures and fits, each looped to "
-             ">= 50 ms) or one run (the rest) after a warm-up call; the figure is the median of the "
-             "processes' medians, with their min–max. The mechanistic rows and the 10^4-job "
+             "in each 5 runs (the interactive figures and fits, each looped to >= 50 ms) or one "
+             "run (the rest) after a warm-up call; the figure is the median (min–max) of all the "
+             "runs pooled. The mechanistic rows and the 10^4-job "
              "tables start from a cold trace cache at every call.", "",
              "| operation | CPU s | target |", "|---|---|---|"]
     lines += [f"| {label} | {_fmt(times[label])} | {spec[2]} |"

@@ -37,6 +37,8 @@ def run() -> str:
     from joulebound.sweep.runner import run_sweep
     from joulebound.sweep.store import load_results
 
+    from .timing import sample_speed
+
     repeats = int(os.environ.get("JOULEBOUND_BENCH_SWEEP_REPEATS", 3))
     cfgs = preset("tiny").expand(["single", "ddp", "fsdp", "tp"], [1, 2])
     walls: dict[bool, list[float]] = {True: [], False: []}
@@ -47,6 +49,7 @@ def run() -> str:
         for i in range(repeats):
             for _, pack in MODES:
                 db = Path(tmp) / f"{pack}-{i}.db"
+                sample_speed()
                 t0 = time.perf_counter()
                 s = run_sweep(cfgs, db, "bench", progress=False, device="cpu", pack=pack)
                 walls[pack].append(time.perf_counter() - t0)

@@ -99,11 +99,7 @@ def phase(cases, rounds):
                     fn()
                 res[name].append((time.process_time() - c0) / loops[name])
 
-def ref():                                      # the machine-speed reference
-    s = 0
-    for i in range(100_000):
-        s += i * i
-    return s
+from benchmarks.timing import reference_loop as ref   # the machine-speed reference
 
 small = _synthetic_kineto(KINETO_STEPS[0])
 phase([(f"build:{n}", lambda n=n: build_trace(n), None) for n in PRESETS]
@@ -189,13 +185,9 @@ def run() -> str:
         t = col(f"kineto:{steps}")
         lines.append(f"| {steps} steps | {k} | {len(doc['traceEvents'])} | {_s(t)} | "
                      f"{statistics.median(t) / max(1, k) * 1e6:.0f} |")
-    r = col("ref")
-    lines += ["", f"Machine-speed reference, timed in the same rounds as the builds: a fixed "
-              f"pure-Python loop of 10^5 multiply-adds took {_s(r, 1e3, 2)} CPU ms. Its "
-              "median moves with the VM's speed state; a rerun whose reference median differs "
-              "by some factor shows the builds shifted by about that factor (a build's time over "
-              "the loop's, timed alternately in one process, stayed within 0.42-0.52 while "
-              "both moved 2x)."]
+    from .timing import SPEED
+
+    SPEED.extend(col("ref"))        # the reference loop, timed in the builds' rounds
     return "\n".join(lines)
 
 

@@ -11,7 +11,9 @@ Usage::
     python -m benchmarks.compare /tmp/old.md docs/benchmarks.md [--tolerance 0.05]
 
 Prints every figure outside the first run's spread and a summary per section; exits 1 when any
-is outside (``--tolerance`` widens each spread by that fraction of its median, for rounding).
+is outside (``--tolerance`` widens each spread by that fraction of its median, for rounding;
+``--speed`` first scales the rerun's times by the ratio of the two runs' machine speeds, from the
+reference-loop line under each section, ``benchmarks/timing.py``).
 """
 
 from __future__ import annotations
@@ -72,23 +74,44 @@ def figures(text: str) -> dict[tuple[str, str], Figure]:
     return out
 
 
-def compare(old: str, new: str, tolerance: float = 0.0) -> tuple[list[tuple[Figure, Figure]],
-                                                                  dict[str, list[int]]]:
+TIME = re.compile(r"(?<![\w/])(CPU |wall )?(ms|µs|us|ns|s)\b|time|wall", re.I)
+SPEED = "Machine speed during this section"
+
+
+def is_time(f: Figure) -> bool:
+    """Whether a figure is a time (scales with the machine's speed): its column or line names a
+    time unit, and it is not a ratio or a rate."""
+    return bool(TIME.search(f.where)) and not re.search(r"×|ratio|/ Zeus|per second|Hz|%",
+                                                         f.where)
+
+
+def speeds(text: str) -> dict[str, float]:
+    """Each section's reference-loop median (s), from its speed line."""
+    return {f.section: f.median for f in figures(text).values() if SPEED in f.where}
+
+
+def compare(old: str, new: str, tolerance: float = 0.0, speed: bool = False
+            ) -> tuple[list[tuple[Figure, Figure]], dict[str, list[int]]]:
     """(figures of ``new`` outside ``old``'s spread as (old, new) pairs, per section
-    [compared, outside])."""
+    [compared, outside]). ``speed``: a time figure of ``new`` is first divided by the ratio of
+    the two runs' reference-loop medians in its section (sections with a speed line in both)."""
     a, b = figures(old), figures(new)
+    sa, sb = (speeds(old), speeds(new)) if speed else ({}, {})
     outside = []
     per: dict[str, list[int]] = {}
     for key, f in a.items():
         g = b.get(key)
-        if g is None:
+        if g is None or (speed and SPEED in f.where):    # the reference itself: not a figure
             continue
         c = per.setdefault(f.section, [0, 0])
         c[0] += 1
+        value = g.median
+        if f.section in sa and f.section in sb and is_time(f):
+            value = g.median * sa[f.section] / sb[f.section]
         pad = tolerance * abs(f.median)
-        if not (f.lo - pad <= g.median <= f.hi + pad):
+        if not (f.lo - pad <= value <= f.hi + pad):
             c[1] += 1
-            outside.append((f, g))
+            outside.append((f, Figure(g.section, g.where, value, g.lo, g.hi)))
     return outside, per
 
 
@@ -98,10 +121,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("new", type=Path, help="the rerun's benchmarks.md")
     ap.add_argument("--tolerance", type=float, default=0.0,
                     help="widen each spread by this fraction of its median (default 0)")
+    ap.add_argument("--speed", action="store_true",
+                    help="first scale the rerun's times by the ratio of the two runs' machine "
+                         "speed (each section's reference-loop median)")
     args = ap.parse_args(argv)
-    outside, per = compare(args.old.read_text(), args.new.read_text(), args.tolerance)
+    old, new = args.old.read_text(), args.new.read_text()
+    if args.speed:
+        sa, sb = speeds(old), speeds(new)
+        for area in sorted(set(sa) & set(sb)):
+            print(f"{area}: machine speed, rerun / first run: reference loop "
+                  f"{sb[area] * 1e3:.2f} / {sa[area] * 1e3:.2f} ms = {sb[area] / sa[area]:.2f}")
+    outside, per = compare(old, new, args.tolerance, args.speed)
     for f, g in outside:
-        print(f"[{f.section}] {f.where}: {g.median:g} outside {f.median:g} ({f.lo:g}–{f.hi:g})")
+        print(f"[{f.section}] {f.where}: {g.median:.4g} outside {f.median:g} ({f.lo:g}–{f.hi:g})")
     for area, (n, bad) in sorted(per.items()):
         print(f"{area}: {n - bad} of {n} figures within the first run's spread")
     return 1 if outside else 0

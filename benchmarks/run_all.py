@@ -68,8 +68,13 @@ def areas() -> list[str]:
 
 
 def section(area: str) -> str:
+    from benchmarks.timing import speed_line
+
     module = importlib.import_module(f"benchmarks.bench_{area}")
     body = module.run().strip()
+    speed = speed_line()
+    if speed:
+        body += "\n\n" + speed
     stamp = f"_Measured {dt.date.today().isoformat()} at commit {commit()} on {machine()}._"
     return f"<!-- bench:{area} -->\n{body}\n\n{stamp}\n<!-- /bench:{area} -->"
 

@@ -60,3 +60,20 @@ def test_compare_flags_exactly_the_figures_outside_the_first_runs_spread() -> No
     assert [(f.median, g.median) for f, g in outside] == [(4.0, 4.3), (0.93, 0.95)]
     assert per == {"x": [3, 2]}
     assert compare(old, new, tolerance=0.1)[1] == {"x": [3, 0]}
+
+
+def test_compare_at_the_machines_speed_scales_times_not_ratios() -> None:
+    from benchmarks.compare import compare
+
+    def doc(t: str, r: str, speed: str) -> str:
+        return ("<!-- bench:x -->\n| case | CPU ms | joulebound / Zeus |\n|---|---:|---:|\n"
+                f"| one | {t} | {r} |\n\nMachine speed during this section: a fixed pure-Python "
+                f"loop of 10^5 multiply-adds took {speed} CPU ms over 9 samples.\n"
+                "<!-- /bench:x -->")
+
+    old = doc("2.0 (1.8–2.2)", "0.90× (0.85–0.95)", "3.00 (2.90–3.10)")
+    new = doc("4.1 (3.9–4.4)", "0.91× (0.86–0.96)", "6.00 (5.80–6.20)")   # a 2x slower machine
+    wheres = [f.where for f, _ in compare(old, new)[0]]
+    assert len(wheres) == 2 and wheres[0] == "one / CPU ms" and "Machine speed" in wheres[1]
+    outside, per = compare(old, new, speed=True)
+    assert outside == [] and per == {"x": [2, 0]}      # 4.1 ms at half speed is 2.05 ms
