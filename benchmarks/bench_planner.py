@@ -281,7 +281,39 @@ def milp_vs_fast() -> str:
         lines.append(row("GPT-3-XL × 11 iterations", big.time_s, big.energy_j, 0.01))
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
+    if 1 in keep:
+        lines += ["", optimum_reference(ch.time_s, ch.energy_j, 0.01)]
     return "\n".join(lines)
+
+
+def optimum_reference(t: np.ndarray, e: np.ndarray, eps: float) -> str:
+    """The fast solver against HiGHS given a long limit (``JOULEBOUND_BENCH_REF_LIMIT_S``,
+    default 600 s; it took 41, 77 and 285 CPU s in three runs), once: with the 40 s limit of the table HiGHS often stops before proving its
+    gap on the GPT-3-XL instances, and the fast solver's distance to the optimum is then not
+    shown. One run; the gap reproduces whenever HiGHS proves it."""
+    from benchmarks.timing import sample_speed
+    from joulebound.dvfs.solve import FastMCKP
+
+    limit = float(os.environ.get("JOULEBOUND_BENCH_REF_LIMIT_S", 600))
+    b = (1 + eps) * t[:, 0].sum()
+    fast = FastMCKP(t, e).solve(b).energy
+    sample_speed()
+    with _HighsStatus() as codes:
+        ref, _, cpu = _timed(lambda: _highs_energy(t, e, b, limit))
+    sample_speed()
+    if ref is None:
+        return (f"Optimality reference (GPT-3-XL, ε = {eps:.1%}): HiGHS found no plan within "
+                f"{limit:.0f} s (one run, {cpu:.1f} CPU s).")
+    gap = fast / ref - 1
+    head = (f"Optimality reference (GPT-3-XL on the RTX 3080 Ti model, ε = {eps:.1%}): HiGHS "
+            f"alone with a {limit:.0f} s limit, one run")
+    if 1 in codes:
+        return (f"{head}, stopped at the limit after {cpu:.1f} CPU s with an incumbent the fast "
+                f"solver's plan is {gap:+.5%} of: not a proven optimum, so this run does not "
+                "bound the fast solver's distance to it.")
+    return (f"{head}, proved its plan within the 1e-6 relative gap after {cpu:.1f} CPU s; the "
+            f"fast solver's plan is {gap:+.5%} of that energy, so within {gap + 1e-6:+.5%} of "
+            "the optimum.")
 
 
 def run() -> str:
