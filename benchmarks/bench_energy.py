@@ -327,7 +327,7 @@ def run() -> str:
                           for label, kind in kinds.items()}, processes=PROCESSES)
     out = ["## Energy meter (`bench_energy`)", "",
            "CPU time of one `begin_window` + `end_window` pair (results cleared), µs: each row "
-           f"in {PROCESSES} fresh processes (rounds interleaved across the rows; in each, the "
+           f"in {PROCESSES} fresh processes (rounds interleaved across the rows; in each, "
            "5 runs, each looped to >= 50 ms, after a warm-up pair), the median (min–max) of "
            "all the runs pooled; measured. NVML rows use an in-process "
            "fake `pynvml`: joulebound's own overhead, without the driver call.", "",

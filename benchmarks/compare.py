@@ -13,7 +13,8 @@ Usage::
 Prints every figure outside the first run's spread and a summary per section; exits 1 when any
 is outside (``--tolerance`` widens each spread by that fraction of its median, for rounding;
 ``--speed`` first scales the rerun's times by the ratio of the two runs' machine speeds, from the
-reference-loop line under each section, ``benchmarks/timing.py``).
+reference-loop line under each section, ``benchmarks/timing.py``: for runs on different days; on
+the same day it adds a few percent of noise to figures that need no correction).
 """
 
 from __future__ import annotations
@@ -86,15 +87,20 @@ def is_time(f: Figure) -> bool:
 
 
 def speeds(text: str) -> dict[str, float]:
-    """Each section's reference-loop median (s), from its speed line."""
-    return {f.section: f.median for f in figures(text).values() if SPEED in f.where}
+    """Each section's machine speed: its reference loop's fastest sample (CPU ms), from its speed line.
+
+    The minimum, not the median: this VM's speed switches between two levels ~2x apart, and the
+    median of a section's samples lands on either level depending on how many it took at each, so
+    two runs of the same day differed by up to 1.7x in median (0.93-1.07x in minimum). The fast
+    level itself moves when the whole machine is slower (another day, another host)."""
+    return {f.section: f.lo for f in figures(text).values() if SPEED in f.where}
 
 
 def compare(old: str, new: str, tolerance: float = 0.0, speed: bool = False
             ) -> tuple[list[tuple[Figure, Figure]], dict[str, list[int]]]:
     """(figures of ``new`` outside ``old``'s spread as (old, new) pairs, per section
     [compared, outside]). ``speed``: a time figure of ``new`` is first divided by the ratio of
-    the two runs' reference-loop medians in its section (sections with a speed line in both)."""
+    the two runs' reference-loop minima in its section (sections with a speed line in both)."""
     a, b = figures(old), figures(new)
     sa, sb = (speeds(old), speeds(new)) if speed else ({}, {})
     outside = []
@@ -123,14 +129,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="widen each spread by this fraction of its median (default 0)")
     ap.add_argument("--speed", action="store_true",
                     help="first scale the rerun's times by the ratio of the two runs' machine "
-                         "speed (each section's reference-loop median)")
+                         "speed (each section's fastest reference-loop sample)")
     args = ap.parse_args(argv)
     old, new = args.old.read_text(), args.new.read_text()
     if args.speed:
         sa, sb = speeds(old), speeds(new)
         for area in sorted(set(sa) & set(sb)):
-            print(f"{area}: machine speed, rerun / first run: reference loop "
-                  f"{sb[area] * 1e3:.2f} / {sa[area] * 1e3:.2f} ms = {sb[area] / sa[area]:.2f}")
+            print(f"{area}: machine speed, rerun / first run: reference loop's fastest sample "
+                  f"{sb[area]:.2f} / {sa[area]:.2f} CPU ms = {sb[area] / sa[area]:.2f}")
     outside, per = compare(old, new, args.tolerance, args.speed)
     for f, g in outside:
         print(f"[{f.section}] {f.where}: {g.median:.4g} outside {f.median:g} ({f.lo:g}–{f.hi:g})")

@@ -15,8 +15,10 @@ spread, so a rerun can be compared with it.
   0.1 s to minutes, and drifts by 1.5–3x over an hour. Every fresh child times a fixed
   pure-Python loop (:func:`reference_s`) when it starts and when it ends, and sections that time
   in-process call :func:`sample_speed`; :func:`speed_line` reports the samples under the
-  section, so a rerun can be compared at the machine's speed (``benchmarks/compare.py
-  --speed``).
+  section, so a rerun on another day can be compared at the machine's speed
+  (``benchmarks/compare.py --speed`` scales by the fastest samples: which level a section's
+  median lands on depends on how long it ran at each, while the fast level held within 7 %
+  between two runs of one day).
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ def speed_line() -> str | None:
     return (f"Machine speed during this section: a fixed pure-Python loop of 10^5 multiply-adds "
             f"took {m * 1e3:.2f} ({lo * 1e3:.2f}–{hi * 1e3:.2f}) CPU ms over {len(SPEED)} samples "
             "taken through it (`benchmarks/timing.py`); a rerun at another speed compares after "
-            "scaling by the ratio of the two medians (`python -m benchmarks.compare --speed`).")
+            "scaling by the ratio of the two fastest samples (`python -m benchmarks.compare "
+            "--speed`).")
 
 
 def fresh_cpu_runs(cases: Mapping[str, tuple[str, Sequence[object]]], processes: int = 5,

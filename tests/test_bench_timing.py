@@ -77,3 +77,8 @@ def test_compare_at_the_machines_speed_scales_times_not_ratios() -> None:
     assert len(wheres) == 2 and wheres[0] == "one / CPU ms" and "Machine speed" in wheres[1]
     outside, per = compare(old, new, speed=True)
     assert outside == [] and per == {"x": [2, 0]}      # 4.1 ms at half speed is 2.05 ms
+    # Same machine, same speed levels; the rerun's section happened to take most of its samples
+    # at the slow level (a median 1.8x higher): the fast level is the reference, times unscaled.
+    flipped = doc("2.1 (1.9–2.3)", "0.91× (0.86–0.96)", "5.40 (2.95–5.90)")
+    old = doc("2.0 (1.8–2.2)", "0.90× (0.85–0.95)", "3.00 (2.90–5.80)")
+    assert compare(old, flipped, speed=True)[0] == []
