@@ -66,12 +66,11 @@ def calibrate_case(dev: str) -> dict[str, dict]:
 
 
 def run() -> str:
-    import statistics
 
     from joulebound.calibrate.backends import SimulatedBackend
     from joulebound.calibrate.calibration import calibrate
 
-    from .timing import fresh_results
+    from .timing import fresh_results, spread
 
     got = fresh_results({dev: ("benchmarks.bench_calibrate:calibrate_case", (dev,))
                          for dev in DEVICES}, processes=PROCESSES)
@@ -81,7 +80,7 @@ def run() -> str:
             runs = [r[str(seed)] for r in got[dev]]
             same = all({k: r[k] for k in KEYS} == {k: runs[0][k] for k in KEYS} for r in runs)
             cpu = [r["cpu"] for r in runs]
-            rows.append((dev, seed, runs[0], (statistics.median(cpu), min(cpu), max(cpu)), same))
+            rows.append((dev, seed, runs[0], spread(cpu), same))
     trace = record_step()
     ro = []
     for dev in DEVICES:

@@ -311,12 +311,8 @@ def _version(dist: str) -> str:
         return "?"
 
 
-def _m(t: tuple[float, float, float], nd: int = 1) -> str:
-    return f"{t[0]:.{nd}f} ({t[1]:.{nd}f}–{t[2]:.{nd}f})"
-
-
 def run() -> str:
-    from .timing import fresh_cpu_runs, fresh_results, in_fresh_process, spread
+    from .timing import fmt, fresh_cpu_runs, fresh_results, in_fresh_process, spread
 
     kinds = {"none (time only)": "none", "simulated, 1 GPU": "simulated",
              "nvml counter (fake pynvml), 1 GPU": "nvml-1",
@@ -332,7 +328,7 @@ def run() -> str:
            "all the runs pooled; measured. NVML rows use an in-process "
            "fake `pynvml`: joulebound's own overhead, without the driver call.", "",
            "| backend | µs per begin/end pair |", "|---|---:|"]
-    out += [f"| {label} | {_m(tuple(x * 1e6 for x in own[label]))} |" for label in kinds]
+    out += [f"| {label} | {fmt(own[label], '.1f', 1e6)} |" for label in kinds]
     try:
         import codecarbon  # noqa: F401
         import zeus  # noqa: F401
@@ -363,9 +359,9 @@ def run() -> str:
     zv = _version("zeus")
     for n in (1, 8):
         for read, what in (("total", "sync off"), ("devices", "every GPU's figures read too")):
-            out.append(f"| joulebound EnergyMeter, {n} GPU(s), {what} | {_m(fig(n, read, 'jb'))} |")
-            out.append(f"| Zeus {zv} ZeusMonitor, {n} GPU(s), {what} | {_m(fig(n, read, 'zeus'))} |")
-    out.append(f"| CodeCarbon {_version('codecarbon')} start_task/stop_task, 1 GPU | {_m(cc)} |")
+            out.append(f"| joulebound EnergyMeter, {n} GPU(s), {what} | {fmt(fig(n, read, 'jb'))} |")
+            out.append(f"| Zeus {zv} ZeusMonitor, {n} GPU(s), {what} | {fmt(fig(n, read, 'zeus'))} |")
+    out.append(f"| CodeCarbon {_version('codecarbon')} start_task/stop_task, 1 GPU | {fmt(cc)} |")
 
     def ratio(n: int, read: str) -> str:
         med, lo, hi = fig(n, read, "ratio")
@@ -410,7 +406,7 @@ def run() -> str:
     for (label, hz), runs in got.items():
         pct = spread([r[0] for r in runs])
         rate = spread([r[1] for r in runs])
-        out.append(f"| {label} | {hz} | {_m(pct, 2)} | {_m(rate)} |")
+        out.append(f"| {label} | {hz} | {fmt(pct, '.2f')} | {fmt(rate)} |")
     return "\n".join(out)
 
 

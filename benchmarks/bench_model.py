@@ -54,16 +54,12 @@ def _peak(preset: str, overrides: dict, device: str, distinct: bool) -> tuple[fl
     return peak, ch
 
 
-def _ms(t: tuple[float, float, float]) -> str:
-    return f"{t[0] * 1e3:.1f} ({t[1] * 1e3:.1f}–{t[2] * 1e3:.1f})"
-
-
 def _ok(t: tuple[float, float, float], peak: float) -> str:
     return "yes" if t[0] < 1.0 and peak < 2**30 else "NO"
 
 
 def run() -> str:
-    from .timing import fresh_cpu_runs
+    from .timing import fmt, fresh_cpu_runs
 
     times = fresh_cpu_runs({c[0]: ("benchmarks.bench_model:case", c[1:]) for c in CASES},
                            processes=PROCESSES)
@@ -72,7 +68,7 @@ def run() -> str:
         peak, ch = _peak(*args)
         t = times[label]
         rows.append(f"| {label} | {ch.n_kernels} | {ch.meta['n_unique_kernels']} | "
-                    f"{ch.n_configs} | {ch.n_kernels * ch.n_configs:,} | {_ms(t)} | "
+                    f"{ch.n_configs} | {ch.n_kernels * ch.n_configs:,} | {fmt(t, '.1f', 1e3)} | "
                     f"{peak / 2**20:.1f} | {_ok(t, peak)} |")
     return "\n".join([
         "## GPU model: `characterize` (issue 3)",

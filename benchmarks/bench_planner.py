@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+from benchmarks.timing import fmt, sample_speed, spread
 
 
 def _timed(fn):
@@ -143,10 +143,9 @@ class _HighsStatus:
         self._mod.milp = self._orig
 
 
-def _mmm(xs: list[float], fmt: str) -> str:
-    """``median (min–max)``, or one value when they are all equal."""
-    m, lo, hi = (format(v, fmt) for v in (float(np.median(xs)), min(xs), max(xs)))
-    return m if lo == hi else f"{m} ({lo}–{hi})"
+def _mmm(xs: list[float], spec: str) -> str:
+    """``median (min–max)``, or one value when they all print the same."""
+    return fmt(spread(xs), spec, collapse="formatted")
 
 
 def _gaps(es: list[float | None], refs: list[float]) -> str:
@@ -206,8 +205,6 @@ def milp_vs_fast() -> str:
              "HiGHS / fast |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
-    from benchmarks.timing import sample_speed
-
     def row(label: str, t: np.ndarray, e: np.ndarray, eps: float) -> str:
         b = (1 + eps) * t[:, 0].sum()
         fast = FastMCKP(t, e)
@@ -250,14 +247,14 @@ def milp_vs_fast() -> str:
                          f"cap at deterministic time {c_det:.1f}, before its limit of {det:g} "
                          "(not reproducible)")
         refs = [x for x in h_e if x is not None]
-        f_med, f_lo, f_hi = float(np.median(fast_cpu)), min(fast_cpu), max(fast_cpu)
+        f_med, f_lo, f_hi = spread(fast_cpu)
         if any(h_lim):
             ratio = f"≥ {min(h_cpu) / f_hi:.0f}×"
         else:
             ratio = f"{min(h_cpu) / f_hi:.0f}–{max(h_cpu) / f_lo:.0f}×"
         cells = [label, f"{t.shape[0]} × {t.shape[1]}", f"{eps:.1%}",
                  f"{sol.energy / e[:, 0].sum() - 1:+.3%}",
-                 f"{f_med * 1e3:.1f} ({f_lo * 1e3:.1f}–{f_hi * 1e3:.1f})",
+                 fmt((f_med, f_lo, f_hi), ".1f", 1e3),
                  _gaps([greedy.energy], refs), _gaps([sol.energy], refs),
                  _peer_s(h_cpu, h_lim, limit), _gaps(s_e, refs), _peer_s(s_cpu, s_lim, limit),
                  _gaps([c_e], refs),
@@ -288,10 +285,10 @@ def milp_vs_fast() -> str:
 
 def optimum_reference(t: np.ndarray, e: np.ndarray, eps: float) -> str:
     """The fast solver against HiGHS given a long limit (``JOULEBOUND_BENCH_REF_LIMIT_S``,
-    default 600 s; it took 41, 77 and 285 CPU s in three runs), once: with the 40 s limit of the table HiGHS often stops before proving its
-    gap on the GPT-3-XL instances, and the fast solver's distance to the optimum is then not
-    shown. One run; the gap reproduces whenever HiGHS proves it."""
-    from benchmarks.timing import sample_speed
+    default 600 s; it took 41, 77 and 285 CPU s in three runs), once: with the 40 s limit of the
+    table HiGHS often stops before proving its gap on the GPT-3-XL instances, and the fast
+    solver's distance to the optimum is then not shown. One run; the gap reproduces whenever
+    HiGHS proves it."""
     from joulebound.dvfs.solve import FastMCKP
 
     limit = float(os.environ.get("JOULEBOUND_BENCH_REF_LIMIT_S", 600))

@@ -17,6 +17,15 @@ from collections.abc import Callable
 
 import numpy as np
 
+from benchmarks.timing import (
+    ONE_THREAD,
+    fmt,
+    fresh_cpu_runs,
+    fresh_results,
+    in_fresh_process,
+    sample_speed,
+    spread,
+)
 from joulebound.dvfs.predict import (
     KeyInterner,
     NextKernelPredictor,
@@ -74,7 +83,6 @@ def ns_per_prediction(cases: dict[str, tuple[str, bool]]) -> dict[str, tuple[flo
     the next op (reading it is an attribute access). Building the predictor is not timed: it
     commits the history ring (:func:`construction_ms`), a once-per-run cost that spread over a
     60-iteration stream of 479 ops would be 600–2400 ns an op (16–68 ms measured)."""
-    from .timing import fresh_cpu_runs
 
     n = {label: 60 * len(analytic_iteration(p)) for label, (p, _) in cases.items()}
     got = fresh_cpu_runs({label: ("benchmarks.bench_runtime:feed_case", args)
@@ -98,7 +106,6 @@ def construction_case(builds: int = 7) -> list[float]:
 def construction_ms() -> tuple[tuple[float, float, float], tuple[float, float, float]]:
     """:func:`construction_case` in :data:`PROCESSES` fresh processes: (median, min, max) over
     the processes of the first build, and of the later builds pooled (CPU ms)."""
-    from .timing import fresh_results, spread
 
     got = fresh_results({"c": ("benchmarks.bench_runtime:construction_case", ())},
                         processes=PROCESSES)["c"]
@@ -167,7 +174,6 @@ PROCESSES_TORCH = 3
 def per_op_cost_us() -> tuple[tuple[float, float, float], tuple[float, float, float]]:
     """:func:`per_op_rounds` in :data:`PROCESSES_TORCH` fresh processes, the rounds pooled:
     (median, min, max) of the bare hook's and of hook + controller's per-round differences."""
-    from .timing import fresh_results, spread
 
     got = fresh_results({"ops": ("benchmarks.bench_runtime:per_op_rounds", ())},
                         processes=PROCESSES_TORCH)["ops"]
@@ -295,7 +301,6 @@ def controller_case(n_iter: int = 5) -> Callable[[], object]:
 def controller_ns(n_iter: int = 5) -> tuple[float, float, float]:
     """CPU ns per Controller.on_op, torch-free: (median, min, max) over :data:`PROCESSES` fresh
     processes (:func:`controller_case`)."""
-    from .timing import fresh_cpu_runs
 
     n = n_iter * len(analytic_iteration("gpt2-small"))
     t = fresh_cpu_runs({"on_op": ("benchmarks.bench_runtime:controller_case", (n_iter,))},
@@ -389,10 +394,9 @@ def stall_runs(n_ops: int = 3_500_000, repeats: int = 3) -> dict:
     return {"ops": i, "fill_ops": fill, "runs": runs}
 
 
-def _mr(xs: list[float], fmt: str = "{:.0f}") -> str:
-    """``median (min–max)``."""
-    return (fmt.format(statistics.median(xs)) + " (" + fmt.format(min(xs)) + "–"
-            + fmt.format(max(xs)) + ")")
+def _mr(xs: list[float], spec: str = ".0f") -> str:
+    """``median (min–max)`` of the runs."""
+    return fmt(spread(xs), spec)
 
 
 def stall_table(n_ops: int = 3_500_000, repeats: int = 3) -> list[str]:
@@ -427,7 +431,7 @@ def stall_table(n_ops: int = 3_500_000, repeats: int = 3) -> list[str]:
         a = runs[v]
         rows.append(f"| {label} | {_mr([x['fill'] for x in a])} | {_mr([x['full'] for x in a])} "
                     f"| {_mr([x['over'] for x in a])} | {_mr([x['per_s'] for x in a])} | "
-                    f"{_mr([x['worst'] / 1e3 for x in a], '{:.1f}')} | "
+                    f"{_mr([x['worst'] / 1e3 for x in a], '.1f')} | "
                     f"{_mr([x['mean_ns'] for x in a])} |")
     p, f = runs["predictor"], runs["fixed work"]
     excess = [a["over"] - b["over"] for a, b in zip(p, f, strict=True)]
@@ -450,19 +454,11 @@ def stall_table(n_ops: int = 3_500_000, repeats: int = 3) -> list[str]:
 
 
 def stall_table_fresh() -> list[str]:
-    """:func:`stall_table` run in a fresh child process (``-m benchmarks.bench_runtime
-    --stalls``), so the figures do not depend on what the sections before it left in this one
-    (imported modules, a large heap, background threads of other meters holding the GIL): the
-    same figures as the subsection rerun alone."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-m", "benchmarks.bench_runtime", "--stalls"],
-                         cwd=root, env=env, capture_output=True, text=True, check=True).stdout
-    return out.rstrip("\n").split("\n") + [""]
+    """:func:`stall_table` run in a fresh child process (:func:`in_fresh_process`), so the
+    figures do not depend on what the sections before it left in this one (imported modules, a
+    large heap, background threads of other meters holding the GIL): the same figures as the
+    subsection rerun alone."""
+    return in_fresh_process("benchmarks.bench_runtime:stall_table", env=ONE_THREAD)
 
 
 def latency_table() -> list[str]:
@@ -499,7 +495,6 @@ def latency_table() -> list[str]:
 
 
 def run() -> str:
-    from .timing import sample_speed
 
     out = ["## Runtime: next-kernel predictor and clock controller", "",
            "Predictor = period following (pointer into the op history) + order-2 Markov "

@@ -28,7 +28,9 @@ import sys
 
 import numpy as np
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+from benchmarks.timing import ONE_THREAD, fmt, sample_speed, spread
+
+ENV = ONE_THREAD
 ITERATIONS = (1, 11, 106, 1056)        # 947, 10,417, 100,382, 1,000,032 kernels
 REPEATS = 3                            # fresh processes per cell (JOULEBOUND_BENCH_SCALE_REPEATS)
 
@@ -140,15 +142,10 @@ def _cell(case: str, it: int) -> dict | str:
 
 def _mr(xs: list[float], nd: int) -> str:
     """``median (min–max)`` with ``nd`` decimals (one value: just it)."""
-    med = float(np.median(xs))
-    if len(xs) == 1:
-        return f"{med:.{nd}f}"
-    return f"{med:.{nd}f} ({min(xs):.{nd}f}–{max(xs):.{nd}f})"
+    return fmt(spread(xs), f".{nd}f", collapse="equal" if len(xs) == 1 else "never")
 
 
 def run() -> str:
-    from .timing import sample_speed
-
     cap = int(os.environ.get("JOULEBOUND_BENCH_MAX_KERNELS", 1_100_000))
     cap_dp = int(os.environ.get("JOULEBOUND_BENCH_MAX_DP_KERNELS", cap))
     repeats = int(os.environ.get("JOULEBOUND_BENCH_SCALE_REPEATS", REPEATS))

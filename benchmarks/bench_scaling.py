@@ -17,10 +17,6 @@ PROCESSES_LONG = 3
 _CFG = dict(model="bert", layers=12, hidden=768, heads=12, seq=128, batch=32, device="rtx2080ti")
 
 
-def _fmt(t: tuple[float, float, float]) -> str:
-    return f"{t[0]:.4f}" if t[1] == t[2] else f"{t[0]:.4f} ({t[1]:.4f}–{t[2]:.4f})"
-
-
 def _jobs_csv(path, n: int, shapes: int, seed: int = 0) -> None:  # noqa: ANN001
     """``n`` jobs over ``shapes`` distinct (shape, micro-batch) pairs × GPU counts × strategies."""
     import numpy as np
@@ -110,7 +106,7 @@ def _predict_table(n: int, shapes: int) -> Callable[[], object]:
 def run() -> str:
     from joulebound.datapath import find_data
 
-    from .timing import fresh_cpu_runs
+    from .timing import fmt, fresh_cpu_runs
 
     short = {"predict one job (built-in law)": ("predict-law", (), "< 0.05 s"),
              "advise (legacy law): 10 candidates": ("advise-law", (), "< 1 s"),
@@ -146,7 +142,7 @@ def run() -> str:
              "runs pooled. The mechanistic rows and the 10^4-job "
              "tables start from a cold trace cache at every call.", "",
              "| operation | CPU s | target |", "|---|---|---|"]
-    lines += [f"| {label} | {_fmt(times[label])} | {spec[2]} |"
+    lines += [f"| {label} | {fmt(times[label], '.4f', collapse='equal')} | {spec[2]} |"
               for label, spec in (short | long).items()]
     extra = ("\n\n`predict --jobs` characterizes each distinct per-GPU workload (shape × micro-batch × "
              "tensor-parallel degree × GPU) once with the GPU model; with 10,000 distinct shapes on "

@@ -18,26 +18,24 @@ on the 2 cores.
 from __future__ import annotations
 
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.timing import fmt, sample_speed, spread
 
 MODES = (("packed (single inside the 2-rank launch)", True), ("one launch per world size", False))
 
 
 def _s(xs: list[float], nd: int = 3) -> str:
     """median (min–max)."""
-    m, lo, hi = statistics.median(xs), min(xs), max(xs)
-    return f"{m:.{nd}f}" if lo == hi else f"{m:.{nd}f} ({lo:.{nd}f}–{hi:.{nd}f})"
+    return fmt(spread(xs), f".{nd}f", collapse="equal")
 
 
 def run() -> str:
     from joulebound.sweep.grid import preset
     from joulebound.sweep.runner import run_sweep
     from joulebound.sweep.store import load_results
-
-    from .timing import sample_speed
 
     repeats = int(os.environ.get("JOULEBOUND_BENCH_SWEEP_REPEATS", 3))
     cfgs = preset("tiny").expand(["single", "ddp", "fsdp", "tp"], [1, 2])

@@ -7,7 +7,7 @@ The Kineto rows import a synthetic export made by repeating the hand-made GPU fi
 
 Every figure is measured in ``JOULEBOUND_BENCH_TRACE_PROCS`` (default 5) fresh child processes
 (one thread; only joulebound imported), one after the other. Each child times its cases in
-interleaved rounds (see ``CHILD``): 7 runs of every build of one iteration and of the 10-step
+interleaved rounds (see :func:`child_runs`): 7 runs of every build of one iteration and of the 10-step
 import, 3 of the large trace's build / summarize and of the larger imports, one save / load, so
 one case's runs are spread over seconds. A figure is the median of the runs of all the
 processes pooled (5 × 7 for a build) with their min–max as its spread.
@@ -34,13 +34,11 @@ import copy
 import json
 import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
+from benchmarks.timing import ONE_THREAD, SPEED, fmt, fresh_results, reference_loop, spread
+
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "kineto_gpu_step.json"
-ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 KINETO_STEPS = (10, 200, 400)
 ROUNDS = 7
 
@@ -65,77 +63,63 @@ def _synthetic_kineto(steps: int) -> dict:
     return {**{k: v for k, v in base.items() if k != "traceEvents"}, "traceEvents": events}
 
 
-# One child, in three phases, each timing its cases in rounds (every case once per round, in
-# this order), so that one case's runs are spread over the phase instead of bunched into a
-# fraction of a second: (1) the builds of one iteration, the 10-step import and a fixed
-# pure-Python loop (10^5 multiply-adds: the machine's speed at the time), 7 rounds, each
-# run looped to >= 50 ms and divided; (2) the large trace's build and summarize, 3 rounds, its
-# save / load once in the middle round; (3) the 200- and 400-step imports, 3 rounds. Only the
-# phase's own objects are alive in it (no large trace or Kineto document while the builds are
-# timed: their ~10^5 objects would make the collector's full passes inside the runs ~10 ms).
-# Prints {case: [CPU s of each run]}.
-CHILD = r"""
-import json, sys, tempfile, time
-from pathlib import Path
-from benchmarks.bench_traces import KINETO_STEPS, ROUNDS, _synthetic_kineto
-from joulebound.workload.analytic import PRESETS, build_trace
-from joulebound.workload.kineto import from_chrome_trace
-from joulebound.workload.roofline import summarize
-from joulebound.workload.trace import Trace
+def child_runs() -> dict[str, list[float]]:
+    """One child's runs, in three phases, each timing its cases in rounds (every case once per
+    round, in this order), so that one case's runs are spread over the phase instead of bunched
+    into a fraction of a second: (1) the builds of one iteration, the 10-step import and a fixed
+    pure-Python loop (10^5 multiply-adds: the machine's speed at the time), 7 rounds, each run
+    looped to >= 50 ms and divided; (2) the large trace's build and summarize, 3 rounds, its
+    save / load once in the middle round; (3) the 200- and 400-step imports, 3 rounds. Only the
+    phase's own objects are alive in it (no large trace or Kineto document while the builds are
+    timed: their ~10^5 objects would make the collector's full passes inside the runs ~10 ms).
+    Returns {case: [CPU s of each run]}; run in a fresh process (:func:`run`)."""
+    import tempfile
+    import time
 
-res = {}
-def phase(cases, rounds):
-    loops = {}
-    for name, fn, _ in cases:                 # warm-up; loop the fast cases to >= 50 ms
-        c0 = time.process_time()
-        fn()
-        loops[name] = max(1, int(0.05 / max(time.process_time() - c0, 1e-7)))
-        res[name] = []
-    for r in range(rounds):
-        for name, fn, only in cases:
-            if only is None or r in only:
-                c0 = time.process_time()
-                for _ in range(loops[name]):
-                    fn()
-                res[name].append((time.process_time() - c0) / loops[name])
+    from joulebound.workload.analytic import PRESETS, build_trace
+    from joulebound.workload.kineto import from_chrome_trace
+    from joulebound.workload.roofline import summarize
+    from joulebound.workload.trace import Trace
 
-from benchmarks.timing import reference_loop as ref   # the machine-speed reference
+    res: dict[str, list[float]] = {}
 
-small = _synthetic_kineto(KINETO_STEPS[0])
-phase([(f"build:{n}", lambda n=n: build_trace(n), None) for n in PRESETS]
-      + [(f"kineto:{KINETO_STEPS[0]}", lambda: from_chrome_trace(small), None),
-         ("ref", ref, None)], ROUNDS)
-del small
-big = build_trace("gpt3-xl", iterations=100)
-with tempfile.TemporaryDirectory() as tmp:
-    path = Path(tmp) / "big.json.gz"
-    big.save(path)
-    phase([("big:build", lambda: build_trace("gpt3-xl", iterations=100), None),
-           ("big:summarize", lambda: summarize(big), None),
-           ("big:save", lambda: big.save(path), (1,)),
-           ("big:load", lambda: Trace.load(path), (1,))], 3)
-del big
-docs = {s: _synthetic_kineto(s) for s in KINETO_STEPS[1:]}
-phase([(f"kineto:{s}", lambda d=d: from_chrome_trace(d), None) for s, d in docs.items()], 3)
-print(json.dumps(res))
-"""
+    def phase(cases: list, rounds: int) -> None:
+        loops = {}
+        for name, fn, _ in cases:                 # warm-up; loop the fast cases to >= 50 ms
+            c0 = time.process_time()
+            fn()
+            loops[name] = max(1, int(0.05 / max(time.process_time() - c0, 1e-7)))
+            res[name] = []
+        for r in range(rounds):
+            for name, fn, only in cases:
+                if only is None or r in only:
+                    c0 = time.process_time()
+                    for _ in range(loops[name]):
+                        fn()
+                    res[name].append((time.process_time() - c0) / loops[name])
 
-
-def _children(n: int) -> list[dict[str, list[float]]]:
-    out = []
-    for _ in range(n):
-        r = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=ENV,
-                           cwd=ROOT)
-        if r.returncode != 0:
-            raise RuntimeError(f"trace benchmark child failed: {r.stderr.strip()[-2000:]}")
-        out.append(json.loads(r.stdout.strip().splitlines()[-1]))
-    return out
+    small = _synthetic_kineto(KINETO_STEPS[0])
+    phase([(f"build:{n}", lambda n=n: build_trace(n), None) for n in PRESETS]
+          + [(f"kineto:{KINETO_STEPS[0]}", lambda d=small: from_chrome_trace(d), None),
+             ("ref", reference_loop, None)], ROUNDS)
+    del small
+    big = build_trace("gpt3-xl", iterations=100)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "big.json.gz"
+        big.save(path)
+        phase([("big:build", lambda: build_trace("gpt3-xl", iterations=100), None),
+               ("big:summarize", lambda b=big: summarize(b), None),
+               ("big:save", lambda b=big: b.save(path), (1,)),
+               ("big:load", lambda: Trace.load(path), (1,))], 3)
+    del big
+    docs = {s: _synthetic_kineto(s) for s in KINETO_STEPS[1:]}
+    phase([(f"kineto:{s}", lambda d=d: from_chrome_trace(d), None) for s, d in docs.items()], 3)
+    return res
 
 
 def _s(xs: list[float], scale: float = 1.0, nd: int = 3) -> str:
     """median (min–max) of the pooled runs."""
-    m, lo, hi = (x * scale for x in (statistics.median(xs), min(xs), max(xs)))
-    return f"{m:.{nd}f}" if lo == hi else f"{m:.{nd}f} ({lo:.{nd}f}–{hi:.{nd}f})"
+    return fmt(spread(xs), f".{nd}f", scale, collapse="equal")
 
 
 def run() -> str:
@@ -143,7 +127,7 @@ def run() -> str:
     from joulebound.workload.kineto import from_chrome_trace
 
     n = int(os.environ.get("JOULEBOUND_BENCH_TRACE_PROCS", 5))
-    kids = _children(n)
+    kids = fresh_results({"runs": ("benchmarks.bench_traces:child_runs", ())}, n, ONE_THREAD)["runs"]
 
     def col(case: str) -> list[float]:
         return [x for k in kids for x in k[case]]
@@ -185,8 +169,6 @@ def run() -> str:
         t = col(f"kineto:{steps}")
         lines.append(f"| {steps} steps | {k} | {len(doc['traceEvents'])} | {_s(t)} | "
                      f"{statistics.median(t) / max(1, k) * 1e6:.0f} |")
-    from .timing import SPEED
-
     SPEED.extend(col("ref"))        # the reference loop, timed in the builds' rounds
     return "\n".join(lines)
 

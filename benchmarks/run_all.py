@@ -27,9 +27,9 @@ Produced by `make bench` (`python -m benchmarks.run_all`; one area: `--only AREA
 Speed and memory targets live here, not in unit tests. Figures are **measured** on the machine named
 in each section. Each area runs in a fresh interpreter, and each timed figure is the median over
 several fresh processes with their min–max as its spread (`benchmarks/timing.py`: one process's
-repeats miss the variance between processes). The development machines are shared VMs whose speed varies from day to day (the
-same test suite took 319 CPU-s one day and 168 CPU-s the next), so compare ratios measured in the
-same run rather than absolute times across days.
+repeats miss the variance between processes). The development machines are shared VMs whose
+speed varies from day to day (the same test suite took 319 CPU-s one day and 168 CPU-s the next),
+so compare ratios measured in the same run rather than absolute times across days.
 """
 
 

@@ -34,6 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+              "MKL_NUM_THREADS": "1"}
+"""The environment of a single-threaded benchmark child (BLAS and OpenMP pools of one)."""
 
 
 def cpu_runs(fn: Callable[[], object], repeats: int = 7, min_total_s: float = 0.05
@@ -180,9 +183,16 @@ def resolve(factory: str) -> Callable[..., object]:
     return getattr(importlib.import_module(module), name)
 
 
-def fmt(m: float, lo: float, hi: float, scale: float = 1e3, unit: str = "ms") -> str:
-    """``median (min–max) unit``."""
-    return f"{m * scale:.3g} ({lo * scale:.3g}–{hi * scale:.3g}) {unit}"
+def fmt(t: tuple[float, float, float], spec: str = ".1f", scale: float = 1.0,
+        collapse: str = "never") -> str:
+    """``median (min–max)`` of a :func:`spread` triple, each times ``scale``, in format ``spec``.
+
+    ``collapse``: ``"never"``; ``"equal"`` — just the median when min == max (one run);
+    ``"formatted"`` — just the median when min and max print the same."""
+    m, lo, hi = (format(x * scale, spec) for x in t)
+    if (collapse == "equal" and t[1] == t[2]) or (collapse == "formatted" and lo == hi):
+        return m
+    return f"{m} ({lo}–{hi})"
 
 
 if __name__ == "__main__":  # the child of in_fresh_process: FUNC ARGS_JSON
