@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	@# compile the numba loops (characterize's table, the switch-aware DP) into their on-disk
 	@# cache once, so later processes load them (~1 s) instead of each compiling them (~10 s)
 	$(BIN)/python -c "from joulebound.workload.analytic import build_trace; \
-	from joulebound.dvfs.model import characterize; from joulebound.dvfs.solve import plan_switch_aware; \
+	from joulebound.gpumodel import characterize; from joulebound.planning.solve import plan_switch_aware; \
 	plan_switch_aware(characterize(build_trace('gpt2-small'), 'rtx3080ti'), slowdown=0.01, switch_latency_s=6e-3)"
 	touch $(STAMP)
 
@@ -57,7 +57,8 @@ wheel: $(STAMP)
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist .
 	$(BIN)/python -c "import glob, zipfile; w = glob.glob('dist/joulebound-*.whl'); \
 	names = zipfile.ZipFile(w[0]).namelist(); \
-	assert 'joulebound/devices/data/rtx3080ti.toml' in names, 'catalog TOMLs missing'; \
+	assert 'joulebound/hw/data/rtx3080ti.toml' in names, 'catalog TOMLs missing'; \
+	assert not any(n.startswith('research/') for n in names), 'research/ is not for the wheel'; \
 	print(w[0], len(names), 'files')"
 
 clean:

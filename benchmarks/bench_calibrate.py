@@ -3,7 +3,7 @@ sweep, and the energy of the resulting kernel plan vs the full-sweep plan.
 
 Workload: the op stream of one training step of the demo GPT (2 layers, d=512, batch 8, seq 256,
 fp32; ``joulebound.testing.demo_gpt``) recorded on this CPU as ``joulebound run --record`` does.
-Each device is the simulated GPU of :mod:`joulebound.calibrate.simulated` (device model as the
+Each device is the simulated GPU of :mod:`joulebound.measure.calibrate.simulated` (device model as the
 per-kernel truth, the model's prior off by log-normal factors sd 0.3 on work and 0.2 on activity,
 sensor period from the catalog or 0.1 s, whole-mJ counter, 0.3 % time and 0.5 % power noise per
 window), measured with the default windows (5 counter periods, 2 repeats, 0.2 s warm-up).
@@ -29,8 +29,8 @@ PROCESSES = 3
 
 def record_step(hidden: int = 512, batch: int = 8, seq: int = 256):  # noqa: ANN201
     """The demo GPT's op stream of one step (argument specs kept), after two warm-up steps."""
-    from joulebound.dvfs.control.controller import trace_from_ops
-    from joulebound.dvfs.control.hooks import OpStream
+    from joulebound.runtime.controller import trace_from_ops
+    from joulebound.runtime.hooks import OpStream
     from joulebound.testing.demo_gpt import TinyGPTConfig, make_step
 
     step, _ = make_step(TinyGPTConfig(hidden=hidden, batch=batch, seq=seq, layers=2))
@@ -52,8 +52,8 @@ KEYS = ("distinct_kernels", "replayable_kernels", "measured_cells", "gpu_seconds
 def calibrate_case(dev: str) -> dict[str, dict]:
     """In a fresh process: the step recorded, then the few-clock calibration of every seed on
     the simulated ``dev``: per seed the figures of :data:`KEYS` and the calibration's CPU s."""
-    from joulebound.calibrate.backends import SimulatedBackend
-    from joulebound.calibrate.calibration import calibrate
+    from joulebound.measure.calibrate.backends import SimulatedBackend
+    from joulebound.measure.calibrate.calibration import calibrate
 
     trace = record_step()
     out = {}
@@ -67,8 +67,8 @@ def calibrate_case(dev: str) -> dict[str, dict]:
 
 def run() -> str:
 
-    from joulebound.calibrate.backends import SimulatedBackend
-    from joulebound.calibrate.calibration import calibrate
+    from joulebound.measure.calibrate.backends import SimulatedBackend
+    from joulebound.measure.calibrate.calibration import calibrate
 
     from .timing import fresh_results, spread
 

@@ -23,7 +23,7 @@ CASES = (("gpt3-xl", "gpt3-xl", {}, "rtx3080ti", False),
 
 
 def _inputs(preset: str, overrides: dict, device: str, distinct: bool):  # noqa: ANN202
-    from joulebound.devices.catalog import get_device
+    from joulebound.hw.catalog import get_device
     from joulebound.workload.analytic import build_trace
 
     tr = build_trace(preset, **overrides)
@@ -35,7 +35,7 @@ def _inputs(preset: str, overrides: dict, device: str, distinct: bool):  # noqa:
 
 def case(preset: str, overrides: dict, device: str, distinct: bool) -> Callable[[], object]:
     """The timed call of one row (built in a fresh process by :func:`benchmarks.timing.fresh_cpu_runs`)."""
-    from joulebound.dvfs.model import characterize
+    from joulebound.gpumodel import characterize
 
     tr, spec = _inputs(preset, overrides, device, distinct)
     return lambda: characterize(tr, spec)
@@ -43,7 +43,7 @@ def case(preset: str, overrides: dict, device: str, distinct: bool) -> Callable[
 
 def _peak(preset: str, overrides: dict, device: str, distinct: bool) -> tuple[float, object]:
     """(tracemalloc peak of one run (B), the result)."""
-    from joulebound.dvfs.model import characterize
+    from joulebound.gpumodel import characterize
 
     tr, spec = _inputs(preset, overrides, device, distinct)
     characterize(tr, spec)
@@ -73,7 +73,7 @@ def run() -> str:
     return "\n".join([
         "## GPU model: `characterize` (issue 3)",
         "",
-        "`joulebound.dvfs.model.characterize(trace, device)` over every supported (core, memory) "
+        "`joulebound.gpumodel.characterize(trace, device)` over every supported (core, memory) "
         "clock pair plus `auto`, RTX 3080 Ti unless named. Target: GPT-3-XL iteration in "
         f"< 1 s and < 1 GiB on one core. Time: CPU ms, each row timed in {PROCESSES} fresh "
         "processes (rounds interleaved across the rows; in each, 5 runs after a warm-up), "

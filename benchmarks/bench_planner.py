@@ -43,7 +43,7 @@ def _random_instance(g: int, c: int, seed: int) -> tuple[np.ndarray, np.ndarray]
 
 def _pareto_points(t: np.ndarray, e: np.ndarray):
     """Every group's Pareto options (the reduction every solver below gets)."""
-    from joulebound.dvfs.solve.hull import pareto_options
+    from joulebound.planning.solve.hull import pareto_options
 
     o = pareto_options(t, e, dedup=False)
     return o.group, o.t, o.e
@@ -114,7 +114,7 @@ def _cpsat(t: np.ndarray, e: np.ndarray, budget: float, det_limit: float, wall_c
 
 def _highs_energy(t: np.ndarray, e: np.ndarray, budget: float, limit_s: float) -> float | None:
     """Energy of HiGHS's plan (``solve_milp``), None when it returned none within the limit."""
-    from joulebound.dvfs.solve import solve_milp
+    from joulebound.planning.solve import solve_milp
 
     try:
         return solve_milp(t, e, budget, time_limit_s=limit_s).energy
@@ -169,8 +169,8 @@ def _peer_s(cpu: list[float], at_limit: list[bool], limit: float) -> str:
 
 
 def milp_vs_fast() -> str:
-    from joulebound.dvfs.model import characterize
-    from joulebound.dvfs.solve import FastMCKP
+    from joulebound.gpumodel import characterize
+    from joulebound.planning.solve import FastMCKP
     from joulebound.workload.analytic import build_trace
 
     limit = float(os.environ.get("JOULEBOUND_BENCH_PEER_LIMIT_S", 40))
@@ -289,7 +289,7 @@ def optimum_reference(t: np.ndarray, e: np.ndarray, eps: float) -> str:
     table HiGHS often stops before proving its gap on the GPT-3-XL instances, and the fast
     solver's distance to the optimum is then not shown. One run; the gap reproduces whenever
     HiGHS proves it."""
-    from joulebound.dvfs.solve import FastMCKP
+    from joulebound.planning.solve import FastMCKP
 
     limit = float(os.environ.get("JOULEBOUND_BENCH_REF_LIMIT_S", 600))
     b = (1 + eps) * t[:, 0].sum()
@@ -315,7 +315,7 @@ def optimum_reference(t: np.ndarray, e: np.ndarray, eps: float) -> str:
 
 def run() -> str:
     load = os.getloadavg()[0]
-    return "\n\n".join(["## Planner (`joulebound.dvfs.solve`)",
+    return "\n\n".join(["## Planner (`joulebound.planning.solve`)",
                         f"Load average when started: {load:.1f} on {os.cpu_count()} cores. "
                         "All energy/time deltas are modeled (RTX 3080 Ti model). Scaling with "
                         "the number of kernels: `bench_scale`.",

@@ -26,10 +26,7 @@ from benchmarks.timing import (
     sample_speed,
     spread,
 )
-from joulebound.dvfs.predict import (
-    KeyInterner,
-    NextKernelPredictor,
-)
+from joulebound.runtime.nextop import KeyInterner, NextKernelPredictor
 from joulebound.testing.streams import DEFAULT_PERTURBATION, Perturbation, perturbed_stream
 
 PRESETS = ("gpt2-small", "gpt2-xl", "gpt3-xl", "bert-base", "bert-huge")
@@ -115,7 +112,7 @@ def construction_ms() -> tuple[tuple[float, float, float], tuple[float, float, f
 def recorded_loop(steps: int, eval_every: int = 0, last_batch: int | None = None,
                   layers: int = 2) -> tuple[list[int], list[int]]:
     """Op keys of a real CPU training loop (tiny GPT) and the op index where each step starts."""
-    from joulebound.dvfs.control.hooks import OpStream
+    from joulebound.runtime.hooks import OpStream
     from joulebound.testing.demo_gpt import TinyGPTConfig, make_step
 
     train_step, eval_step = make_step(TinyGPTConfig(layers=layers, hidden=32, seq=16, batch=4))
@@ -135,10 +132,10 @@ def per_op_rounds(n: int = 3000, rounds: int = 9) -> list[list[float]]:
     ``[hook differences, controller differences]``, one per round."""
     import torch
 
-    from joulebound.clocks import ClockConfig
-    from joulebound.dvfs.control import Controller, DryRunActuator
-    from joulebound.dvfs.control.hooks import OpStream
-    from joulebound.dvfs.plan import Plan
+    from joulebound.core.clocks import ClockConfig
+    from joulebound.planning.plan import Plan
+    from joulebound.runtime import Controller, DryRunActuator
+    from joulebound.runtime.hooks import OpStream
 
     x = torch.ones(4)
 
@@ -186,7 +183,7 @@ def hf_gpt2_loop(steps: int = 15) -> tuple[list[int], list[int]]:
     from transformers import GPT2Config, GPT2LMHeadModel
     from transformers.utils import logging as hf_logging
 
-    from joulebound.dvfs.control.hooks import OpStream
+    from joulebound.runtime.hooks import OpStream
 
     hf_logging.set_verbosity_error()
     torch.manual_seed(0)
@@ -215,10 +212,10 @@ def hook_overhead(pairs: int = 12) -> dict[str, float]:
     effects), with a 95 % bootstrap interval of that median (2000 resamples of the rounds)."""
     import torch
 
-    from joulebound.clocks import ClockConfig
-    from joulebound.dvfs.control import Controller, DryRunActuator
-    from joulebound.dvfs.control.hooks import OpStream
-    from joulebound.dvfs.plan import Plan
+    from joulebound.core.clocks import ClockConfig
+    from joulebound.planning.plan import Plan
+    from joulebound.runtime import Controller, DryRunActuator
+    from joulebound.runtime.hooks import OpStream
     from joulebound.testing.demo_gpt import TinyGPTConfig, make_step
 
     threads = torch.get_num_threads()
@@ -277,9 +274,9 @@ def hook_overhead(pairs: int = 12) -> dict[str, float]:
 def controller_case(n_iter: int = 5) -> Callable[[], object]:
     """One call: ``n_iter`` iterations of gpt2-small through ``Controller.on_op`` (predictor +
     command lookup + dry-run actuator, a switch every 25 ops), the controller warmed up."""
-    from joulebound.clocks import ClockConfig
-    from joulebound.dvfs.control import Controller, DryRunActuator
-    from joulebound.dvfs.plan import Plan
+    from joulebound.core.clocks import ClockConfig
+    from joulebound.planning.plan import Plan
+    from joulebound.runtime import Controller, DryRunActuator
 
     one = analytic_iteration("gpt2-small")
     names = [f"k{k}" for k in one]
@@ -463,19 +460,19 @@ def stall_table_fresh() -> list[str]:
 
 def latency_table() -> list[str]:
     """Modeled: what the switch latency leaves of a kernel-level plan, and runtime vs simulator."""
-    from joulebound.dvfs.control import lookahead_commands
-    from joulebound.dvfs.control.actuators import replay_plan
-    from joulebound.dvfs.control.session import plan_kernel_times
-    from joulebound.dvfs.model import characterize
-    from joulebound.dvfs.simulate import simulate
-    from joulebound.dvfs.solve.switching import plan_switch_aware
+    from joulebound.gpumodel import characterize
+    from joulebound.planning.simulate import simulate
+    from joulebound.planning.solve.switching import plan_switch_aware
+    from joulebound.runtime import lookahead_commands
+    from joulebound.runtime.actuators import replay_plan
+    from joulebound.runtime.session import plan_kernel_times
     from joulebound.workload.analytic import build_trace
 
     char = characterize(build_trace("gpt3-xl"), "rtx3080ti")
     base = simulate(char, None)
     rows = ["### What the switch latency leaves (modeled: GPT-3 XL analytic trace, RTX 3080 Ti "
             "device model, slowdown budget 1 %)", "",
-            "Planner: `plan_switch_aware` (phases >= L); simulator: `joulebound.dvfs.simulate` "
+            "Planner: `plan_switch_aware` (phases >= L); simulator: `joulebound.planning.simulate` "
             "(one iteration starting at the plan's first clocks); runtime: the controller's "
             "lookahead commands replayed through `SimulatedActuator` in steady state (cyclic: the "
             "switch back at the iteration boundary must also fit), serial switches.", "",
@@ -498,7 +495,7 @@ def run() -> str:
 
     out = ["## Runtime: next-kernel predictor and clock controller", "",
            "Predictor = period following (pointer into the op history) + order-2 Markov "
-           "fallback (`joulebound/dvfs/predict.py`). Accuracy = share of ops whose key was "
+           "fallback (`joulebound/runtime/nextop.py`). Accuracy = share of ops whose key was "
            "predicted before it was dispatched. Steady state skips the first 2 iterations. "
            "All figures measured on this machine (pure Python, one core).", ""]
     out += ["### Analytic traces (`build_trace`), 60 iterations", "",

@@ -38,7 +38,7 @@ CHILD = r"""
 import dataclasses, json, os, resource, sys, time
 import numpy as np
 from joulebound.workload.analytic import build_trace
-from joulebound.dvfs.model import characterize
+from joulebound.gpumodel import characterize
 case, it = sys.argv[1], int(sys.argv[2])
 tr = build_trace("gpt3-xl", iterations=it)
 def rss():
@@ -73,10 +73,10 @@ else:
     ch = characterize(tr, "rtx3080ti")
     r0, c0 = rss(), time.process_time()
     if case == "dp":
-        from joulebound.dvfs.solve import plan_switch_aware
+        from joulebound.planning.solve import plan_switch_aware
         p = plan_switch_aware(ch, slowdown=0.01, switch_latency_s=6e-3)
     else:
-        from joulebound.dvfs.solve import solve
+        from joulebound.planning.solve import solve
         p = solve(ch, objective="relaxed", slowdown=0.01)
     cpu, top, extra = time.process_time() - c0, peak() - r0, round(p.energy_delta, 6)
 table = (ch.time_s.nbytes + ch.energy_j.nbytes + ch.measured.nbytes) / 2**20
@@ -88,9 +88,9 @@ NUMBA_CHILD = r"""
 import json, time
 import numpy as np
 c0 = time.process_time()
-from joulebound.dvfs.solve import plan_switch_aware
-from joulebound.dvfs.characterization import Characterization
-from joulebound.clocks import ClockConfig
+from joulebound.planning.solve import plan_switch_aware
+from joulebound.gpumodel.characterization import Characterization
+from joulebound.core.clocks import ClockConfig
 rng = np.random.default_rng(0)
 t = rng.uniform(1e-4, 2e-4, (200, 4))
 ch = Characterization(device="x", configs=[ClockConfig(1000 + 100 * i, 5000) for i in range(4)],

@@ -37,18 +37,18 @@ def _jobs_csv(path, n: int, shapes: int, seed: int = 0) -> None:  # noqa: ANN001
 def case(name: str, *args: object) -> Callable[[], object]:
     """The timed call of one row, its inputs built here (in a fresh process, by
     :func:`benchmarks.timing.fresh_cpu_runs`; the first call is the warm-up)."""
-    from joulebound.scaling import advisor, stepcost
-    from joulebound.scaling.job import Job
+    from joulebound.jobs import advisor, stepcost
+    from joulebound.jobs.job import Job
 
     if name == "predict-law":
-        from joulebound.scaling.defaults import load_default, predict_job
+        from joulebound.jobs.defaults import load_default, predict_job
 
         law, _ = load_default()
         return lambda: predict_job(1e8, law=law, q90_log=0.1, gpus=4, strategy="fsdp", **_CFG)
     if name == "advise-law":
         return lambda: advisor.advise_law(1e8, 7200, 8, **_CFG)
     if name == "predict-mechanistic":
-        from joulebound.scaling.mechanistic import predict_jobs
+        from joulebound.jobs.mechanistic import predict_jobs
 
         one = Job(layers=12, hidden=768, heads=12, seq=128, batch=32, gpus=4, strategy="fsdp",
                   device="a40", tokens=1e8)
@@ -63,9 +63,9 @@ def case(name: str, *args: object) -> Callable[[], object]:
         return lambda: advisor.advise(job, 7200, 8)
     if name == "predict-jobs":
         return _predict_table(*args)
-    from joulebound.scaling.datasets import load
-    from joulebound.scaling.evaluate import cross_validate
-    from joulebound.scaling.laws import make_law
+    from joulebound.jobs.datasets import load
+    from joulebound.jobs.evaluate import cross_validate
+    from joulebound.jobs.laws import make_law
 
     df = load(Path(str(args[0])) / "mayaki_ecai2025")
     make_law("paper").fit(df)  # imports statsmodels once
@@ -87,7 +87,7 @@ def _predict_table(n: int, shapes: int) -> Callable[[], object]:
     import tempfile
 
     from joulebound.cli import main
-    from joulebound.scaling import stepcost
+    from joulebound.jobs import stepcost
 
     d = Path(tempfile.mkdtemp(prefix="jb-bench-jobs-"))
     atexit.register(shutil.rmtree, d, True)
@@ -104,7 +104,7 @@ def _predict_table(n: int, shapes: int) -> Callable[[], object]:
 
 
 def run() -> str:
-    from joulebound.datapath import find_data
+    from joulebound.core.datapath import find_data
 
     from .timing import fmt, fresh_cpu_runs
 
@@ -128,8 +128,8 @@ def run() -> str:
     times |= fresh_cpu_runs({k: ("benchmarks.bench_scaling:case", (v[0], *v[1]))
                              for k, v in long.items()}, processes=PROCESSES_LONG, repeats=1)
     if data is not None:
-        from joulebound.scaling.datasets import load
-        from joulebound.scaling.evaluate import cross_validate
+        from joulebound.jobs.datasets import load
+        from joulebound.jobs.evaluate import cross_validate
 
         cv = cross_validate(load(data / "mayaki_ecai2025"), "prerun", k=5)
         extra = (f"\n\nHeld-out (grouped 5-fold by (L, d)) R² of log E of the pre-run law in the same run: "

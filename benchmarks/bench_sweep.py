@@ -6,7 +6,7 @@ The tiny grid (BERT L 1–2, d 64, h 2, S 32, B 4, 3 measured steps; single + DD
 (default 3) times each. Wall time is dominated by start-up (Python, torch, transformers, process
 group), which is why one launch runs many configurations.
 
-What the store keeps per configuration (``joulebound.sweep.store``): ``time_s`` is the wall
+What the store keeps per configuration (``joulebound.jobs.runstore``): ``time_s`` is the wall
 time of rank 0's EnergyMeter window around all the measured steps together (3 steps, 10-200
 ms in all here), one figure per run; step times are not kept. Every run, packed or not, measures the same
 8 configurations, so a configuration's time is the median over all the runs with their min–max
@@ -33,9 +33,9 @@ def _s(xs: list[float], nd: int = 3) -> str:
 
 
 def run() -> str:
-    from joulebound.sweep.grid import preset
-    from joulebound.sweep.runner import run_sweep
-    from joulebound.sweep.store import load_results
+    from joulebound.jobs.runstore import load_results
+    from joulebound.measure.sweep.runner import run_sweep
+    from joulebound.workload.grid import preset
 
     repeats = int(os.environ.get("JOULEBOUND_BENCH_SWEEP_REPEATS", 3))
     cfgs = preset("tiny").expand(["single", "ddp", "fsdp", "tp"], [1, 2])

@@ -6,10 +6,10 @@ function whose name sets, resets, clears, enables or disables something, and it 
 proxy as ``pynvml`` so joulebound's own NVML backend goes through it too.
 ``tests/test_energy_gpu_check.py`` greps this file for forbidden calls and flags.
 
-The GPU is found through joulebound's device layer (:mod:`joulebound.devices.gpu`): ``--gpu``
+The GPU is found through joulebound's device layer (:mod:`joulebound.hw.gpu`): ``--gpu``
 is the GPU as CUDA numbers it (an index into ``CUDA_VISIBLE_DEVICES`` when set, else the NVML
 index) or a UUID; the script then sets ``CUDA_VISIBLE_DEVICES`` to that GPU's UUID, so torch and the
-energy meter use exactly that GPU. Reads go through :class:`~joulebound.devices.gpu.GpuDevice`
+energy meter use exactly that GPU. Reads go through :class:`~joulebound.hw.gpu.GpuDevice`
 (energy in mJ, power in W).
 
 What it measures (GPU 0 unless ``--gpu``), results under ``--out`` (default ``$OUT`` or
@@ -143,7 +143,7 @@ def info(nv: Any, h: Any, out: Path) -> dict[str, Any]:
     except Exception as exc:
         d["nvidia_smi_error"] = str(exc)
     try:
-        from joulebound.devices.catalog import get_device
+        from joulebound.hw.catalog import get_device
 
         spec = get_device("h200-sxm")
         ours = {int(k): sorted(v, reverse=True) for k, v in spec.supported_clocks.items()}
@@ -367,11 +367,11 @@ def calibrate_auto(nv: Any, gpu: Any, out: Path, budget_s: float, rehearse: bool
     """``joulebound calibrate --clocks auto`` through this script's read-only NVML proxy."""
     import torch
 
-    from joulebound.calibrate.backends import NvmlBackend
-    from joulebound.calibrate.calibration import calibrate
-    from joulebound.calibrate.measure import WindowSettings
-    from joulebound.dvfs.control.controller import trace_from_ops
-    from joulebound.dvfs.control.hooks import OpStream
+    from joulebound.measure.calibrate.backends import NvmlBackend
+    from joulebound.measure.calibrate.calibration import calibrate
+    from joulebound.measure.calibrate.measure import WindowSettings
+    from joulebound.runtime.controller import trace_from_ops
+    from joulebound.runtime.hooks import OpStream
 
     if rehearse:
         from joulebound.testing.demo_gpt import TinyGPTConfig, make_step
@@ -451,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     poll_s = 1.0 if a.quick else 2.0
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    from joulebound.devices.gpu import Nvml
+    from joulebound.hw.gpu import Nvml
 
     if a.rehearse:
         _install_rehearsal_nvml()

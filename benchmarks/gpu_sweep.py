@@ -11,7 +11,7 @@ reached only through its :class:`~benchmarks.gpu_check.ReadOnlyNVML` proxy, inst
 ``pynvml``, which refuses every set/reset/clear function.
 
 What it does, per BERT shape (``BertForSequenceClassification`` from a config, random init, random
-token ids, AdamW — the sweep workload of :mod:`joulebound.sweep.workload`):
+token ids, AdamW — the sweep workload of :mod:`joulebound.measure.sweep.workload`):
 
 1. a short calibration run (5 measured steps) to learn the step time;
 2. the measured run with enough steps that the energy window lasts ≥ ``--window-s`` (default 3 s,
@@ -55,8 +55,8 @@ CSV_COLUMNS = ("date_utc", "gpu", "driver", "torch", "cuda", "config_id", "arch"
 
 
 def shapes(grid: dict[str, Any]) -> list[Any]:
-    """Single-GPU :class:`~joulebound.sweep.grid.SweepConfig` objects of ``grid``, small first."""
-    from joulebound.sweep.grid import Grid
+    """Single-GPU :class:`~joulebound.workload.grid.SweepConfig` objects of ``grid``, small first."""
+    from joulebound.workload.grid import Grid
 
     g = Grid(name="gpu_sweep", arch=["bert"], head_dim=64, ff_mult=4, steps=5, warmup=3,
              dropout=0.1, **grid)
@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from joulebound.energy.meter import EnergyMeter
-    from joulebound.sweep.store import SweepStore
-    from joulebound.sweep.worker import environment, run_config
+    from joulebound.jobs.runstore import SweepStore
+    from joulebound.measure.sweep.worker import environment, run_config
 
     t_start = time.perf_counter()
     out = Path(args.out)

@@ -27,7 +27,7 @@ def main() -> int:
                   memory_locks=bool(cfg.get("memory_locks", True)),
                   failing_gpus=set(cfg.get("failing_gpus", ())))
     sys.modules["pynvml"] = nv
-    import joulebound.devices.gpu as gpu_layer
+    import joulebound.hw.gpu as gpu_layer
 
     gpu_layer.has_clock_privileges = lambda: bool(cfg.get("privileged", True))
     from joulebound.cli import main as cli_main

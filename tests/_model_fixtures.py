@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from joulebound.devices.spec import DeviceSpec
+from joulebound.hw.spec import DeviceSpec
 from joulebound.workload.trace import Kernel, Trace
 
 

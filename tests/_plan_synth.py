@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from joulebound.clocks import ClockConfig
-from joulebound.dvfs.characterization import Characterization
+from joulebound.core.clocks import ClockConfig
+from joulebound.gpumodel.characterization import Characterization
 from joulebound.workload.trace import Kernel, Trace
 
 CATS = ("gemm", "attention", "elementwise", "norm", "softmax")

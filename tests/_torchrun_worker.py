@@ -23,10 +23,10 @@ import torch.distributed as dist
 from _dist_meter_worker import run_case
 from torch.nn import functional as F
 
-from joulebound.clocks import AUTO, ClockConfig
-from joulebound.dvfs.control import controlled
-from joulebound.dvfs.control.hooks import OpStream
-from joulebound.dvfs.plan import Plan
+from joulebound.core.clocks import AUTO, ClockConfig
+from joulebound.planning.plan import Plan
+from joulebound.runtime import controlled
+from joulebound.runtime.hooks import OpStream
 from joulebound.testing.demo_gpt import TinyGPTConfig, build
 
 

@@ -20,7 +20,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import pytest  # noqa: E402
 
-from joulebound.datapath import find_data  # noqa: E402
+from joulebound.core.datapath import find_data  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +34,7 @@ def shared_data() -> Path:
 
 @pytest.fixture(autouse=True)
 def _private_gpu_lock_dir(tmp_path_factory, monkeypatch):
-    """Per-test GPU lock folder (joulebound.devices.gpu.GpuLock): fake GPUs share UUIDs across
+    """Per-test GPU lock folder (joulebound.hw.gpu.GpuLock): fake GPUs share UUIDs across
     tests and across the test runs of other checkouts on this machine."""
     monkeypatch.setenv("JOULEBOUND_LOCK_DIR", str(tmp_path_factory.mktemp("gpu-locks")))
 

@@ -9,15 +9,15 @@ import sys
 import numpy as np
 import pytest
 
-from joulebound.calibrate.backends import NvmlBackend, SimulatedBackend
-from joulebound.calibrate.calibration import calibrate
-from joulebound.calibrate.measure import SimRunner, WindowSettings
-from joulebound.calibrate.replay import check_call, replay_set
-from joulebound.clocks import ClockConfig
-from joulebound.dvfs.control.controller import trace_from_ops
-from joulebound.dvfs.control.hooks import OpStream, op_key
-from joulebound.dvfs.control.opkeys import key_str
-from joulebound.errors import JouleboundError
+from joulebound.core.clocks import ClockConfig
+from joulebound.core.errors import JouleboundError
+from joulebound.measure.calibrate.backends import NvmlBackend, SimulatedBackend
+from joulebound.measure.calibrate.calibration import calibrate
+from joulebound.measure.calibrate.measure import SimRunner, WindowSettings
+from joulebound.measure.calibrate.replay import check_call, replay_set
+from joulebound.runtime.controller import trace_from_ops
+from joulebound.runtime.hooks import OpStream, op_key
+from joulebound.runtime.opkeys import key_str
 from joulebound.testing.simnvml import fake_nvml_for
 from joulebound.workload.trace import Kernel, Trace
 
@@ -130,7 +130,7 @@ def test_integer_inputs_stay_in_their_recorded_range(gpt_step) -> None:  # noqa:
     assert idx["T"] == "int64" and 0 <= idx["lo"] <= idx["hi"] < 256
     import torch
 
-    from joulebound.calibrate.replay import make_tensor
+    from joulebound.measure.calibrate.replay import make_tensor
 
     t = make_tensor(idx, "cpu", torch.Generator().manual_seed(1))
     assert int(t.min()) >= idx["lo"] and int(t.max()) <= idx["hi"]
@@ -213,7 +213,7 @@ def test_the_simulated_counter_is_quantized_and_updates_once_per_sensor_period(g
 
 
 def test_without_an_energy_counter_power_readings_are_integrated(gpt_step) -> None:  # noqa: ANN001
-    from joulebound.calibrate.measure import SimProbe, measure_cell
+    from joulebound.measure.calibrate.measure import SimProbe, measure_cell
 
     trace, _ = gpt_step
     be = SimulatedBackend(trace, "a100-sxm4-80gb", seed=4, sensor_period_s=0.05)
@@ -246,7 +246,7 @@ class _FakeNvmlBackend(NvmlBackend):
 
 @pytest.fixture
 def fake_gpu(gpt_step, tmp_path, monkeypatch):  # noqa: ANN001, ANN201
-    from joulebound.devices import gpu as gpu_layer
+    from joulebound.hw import gpu as gpu_layer
 
     monkeypatch.setenv("JOULEBOUND_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.setattr(gpu_layer, "has_clock_privileges", lambda: True)
@@ -316,7 +316,7 @@ def test_a_failure_mid_calibration_leaves_nothing_locked(fake_gpu) -> None:  # n
 
 
 def test_calibration_through_the_clock_helper_restores_the_defaults(fake_gpu, tmp_path) -> None:  # noqa: ANN001
-    from joulebound.dvfs.control.helper import ClockHelper
+    from joulebound.runtime.helper import ClockHelper
 
     trace, sim, fake = fake_gpu
     helper = ClockHelper(tmp_path / "clocks.sock", nvml=fake, check_privileges=False,
@@ -349,8 +349,8 @@ def test_full_mode_measures_every_supported_pair(gpt_step) -> None:  # noqa: ANN
 
 
 def test_pairs_outside_the_supported_table_are_refused_before_any_call(fake_gpu) -> None:  # noqa: ANN001
-    from joulebound.calibrate.clocks import ClockSession
-    from joulebound.dvfs.control.actuators import NvmlActuator
+    from joulebound.measure.calibrate.clocks import ClockSession
+    from joulebound.runtime.actuators import NvmlActuator
 
     _, sim, fake = fake_gpu
     sup = {int(m): list(v) for m, v in sim.spec.supported_clocks.items()}
@@ -390,13 +390,13 @@ def test_on_a_gpu_recording_host_only_ops_are_not_replayed() -> None:
                  meta={"replay": {"args": [t("cuda", [4, 4]), t("cpu", [])], "kwargs": {}}})
     host = Kernel("aten.add_.Tensor[scalar]float32", "elementwise", "other", None, 1, 8,
                   meta={"replay": {"args": [t("cpu", []), {"V": 1}], "kwargs": {}}})
-    rs = replay_set(Trace([gpu, host], "mixed", {"source": "joulebound.dvfs.control.hooks"}))
+    rs = replay_set(Trace([gpu, host], "mixed", {"source": "joulebound.runtime.hooks"}))
     assert [o.name for o in rs.ops] == [gpu.name]
     assert rs.skipped[0].name == host.name and "host" in rs.skipped[0].reason
     # the 0-d CPU operand of a device op stays on the CPU when rebuilt
     import torch
 
-    from joulebound.calibrate.replay import make_tensor
+    from joulebound.measure.calibrate.replay import make_tensor
 
     assert make_tensor(t("cpu", []), "cpu", torch.Generator()).device.type == "cpu"
 
@@ -426,7 +426,7 @@ def test_the_budget_bounds_the_device_time_and_keeps_the_biggest_kernels(gpt_ste
     assert res.gpu_seconds <= 20.0 and res.cells
     assert res.not_measured_budget
     # the kernels measured are those with the largest modeled share of the iteration's time
-    from joulebound.dvfs.model import characterize
+    from joulebound.gpumodel import characterize
 
     prior = characterize(trace, "a100-sxm4-80gb", configs=[ClockConfig()])
     share: dict[str, float] = {}
@@ -448,7 +448,7 @@ def test_a_helper_that_is_not_running_is_a_clear_error_and_nothing_is_locked(fak
 # -- CLI ------------------------------------------------------------------------------------------
 def test_cli_end_to_end_on_the_simulated_gpu_then_plan_uses_it(gpt_step, tmp_path, capsys) -> None:  # noqa: ANN001
     from joulebound.cli import main
-    from joulebound.dvfs.characterization import Characterization
+    from joulebound.gpumodel.characterization import Characterization
 
     trace, _ = gpt_step
     ops = trace.save(tmp_path / "ops.json")
@@ -493,10 +493,10 @@ def test_a_simulated_calibration_labels_cells_tables_and_plans_modeled():
     special case in one reader (the plan was labeled measured)."""
     import numpy as np
 
-    from joulebound.clocks import ClockConfig
-    from joulebound.dvfs.characterization import Characterization
-    from joulebound.dvfs.solve.objectives import plan_provenance
-    from joulebound.provenance import MEASURED, MODELED
+    from joulebound.core.clocks import ClockConfig
+    from joulebound.core.provenance import MEASURED, MODELED
+    from joulebound.gpumodel.characterization import Characterization
+    from joulebound.planning.solve.objectives import plan_provenance
 
     cfgs = [ClockConfig(), ClockConfig(1500, 5001)]
     args = dict(kernel_names=["a", "b"], configs=cfgs, time_s=np.ones((2, 2)),

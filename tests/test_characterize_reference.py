@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from joulebound.dvfs.model import characterize
+from joulebound.gpumodel import characterize
 
 FIXTURES = Path(__file__).with_name("fixtures")
 REL = 1e-7          # relative, on every saved cell and every per-config sum

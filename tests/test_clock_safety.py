@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from joulebound.clocks import AUTO, ClockConfig
+from joulebound.core.clocks import AUTO, ClockConfig
 from joulebound.testing.fakenvml import FakeNvml
 
 RUNNER = str(Path(__file__).with_name("_fake_nvml_cli.py"))
@@ -63,7 +63,7 @@ def plan_dir(tmp_path_factory):
     """A training script and a plan over its op stream that switches clocks at every op."""
     pytest.importorskip("torch")
     from joulebound.cli import main
-    from joulebound.dvfs.plan import Plan
+    from joulebound.planning.plan import Plan
     from joulebound.workload.trace import Trace
 
     d = tmp_path_factory.mktemp("plan")
@@ -181,7 +181,7 @@ def test_stop_signals_during_an_nvml_set_call_restore_clocks_and_print_the_summa
 
 # -- the clock helper as a real process ---------------------------------------------------------
 def _client_loop(path: str, gpu: int, stop_at: float) -> None:
-    from joulebound.dvfs.control.helper import HelperActuator
+    from joulebound.runtime.helper import HelperActuator
 
     a = HelperActuator(path, gpu=gpu)
     try:
@@ -275,7 +275,7 @@ def test_helper_at_its_fd_limit_backs_off_instead_of_spinning(tmp_path):
 @pytest.fixture
 def cli_nvml(monkeypatch):
     """The CLI in this process with a fake pynvml and clock privileges."""
-    import joulebound.devices.gpu as gpu_layer
+    import joulebound.hw.gpu as gpu_layer
 
     monkeypatch.setattr(gpu_layer, "has_clock_privileges", lambda: True)
 
@@ -325,7 +325,7 @@ def test_helper_cli_refuses_bad_group_and_world_writable_mode_before_binding(cli
 # -- the clock helper in this process: ownership, rate limit, hardening ---------------------------
 @pytest.fixture
 def helper(tmp_path, monkeypatch):
-    from joulebound.dvfs.control.helper import ClockHelper
+    from joulebound.runtime.helper import ClockHelper
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     nv = FakeNvml(n_gpus=2)
@@ -355,8 +355,8 @@ def _raw(path, *lines: bytes) -> list[dict]:
 
 
 def test_a_second_helper_on_a_live_socket_refuses_to_start(helper, tmp_path):
-    from joulebound.dvfs.control.helper import ClockHelper, HelperActuator
-    from joulebound.errors import JouleboundError
+    from joulebound.core.errors import JouleboundError
+    from joulebound.runtime.helper import ClockHelper, HelperActuator
 
     h, nv = helper
     a = HelperActuator(h.path, gpu=0)
@@ -371,7 +371,7 @@ def test_a_second_helper_on_a_live_socket_refuses_to_start(helper, tmp_path):
 
 
 def test_ownership_is_kept_across_resets_and_the_rate_limit_is_per_gpu(helper):
-    from joulebound.dvfs.control.helper import HelperActuator
+    from joulebound.runtime.helper import HelperActuator
 
     h, nv = helper
     a = HelperActuator(h.path, gpu=0)
@@ -399,7 +399,7 @@ def test_ownership_is_kept_across_resets_and_the_rate_limit_is_per_gpu(helper):
 def test_sixteen_ranks_times_five_connect_at_once(helper):
     import threading
 
-    from joulebound.dvfs.control.helper import HelperActuator
+    from joulebound.runtime.helper import HelperActuator
 
     h, _ = helper
     errors, acts = [], []
@@ -457,8 +457,8 @@ def test_malformed_requests_get_an_error_reply_never_a_dropped_connection(helper
 
 
 def test_connections_over_the_cap_are_told_and_closed(tmp_path):
-    from joulebound.dvfs.control.helper import ClockHelper, HelperActuator
-    from joulebound.errors import JouleboundError
+    from joulebound.core.errors import JouleboundError
+    from joulebound.runtime.helper import ClockHelper, HelperActuator
 
     h = ClockHelper(tmp_path / "c.sock", nvml=FakeNvml(), check_privileges=False,
                     max_clients=2).start()
@@ -473,9 +473,9 @@ def test_connections_over_the_cap_are_told_and_closed(tmp_path):
 
 
 def test_helper_and_in_process_actuator_never_share_a_gpu(helper, monkeypatch):
-    from joulebound.dvfs.control.actuators import NvmlActuator
-    from joulebound.dvfs.control.helper import HelperActuator
-    from joulebound.errors import JouleboundError as GpuBusy  # GpuBusy is one
+    from joulebound.core.errors import JouleboundError as GpuBusy  # GpuBusy is one
+    from joulebound.runtime.actuators import NvmlActuator
+    from joulebound.runtime.helper import HelperActuator
 
     h, nv = helper
     a = HelperActuator(h.path, gpu=0)
@@ -497,7 +497,7 @@ def test_helper_and_in_process_actuator_never_share_a_gpu(helper, monkeypatch):
                                            ("GPU-fake-6", 0, 6), (None, 3, 3),
                                            ("MIG-fake-5-a", 0, 5)])
 def test_gpus_are_resolved_through_cuda_visible_devices_to_one_uuid(monkeypatch, cvd, rank, phys):
-    from joulebound.dvfs.control.actuators import NvmlActuator
+    from joulebound.runtime.actuators import NvmlActuator
     from joulebound.testing.fakenvml import FakeGPU
 
     gpus = [FakeGPU(f"GPU-fake-{i}", mig=(i == 5), mig_uuids=("MIG-fake-5-a",) if i == 5 else ())
@@ -515,8 +515,8 @@ def test_gpus_are_resolved_through_cuda_visible_devices_to_one_uuid(monkeypatch,
 
 
 def test_helper_client_resolves_its_cuda_numbering(tmp_path, monkeypatch):
-    from joulebound.dvfs.control.helper import ClockHelper, HelperActuator
-    from joulebound.errors import JouleboundError
+    from joulebound.core.errors import JouleboundError
+    from joulebound.runtime.helper import ClockHelper, HelperActuator
 
     nv = FakeNvml(n_gpus=4)
     h = ClockHelper(tmp_path / "c.sock", nvml=nv, check_privileges=False).start()
@@ -536,7 +536,7 @@ def test_helper_client_resolves_its_cuda_numbering(tmp_path, monkeypatch):
 
 def test_the_helper_rate_limit_never_aborts_training(plan_dir, tmp_path, monkeypatch, capsys):
     from joulebound.cli import main
-    from joulebound.dvfs.control.helper import ClockHelper
+    from joulebound.runtime.helper import ClockHelper
 
     monkeypatch.chdir(plan_dir)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from joulebound.clocks import ClockConfig
-from joulebound.dvfs.characterization import Characterization
-from joulebound.dvfs.plan import Plan
-from joulebound.errors import JouleboundError, SchemaError
+from joulebound.core.clocks import ClockConfig
+from joulebound.core.errors import JouleboundError, SchemaError
+from joulebound.gpumodel.characterization import Characterization
+from joulebound.planning.plan import Plan
 from joulebound.workload.trace import Kernel, Trace
 
 
@@ -225,8 +225,8 @@ def test_characterization_wrong_version_names_field(tmp_path) -> None:
 
 
 def test_writing_to_a_folder_is_a_user_error(tmp_path):
-    from joulebound.errors import JouleboundError
-    from joulebound.jsonio import write_json
+    from joulebound.core.errors import JouleboundError
+    from joulebound.core.jsonio import write_json
 
     with pytest.raises(JouleboundError, match="is a folder"):
         write_json(tmp_path, {"a": 1})

@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from joulebound.clocks import ClockConfig
-from joulebound.devices.catalog import (
-    SOURCED_FIELDS,
-    builtin_dir,
-    get_device,
-    list_devices,
-    load_entry,
-)
-from joulebound.devices.nvsmi import parse_nvsmi
-from joulebound.devices.spec import DeviceSpec
-from joulebound.errors import JouleboundError
+from joulebound.core.clocks import ClockConfig
+from joulebound.core.errors import JouleboundError
+from joulebound.hw.catalog import SOURCED_FIELDS, builtin_dir, get_device, list_devices, load_entry
+from joulebound.hw.nvsmi import parse_nvsmi
+from joulebound.hw.spec import DeviceSpec
 
 REQUIRED = ["rtx3080ti", "rtx3080", "rtx3090", "rtx2080ti", "a40", "a100-pcie-80gb",
             "a100-sxm4-80gb", "v100-sxm2", "h100-sxm", "h200-sxm", "b200", "t4", "a10g",
@@ -153,7 +147,7 @@ def test_tables_use_15_mhz_steps(name):
 
 
 def test_every_builtin_names_a_known_sourced_interconnect():
-    from joulebound.devices.links import LINKS
+    from joulebound.hw.links import LINKS
 
     for spec in list_devices():
         if not spec.sources.get("interconnect"):
@@ -161,15 +155,15 @@ def test_every_builtin_names_a_known_sourced_interconnect():
         assert spec.interconnect in LINKS and LINKS[spec.interconnect].scope == "intra", spec.name
     assert get_device("a100-sxm4-80gb").interconnect == "nvlink3"
     assert get_device("a40").interconnect == "pcie4"
-    assert not __import__("joulebound.devices.links", fromlist=["LINKS"]).LINKS[
+    assert not __import__("joulebound.hw.links", fromlist=["LINKS"]).LINKS[
         get_device("rtx3090").interconnect].p2p  # GeForce: no PCIe peer-to-peer
 
 
 def test_interconnect_field_is_validated_and_round_trips(tmp_path):
     import tomllib
 
-    from joulebound.devices.catalog import spec_from_dict, spec_to_toml
-    from joulebound.errors import SchemaError
+    from joulebound.core.errors import SchemaError
+    from joulebound.hw.catalog import spec_from_dict, spec_to_toml
 
     spec = get_device("a40")
     doc = tomllib.loads(spec_to_toml(spec))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from joulebound.cli import main
-from joulebound.devices.catalog import builtin_dir
+from joulebound.hw.catalog import builtin_dir
 
 
 @pytest.fixture(autouse=True)

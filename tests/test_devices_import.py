@@ -6,8 +6,9 @@ import tomllib
 
 import pytest
 
-from joulebound.devices import catalog
-from joulebound.devices.catalog import (
+from joulebound.core.errors import JouleboundError, SchemaError
+from joulebound.hw import catalog
+from joulebound.hw.catalog import (
     builtin_dir,
     get_device,
     import_device,
@@ -18,8 +19,7 @@ from joulebound.devices.catalog import (
     spec_to_toml,
     unregister_device,
 )
-from joulebound.devices.nvsmi import parse_nvsmi, parse_nvsmi_text
-from joulebound.errors import JouleboundError, SchemaError
+from joulebound.hw.nvsmi import parse_nvsmi, parse_nvsmi_text
 
 
 @pytest.fixture(autouse=True)

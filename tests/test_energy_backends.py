@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from joulebound.core.errors import JouleboundError
 from joulebound.energy.meter import EnergyMeter
 from joulebound.energy.rapl import RaplBackend
 from joulebound.energy.replay import ReplayBackend
 from joulebound.energy.simulated import SimulatedBackend
-from joulebound.errors import JouleboundError
 
 
 class Clock:

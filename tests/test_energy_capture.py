@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from joulebound.errors import JouleboundError  # noqa: E402
+from joulebound.core.errors import JouleboundError  # noqa: E402
 from joulebound.workload.capture import StepProfiler, profile_steps, run_script  # noqa: E402
 from joulebound.workload.trace import Trace  # noqa: E402
 

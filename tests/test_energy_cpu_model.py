@@ -8,6 +8,7 @@ import json
 import pytest
 
 from joulebound.cli import main
+from joulebound.core.errors import JouleboundError
 from joulebound.energy.base import Backend, Channel, CompositeBackend
 from joulebound.energy.carbon import carbon_intensity
 from joulebound.energy.cpu_model import (
@@ -19,7 +20,6 @@ from joulebound.energy.cpu_model import (
     read_proc_stat,
 )
 from joulebound.energy.meter import EnergyMeter
-from joulebound.errors import JouleboundError
 
 
 class Stat:

@@ -84,7 +84,7 @@ def test_counter_vs_power_section_runs_on_a_fake(tmp_path, monkeypatch):
     fake = _fake_nv()
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    from joulebound.devices.gpu import Nvml
+    from joulebound.hw.gpu import Nvml
 
     ro = mod._install_readonly_nvml()
     dev = Nvml(ro).open(0)

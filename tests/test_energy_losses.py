@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from joulebound.core.errors import JouleboundError
 from joulebound.energy.command import run_command
 from joulebound.energy.store import Store
-from joulebound.errors import JouleboundError
 
 PY = sys.executable
 JB = str(Path(PY).with_name("joulebound"))

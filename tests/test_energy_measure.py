@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from joulebound.core.errors import JouleboundError
 from joulebound.energy.command import run_command
-from joulebound.errors import JouleboundError
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from joulebound.core.errors import JouleboundError
 from joulebound.energy.meter import EnergyMeter, WindowResult
 from joulebound.energy.simulated import SimulatedBackend
 from joulebound.energy.store import Store
-from joulebound.errors import JouleboundError
 
 
 class Clock:
@@ -144,7 +144,7 @@ def test_context_manager_and_decorator():
 
 
 def test_from_spec_load_profile():
-    from joulebound.devices.spec import DeviceSpec
+    from joulebound.hw.spec import DeviceSpec
 
     spec = DeviceSpec(name="x", product_name="X", architecture="A", supported_clocks={1000: [500]},
                       default_core_mhz=500, max_core_mhz=500, default_mem_mhz=1000,
@@ -246,7 +246,7 @@ def test_requested_gpus_without_any_gpu_sensor_still_record_time():
 
 
 def test_from_catalog_device_name():
-    from joulebound.devices.catalog import get_device
+    from joulebound.hw.catalog import get_device
 
     spec = get_device("h200")
     b = SimulatedBackend.from_spec("h200", load=0.5, t0=0.0)

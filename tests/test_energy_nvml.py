@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from joulebound.core.errors import JouleboundError
 from joulebound.energy.meter import EnergyMeter
 from joulebound.energy.nvml import NvmlBackend
-from joulebound.errors import JouleboundError
 from joulebound.testing.clock import ManualClock as Clock
 from joulebound.testing.fakenvml import FakeGPU
 
@@ -216,7 +216,7 @@ def test_counter_lost_mid_window_falls_back_to_sampled_power(fake):
 
 def test_sensor_period_comes_from_the_catalog(fake, monkeypatch):
     import joulebound.energy.nvml as nvml
-    from joulebound.devices.catalog import get_device
+    from joulebound.hw.catalog import get_device
 
     assert nvml.catalog_sensor_period(get_device("h100-sxm").product_name) == pytest.approx(
         get_device("h100-sxm").sensor_period_s)

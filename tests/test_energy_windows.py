@@ -10,9 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-from joulebound.devices.catalog import get_device
 from joulebound.energy.meter import EnergyMeter
 from joulebound.energy.simulated import SimulatedBackend
+from joulebound.hw.catalog import get_device
 from joulebound.testing.fakenvml import FakeGPU, FakeNvml
 
 #: the catalog's sensor update period of the H100 (100 ms; Yang et al., SC'24)

@@ -1,4 +1,4 @@
-"""Library code logs; only entry points show it (joulebound.logs.show_progress)."""
+"""Library code logs; only entry points show it (joulebound.core.logs.show_progress)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import sys
 
 
 def test_show_progress_prints_plain_lines_once(capsys) -> None:
-    from joulebound.logs import show_progress
+    from joulebound.core.logs import show_progress
 
     logger = logging.getLogger("joulebound")
     handlers, level = list(logger.handlers), logger.level
     try:
         show_progress()
         show_progress()  # idempotent: one handler
-        logging.getLogger("joulebound.scaling.report").info("evaluated %s", "x")
+        logging.getLogger("joulebound.jobs.report").info("evaluated %s", "x")
         assert capsys.readouterr().err.count("evaluated x") == 1
     finally:
         logger.handlers[:] = handlers
@@ -23,7 +23,7 @@ def test_show_progress_prints_plain_lines_once(capsys) -> None:
 
 
 def test_importing_the_package_configures_no_logging() -> None:
-    code = ("import logging, joulebound.cli, joulebound.scaling.report, joulebound.workload.capture;"
+    code = ("import logging, joulebound.cli, joulebound.jobs.report, joulebound.workload.capture;"
             "print(logging.getLogger().handlers, logging.getLogger('joulebound').handlers)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True).stdout

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from _model_fixtures import ga102_spec, small_trace
 
-from joulebound.clocks import ClockConfig
-from joulebound.dvfs.model import characterize, default_params, kernel_time_energy
-from joulebound.dvfs.model.kernel import KernelWork
-from joulebound.errors import JouleboundError
+from joulebound.core.clocks import ClockConfig
+from joulebound.core.errors import JouleboundError
+from joulebound.gpumodel import characterize, default_params, kernel_time_energy
+from joulebound.gpumodel.kernel import KernelWork
 from joulebound.workload.trace import Kernel, Trace
 
 

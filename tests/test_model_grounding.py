@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from joulebound.clocks import ClockConfig
-from joulebound.devices.catalog import get_device
-from joulebound.dvfs.model import characterize, load_shipped, params_for
-from joulebound.dvfs.model.characterize import dram_bytes, governor_core_mhz, resolve_clocks
-from joulebound.dvfs.model.memory import tested_clocks as clocks_measured
-from joulebound.dvfs.model.params import DeviceParams
+from joulebound.core.clocks import ClockConfig
+from joulebound.gpumodel import characterize, load_shipped, params_for
+from joulebound.gpumodel.characterize import dram_bytes, governor_core_mhz, resolve_clocks
+from joulebound.gpumodel.params import DeviceParams
+from joulebound.hw.catalog import get_device
+from joulebound.hw.memory import tested_clocks as clocks_measured
 from joulebound.workload.analytic import build_trace
 
 # --- plumbing without data ------------------------------------------------------------------
@@ -98,8 +98,8 @@ def test_every_shipped_parameter_is_sourced_or_listed_as_default():
 
 
 def test_plan_intervals_come_from_draws():
-    from joulebound.dvfs.study import run_study
-    from joulebound.dvfs.uncertainty import study_intervals
+    from joulebound.planning.study import run_study
+    from joulebound.planning.uncertainty import study_intervals
 
     spec = get_device("rtx3080ti")
     tr = build_trace("gpt2-small", batch=2, layers=2)
@@ -111,7 +111,7 @@ def test_plan_intervals_come_from_draws():
         assert iv.n_draws == 6 and iv.energy_lo <= iv.energy_hi
         assert iv.replan_energy_lo is not None and iv.replan_energy_lo <= iv.replan_energy_hi
     # a draw-free parameter set yields no interval (defaults are not calibrated)
-    from joulebound.dvfs.model import default_params
+    from joulebound.gpumodel import default_params
 
     assert study_intervals(st, tr, spec, default_params(spec), n_draws=6) == {}
 
@@ -121,13 +121,13 @@ def test_plan_intervals_come_from_draws():
 
 @pytest.fixture(scope="module")
 def spaan_setup(shared_data):
-    from joulebound.validation import spaan
+    from research import spaan
 
     return spaan.setup(shared_data)
 
 
 def _table_errors(su, params) -> tuple[float, float]:
-    from joulebound.validation import spaan
+    from research import spaan
 
     dt, de = spaan.row_deltas(su, params)
     mt = np.array([r.time_delta_pct for r in su.rows])
@@ -148,7 +148,7 @@ def test_rtx3080ti_reproduces_table1_rows(spaan_setup):
 def test_streaming_kernels_ignore_the_core_clock(spaan_setup):
     """GELU at 630 MHz core: +0.03 % time measured. The old uniform 20 % core share of memory
     time predicts over +10 %; the calibrated per-category split stays within 1 point."""
-    from joulebound.validation import spaan
+    from research import spaan
 
     p = load_shipped("rtx3080ti")
     gelu = next(i for i, r in enumerate(spaan_setup.rows) if r.kernel == "GELU")
@@ -190,8 +190,8 @@ PERSEUS_TOL = {"a100_sxm": (1.5, 2.5), "a40": (3.2, 3.2)}
 
 
 def _perseus_errors(shared_data, gpu: str, params) -> tuple[float, float]:
-    from joulebound.validation import perseus_kernel as pk
-    from joulebound.validation.result import mape
+    from research import perseus_kernel as pk
+    from research.result import mape
 
     ss = pk.stage_set(shared_data, gpu)
     rows, t, e = pk.predict_heldout(ss, params, pk.MODELS)
@@ -218,8 +218,8 @@ def test_gemm_dram_traffic_is_needed(shared_data):
 
 def test_perseus_held_out_model_a100(shared_data):
     """Fit the kernel model on BLOOM's stages only, predict GPT-3's held-out clocks."""
-    from joulebound.validation import perseus_kernel as pk
-    from joulebound.validation.result import mape
+    from research import perseus_kernel as pk
+    from research.result import mape
 
     ss = pk.stage_set(shared_data, "a100_sxm")
     fit = pk.fit(ss, ["bloom"])
@@ -232,8 +232,8 @@ def test_gpuptx_memory_clock_dimension(shared_data):
     application calibrated on 3 pairs and predicted at the other 29 — time and power MAPE
     within 5 %; the same protocol with the memory-time share of the core clock forced to the old
     0.2 for all kernels... is worse."""
-    from joulebound.validation import gpuptx
-    from joulebound.validation.result import mape
+    from research import gpuptx
+    from research.result import mape
 
     root = shared_data / "gpuptxmodel"
     micro = gpuptx.load(root / "micro_gtxtitanx.csv")
@@ -314,7 +314,7 @@ def test_memory_warnings_for_steps_that_do_not_fit(capsys):
 
 def test_one_memory_model_for_the_cli_and_the_job_predictor():
     """The job predictor's per-GPU memory for a single-GPU job equals the CLI's estimate."""
-    from joulebound.scaling.job import Job, memory, resolve
+    from joulebound.jobs.job import Job, memory, resolve
     from joulebound.workload.analytic import ModelConfig
     from joulebound.workload.memory import training_memory
 

@@ -9,11 +9,11 @@ import pytest
 from _model_fixtures import ga102_spec, small_trace
 
 from joulebound.cli import main
-from joulebound.clocks import ClockConfig
-from joulebound.dvfs.characterization import Characterization
-from joulebound.dvfs.model import characterize
-from joulebound.dvfs.model.measured import from_measured
-from joulebound.errors import JouleboundError, SchemaError
+from joulebound.core.clocks import ClockConfig
+from joulebound.core.errors import JouleboundError, SchemaError
+from joulebound.gpumodel import characterize
+from joulebound.gpumodel.characterization import Characterization
+from joulebound.gpumodel.measured import from_measured
 
 HEADER = "kernel,core,mem,time,energy,repeats\n"
 
@@ -94,10 +94,10 @@ def test_unknown_device_is_user_error():
 def test_three_measured_clocks_calibrate_the_rest(tmp_path):
     """Ground truth = the model with perturbed work/activity; 3 measured clocks per kernel recover
     every other cell far better than the uncalibrated roofline."""
-    from joulebound.dvfs.model import default_params
-    from joulebound.dvfs.model.characterize import trace_work
-    from joulebound.dvfs.model.kernel import KernelWork
-    from joulebound.dvfs.model.measured import characterize_with_measurements
+    from joulebound.gpumodel import default_params
+    from joulebound.gpumodel.characterize import trace_work
+    from joulebound.gpumodel.kernel import KernelWork
+    from joulebound.gpumodel.measured import characterize_with_measurements
 
     spec, tr = ga102_spec(), small_trace()
     prm = default_params(spec)
@@ -128,9 +128,9 @@ def test_three_measured_clocks_calibrate_the_rest(tmp_path):
 
 
 def test_fit_kernel_without_counts_matches_measurements():
-    from joulebound.dvfs.model import default_params
-    from joulebound.dvfs.model.calibrate import fit_kernel
-    from joulebound.dvfs.model.kernel import KernelWork, kernel_time_energy
+    from joulebound.gpumodel import default_params
+    from joulebound.gpumodel.calibrate import fit_kernel
+    from joulebound.gpumodel.kernel import KernelWork, kernel_time_energy
 
     spec = ga102_spec()
     prm = default_params(spec)

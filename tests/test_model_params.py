@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from joulebound.devices.catalog import get_device
-from joulebound.dvfs.model import characterize, default_params, load_shipped, shipped_names
-from joulebound.dvfs.model.params import DeviceParams
+from joulebound.gpumodel import characterize, default_params, load_shipped, shipped_names
+from joulebound.gpumodel.params import DeviceParams
+from joulebound.hw.catalog import get_device
 from joulebound.workload.analytic import build_trace
 
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from joulebound.errors import JouleboundError
+from joulebound.core.errors import JouleboundError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FUZZ = settings(max_examples=120, deadline=None, derandomize=True,
@@ -140,14 +140,14 @@ def test_trace_files_never_hold_nan_and_trace_json_is_strict_json(tmp_path, caps
 
 
 # -- devices import TOML ---------------------------------------------------------------------------
-T4 = (Path(__file__).resolve().parent.parent / "joulebound" / "devices" / "data" / "t4.toml"
+T4 = (Path(__file__).resolve().parent.parent / "joulebound" / "hw" / "data" / "t4.toml"
       ).read_bytes()
 
 
 @FUZZ
 @given(st.data())
 def test_devices_import_toml_never_tracebacks(tmp_path, data):
-    from joulebound.devices.catalog import load_entry
+    from joulebound.hw.catalog import load_entry
 
     raw = bytearray(T4)
     for _ in range(data.draw(st.integers(1, 3))):
@@ -182,7 +182,7 @@ cell = st.one_of(st.sampled_from(["", "auto", "nan", "NaN", "inf", "-inf", "-1",
 @given(st.lists(st.lists(cell, min_size=0, max_size=8), min_size=1, max_size=5),
        st.booleans())
 def test_characterize_measured_csv_never_tracebacks(tmp_path, rows, latin1):
-    from joulebound.dvfs.model.measured import read_table
+    from joulebound.gpumodel.measured import read_table
 
     text = "kernel,core,mem,time,energy,repeats\n" + "\n".join(",".join(r) for r in rows) + "\n"
     p = tmp_path / "m.csv"
@@ -198,7 +198,7 @@ def test_characterize_measured_csv_never_tracebacks(tmp_path, rows, latin1):
 
 
 def test_characterize_measured_nan_clock_names_the_row(tmp_path):
-    from joulebound.dvfs.model.measured import read_table
+    from joulebound.gpumodel.measured import read_table
 
     p = tmp_path / "m.csv"
     p.write_text("kernel,core,mem,time,energy,repeats\ngemm,1410,1593,0.1,1,1\ngemm,nan,1593,0.1,1,1\n")
@@ -215,7 +215,7 @@ GOOD_ROW = ["0", "2.0", "197.0", "1.2e8", "128", "8", "12", "768", "12", "gpt", 
 @FUZZ
 @given(st.data())
 def test_fit_data_csv_never_tracebacks(tmp_path, data):
-    from joulebound.scaling.datasets import load
+    from joulebound.jobs.datasets import load
 
     rows = [list(GOOD_ROW) for _ in range(3)]
     for _ in range(data.draw(st.integers(1, 3))):

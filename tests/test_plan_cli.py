@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from joulebound.cli import main
-from joulebound.dvfs.characterization import Characterization
-from joulebound.dvfs.plan import Plan
+from joulebound.gpumodel.characterization import Characterization
+from joulebound.planning.plan import Plan
 
 
 def _run_json(capsys, argv):

@@ -7,7 +7,7 @@ import os
 
 from _plan_synth import synth_char
 
-from joulebound.dvfs.solve import solve
+from joulebound.planning.solve import solve
 
 
 def test_exact_milp_prints_nothing_and_leaves_stdout_alone(capfd, monkeypatch) -> None:

@@ -8,8 +8,9 @@ from _plan_synth import synth_char, synth_trace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from joulebound.dvfs.characterization import Characterization
-from joulebound.dvfs.solve import (
+from joulebound.core.errors import JouleboundError
+from joulebound.gpumodel.characterization import Characterization
+from joulebound.planning.solve import (
     FastMCKP,
     align,
     baseline_totals,
@@ -20,7 +21,6 @@ from joulebound.dvfs.solve import (
     solve_local,
     solve_milp,
 )
-from joulebound.errors import JouleboundError
 
 SETTINGS = settings(max_examples=12, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])

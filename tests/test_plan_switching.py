@@ -11,9 +11,10 @@ from _plan_synth import synth_char, synth_trace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from joulebound.dvfs.characterization import Characterization
-from joulebound.dvfs.solve import solve
-from joulebound.dvfs.solve.switching import (
+from joulebound.core.errors import JouleboundError
+from joulebound.gpumodel.characterization import Characterization
+from joulebound.planning.solve import solve
+from joulebound.planning.solve.switching import (
     dp_lagrangian,
     mix_plans,
     parse_duration,
@@ -21,7 +22,6 @@ from joulebound.dvfs.solve.switching import (
     plan_switch_aware,
     useful_columns,
 )
-from joulebound.errors import JouleboundError
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -348,7 +348,7 @@ def test_dp_on_a_share_of_the_configurations_keeps_budget_dwell_and_beats_one_ph
 
 @pytest.fixture(scope="module")
 def gpt3_char():
-    from joulebound.dvfs.model import characterize
+    from joulebound.gpumodel import characterize
     from joulebound.workload.analytic import build_trace
 
     return characterize(build_trace("gpt3-xl"), "rtx3080ti")
@@ -362,10 +362,10 @@ def test_a_plan_repeated_every_iteration_lands_every_switch(gpt3_char, lat) -> N
     (replayed in steady state) then make every planned switch and the replay's energy is the
     simulator's. The DP's first phase needed no dwell, and at L = 20 ms the replay lost 2 of 7
     switches (-12.3 % instead of -16.2 %)."""
-    from joulebound.dvfs.control import lookahead_commands
-    from joulebound.dvfs.control.actuators import replay_plan
-    from joulebound.dvfs.control.session import plan_kernel_times
-    from joulebound.dvfs.simulate import simulate
+    from joulebound.planning.simulate import simulate
+    from joulebound.runtime import lookahead_commands
+    from joulebound.runtime.actuators import replay_plan
+    from joulebound.runtime.session import plan_kernel_times
 
     plan = plan_switch_aware(gpt3_char, slowdown=0.01, switch_latency_s=lat)
     kt = plan_kernel_times(plan, gpt3_char)

@@ -11,16 +11,16 @@ import time
 import numpy as np
 import pytest
 
-from joulebound.clocks import AUTO, ClockConfig
-from joulebound.dvfs.characterization import Characterization
-from joulebound.dvfs.control.actuators import (
+from joulebound.core.clocks import AUTO, ClockConfig
+from joulebound.core.errors import JouleboundError
+from joulebound.gpumodel.characterization import Characterization
+from joulebound.runtime.actuators import (
     DryRunActuator,
     NvmlActuator,
     SimulatedActuator,
     reset_all_clocks,
 )
-from joulebound.dvfs.control.helper import ClockHelper, HelperActuator
-from joulebound.errors import JouleboundError
+from joulebound.runtime.helper import ClockHelper, HelperActuator
 from joulebound.testing.fakenvml import FakeNvml
 
 HI, LO = ClockConfig(1410, 1593), ClockConfig(1005, 1593)
@@ -166,8 +166,8 @@ def test_helper_rate_limits_defer_and_never_raise(helper):
 
 CLIENT = """
 import os, sys, time
-from joulebound.clocks import ClockConfig
-from joulebound.dvfs.control.helper import HelperActuator
+from joulebound.core.clocks import ClockConfig
+from joulebound.runtime.helper import HelperActuator
 a = HelperActuator(sys.argv[1], gpu=0)
 a.set_clocks(ClockConfig(1410, 1593))
 a.set_clocks(ClockConfig(1005, 1215))
@@ -264,7 +264,7 @@ def test_nvml_actuator_unknown_gpu_index():
 def test_a_gpu_nvml_does_not_know_is_a_clear_error_and_nvml_is_shut_down(opener):
     """Both clock paths open the GPU through the device layer's one opener: an unknown GPU is
     named with the fix, and the NVML session is closed again (no leaked nvmlInit)."""
-    from joulebound.calibrate.backends import NvmlBackend
+    from joulebound.measure.calibrate.backends import NvmlBackend
 
     nv = FakeNvml(n_gpus=1)
     with pytest.raises(JouleboundError, match=r"GPU index 3 is not visible.*nvidia-smi -L"):

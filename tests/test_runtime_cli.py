@@ -10,9 +10,9 @@ import pytest
 pytest.importorskip("torch")
 
 from joulebound.cli import main  # noqa: E402
-from joulebound.clocks import AUTO, ClockConfig  # noqa: E402
-from joulebound.dvfs.characterization import Characterization  # noqa: E402
-from joulebound.dvfs.plan import Plan  # noqa: E402
+from joulebound.core.clocks import AUTO, ClockConfig  # noqa: E402
+from joulebound.gpumodel.characterization import Characterization  # noqa: E402
+from joulebound.planning.plan import Plan  # noqa: E402
 from joulebound.workload.trace import Trace  # noqa: E402
 
 SCRIPT = """
@@ -107,8 +107,8 @@ def test_reset_clocks_uses_nvml_reset(monkeypatch, capsys):
 
 
 def test_a_recording_is_refused_unless_its_iteration_is_one_training_step():
-    from joulebound.dvfs.control.session import MIN_RECORD_STEPS, _check_recorded_iteration
-    from joulebound.errors import JouleboundError
+    from joulebound.core.errors import JouleboundError
+    from joulebound.runtime.session import MIN_RECORD_STEPS, _check_recorded_iteration
 
     steps = [100 * (i + 1) for i in range(MIN_RECORD_STEPS)]   # 100 ops per optimizer step
     _check_recorded_iteration(steps, end=steps[-1], period=100)

@@ -8,12 +8,12 @@ import time
 import numpy as np
 import pytest
 
-from joulebound.clocks import AUTO, ClockConfig
-from joulebound.dvfs.control import Controller, DryRunActuator, lookahead_commands
-from joulebound.dvfs.control.controller import trace_from_ops
-from joulebound.dvfs.control.hooks import EventAligner, PeriodicSchedule, key_str
-from joulebound.dvfs.plan import Plan
-from joulebound.dvfs.predict import NextKernelPredictor
+from joulebound.core.clocks import AUTO, ClockConfig
+from joulebound.planning.plan import Plan
+from joulebound.runtime import Controller, DryRunActuator, lookahead_commands
+from joulebound.runtime.controller import trace_from_ops
+from joulebound.runtime.hooks import EventAligner, PeriodicSchedule, key_str
+from joulebound.runtime.nextop import NextKernelPredictor
 
 A, B = ClockConfig(1410, 1593), ClockConfig(1005, 1593)
 
@@ -227,7 +227,7 @@ def test_trace_from_ops_keeps_the_keys_dtype():
 
 def test_opstream_sees_forward_backward_and_optimizer_ops():
     torch = pytest.importorskip("torch")
-    from joulebound.dvfs.control.hooks import OpStream
+    from joulebound.runtime.hooks import OpStream
 
     lin = torch.nn.Linear(8, 4)
     opt = torch.optim.SGD(lin.parameters(), lr=0.1)
@@ -245,8 +245,8 @@ def test_opstream_sees_forward_backward_and_optimizer_ops():
 
 def test_controlled_context_manager_in_a_script(tmp_path):
     torch = pytest.importorskip("torch")
-    from joulebound.dvfs.control import controlled
-    from joulebound.dvfs.control.hooks import OpStream
+    from joulebound.runtime import controlled
+    from joulebound.runtime.hooks import OpStream
 
     lin = torch.nn.Linear(8, 8)
     opt = torch.optim.SGD(lin.parameters(), lr=0.01)
@@ -312,7 +312,7 @@ def test_forked_child_does_not_drive_the_parent_controller():
     torch = pytest.importorskip("torch")
     import os
 
-    from joulebound.dvfs.control.hooks import OpStream
+    from joulebound.runtime.hooks import OpStream
 
     x = torch.ones(3)
     with OpStream(record=True) as ops:

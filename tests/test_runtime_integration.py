@@ -9,19 +9,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from joulebound.clocks import AUTO, ClockConfig  # noqa: E402
-from joulebound.dvfs.control import (  # noqa: E402
-    Controller,
-    SimulatedActuator,
-    lookahead_commands,
-    trace_from_ops,
-)
-from joulebound.dvfs.control.actuators import replay_plan  # noqa: E402
-from joulebound.dvfs.control.hooks import OpStream  # noqa: E402
-from joulebound.dvfs.control.session import plan_kernel_times  # noqa: E402
-from joulebound.dvfs.model import characterize  # noqa: E402
-from joulebound.dvfs.plan import Plan  # noqa: E402
-from joulebound.dvfs.simulate import simulate  # noqa: E402
+from joulebound.core.clocks import AUTO, ClockConfig  # noqa: E402
+from joulebound.gpumodel import characterize  # noqa: E402
+from joulebound.planning.plan import Plan  # noqa: E402
+from joulebound.planning.simulate import simulate  # noqa: E402
+from joulebound.runtime import Controller, SimulatedActuator, lookahead_commands, trace_from_ops  # noqa: E402
+from joulebound.runtime.actuators import replay_plan  # noqa: E402
+from joulebound.runtime.hooks import OpStream  # noqa: E402
+from joulebound.runtime.session import plan_kernel_times  # noqa: E402
 from joulebound.testing.demo_gpt import TinyGPTConfig, make_step  # noqa: E402
 
 CFG = TinyGPTConfig(layers=2, hidden=32, seq=16, batch=2)

@@ -5,12 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from joulebound.dvfs.predict import (
-    UNKNOWN,
-    KeyInterner,
-    NextKernelPredictor,
-    accuracy,
-)
+from joulebound.runtime.nextop import UNKNOWN, KeyInterner, NextKernelPredictor, accuracy
 from joulebound.testing.streams import DEFAULT_PERTURBATION, Perturbation, perturbed_stream
 
 
@@ -143,7 +138,7 @@ def test_real_cpu_training_loop_with_gradient_accumulation():
     torch = pytest.importorskip("torch")
     from torch.nn import functional as F
 
-    from joulebound.dvfs.control.hooks import OpStream
+    from joulebound.runtime.hooks import OpStream
     from joulebound.testing.demo_gpt import TinyGPTConfig, build
 
     cfg = TinyGPTConfig(layers=2, hidden=32, seq=16, batch=2)

@@ -17,8 +17,8 @@ import pytest
 pytest.importorskip("torch")
 
 from joulebound.cli import main  # noqa: E402
-from joulebound.devices.latency import device_switch_latency  # noqa: E402
-from joulebound.dvfs.plan import Plan  # noqa: E402
+from joulebound.hw.latency import device_switch_latency  # noqa: E402
+from joulebound.planning.plan import Plan  # noqa: E402
 
 SCRIPT = "import sys\nfrom joulebound.testing.demo_gpt import main\nmain(sys.argv[1:])\n"
 TINY = ["--layers", "1", "--hidden", "32"]
@@ -59,7 +59,7 @@ def test_walkthrough_plan_respects_latency_and_simulated_run_prints_saving(recor
     assert plan.switch_latency_s == lat.seconds and plan.granularity == "phase"
     # phases of the saved plan (modeled kernel times) all last >= the latency, or it never
     # switches; the switch-free kernel row of the same study switches far faster than that
-    from joulebound.dvfs.control.session import model_characterization, plan_kernel_times
+    from joulebound.runtime.session import model_characterization, plan_kernel_times
 
     kt = plan_kernel_times(plan, model_characterization(plan))
     phases = plan.phases()

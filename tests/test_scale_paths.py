@@ -14,15 +14,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from joulebound.devices.catalog import get_device
-from joulebound.dvfs.model import characterize
-from joulebound.dvfs.model.characterize import (
+from joulebound.gpumodel import characterize
+from joulebound.gpumodel.characterize import (
     evaluate_work,
     planning_configs,
     resolve_clocks,
     trace_work,
 )
-from joulebound.dvfs.model.params import params_for
+from joulebound.gpumodel.params import params_for
+from joulebound.hw.catalog import get_device
 from joulebound.workload.analytic import build_trace
 from joulebound.workload.trace import Trace
 
@@ -68,7 +68,7 @@ def test_chunked_characterize_matches_the_whole_table_model(case) -> None:
 
 @pytest.mark.parametrize("p", [1.0, 2.0, 4.0, 9.887837481596064, 19.1])
 def test_smooth_max_table_is_within_its_tolerance(p) -> None:
-    from joulebound.dvfs.model.kernel_table import TABLE_TOL, smooth_max_table
+    from joulebound.gpumodel.kernel_table import TABLE_TOL, smooth_max_table
 
     g, dg = smooth_max_table(p)
     n = len(g) - 1
@@ -94,7 +94,7 @@ def test_compiled_vf_curve_is_the_numpy_curve(device) -> None:
     """The compiled cap solve evaluates the V–f curve itself (one clock at a time); it must be
     :meth:`VFCurve.dynamic_scale_and_slope`, knee, floor and both sides of the corner
     included."""
-    from joulebound.dvfs.model.cells_kernel import vf_dynamic_and_slope, vf_terms
+    from joulebound.gpumodel.cells_kernel import vf_dynamic_and_slope, vf_terms
 
     vf = params_for(get_device(device)).vf
     terms = vf_terms(vf.knee_mhz, vf.v_min, vf.max_mhz, vf.smooth_mhz)
@@ -106,8 +106,8 @@ def test_compiled_vf_curve_is_the_numpy_curve(device) -> None:
 
 def test_fill_table_falls_back_to_the_reference_model() -> None:
     """Parameters outside the fast path (a negative launch overhead): kernel_time_energy."""
-    from joulebound.dvfs.model.kernel import KernelWork, kernel_time_energy
-    from joulebound.dvfs.model.kernel_table import config_terms, fill_table
+    from joulebound.gpumodel.kernel import KernelWork, kernel_time_energy
+    from joulebound.gpumodel.kernel_table import config_terms, fill_table
 
     spec = get_device("rtx3080ti")
     prm = dataclasses.replace(params_for(spec), launch_overhead_s=-1e-7)
@@ -138,7 +138,7 @@ def test_trace_file_has_every_kernel_field() -> None:
 def test_kernel_time_is_the_two_power_formula_bit_for_bit() -> None:
     """kernel_time computes ``big·((tc/big)^p + (tm/big)^p)^(1/p)`` with one power fewer: the
     same floats, including ties (tc == tm), zero parts and no work at all."""
-    from joulebound.dvfs.model.kernel import KernelWork, kernel_time
+    from joulebound.gpumodel.kernel import KernelWork, kernel_time
 
     prm = params_for(get_device("rtx3080ti"))
     rng = np.random.default_rng(0)
@@ -168,8 +168,8 @@ def _repeated(n_types: int, copies: int, seed: int) -> tuple[np.ndarray, np.ndar
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_fast_solver_on_repeated_rows_never_expands_them_and_stays_near_optimal(seed) -> None:
-    from joulebound.dvfs.solve import FastMCKP, solve_milp
-    from joulebound.dvfs.solve.hull import pareto_options
+    from joulebound.planning.solve import FastMCKP, solve_milp
+    from joulebound.planning.solve.hull import pareto_options
 
     t, e = _repeated(9, 24, seed)                               # 216 groups, 9 distinct rows
     o = pareto_options(t, e)
@@ -212,7 +212,7 @@ def test_predictor_history_is_a_fixed_ring_and_bounded() -> None:
     """The history stays at most ``max_history`` ops at every op and then holds exactly the
     newest ``max_history``, in storage allocated once (never replaced or resized), and the
     bounded predictor predicts as an unbounded one does."""
-    from joulebound.dvfs.predict import NextKernelPredictor
+    from joulebound.runtime.nextop import NextKernelPredictor
 
     keys = _stream(40, perturbed=False)                          # 12,000 ops, steady
     small, big = NextKernelPredictor(max_history=2000), NextKernelPredictor()
@@ -237,7 +237,7 @@ def test_predictor_observe_allocates_nothing_that_grows() -> None:
     (tracemalloc, perturbed stream: resyncs, relocks and Markov fallbacks included)."""
     import tracemalloc
 
-    from joulebound.dvfs.predict import NextKernelPredictor
+    from joulebound.runtime.nextop import NextKernelPredictor
 
     keys = _stream(80, perturbed=True)      # ~25,000 ops: two epochs (all keys) seen first
     pred = NextKernelPredictor(max_history=4096)
@@ -266,7 +266,7 @@ def test_predictor_observe_allocates_nothing_that_grows() -> None:
 
 
 def test_predictor_compaction_keeps_labels_and_perturbed_accuracy() -> None:
-    from joulebound.dvfs.predict import NextKernelPredictor
+    from joulebound.runtime.nextop import NextKernelPredictor
 
     keys = _stream(80, perturbed=True)      # ~25,000 ops; an epoch (its odd last batch) is 7,500
     small, big = NextKernelPredictor(max_history=20_000), NextKernelPredictor()

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from joulebound.scaling import stepcost
-from joulebound.scaling.job import Job
-from joulebound.scaling.mechanistic import predict_many
+from joulebound.jobs import stepcost
+from joulebound.jobs.job import Job
+from joulebound.jobs.mechanistic import predict_many
 
 PIN = Path(__file__).parent / "data" / "mech_batch_pin.json"
 FIELDS = ("time_s", "time_lo_s", "time_hi_s", "gpu_energy_j", "gpu_energy_lo_j", "gpu_energy_hi_j",

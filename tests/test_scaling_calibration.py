@@ -2,8 +2,8 @@
 docs/scaling.md pinned with stated tolerances.
 
 A change of the GPU model (or of the predictor) that moves a figure by more than its tolerance
-fails here: re-run ``python -m joulebound.scaling.calibrate --data ../shared/data`` (the shipped
-parameters) and ``python -m joulebound.scaling.report --data ../shared/data --docs docs`` (the
+fails here: re-run ``python -m joulebound.jobs.calibrate --data ../shared/data`` (the shipped
+parameters) and ``python -m joulebound.jobs.report --data ../shared/data --docs docs`` (the
 page), and read what moved.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from joulebound.scaling import calibrate as cal
-from joulebound.scaling.mechanistic import MechParams, compose, load_params
+from joulebound.jobs import calibrate as cal
+from joulebound.jobs.mechanistic import MechParams, compose, load_params
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "scaling.md"
 #: tolerances of the pinned figures: shares and coverage in percentage points, ratios relative
@@ -72,7 +72,7 @@ def test_shipped_parameters_are_a_fresh_fit(prep, shared_data):
     """The shipped file is what the calibration function gives today (so it is not hand-typed)."""
     from dataclasses import replace
 
-    from joulebound.scaling.host import mayaki_host_watts
+    from joulebound.jobs.host import mayaki_host_watts
 
     prm = cal.fit(prep, replace(MechParams(), host=mayaki_host_watts(shared_data / "mayaki_ecai2025")))
     shipped = load_params()

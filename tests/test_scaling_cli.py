@@ -9,7 +9,7 @@ import json
 import pytest
 
 from joulebound.cli import main
-from joulebound.scaling import frontier
+from joulebound.jobs import frontier
 
 BERT = ["--model", "bert", "--layers", "12", "--hidden", "768", "--heads", "12", "--seq", "128",
         "--batch", "32"]

@@ -13,10 +13,10 @@ import math
 import numpy as np
 import pytest
 
-from joulebound.scaling.collectives import Fabric, allgather, allreduce, reduce_scatter, sendrecv
-from joulebound.scaling.job import Job, resolve
-from joulebound.scaling.mechanistic import MechParams, compose, predict_jobs
-from joulebound.scaling.stepcost import Parts, WorkKey
+from joulebound.jobs.collectives import Fabric, allgather, allreduce, reduce_scatter, sendrecv
+from joulebound.jobs.job import Job, resolve
+from joulebound.jobs.mechanistic import MechParams, compose, predict_jobs
+from joulebound.jobs.stepcost import Parts, WorkKey
 
 B = 31.5e9 * 0.8  # PCIe 4.0 effective bandwidth, bytes/s
 A = 8e-6  # PCIe 4.0 per-step latency, s

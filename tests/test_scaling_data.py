@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from joulebound.cli import main
-from joulebound.errors import JouleboundError, SchemaError
-from joulebound.scaling import datasets, evaluate
+from joulebound.core.errors import JouleboundError, SchemaError
+from joulebound.jobs import datasets, evaluate
 
 
 def test_mayaki_loader_schema(shared_data):
@@ -124,7 +124,7 @@ def test_cross_validation_never_splits_a_family():
     family's energy leaves that family's own held-out predictions unchanged (and moves others')."""
     from _law_synth import synth
 
-    from joulebound.scaling.laws import EfficiencyModel, prepare
+    from joulebound.jobs.laws import EfficiencyModel, prepare
 
     d = prepare(synth(240, n_families=12), need_energy=False)
     d["time_s"] = EfficiencyModel._X(d) @ np.array([1.5, 10, 5, 0.02, 0.05])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from joulebound.errors import JouleboundError
-from joulebound.scaling.job import Job, job_from_options, memory, resolve
+from joulebound.core.errors import JouleboundError
+from joulebound.jobs.job import Job, job_from_options, memory, resolve
 
 BASE = dict(layers=12, hidden=768, heads=12, seq=512, batch=8)
 

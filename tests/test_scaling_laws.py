@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from _law_synth import synth
 
-from joulebound.errors import JouleboundError, SchemaError
-from joulebound.scaling.laws import (
+from joulebound.core.errors import JouleboundError, SchemaError
+from joulebound.jobs.laws import (
     AdditiveRoofline,
     EfficiencyModel,
     PaperLaw,
@@ -134,7 +134,7 @@ def test_efficiency_model_leaves_out_terms_the_data_cannot_identify():
 
 
 def test_prerun_eta_par_from_a_fitted_speedup_law():
-    from joulebound.scaling.speedup import fit_speedup
+    from joulebound.jobs.speedup import fit_speedup
 
     df = synth(120)
     df["strategy"] = np.where(np.arange(len(df)) % 2 == 0, "single", "ddp")

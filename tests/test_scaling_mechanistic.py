@@ -8,10 +8,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from joulebound.clocks import ClockConfig
-from joulebound.dvfs.model import characterize
-from joulebound.scaling.job import Job, resolve
-from joulebound.scaling.mechanistic import (
+from joulebound.core.clocks import ClockConfig
+from joulebound.gpumodel import characterize
+from joulebound.jobs.job import Job, resolve
+from joulebound.jobs.mechanistic import (
     MechParams,
     compose,
     fabric_for,
@@ -21,7 +21,7 @@ from joulebound.scaling.mechanistic import (
     predict_many,
     work_keys,
 )
-from joulebound.scaling.stepcost import characterize_parts
+from joulebound.jobs.stepcost import characterize_parts
 from joulebound.workload.analytic import ModelConfig, build_trace
 
 IDEAL = MechParams(kappa=1.0, launch_s=1e-12, step_s=0.0, wait_ratio=1.0)

@@ -23,7 +23,7 @@ from sklearn.model_selection import GroupKFold
 from sklearn.model_selection import cross_validate as sk_cross_validate
 from sklearn.utils.estimator_checks import check_estimator
 
-from joulebound.scaling.laws import LAWS, EfficiencyModel, make_law, prepare
+from joulebound.jobs.laws import LAWS, EfficiencyModel, make_law, prepare
 
 NEEDS_SCHEMA_FRAME = "fits or predicts on anonymous numeric arrays; a law reads a common-schema frame"
 #: estimator checks that fit or predict on generated numeric arrays (not a common-schema frame)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from joulebound.errors import JouleboundError
-from joulebound.scaling import comm, proxies
-from joulebound.scaling.speedup import (
+from joulebound.core.errors import JouleboundError
+from joulebound.jobs import comm, proxies
+from joulebound.jobs.speedup import (
     AmdahlSpeedup,
     TPSpeedup,
     amdahl_speedup,
@@ -121,12 +121,12 @@ def test_proxies_formulas():
 
 
 def test_scaling_hardware_is_the_device_catalog():
-    from joulebound.devices.catalog import get_device, list_devices
-    from joulebound.scaling import comm, hardware
+    from joulebound.hw.catalog import get_device, list_devices
+    from joulebound.jobs import comm, hardware
 
     for spec in list_devices():
         hw = hardware.get_hw(spec.name)
-        assert hw.source == "joulebound.devices.catalog"
+        assert hw.source == "joulebound.hw.catalog"
         assert hw.peak_for("bf16" if spec.peak_flops.get("bf16") else "fp16") > 0
         assert hw.peak == {k: float(v) for k, v in spec.peak_flops.items() if v}
         assert (hw.mem_bw, hw.tdp_w, hw.mem_bytes) == (spec.mem_bandwidth_bps,
@@ -145,7 +145,7 @@ def test_scaling_hardware_is_the_device_catalog():
 def test_tp_law_with_one_gpu_count_pins_k_and_fits_s_inf_without_warnings():
     import warnings
 
-    from joulebound.scaling.speedup import TP_K_PIN
+    from joulebound.jobs.speedup import TP_K_PIN
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # scipy's "covariance could not be estimated" is a failure

@@ -8,13 +8,13 @@ from _plan_synth import synth_char, synth_trace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from joulebound.clocks import ClockConfig
-from joulebound.dvfs.characterization import Characterization
-from joulebound.dvfs.plan import Plan
-from joulebound.dvfs.simulate import simulate
-from joulebound.dvfs.solve import solve
-from joulebound.dvfs.solve.switching import plan_switch_aware
-from joulebound.errors import JouleboundError
+from joulebound.core.clocks import ClockConfig
+from joulebound.core.errors import JouleboundError
+from joulebound.gpumodel.characterization import Characterization
+from joulebound.planning.plan import Plan
+from joulebound.planning.simulate import simulate
+from joulebound.planning.solve import solve
+from joulebound.planning.solve.switching import plan_switch_aware
 
 SETTINGS = settings(max_examples=15, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])

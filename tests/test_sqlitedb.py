@@ -1,4 +1,4 @@
-"""The two SQLite stores share one helper (joulebound.sqlitedb): a schema version table, a clear
+"""The two SQLite stores share one helper (joulebound.core.sqlitedb): a schema version table, a clear
 refusal of a newer schema, databases from before the table still open, the same locking."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from joulebound import sqlitedb
+from joulebound.core import sqlitedb
+from joulebound.core.errors import JouleboundError
 from joulebound.energy.store import Store
-from joulebound.errors import JouleboundError
-from joulebound.sweep.grid import preset
-from joulebound.sweep.store import SweepStore, load_results
+from joulebound.jobs.runstore import SweepStore, load_results
+from joulebound.workload.grid import preset
 
 # The tables exactly as the code before the schema table created them (joulebound 0d1b44f:
 # energy/store.py SCHEMA with PRAGMA user_version = 1, sweep/store.py _SCHEMA with no version).

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from joulebound.cli import main
-from joulebound.errors import JouleboundError, SchemaError
-from joulebound.sweep.grid import Grid, SweepConfig, load_grid, preset, resolve_grid
-from joulebound.sweep.runner import launch_command, plan_launches
+from joulebound.core.errors import JouleboundError, SchemaError
+from joulebound.measure.sweep.runner import launch_command, plan_launches
+from joulebound.workload.grid import Grid, SweepConfig, load_grid, preset, resolve_grid
 
 
 def test_tiny_expands_to_all_strategies_at_two_ranks():
@@ -100,12 +100,12 @@ def test_launch_plan_packs_single_into_the_smallest_multi_rank_launch():
     assert [w for w, _ in unpacked] == [1, 2, 4]
     cmd = launch_command(2, ["--plan", "p.json"])
     assert cmd[1:] [:5] == ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone"]
-    assert launch_command(1, ["--plan", "p.json"])[1:3] == ["-m", "joulebound.sweep.worker"]
+    assert launch_command(1, ["--plan", "p.json"])[1:3] == ["-m", "joulebound.measure.sweep.worker"]
 
 
 def test_more_gpus_than_the_machine_has_is_an_error(monkeypatch):
     torch = pytest.importorskip("torch")
-    from joulebound.sweep.runner import check_resources
+    from joulebound.measure.sweep.runner import check_resources
 
     cfgs = preset("tiny").expand(["single", "fsdp"], [1, 2])
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)

@@ -21,9 +21,9 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from joulebound.cli import main  # noqa: E402
-from joulebound.sweep.grid import Grid, preset  # noqa: E402
-from joulebound.sweep.runner import plan_launches, run_sweep  # noqa: E402
-from joulebound.sweep.store import load_results  # noqa: E402
+from joulebound.jobs.runstore import load_results  # noqa: E402
+from joulebound.measure.sweep.runner import plan_launches, run_sweep  # noqa: E402
+from joulebound.workload.grid import Grid, preset  # noqa: E402
 
 RTOL = 1e-5
 

@@ -7,9 +7,9 @@ import sqlite3
 
 import pytest
 
-from joulebound.errors import JouleboundError
-from joulebound.sweep.grid import preset
-from joulebound.sweep.store import COLUMNS, SweepStore, load_results
+from joulebound.core.errors import JouleboundError
+from joulebound.jobs.runstore import COLUMNS, SweepStore, load_results
+from joulebound.workload.grid import preset
 
 
 @pytest.fixture()
@@ -155,7 +155,7 @@ def test_results_table_keeps_tiny_config_ids_whole_at_100_columns():
 
 def test_a_sweep_table_missing_columns_is_named(tmp_path, capsys):
     from joulebound.cli import main
-    from joulebound.errors import SchemaError
+    from joulebound.core.errors import SchemaError
 
     db = tmp_path / "old.db"
     con = sqlite3.connect(db)

@@ -10,10 +10,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from joulebound.energy.meter import EnergyMeter  # noqa: E402
-from joulebound.sweep.grid import SweepConfig  # noqa: E402
-from joulebound.sweep.strategies import batch_indices  # noqa: E402
-from joulebound.sweep.worker import run_config  # noqa: E402
-from joulebound.sweep.workload import build_model, make_dataset  # noqa: E402
+from joulebound.measure.sweep.strategies import batch_indices  # noqa: E402
+from joulebound.measure.sweep.worker import run_config  # noqa: E402
+from joulebound.measure.sweep.workload import build_model, make_dataset  # noqa: E402
+from joulebound.workload.grid import SweepConfig  # noqa: E402
 
 
 def _cfg(**kw):
@@ -102,7 +102,7 @@ def test_gpu_sweep_script_runs_its_code_path_on_cpu(tmp_path):
     assert int(rows[0]["steps"]) >= 5 and rows[0]["energy_flags"] == "no_energy_sensor"
     meta = json.loads((tmp_path / "gpu_sweep_meta.json").read_text())
     assert meta["read_only"] is True and meta["measured"] == 1
-    from joulebound.sweep.store import load_results
+    from joulebound.jobs.runstore import load_results
 
     df = load_results(tmp_path / "gpu_sweep.db")
     assert list(df.status) == ["ok"] and df.steps.iloc[0] == int(rows[0]["steps"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from joulebound.errors import JouleboundError
+from joulebound.core.errors import JouleboundError
 from joulebound.workload import load_trace
 from joulebound.workload.analytic import PRESETS, ModelConfig, build_trace
 from joulebound.workload.trace import CATEGORIES, PHASES, Trace

@@ -85,7 +85,7 @@ def test_trace_imports_kineto_file_with_measured_times(capsys) -> None:
     assert "(modeled from recorded shapes)" in text and "(published, device catalog)" in text
     rc, out, _ = run(capsys, "trace", str(FIXTURE), "--json")
     assert rc == 0
-    from joulebound.provenance import ALL
+    from joulebound.core.provenance import ALL
 
     assert set(json.loads(out)["provenance"].values()) <= set(ALL)  # only the three labels
 

@@ -102,7 +102,7 @@ def test_profiled_gpt2_step_import_matches_analytic(hf, tmp_path) -> None:
 
 def test_model_config_from_hf_configs(hf) -> None:
     transformers, _ = hf
-    from joulebound.errors import JouleboundError
+    from joulebound.core.errors import JouleboundError
     from joulebound.workload.analytic import PRESETS
 
     gpt2 = transformers.GPT2Config()  # the library's GPT-2 small defaults, no download

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from joulebound.errors import JouleboundError, SchemaError
+from joulebound.core.errors import JouleboundError, SchemaError
 from joulebound.workload import load_trace
 from joulebound.workload.kineto import categorize, load_chrome_trace, op_cost
 

@@ -12,8 +12,8 @@ import math
 
 import pytest
 
-from joulebound.dvfs.control.controller import trace_from_ops
-from joulebound.dvfs.control.opkeys import key_str, parse_key
+from joulebound.runtime.controller import trace_from_ops
+from joulebound.runtime.opkeys import key_str, parse_key
 from joulebound.workload.opcost import aten_cost, attention_flops, element_type, op_base
 
 torch = pytest.importorskip("torch")
@@ -65,7 +65,7 @@ def _bias_adds(keys: list[str]) -> float:
 
 @pytest.mark.parametrize("label,fn", _cases(), ids=[c[0] for c in _cases()])
 def test_op_stream_flops_match_flop_counter(label, fn) -> None:
-    from joulebound.dvfs.control.hooks import OpStream
+    from joulebound.runtime.hooks import OpStream
 
     expected = _counted(fn)
     with OpStream(record=True) as ops:
@@ -144,7 +144,7 @@ def test_both_inputs_give_the_same_cost_for_a_training_step(tmp_path) -> None:
 
     from torch.profiler import ProfilerActivity, profile
 
-    from joulebound.dvfs.control.hooks import OpStream
+    from joulebound.runtime.hooks import OpStream
     from joulebound.testing.demo_gpt import TinyGPTConfig, make_step
     from joulebound.workload import load_trace
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from joulebound.devices.spec import DeviceSpec
+from joulebound.hw.spec import DeviceSpec
 from joulebound.workload.analytic import build_trace
 from joulebound.workload.kineto import load_chrome_trace
 from joulebound.workload.roofline import summarize

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from joulebound.cli import main
-from joulebound.errors import JouleboundError
-from joulebound.units import duration_warning, parse_duration, parse_fraction, split_duration
+from joulebound.core.errors import JouleboundError
+from joulebound.core.units import duration_warning, parse_duration, parse_fraction, split_duration
 
 
 @pytest.mark.parametrize("text, seconds, unit", [

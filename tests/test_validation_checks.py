@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from joulebound.cli import main
-from joulebound.validation import perseus_plans
+from research import perseus_plans
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from joulebound.dvfs.model.calibrate import StageModel
-from joulebound.validation import perseus_stage
+from joulebound.gpumodel.calibrate import StageModel
+from research import perseus_stage
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def test_reads_real_files_and_holds_out(shared_data):
 
 @pytest.mark.parametrize("n", [3.0, 30.0, 150.0])
 def test_floor_jacobian_equals_numerical_differences(n):
-    from joulebound.dvfs.model.calibrate import softmin
+    from joulebound.gpumodel.calibrate import softmin
 
     f = np.linspace(600.0, 1980.0, 40)
     t = 1e-3 * (1 + 1300 / f)
@@ -89,7 +89,7 @@ def test_power_cap_flattens_a40_prediction(shared_data):
 
 
 def test_stage_model_recovers_synthetic_parameters():
-    from joulebound.dvfs.model.vf import VFCurve
+    from joulebound.gpumodel.vf import VFCurve
 
     vf = VFCurve(1100.0, 0.8, 1740.0)
     f = np.arange(855.0, 1741.0, 15.0)

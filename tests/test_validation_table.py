@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from joulebound.cli.validate import results_table
-from joulebound.validation.result import CheckResult
+from research.result import CheckResult
 
 
 def _rows() -> list[CheckResult]:

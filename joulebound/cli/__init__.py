@@ -5,7 +5,7 @@ discovered automatically, so adding a command never touches this file. Command m
 heavy dependencies (torch, scipy, matplotlib) inside the command functions so that
 ``joulebound --help`` stays fast.
 
-User errors (:class:`~joulebound.errors.JouleboundError`) are printed without a traceback and exit
+User errors (:class:`~joulebound.core.errors.JouleboundError`) are printed without a traceback and exit
 with status 2.
 """
 
@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..errors import JouleboundError
+from joulebound.core.errors import JouleboundError
 
 app = typer.Typer(
     name="joulebound",
@@ -37,7 +37,7 @@ err_console = Console(stderr=True)
 
 def _version(value: bool) -> None:
     if value:
-        from .. import __version__
+        from joulebound import __version__
 
         typer.echo(f"joulebound {__version__}")
         raise typer.Exit()

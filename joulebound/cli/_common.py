@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..fmt import fmt_pct  # noqa: F401 - re-exported for CLI modules
+from joulebound.core.fmt import fmt_pct  # noqa: F401 - re-exported for CLI modules
 
 console = Console()
 err_console = Console(stderr=True)
@@ -23,7 +23,7 @@ def print_json(obj: Any) -> None:
 
 def json_text(obj: Any) -> str:
     """``obj`` as the strict JSON text :func:`print_json` prints (ends with a newline)."""
-    from ..jsonio import json_default
+    from joulebound.core.jsonio import json_default
 
     def finite(o: Any) -> Any:
         if o is None or isinstance(o, str | bool | int):
@@ -45,7 +45,7 @@ def json_text(obj: Any) -> str:
 def warn_memory(trace: Any, spec: Any) -> str | None:
     """Print (stderr) and return a warning when an analytic trace's training step needs more
     memory than the device has (:func:`joulebound.workload.memory.trace_memory_warning`)."""
-    from ..workload.memory import trace_memory_warning
+    from joulebound.workload.memory import trace_memory_warning
 
     text = trace_memory_warning(trace, spec) if spec is not None else None
     if text:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from ._common import console, print_json
+from joulebound.cli._common import console, print_json
 
 JSON_HELP = ("Print JSON (keys in docs/calibrate.md): device, gpu, backend, clocks, "
              "distinct_kernels, replayable_kernels, measured_kernels, measured_cells, "
@@ -69,11 +69,11 @@ def calibrate_cmd(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """``joulebound calibrate`` (help: :data:`HELP`)."""
-    from ..calibrate.measure import WindowSettings
-    from ..devices.catalog import get_device
-    from ..errors import JouleboundError
-    from ..units import parse_duration
-    from ..workload import load_trace
+    from joulebound.core.errors import JouleboundError
+    from joulebound.core.units import parse_duration
+    from joulebound.hw.catalog import get_device
+    from joulebound.measure.calibrate.measure import WindowSettings
+    from joulebound.workload import load_trace
 
     if backend not in ("nvml", "simulated"):
         raise JouleboundError(f"--backend {backend!r}: use nvml or simulated")
@@ -84,13 +84,13 @@ def calibrate_cmd(
         raise JouleboundError("--budget must be positive, e.g. 10min")
     g: int | str = int(gpu) if gpu.isdigit() else gpu
     if backend == "simulated":
-        from ..calibrate.backends import SimulatedBackend
+        from joulebound.measure.calibrate.backends import SimulatedBackend
 
         be = SimulatedBackend(tr, spec.name, seed=seed,
                               sensor_period_s=None if sensor_period is None
                               else parse_duration(sensor_period))
     else:
-        from ..calibrate.backends import NvmlBackend
+        from joulebound.measure.calibrate.backends import NvmlBackend
 
         be = NvmlBackend(g, helper=helper, sensor_period_s=None if sensor_period is None
                          else parse_duration(sensor_period))
@@ -110,8 +110,8 @@ def calibrate_cmd(
 
 
 def _run(tr, device, be, clocks, budget_s, ws, quiet):  # type: ignore[no-untyped-def]
-    from ..calibrate.calibration import calibrate
-    from ..progress import progress_bar
+    from joulebound.core.progress import progress_bar
+    from joulebound.measure.calibrate.calibration import calibrate
 
     show = sys.stderr.isatty() and not quiet
     with progress_bar("calibrate", enabled=show, transient=True) as prog:
@@ -163,6 +163,6 @@ def _summary(d: dict, output: Path) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from ._common import reflow
+    from joulebound.cli._common import reflow
 
     app.command("calibrate", help=reflow(HELP))(calibrate_cmd)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from ..provenance import MEASURED, MODELED
-from ._common import console, print_json
+from joulebound.cli._common import console, print_json
+from joulebound.core.provenance import MEASURED, MODELED
 
 JSON_HELP = ("Print JSON: device, trace, n_kernels, n_configs, provenance (modeled | measured | "
              "measured+modeled), measured_cells, params_calibration (fit | published | transfer | "
@@ -52,18 +52,18 @@ def characterize_cmd(
     """
     import numpy as np
 
-    from ..dvfs.model import characterize, resolve_device
-    from ..dvfs.model.measured import characterize_with_measurements, from_measured
-    from ..errors import JouleboundError
+    from joulebound.core.errors import JouleboundError
+    from joulebound.gpumodel import characterize, resolve_device
+    from joulebound.gpumodel.measured import characterize_with_measurements, from_measured
 
     spec = resolve_device(device)
     if trace is None and measured is None:
         raise JouleboundError("give a TRACE (preset or file) or --measured TABLE.csv")
     if trace is not None:
-        from ..workload import load_trace
+        from joulebound.workload import load_trace
 
         tr = load_trace(trace, batch=batch, seq=seq)
-        from ._common import warn_memory
+        from joulebound.cli._common import warn_memory
 
         mem_warning = warn_memory(tr, spec)
         if measured is not None:
@@ -123,7 +123,7 @@ def characterize_cmd(
         t.add_row(f"{label}: {char.configs[j].label}", f"{it_t[j]:.4f}", f"{it_e[j]:.2f}",
                   f"{it_e[j] / it_t[j]:.1f}", char.provenance(j))
     console.print(t)
-    from ..fmt import fmt_pct, fmt_range
+    from joulebound.core.fmt import fmt_pct, fmt_range
 
     if best_delta is not None:
         line = (f"least-energy pair {char.configs[best].label}: {fmt_pct(best_delta)} energy vs "
@@ -154,8 +154,8 @@ def _uncertainty(tr, spec, char, best: int):  # noqa: ANN001, ANN202
     and x2; the parameters' held-out error."""
     import numpy as np
 
-    from ..dvfs.model import characterize, params_for, trace_work
-    from ..dvfs.uncertainty import QUANTILES, draw_characterizations
+    from joulebound.gpumodel import characterize, params_for, trace_work
+    from joulebound.planning.uncertainty import QUANTILES, draw_characterizations
 
     prm = params_for(spec)
     cfgs = [char.configs[char.auto_index], char.configs[best]]
@@ -182,7 +182,7 @@ def write_csv(char, trace, path: Path) -> None:  # noqa: ANN001
     """One row per (kernel, config) of ``char`` (columns :data:`CSV_COLUMNS`)."""
     import csv
 
-    from ..errors import JouleboundError
+    from joulebound.core.errors import JouleboundError
 
     try:
         fh = Path(path).open("w", newline="")

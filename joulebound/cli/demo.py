@@ -20,11 +20,11 @@ from typing import Annotated
 
 import typer
 
-from ..errors import JouleboundError
-from ..fmt import fmt_pct, fmt_range
-from ..report.conclusion import find_row as _find
-from ..report.conclusion import fmt_ms as _ms
-from ..report.conclusion import focus_slowdown, takeaway
+from joulebound.core.errors import JouleboundError
+from joulebound.core.fmt import fmt_pct, fmt_range
+from joulebound.report.conclusion import find_row as _find
+from joulebound.report.conclusion import fmt_ms as _ms
+from joulebound.report.conclusion import focus_slowdown, takeaway
 
 HELP = """Run the main joulebound demo on the RTX 3080 Ti model, in two parts.
 
@@ -73,13 +73,13 @@ def demo_command(
     import time
     from contextlib import nullcontext
 
-    from ..dvfs.model import characterize, params_for, resolve_device
-    from ..dvfs.study import run_study
-    from ..dvfs.uncertainty import study_intervals
-    from ..report.html import write_report
-    from ..workload.analytic import build_trace
-    from ._common import console, json_text
-    from .plan import study_json
+    from joulebound.cli._common import console, json_text
+    from joulebound.cli.plan import study_json
+    from joulebound.gpumodel import characterize, params_for, resolve_device
+    from joulebound.planning.study import run_study
+    from joulebound.planning.uncertainty import study_intervals
+    from joulebound.report.html import write_report
+    from joulebound.workload.analytic import build_trace
 
     t0 = time.perf_counter()
     spec = resolve_device(device)
@@ -137,8 +137,8 @@ def demo_command(
 
 
 def _memory(trace, spec, optimizer: bool = True) -> dict:  # noqa: ANN001
-    from ..workload.analytic import ModelConfig
-    from ..workload.memory import training_memory
+    from joulebound.workload.analytic import ModelConfig
+    from joulebound.workload.memory import training_memory
 
     cfg = ModelConfig(**{k: trace.meta[k] for k in ModelConfig.__dataclass_fields__})
     return training_memory(cfg, optimizer=optimizer, device_bytes=spec.memory_bytes).to_json()
@@ -148,9 +148,9 @@ def per_kernel_rows(study_a, spec, data: Path | None) -> list[dict] | None:  # n
     """Spaan et al.'s Table 1 rows beside our model: the published change at the paper's pair,
     ours at the paper's pair, ours at the pair our kernel plan (ε = 0) chose. ``None`` when the
     data folder is absent (the table is third-party data, not shipped)."""
-    from ..datapath import find_data
-    from ..dvfs.model import characterize
-    from ..validation import spaan
+    from joulebound.core.datapath import find_data
+    from joulebound.gpumodel import characterize
+    from joulebound.gpumodel import published as spaan
 
     root = find_data(data, required=False)
     if root is None:
@@ -206,7 +206,7 @@ def switch_free_table(study, title: str = "1. Switch-free plans"):  # noqa: ANN0
     switches), modeled."""
     from rich.table import Table
 
-    from .plan import provenance_of
+    from joulebound.cli.plan import provenance_of
 
     rows = [r for r in study.rows if r.granularity != "phase" and r.plan_latency_s == 0.0
             and r.replay_latency_s == 0.0]
@@ -272,7 +272,7 @@ def latency_table(study):
     latency-blind kernel plan replayed at the same L (modeled)."""
     from rich.table import Table
 
-    from .plan import provenance_of
+    from joulebound.cli.plan import provenance_of
 
     phase = [r for r in study.rows if r.granularity == "phase"]
     t = Table(title=f"4. Switch-aware plans vs clock-switch latency L ({provenance_of(phase)})",
@@ -305,8 +305,8 @@ def render_demo(study_a, study_b, per_kernel, mem, spec, index, seconds: float  
     """Print the demo for an 80–100 column terminal: part A (the paper's setting, the published
     reference, the per-kernel table), part B (a training step that fits: switch-free and
     switch-aware plans, savings per category, the take-away), then the report path."""
-    from ._common import console
-    from .plan import category_table, interval_note, published_table
+    from joulebound.cli._common import console
+    from joulebound.cli.plan import category_table, interval_note, published_table
 
     gib = 2.0 ** 30
     console.print(header_text(study_a, spec, "A. The paper's setting:", "every kernel as if "
@@ -356,7 +356,7 @@ def render_demo(study_a, study_b, per_kernel, mem, spec, index, seconds: float  
 
 
 def register(app: typer.Typer) -> None:
-    from ._common import reflow
+    from joulebound.cli._common import reflow
 
     app.command("demo", help=reflow(HELP), short_help="RTX 3080 Ti: the paper's GPT-3-XL setting "
                 "and a GPT-2 training step, kernel-level and switch-aware clock plans (modeled), "

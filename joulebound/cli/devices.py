@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from ..provenance import PUBLISHED
-from ._common import reflow
+from joulebound.cli._common import reflow
+from joulebound.core.provenance import PUBLISHED
 
 if TYPE_CHECKING:
-    from ..devices.spec import DeviceSpec
+    from joulebound.hw.spec import DeviceSpec
 
 LIST_HELP = """List every GPU in the catalog (built-in and user entries).
 
@@ -42,13 +42,13 @@ NAME is a catalog name, an alias (e.g. 3080ti, a100, h200) or an nvidia-smi prod
 max_mem_mhz, peak_flops {dtype: FLOP/s}, mem_bandwidth_bps, power_limit_default_w,
 power_limit_min_w, power_limit_max_w, idle_power_w, memory_bytes, sm_count, switch_latency_s,
 sensor_period_s, vf_curve, tables_constructed, interconnect (GPU-to-GPU link name, see
-joulebound.devices.links), sources {field: source}) plus aliases, origin,
+joulebound.hw.links), sources {field: source}) plus aliases, origin,
 ridge_point_flop_per_byte, provenance ("published"; fields whose source says estimate are listed
 in estimates)."""
 
 IMPORT_HELP = """Add a GPU to your user catalog ($JOULEBOUND_HOME/devices or
 ~/.config/joulebound/devices) from FILE: a TOML entry (format: docs/devices.md, or any file in
-joulebound/devices/data) or the output of `nvidia-smi -q -x > gpu.xml`.
+joulebound/hw/data) or the output of `nvidia-smi -q -x > gpu.xml`.
 
 From nvidia-smi output the clock table, max and default clocks, power limits, memory size,
 product name and architecture are read; peak FLOP/s, bandwidth, idle power, switch latency and
@@ -88,7 +88,7 @@ def _is_estimate(spec: DeviceSpec, key: str) -> bool:
 
 
 def _row(spec: DeviceSpec) -> dict[str, Any]:
-    from ..devices.catalog import device_aliases, device_origin
+    from joulebound.hw.catalog import device_aliases, device_origin
 
     core = spec.core_clocks_mhz()
     bf16 = spec.peak("bf16")
@@ -120,8 +120,8 @@ def list_command(
     from rich.markup import escape
     from rich.table import Table
 
-    from ..devices.catalog import broken_user_entries, list_devices
-    from ._common import console, print_json
+    from joulebound.cli._common import console, print_json
+    from joulebound.hw.catalog import broken_user_entries, list_devices
 
     specs = list_devices()
     rows = [_row(s) for s in specs]
@@ -177,8 +177,8 @@ def show_command(
 ) -> None:
     from rich.table import Table
 
-    from ..devices.catalog import device_aliases, device_origin, get_device
-    from ._common import console, print_json
+    from joulebound.cli._common import console, print_json
+    from joulebound.hw.catalog import device_aliases, device_origin, get_device
 
     spec = get_device(name)
     if as_json:
@@ -257,7 +257,7 @@ def show_command(
 
 
 def _param_value(prm, name: str) -> str:  # noqa: ANN001
-    """A short text of one model parameter's value (see joulebound.dvfs.model.params)."""
+    """A short text of one model parameter's value (see joulebound.gpumodel.params)."""
     v = getattr(prm, name)
     if name == "vf":
         return f"knee {v.knee_mhz:.0f} MHz, floor {v.v_min:.2f}"
@@ -272,7 +272,7 @@ def _param_value(prm, name: str) -> str:  # noqa: ANN001
 
 
 def model_params_json(spec: DeviceSpec) -> dict[str, Any]:
-    from ..dvfs.model.params import PARAMETERS, params_for
+    from joulebound.gpumodel.params import PARAMETERS, params_for
 
     prm = params_for(spec)
     defaulted = set(prm.defaulted())
@@ -317,8 +317,8 @@ def import_command(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing user entry.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (keys in --help).")] = False,
 ) -> None:
-    from ..devices.catalog import import_device
-    from ._common import console, print_json
+    from joulebound.cli._common import console, print_json
+    from joulebound.hw.catalog import import_device
 
     spec, path = import_device(file, name=name, like=like, gpu_index=gpu, overwrite=force)
     if as_json:
@@ -335,9 +335,9 @@ def import_command(
 def remove_command(
     name: Annotated[str, typer.Argument(help="User catalog entry to delete.")],
 ) -> None:
-    from ..devices.catalog import user_catalog_dir
-    from ..errors import JouleboundError
-    from ._common import console
+    from joulebound.cli._common import console
+    from joulebound.core.errors import JouleboundError
+    from joulebound.hw.catalog import user_catalog_dir
 
     path = user_catalog_dir() / f"{name.lower()}.toml"
     if path.resolve().parent != user_catalog_dir().resolve() or not path.exists():

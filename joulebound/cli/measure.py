@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ..provenance import MODELED
+from joulebound.core.provenance import MODELED
 
 HELP = """Run CMD, sample GPU power meanwhile, and print the energy per device and in total,
 average and peak power, and the duration. The child's exit code is passed through (127: command
@@ -64,9 +64,9 @@ def measure_command(
         help="Exit 3 when any reading or stored sample/window was lost (command succeeded).")
     ] = False,
 ) -> None:
-    from ..energy.carbon import carbon_intensity as parse_ci
-    from ..energy.command import CommandNotRunnable, run_command
-    from ._common import console, print_json
+    from joulebound.cli._common import console, print_json
+    from joulebound.energy.carbon import carbon_intensity as parse_ci
+    from joulebound.energy.command import CommandNotRunnable, run_command
 
     ci = parse_ci(carbon_intensity)   # a bad value fails before the command runs
     kwargs = {"cpu_tdp_w": cpu_tdp} if cpu_tdp is not None and backend in ("auto",
@@ -77,7 +77,7 @@ def measure_command(
                           child_stdout=2 if as_json else None, kill_after_s=kill_after,
                           **kwargs)
     except CommandNotRunnable as exc:
-        from . import err_console
+        from joulebound.cli import err_console
 
         err_console.print(f"joulebound measure: {exc}", highlight=False, markup=False)
         raise SystemExit(exc.code) from None
@@ -200,16 +200,16 @@ def runs_command(
     import json
     from pathlib import Path
 
-    from ..energy.store import Store
-    from ..errors import JouleboundError
-    from ._common import console, print_json
+    from joulebound.cli._common import console, print_json
+    from joulebound.core.errors import JouleboundError
+    from joulebound.energy.store import Store
 
     if not Path(db).exists():
         raise JouleboundError(f"store {db} does not exist (create one with "
                               f"joulebound measure --db {db} -- CMD)")
     st = Store(db, readonly=True)
     if export is not None and fmt == "prometheus":
-        from ..energy.export import prometheus_text
+        from joulebound.energy.export import prometheus_text
 
         out = Path(export)
         out.mkdir(parents=True, exist_ok=True)

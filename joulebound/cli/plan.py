@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from ..fmt import fmt_pct, fmt_range
-from ..provenance import MODELED
+from joulebound.core.fmt import fmt_pct, fmt_range
+from joulebound.core.provenance import MODELED
 
 HELP = """Plan GPU clocks for one training iteration and compare with the auto governor.
 
@@ -82,8 +82,8 @@ def plan_command(
     force: Annotated[bool, typer.Option(
         "--force", help="Accept a --slowdown of 1 or more (+100 % or more).")] = False,
 ) -> None:
-    from ..errors import JouleboundError
-    from ..units import parse_fraction
+    from joulebound.core.errors import JouleboundError
+    from joulebound.core.units import parse_fraction
 
     slowdown_f = parse_fraction(slowdown, "--slowdown", force=force)
 
@@ -95,7 +95,7 @@ def plan_command(
                               "iteration, all")
     lat, lat_note, lat_src = plan_latency(switch_latency, device)
     if lat_note:
-        from ._common import err_console
+        from joulebound.cli._common import err_console
 
         err_console.print(f"[yellow]note:[/] {lat_note}", highlight=False)
     slowdown = slowdown_f
@@ -106,21 +106,21 @@ def plan_command(
     if output is not None:
         main.plan.meta["label"] = label
         main.plan.save(output)
-    from ..report.conclusion import plan_conclusion
+    from joulebound.report.conclusion import plan_conclusion
 
     conclusion = plan_conclusion(study, label, lat, lat_src)
     index = None
     if report is not None:
-        from ..report.html import write_report
+        from joulebound.report.html import write_report
 
         index = write_report(study, report, category_row=label, conclusion=conclusion)
     if as_json:
-        from ..cli._common import print_json
+        from joulebound.cli._common import print_json
 
         print_json(study_json(study, target, objective, slowdown, lat, label))
         return
     render(study, label, lat)
-    from ._common import console
+    from joulebound.cli._common import console
 
     console.print()
     console.print(conclusion.replace("Conclusion", "[bold]Conclusion[/]", 1), highlight=False)
@@ -136,7 +136,7 @@ def plan_latency(text: str | None, device: str) -> tuple[float | None, str | Non
     lat, note = _plan_latency(text, device)
     if text is not None:
         return lat, note, "given with --switch-latency"
-    from ..devices.latency import device_switch_latency
+    from joulebound.hw.latency import device_switch_latency
 
     dl = device_switch_latency(device)
     return lat, note, (f"the catalog's {dl.provenance} for {dl.device}" if dl else "")
@@ -147,11 +147,11 @@ def _plan_latency(text: str | None, device: str) -> tuple[float | None, str | No
 
     ``text`` from ``--switch-latency``; without it the device's catalog latency (published or a
     labeled estimate), or ``None`` (switching free) when the entry has none. ``0`` = free."""
-    from ..units import duration_warning, parse_duration
+    from joulebound.core.units import duration_warning, parse_duration
 
     if text is not None:
         return parse_duration(text), duration_warning(text, "--switch-latency")
-    from ..devices.latency import device_switch_latency
+    from joulebound.hw.latency import device_switch_latency
 
     dl = device_switch_latency(device)
     if dl is None:
@@ -169,17 +169,17 @@ def _run(target, device, slowdown, objective, grans, lat, characterization, tie,
     from ``n_draws`` parameter draws (modeled characterizations only)."""
     from contextlib import nullcontext
 
-    from ..dvfs.characterization import Characterization
-    from ..dvfs.model import characterize, params_for, resolve_device
-    from ..dvfs.solve import align
-    from ..dvfs.study import run_study
-    from ..dvfs.uncertainty import study_intervals
-    from ..workload import load_trace
-    from ._common import console
+    from joulebound.cli._common import console
+    from joulebound.gpumodel import characterize, params_for, resolve_device
+    from joulebound.gpumodel.characterization import Characterization
+    from joulebound.planning.solve import align
+    from joulebound.planning.study import run_study
+    from joulebound.planning.uncertainty import study_intervals
+    from joulebound.workload import load_trace
 
     trace = load_trace(target)
     spec = resolve_device(device)
-    from ._common import warn_memory
+    from joulebound.cli._common import warn_memory
 
     mem_warning = warn_memory(trace, spec)
     if characterization is not None:
@@ -203,7 +203,7 @@ def _run(target, device, slowdown, objective, grans, lat, characterization, tie,
 
 
 def study_json(study, target, objective, slowdown, lat, label) -> dict:
-    from ..dvfs.study import category_savings, kernel_clocks
+    from joulebound.planning.study import category_savings, kernel_clocks
 
     main = study.row(label)
     return {
@@ -267,7 +267,7 @@ def published_table(study, title: str | None = None):
     """
     from rich.table import Table
 
-    from ..dvfs.study import PUBLISHED_CITATION
+    from joulebound.planning.study import PUBLISHED_CITATION
 
     if not study.published:
         return None
@@ -290,7 +290,7 @@ def category_table(study, label: str, title: str | None = None):
     """Energy saved per kernel category for one plan of the study (provenance in the title)."""
     from rich.table import Table
 
-    from ..dvfs.study import category_savings
+    from joulebound.planning.study import category_savings
 
     r = study.row(label)
     cats = category_savings(study.trace, study.char, r.plan)
@@ -371,7 +371,7 @@ def ranges_table(study, title: str | None = None):  # noqa: ANN001, ANN201 - ric
 def render(study, label: str, lat: float | None, title: str | None = None) -> None:
     """Print a header line, the plans table, the published reference table and per-category
     savings (each table labeled with its provenance)."""
-    from ._common import console
+    from joulebound.cli._common import console
 
     console.print(f"[bold]{study.trace.name}[/] on [bold]{study.char.device}[/]: "
                   f"{study.char.n_kernels} kernels × {study.char.n_configs} clock configurations; "
@@ -394,6 +394,6 @@ def render(study, label: str, lat: float | None, title: str | None = None) -> No
 
 
 def register(app: typer.Typer) -> None:
-    from ._common import reflow
+    from joulebound.cli._common import reflow
 
     app.command("plan", help=reflow(HELP))(plan_command)

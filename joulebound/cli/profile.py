@@ -41,8 +41,8 @@ def profile_command(
     keep_running: Annotated[bool, typer.Option(help="Let the script finish after capture.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
-    from ..errors import JouleboundError
-    from ._common import console, print_json
+    from joulebound.cli._common import console, print_json
+    from joulebound.core.errors import JouleboundError
 
     if not cmd:
         raise JouleboundError("no command given: joulebound profile -- python train.py ARGS")
@@ -66,7 +66,7 @@ def profile_command(
     if not out.exists():
         raise JouleboundError(f"no trace was written (the script exited with code {rc}); see "
                               "the messages above")
-    from ..workload.trace import Trace
+    from joulebound.workload.trace import Trace
 
     tr = Trace.load(out)
     durs = [k.duration_s for k in tr.kernels if k.duration_s is not None]

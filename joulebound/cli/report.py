@@ -27,11 +27,11 @@ def report_command(
     carbon_intensity: Annotated[str | None, typer.Option(
         help="gCO2e per kWh, or a region code (e.g. FR, US, WORLD).")] = None,
 ) -> None:
-    from ..energy.carbon import carbon_intensity as parse_ci
-    from ..energy.store import Store
-    from ..errors import JouleboundError
-    from ..report.run_html import conclusion, load_run, write_run_report
-    from ._common import console
+    from joulebound.cli._common import console
+    from joulebound.core.errors import JouleboundError
+    from joulebound.energy.carbon import carbon_intensity as parse_ci
+    from joulebound.energy.store import Store
+    from joulebound.report.run_html import conclusion, load_run, write_run_report
 
     if not Path(db).exists():
         raise JouleboundError(f"store {db} does not exist (create one with "
@@ -45,6 +45,6 @@ def report_command(
 
 
 def register(app: typer.Typer) -> None:
-    from ._common import reflow
+    from joulebound.cli._common import reflow
 
     app.command("report", help=reflow(HELP))(report_command)

@@ -32,9 +32,9 @@ def reset_clocks_command(
     ] = "all",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    from ..dvfs.control.actuators import reset_all_clocks
-    from ..errors import JouleboundError
-    from ._common import console, print_json
+    from joulebound.cli._common import console, print_json
+    from joulebound.core.errors import JouleboundError
+    from joulebound.runtime.actuators import reset_all_clocks
 
     sel: list[int | str] | None = None
     if gpus.strip() != "all":
@@ -74,8 +74,8 @@ def clock_helper_command(
     insecure: Annotated[bool, typer.Option(
         help="Allow a world-writable --mode (every local user may change clocks).")] = False,
 ) -> None:
-    from ..dvfs.control.helper import ClockHelper
-    from ._common import console
+    from joulebound.cli._common import console
+    from joulebound.runtime.helper import ClockHelper
 
     helper = ClockHelper(socket, mode=mode, group=group, burst=burst, min_interval_s=min_interval,
                          max_clients=max_clients, insecure=insecure)

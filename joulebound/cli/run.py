@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ..provenance import MEASURED, MODELED
+from joulebound.core.provenance import MEASURED, MODELED
 
 HELP = """Run a PyTorch training script with a clock plan applied while it trains.
 
@@ -69,22 +69,22 @@ def run_command(
         "--force", help="Apply a plan with phases shorter than the GPU's switch latency "
         "(nvml/helper actuators).")] = False,
 ) -> None:
-    from ..dvfs.characterization import Characterization
-    from ..dvfs.control.session import ACTUATORS, run
-    from ..dvfs.plan import Plan
-    from ..errors import JouleboundError, did_you_mean
-    from ._common import console, fmt_pct, print_json
+    from joulebound.cli._common import console, fmt_pct, print_json
+    from joulebound.core.errors import JouleboundError, did_you_mean
+    from joulebound.gpumodel.characterization import Characterization
+    from joulebound.planning.plan import Plan
+    from joulebound.runtime.session import ACTUATORS, run
 
     if actuator not in ACTUATORS:
         raise JouleboundError(f"unknown --actuator {actuator!r}.{did_you_mean(actuator, ACTUATORS)}")
-    from ..units import duration_warning, parse_duration
+    from joulebound.core.units import duration_warning, parse_duration
 
     lat = None
     if switch_latency is not None:
         lat = parse_duration(switch_latency)
         warn = duration_warning(switch_latency, "--switch-latency")
         if warn:
-            from ._common import err_console
+            from joulebound.cli._common import err_console
 
             err_console.print(f"[yellow]warning:[/] {warn}", highlight=False)
     p = Plan.load(plan) if plan else None

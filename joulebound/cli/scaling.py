@@ -6,9 +6,9 @@ from pathlib import Path
 
 import typer
 
-from ..errors import JouleboundError
-from ..provenance import MODELED
-from ._common import console, print_json, reflow
+from joulebound.cli._common import console, print_json, reflow
+from joulebound.core.errors import JouleboundError
+from joulebound.core.provenance import MODELED
 
 FIT_HELP = """Fit an energy law (and speedup laws) to measured data and print the evaluation table.
 
@@ -101,7 +101,7 @@ def _speedup_rows(df) -> list[dict]:  # noqa: ANN001
     """Fit a speedup law per (family, strategy) from per-step times over GPU counts."""
     import numpy as np
 
-    from ..scaling.speedup import fit_speedup
+    from joulebound.jobs.speedup import fit_speedup
 
     out = []
     for (fam, strat), g in df[df["strategy"] != "single"].groupby(["family", "strategy"]):
@@ -127,8 +127,8 @@ def _speedup_rows(df) -> list[dict]:  # noqa: ANN001
 def _fit_one(df, law_name: str, laws: tuple[str, ...], k: int) -> dict:  # noqa: ANN001
     import numpy as np
 
-    from ..scaling.evaluate import evaluate
-    from ..scaling.laws import make_law
+    from joulebound.jobs.evaluate import evaluate
+    from joulebound.jobs.laws import make_law
 
     rec: dict = {"dataset": str(df["dataset"].iloc[0]) if len(df) else "?",
                  "source": df.attrs.get("source"), "rows": len(df),
@@ -228,7 +228,7 @@ def _print_fit(rec: dict, published: dict) -> None:
 def _open_data_root(data: Path) -> tuple[Path | None, str | None]:
     """(shared data folder, only this data set) for --data: the folder, one of its sub-folders, or
     neither (a sweep store or a single file)."""
-    from ..scaling.calibrate import DATASETS
+    from joulebound.jobs.calibrate import DATASETS
 
     if data.is_dir() and data.name in DATASETS:
         return data.parent, data.name
@@ -246,8 +246,8 @@ def _mechanistic_fit(data: Path, device: str | None, law: str, want_legacy: bool
 
     import numpy as np
 
-    from ..scaling import calibrate as cal
-    from ..scaling.host import mayaki_host_watts
+    from joulebound.jobs import calibrate as cal
+    from joulebound.jobs.host import mayaki_host_watts
 
     root, only = _open_data_root(data)
     skipped: list[str] = []
@@ -304,7 +304,7 @@ def _print_cuts(mech: dict) -> None:
                     f"targets: median |err| <= {mech['targets']['median_abs_err']:.0%}, within ×2 >= "
                     f"{mech['targets']['within_x2']:.0%}, 90 % interval coverage >= "
                     f"{mech['targets']['coverage90']:.0%}", pad_edge=False)
-    from ..scaling.calibrate import meets_targets
+    from joulebound.jobs.calibrate import meets_targets
 
     for c in ("cut", "test", "qty", "n", "MAPE", "ratio", "|err|", "≤×1.25", "≤×2", "cov90", "×/÷",
               "targets"):
@@ -342,9 +342,9 @@ def fit(
                               "this JSON file, for predict/advise --coefficients"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output (keys in --help)"),
 ) -> None:
-    from ..scaling import datasets
-    from ..scaling.evaluate import PUBLISHED
-    from ..scaling.laws import make_law
+    from joulebound.jobs import datasets
+    from joulebound.jobs.evaluate import PUBLISHED
+    from joulebound.jobs.laws import make_law
 
     if folds < 2:
         raise JouleboundError(f"--folds must be >= 2 for a held-out evaluation (got {folds})")
@@ -357,7 +357,7 @@ def fit(
     if save is not None and save.is_dir():
         raise JouleboundError(f"--save {save} is a folder; pass a file name such as {save / 'law.json'}")
     if data is None:
-        from ..datapath import find_data
+        from joulebound.core.datapath import find_data
 
         data = find_data()
     if not data.exists():
@@ -381,7 +381,7 @@ def fit(
         if save is not None:
             import json
 
-            from ..scaling.defaults import law_record
+            from joulebound.jobs.defaults import law_record
 
             de = df[df["energy_j"].notna() & (df["energy_j"] > 0) & df["peak_flops"].notna()]
             if "energy_provenance" in de:
@@ -489,7 +489,7 @@ def _is_legacy_file(path: Path | None) -> bool:
 def _default_shape(o: dict) -> dict:
     """No shape and no preset given: BERT-base, said on stderr."""
     if o.get("preset") is None and all(o.get(k) is None for k in ("layers", "hidden", "heads", "seq")):
-        from ..scaling.job import DEFAULT_PRESET
+        from joulebound.jobs.job import DEFAULT_PRESET
 
         console.print(f"[dim]no model shape given: the {DEFAULT_PRESET} preset (give --preset or "
                       "--layers/--hidden/--heads/--seq)[/]", highlight=False)
@@ -558,8 +558,8 @@ def _legacy_predict(law: str, o: dict, gpus: int, strategy: str, coefficients, d
     """``predict --law NAME``: a legacy energy law (global batch semantics of the old predictor)."""
     from dataclasses import replace
 
-    from ..scaling.defaults import predict_job
-    from ..scaling.job import job_from_options, resolve
+    from joulebound.jobs.defaults import predict_job
+    from joulebound.jobs.job import job_from_options, resolve
 
     job = job_from_options(**_default_shape(o))
     r = resolve(replace(job, gpus=gpus, strategy=strategy))
@@ -574,10 +574,10 @@ def _legacy_predict(law: str, o: dict, gpus: int, strategy: str, coefficients, d
     else:
         import numpy as np
 
-        from ..datapath import find_data
-        from ..scaling.datasets import load
-        from ..scaling.defaults import config_frame
-        from ..scaling.laws import make_law
+        from joulebound.core.datapath import find_data
+        from joulebound.jobs.datasets import load
+        from joulebound.jobs.defaults import config_frame
+        from joulebound.jobs.laws import make_law
 
         root = find_data(data, required=True)
         df = load(root / "mayaki_ecai2025" if (root / "mayaki_ecai2025").exists() else root)
@@ -622,8 +622,8 @@ def predict(
     jobs: Path = _JOBS, output: Path = _OUT, law: str = _LAW, coefficients: Path = _COEFFICIENTS,
     data: Path = _DATA, as_json: bool = _JSON,
 ) -> None:
-    from ..scaling import mechanistic
-    from ..scaling.job import job_from_options
+    from joulebound.jobs import mechanistic
+    from joulebound.jobs.job import job_from_options
 
     o = _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
@@ -631,7 +631,7 @@ def predict(
     if law is None and _is_legacy_file(coefficients):
         law = "prerun"  # a law saved by `fit --save` (legacy pre-run law record)
     if law is not None:
-        from ..scaling.laws import make_law
+        from joulebound.jobs.laws import make_law
 
         make_law(law)
         if jobs is not None:
@@ -658,7 +658,7 @@ def _predict_table(path: Path, defaults: dict, prm, output: Path | None, as_json
 
     from rich.table import Table
 
-    from ..scaling import jobtable, mechanistic
+    from joulebound.jobs import jobtable, mechanistic
 
     t0 = time.perf_counter()
     rows = jobtable.read_jobs(path, {k: v for k, v in defaults.items() if v is not None})
@@ -717,8 +717,8 @@ def advise(
     jobs: Path = _JOBS, output: Path = _OUT, law: str = _LAW, coefficients: Path = _COEFFICIENTS,
     as_json: bool = _JSON,
 ) -> None:
-    from ..scaling import advisor, mechanistic
-    from ..scaling.job import job_from_options
+    from joulebound.jobs import advisor, mechanistic
+    from joulebound.jobs.job import job_from_options
 
     o = _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
@@ -773,7 +773,7 @@ def advise(
 def _advise_table(path: Path, o: dict, deadline, max_gpus: int, strat: tuple, prm, output, as_json: bool) -> None:  # noqa: ANN001
     from dataclasses import asdict
 
-    from ..scaling import advisor, jobtable
+    from joulebound.jobs import advisor, jobtable
 
     rows = jobtable.read_jobs(path, {k: v for k, v in o.items() if v is not None}, advise=True)
     out = []
@@ -812,8 +812,8 @@ def _advise_table(path: Path, o: dict, deadline, max_gpus: int, strat: tuple, pr
 def _legacy_advise(law: str, o: dict, deadline, max_gpus: int, strat: tuple, coefficients, as_json: bool) -> None:  # noqa: ANN001
     from rich.table import Table
 
-    from ..scaling import advisor
-    from ..scaling.job import job_from_options, resolve
+    from joulebound.jobs import advisor
+    from joulebound.jobs.job import job_from_options, resolve
 
     if law.strip().lower() != "prerun":
         raise JouleboundError("advise --law supports prerun only (the legacy law with built-in coefficients)")

@@ -93,11 +93,11 @@ def sweep_command(
         return
     import shlex
 
-    from ..errors import JouleboundError
-    from ..sweep.grid import parse_int_list, parse_str_list, resolve_grid
-    from ..sweep.runner import check_energy_backend, plan_launches, run_sweep
-    from ..sweep.store import SweepStore
-    from ._common import console, print_json
+    from joulebound.cli._common import console, print_json
+    from joulebound.core.errors import JouleboundError
+    from joulebound.jobs.runstore import SweepStore
+    from joulebound.measure.sweep.runner import check_energy_backend, plan_launches, run_sweep
+    from joulebound.workload.grid import parse_int_list, parse_str_list, resolve_grid
 
     if device not in ("auto", "cpu", "cuda"):
         raise JouleboundError(f"--device must be auto, cpu or cuda, got {device!r}")
@@ -152,8 +152,8 @@ def status_command(
 ) -> None:
     from rich.table import Table
 
-    from ..sweep.store import SweepStore
-    from ._common import console, print_json
+    from joulebound.cli._common import console, print_json
+    from joulebound.jobs.runstore import SweepStore
 
     st = SweepStore(db, create=False).status()
     if as_json:

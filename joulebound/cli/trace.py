@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..provenance import MEASURED, MODELED
-from ._common import reflow
+from joulebound.cli._common import reflow
+from joulebound.core.provenance import MEASURED, MODELED
 
 if TYPE_CHECKING:
-    from ..devices.spec import DeviceSpec
-    from ..workload.roofline import KernelRow, RooflineSummary
-    from ..workload.trace import Trace
+    from joulebound.hw.spec import DeviceSpec
+    from joulebound.workload.roofline import KernelRow, RooflineSummary
+    from joulebound.workload.trace import Trace
 
 HELP = """Summarize the kernels of one training iteration: kernels per phase and category, FLOPs,
 DRAM bytes, arithmetic intensity, and (with --device) whether each category is compute- or
@@ -69,7 +69,7 @@ def render_summary(summary: RooflineSummary, trace: Trace, device: DeviceSpec | 
     from rich import box
     from rich.table import Table
 
-    from ._common import console
+    from joulebound.cli._common import console
 
     def table(title: str) -> Table:
         return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
@@ -162,7 +162,7 @@ def render_top(rows: list[KernelRow], device: DeviceSpec | None) -> None:
     from rich import box
     from rich.table import Table
 
-    from ._common import console
+    from joulebound.cli._common import console
 
     t = Table(title=f"Top {len(rows)} kernels", title_justify="left", box=box.SIMPLE_HEAD,
               pad_edge=False, collapse_padding=True, padding=(0, 1))
@@ -225,11 +225,11 @@ def trace_command(
 ) -> None:
     from dataclasses import asdict
 
-    from ..errors import JouleboundError
-    from ..workload import load_trace
-    from ..workload.analytic import PRESETS, build_trace
-    from ..workload.roofline import summarize, top_kernels
-    from ._common import console, print_json
+    from joulebound.cli._common import console, print_json
+    from joulebound.core.errors import JouleboundError
+    from joulebound.workload import load_trace
+    from joulebound.workload.analytic import PRESETS, build_trace
+    from joulebound.workload.roofline import summarize, top_kernels
 
     is_preset = spec.strip().lower() in PRESETS
     shape = {"layers": layers, "hidden": hidden, "heads": heads, "ff": ff, "vocab": vocab,
@@ -246,10 +246,10 @@ def trace_command(
         tr = load_trace(spec, batch=batch, seq=seq)
     dev = None
     if device is not None:
-        from ..devices.catalog import get_device
+        from joulebound.hw.catalog import get_device
 
         dev = get_device(device)
-    from ._common import warn_memory
+    from joulebound.cli._common import warn_memory
 
     mem_warning = warn_memory(tr, dev)
     summary = summarize(tr, dev)

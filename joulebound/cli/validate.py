@@ -7,8 +7,8 @@ from typing import Any
 
 import typer
 
-from ..errors import JouleboundError
-from ._common import console, print_json
+from joulebound.cli._common import console, print_json
+from joulebound.core.errors import JouleboundError
 
 JSON_HELP = (
     "Print JSON instead of the table: a list of objects with keys check "
@@ -18,6 +18,29 @@ JSON_HELP = (
     "energy_mape (%; power MAPE where energy_quantity is power/avg_power), time_max_err, "
     "energy_max_err (%), n_points, provenance, energy_quantity (energy|power|avg_power), "
     "published ({value, source} or null), note.")
+
+
+def load_research():  # -> module
+    """The ``research`` package (validation checks and the pipeline that writes the shipped
+    parameter files). It lives beside ``joulebound/`` in the source repository and is not in the
+    wheel: found on ``sys.path`` (a checkout's root), or next to an editable install."""
+    import importlib
+    import sys
+
+    try:
+        return importlib.import_module("research")
+    except ImportError:
+        pass
+    import joulebound
+
+    root = Path(joulebound.__file__).resolve().parent.parent
+    if (root / "research" / "__init__.py").is_file():
+        sys.path.insert(0, str(root))
+        return importlib.import_module("research")
+    raise JouleboundError(
+        "`joulebound validate` runs the research checks, which ship with the source repository, "
+        "not the wheel: clone the repository, `pip install -e .` from it (or run from its root), "
+        "and run the command again")
 
 
 def validate(
@@ -37,7 +60,7 @@ def validate(
                              "zeus-power-limit, gpuptx, spaan-table1."),
     write_params: bool = typer.Option(False, "--write-params",
                                       help="Also regenerate the shipped device-parameter files "
-                                           "(joulebound/dvfs/model/params/) from these fits."),
+                                           "(joulebound/gpumodel/params/) from these fits."),
 ) -> None:
     """Check the GPU time/power model against six public data sets (held-out unless a row
     says in-sample):
@@ -56,8 +79,10 @@ def validate(
     Prints one table (every MAPE is measured-vs-modeled on held-out points); with
     --write-docs DIR also the results block of DIR/validation.md and its plots under DIR/img/.
     """
-    from ..datapath import find_data
-    from ..validation.report import plot_all, run_all, write_markdown
+    from joulebound.core.datapath import find_data
+
+    load_research()
+    from research.report import plot_all, run_all, write_markdown
 
     root = find_data(data)
     checks = [c.strip() for c in only.split(",") if c.strip()] if only else None
@@ -78,7 +103,12 @@ def validate(
         doc = write_docs / "validation.md"
         write_markdown(run, doc, plot_all(run, write_docs / "img"))
     if write_params:
-        _write_params(run)
+        from research.write_params import write_params as write_shipped
+
+        with console.status("bootstrap draws") as st:
+            written = write_shipped(run, progress=lambda msg: st.update(msg))
+        for w in written:
+            console.print(f"wrote {w}")
     if json_out:
         print_json([r.to_json() for r in run.results])
         return
@@ -119,53 +149,6 @@ def results_table(results: list) -> Any:  # list[CheckResult] -> rich Table
                   str(r.n_points), str(r.published["value"]) if r.published else "")
         prev = r.check
     return t
-
-
-def _write_params(run, n_draws: int = 24) -> None:  # type: ignore[no-untyped-def]
-    """Regenerate params/*.json from this run's kernel-level fits, with bootstrap draws."""
-    from ..devices.catalog import get_device
-    from ..dvfs.model import shipping
-    from ..validation import perseus_kernel, spaan
-
-    res = {(r.check, r.gpu, r.workload): r for r in run.results}
-    data = run.extras["data"]
-    written = []
-    fitted = {}
-
-    def heldout(r) -> dict:  # type: ignore[no-untyped-def]
-        return {"check": r.check, "workload": r.workload, "time_mape": r.time_mape,
-                "energy_mape": r.energy_mape, "n_points": r.n_points}
-
-    for key, label in (("a100_sxm", "A100-SXM4-80GB"), ("a40", "A40")):
-        full = run.extras["kernel_fits"][key]
-        r = res[("perseus-kernel", label, "kernel model, held-out model and clocks")]
-        with console.status(f"bootstrap draws: {label}") as st:
-            draws = perseus_kernel.draws(
-                data, key, full, n_draws=n_draws,
-                progress=lambda i, n, st=st, label=label: st.update(
-                    f"bootstrap draws: {label} {i}/{n}"))
-        p = shipping.with_provenance(
-            full.params, perseus_kernel.FITTED,
-            f"Perseus stage profiles ({key}), kernel-level fit, joulebound validate",
-            heldout(r), draws)
-        fitted[key] = p
-        written.append(shipping.write(p))
-    r = res[("perseus-plans", "A100-PCIe-80GB", "all 4 workloads")]
-    pcie = shipping.for_a100_pcie(get_device("a100-pcie-80gb"), fitted["a100_sxm"],
-                                  run.extras["plan_params"].f_cap, heldout(r))
-    written.append(shipping.write(pcie))
-    su, fit = run.extras["spaan"]
-    r = res[("spaan-table1", "RTX 3080 Ti", "19 forward kernels, leave-one-row-out")]
-    with console.status("bootstrap draws: RTX 3080 Ti") as st:
-        draws = spaan.draws(su, fit, n_draws=n_draws,
-                            progress=lambda i, n: st.update(f"bootstrap draws: RTX 3080 Ti {i}/{n}"))
-    p = shipping.with_provenance(fit.params, spaan.FITTED, spaan.LABEL + f" ({spaan.SOURCE})",
-                                 heldout(r), draws, calibration="published",
-                                 extra={"tested_mem_fracs": "memory clocks of Spaan et al. "
-                                        "Table 1 (9501, 9251, 5001 MHz)"})
-    written.append(shipping.write(p))
-    for w in written:
-        console.print(f"wrote {w}")
 
 
 def register(app: typer.Typer) -> None:

@@ -9,7 +9,7 @@ with meter.window("train"):
 See ``docs/measurement.md``.
 """
 
-from .meter import EnergyMeter
-from .results import DeviceEnergy, WindowResult
+from joulebound.energy.meter import EnergyMeter
+from joulebound.energy.results import DeviceEnergy, WindowResult
 
 __all__ = ["DeviceEnergy", "EnergyMeter", "WindowResult"]

@@ -24,10 +24,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .interval import IntervalEnergy
-from .meter import EnergyMeter
-from .results import WindowResult
-from .status import from_exception
+from joulebound.energy.interval import IntervalEnergy
+from joulebound.energy.meter import EnergyMeter
+from joulebound.energy.results import WindowResult
+from joulebound.energy.status import from_exception
 
 
 class EnergyHook:
@@ -46,8 +46,8 @@ class EnergyHook:
     def __init__(self, accelerator: Any, every: int = 10, meter: EnergyMeter | None = None,
                  store: Any = None, backend: str = "auto",
                  carbon_intensity: str | float | None = None, prefix: str = "energy") -> None:
-        from ..errors import JouleboundError
-        from .carbon import carbon_intensity as parse_ci
+        from joulebound.core.errors import JouleboundError
+        from joulebound.energy.carbon import carbon_intensity as parse_ci
 
         if every < 1:
             raise JouleboundError(f"every must be >= 1 step, got {every}")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ..provenance import MEASURED, MODELED
+from joulebound.core.provenance import MEASURED, MODELED
 
 Kind = Literal["gpu", "cpu", "dram"]
 

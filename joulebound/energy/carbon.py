@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import dataclass
 from importlib import resources
 
-from ..errors import JouleboundError, did_you_mean
+from joulebound.core.errors import JouleboundError, did_you_mean
 
 J_PER_KWH = 3.6e6
 

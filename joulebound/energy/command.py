@@ -35,11 +35,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import JouleboundError
-from ..provenance import MEASURED, MODELED
-from .meter import EnergyMeter
-from .results import WindowResult
-from .status import FAILED, from_returncode
+from joulebound.core.errors import JouleboundError
+from joulebound.core.provenance import MEASURED, MODELED
+from joulebound.energy.meter import EnergyMeter
+from joulebound.energy.results import WindowResult
+from joulebound.energy.status import FAILED, from_returncode
 
 #: signals passed on to the command
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -94,7 +94,7 @@ class CommandResult:
         w = self.window
         if self.cpu_tdp_w is None or w.cpu_energy_j is None or w.cpu_provenance != MODELED:
             return None
-        from .cpu_model import cpu_energy_interval_j
+        from joulebound.energy.cpu_model import cpu_energy_interval_j
 
         cpu = sum(d.energy_j or 0.0 for d in w.devices if d.kind == "cpu")
         lo, hi = cpu_energy_interval_j(cpu, w.duration_s, self.cpu_tdp_w)
@@ -324,7 +324,7 @@ def _wait(proc: subprocess.Popen, fwd: _Forwarder, kill_after_s: float) -> bool:
 
 def _modeled_tdp(backend: Any) -> float | None:
     """The TDP (W) of a modeled-CPU part of ``backend``, if it has one."""
-    from .cpu_model import CpuModelBackend
+    from joulebound.energy.cpu_model import CpuModelBackend
 
     for p in [backend, *getattr(backend, "parts", [])]:
         if isinstance(p, CpuModelBackend):

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ..errors import JouleboundError
-from ..provenance import MODELED
-from .base import Backend, Channel
+from joulebound.core.errors import JouleboundError
+from joulebound.core.provenance import MODELED
+from joulebound.energy.base import Backend, Channel
 
 #: CodeCarbon's DRAM power per GB of memory (3 W per 8 GB)
 DRAM_W_PER_GB = 0.375

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..devices.gpu import visible_device_ids
-from ..provenance import MODELED
-from .meter import EnergyMeter
-from .ranks import default_gpus
-from .results import DeviceEnergy, WindowResult
+from joulebound.core.provenance import MODELED
+from joulebound.energy.meter import EnergyMeter
+from joulebound.energy.ranks import default_gpus
+from joulebound.energy.results import DeviceEnergy, WindowResult
+from joulebound.hw.gpu import visible_device_ids
 
 __all__ = ["JobWindow", "aggregate", "combine", "default_gpus", "visible_device_ids"]
 

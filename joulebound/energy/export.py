@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..errors import JouleboundError
-from .interval import window_metrics
-from .results import WindowResult
+from joulebound.core.errors import JouleboundError
+from joulebound.energy.interval import window_metrics
+from joulebound.energy.results import WindowResult
 
 
 def _require(module: str, extra: str) -> Any:

@@ -28,10 +28,10 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
-from .interval import IntervalEnergy
-from .meter import EnergyMeter
-from .results import WindowResult
-from .status import FINISHED
+from joulebound.energy.interval import IntervalEnergy
+from joulebound.energy.meter import EnergyMeter
+from joulebound.energy.results import WindowResult
+from joulebound.energy.status import FINISHED
 
 T = TypeVar("T")
 
@@ -93,7 +93,7 @@ class _EnergyCallbackHooks:
                  backend: str = "auto", per_step: bool = False, every: int = 1,
                  per_epoch: bool = True, aggregate: bool = False, log: bool = True,
                  carbon_intensity: str | float | None = None, prefix: str = "energy") -> None:
-        from .carbon import carbon_intensity as parse_ci
+        from joulebound.energy.carbon import carbon_intensity as parse_ci
 
         self._own = meter is None
         self.meter = meter
@@ -196,7 +196,7 @@ class _EnergyCallbackHooks:
             _metrics, self.summary = self.intervals.finish()
             self.train = self.intervals.train
         if self.aggregate:
-            from .distributed import aggregate
+            from joulebound.energy.distributed import aggregate
 
             self.job_windows = aggregate(self.meter)
         if state is not None and self.summary:

@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..provenance import MEASURED
-from .meter import EnergyMeter
-from .results import WindowResult
+from joulebound.core.provenance import MEASURED
+from joulebound.energy.meter import EnergyMeter
+from joulebound.energy.results import WindowResult
 
 J_PER_WH = 3600.0
 

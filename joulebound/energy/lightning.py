@@ -21,10 +21,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .interval import IntervalEnergy
-from .meter import EnergyMeter
-from .results import WindowResult
-from .status import FINISHED
+from joulebound.energy.interval import IntervalEnergy
+from joulebound.energy.meter import EnergyMeter
+from joulebound.energy.results import WindowResult
+from joulebound.energy.status import FINISHED
 
 
 def _callback_base() -> type:
@@ -56,7 +56,7 @@ class _LightningHooks:
     def __init__(self, meter: EnergyMeter | None = None, store: Any = None,
                  backend: str = "auto", every_n_steps: int | None = None,
                  carbon_intensity: str | float | None = None, prefix: str = "energy") -> None:
-        from .carbon import carbon_intensity as parse_ci
+        from joulebound.energy.carbon import carbon_intensity as parse_ci
 
         self._own = meter is None
         self.meter = meter
@@ -110,7 +110,7 @@ class _LightningHooks:
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         if self._own and self.meter is not None:
-            from .status import from_exception
+            from joulebound.energy.status import from_exception
 
             status, code = from_exception(exception)
             self.meter.close(status=status, exit_code=code)

@@ -56,15 +56,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JouleboundError, did_you_mean
-from .base import Backend, NoneBackend
-from .counter import Edge, edge_uncertainty, uncertainty_of
-from .results import Deferred, DeviceEnergy, WindowResult, window_result
-from .sampler import PowerEdge, Sample, Sampler, readings_between
-from .status import FAILED, FINISHED, from_exception
+from joulebound.core.errors import JouleboundError, did_you_mean
+from joulebound.energy.base import Backend, NoneBackend
+from joulebound.energy.counter import Edge, edge_uncertainty, uncertainty_of
+from joulebound.energy.results import Deferred, DeviceEnergy, WindowResult, window_result
+from joulebound.energy.sampler import PowerEdge, Sample, Sampler, readings_between
+from joulebound.energy.status import FAILED, FINISHED, from_exception
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .store import Store
+    from joulebound.energy.store import Store
 
 BACKENDS = ("auto", "nvml", "rapl", "cpu-model", "simulated", "replay", "none")
 
@@ -126,51 +126,51 @@ def make_backend(backend: str | Backend, gpus: Sequence[int] | str | None = None
     if backend == "none":
         return NoneBackend()
     if backend == "simulated":
-        from .simulated import SimulatedBackend
+        from joulebound.energy.simulated import SimulatedBackend
 
         return SimulatedBackend(**kwargs)
     if backend == "replay":
-        from .replay import ReplayBackend
+        from joulebound.energy.replay import ReplayBackend
 
         if "path" not in kwargs:
             raise JouleboundError("backend='replay' needs path=<recorded log (.csv/.jsonl) or "
                                   "store .db>")
         return ReplayBackend.open(**kwargs)
     if backend == "nvml":
-        from .nvml import NvmlBackend
+        from joulebound.energy.nvml import NvmlBackend
 
         return NvmlBackend(gpus=gpus, **kwargs)
     if backend == "rapl":
-        from .rapl import RaplBackend
+        from joulebound.energy.rapl import RaplBackend
 
         return RaplBackend(**kwargs)
     if backend == "cpu-model":
-        from .cpu_model import CpuModelBackend
+        from joulebound.energy.cpu_model import CpuModelBackend
 
         return CpuModelBackend(tdp_w=kwargs.get("cpu_tdp_w", kwargs.get("tdp_w")))
     # auto: NVML GPUs, plus RAPL CPU/DRAM when readable, else modeled CPU/DRAM (labeled)
     notes: list[str] = []
     parts: list[Backend] = []
     try:
-        from .nvml import NvmlBackend
+        from joulebound.energy.nvml import NvmlBackend
 
         parts.append(NvmlBackend(gpus=gpus))
     except JouleboundError as exc:
         notes.append(f"GPU: {exc}")
     try:
-        from .rapl import RaplBackend
+        from joulebound.energy.rapl import RaplBackend
 
         parts.append(RaplBackend())
     except JouleboundError as exc:
         notes.append(f"CPU: {exc}")
         try:
-            from .cpu_model import CpuModelBackend
+            from joulebound.energy.cpu_model import CpuModelBackend
 
             parts.append(CpuModelBackend(tdp_w=kwargs.get("cpu_tdp_w")))
         except JouleboundError as exc2:
             notes.append(f"CPU model: {exc2}")
     if len(parts) == 2:
-        from .base import CompositeBackend
+        from joulebound.energy.base import CompositeBackend
 
         both = CompositeBackend(parts)
         both.notes.extend(notes)
@@ -247,7 +247,7 @@ class EnergyMeter:
         self.run_id = run_id or uuidlib.uuid4().hex
         self.store = None
         if store is not None:
-            from .store import Store
+            from joulebound.energy.store import Store
 
             self.store = store if isinstance(store, Store) else Store(store)
             self.store.begin_run(self.run_id, backend=self.backend.name,
@@ -682,7 +682,7 @@ def _select_channels(backend: Backend, gpus: Sequence[int] | str | None) -> list
         else:
             want = {int(x) for x in gpus.split(",") if x.strip()}
     elif gpus is None:
-        from .ranks import default_gpus
+        from joulebound.energy.ranks import default_gpus
 
         want = set(default_gpus(gpu_idx))
     else:

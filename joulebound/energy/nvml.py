@@ -31,10 +31,10 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..devices import gpu as gpu_layer
-from ..errors import JouleboundError
-from ..provenance import MEASURED
-from .base import Backend, Channel, CounterEvent
+from joulebound.core.errors import JouleboundError
+from joulebound.core.provenance import MEASURED
+from joulebound.energy.base import Backend, Channel, CounterEvent
+from joulebound.hw import gpu as gpu_layer
 
 #: Assumed update period (s) of the energy counter and power field when the device catalog (matched
 #: on the NVML product name) has no ``sensor_period_s``; benchmarks/gpu_check.py measures it.
@@ -48,7 +48,7 @@ def catalog_sensor_period(product_name: str) -> float | None:
     names and aliases work); ``None`` for a GPU the catalog does not know or without a period.
     """
     try:
-        from ..devices.catalog import get_device
+        from joulebound.hw.catalog import get_device
 
         period = get_device(product_name.strip()).sensor_period_s
     except Exception:  # unknown GPU, or the catalog is unavailable: it is optional here
@@ -62,7 +62,7 @@ def _is(nv: Any, exc: BaseException, const: str) -> bool:
 
 
 class NvmlBackend(Backend):
-    """NVML energy/power reads for the CUDA-visible GPUs (through :mod:`joulebound.devices.gpu`).
+    """NVML energy/power reads for the CUDA-visible GPUs (through :mod:`joulebound.hw.gpu`).
 
     Args:
         gpus: CUDA-visible indices to open (``None``/``"all"``: every visible GPU; the meter then

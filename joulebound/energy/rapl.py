@@ -14,9 +14,9 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from ..errors import JouleboundError
-from ..provenance import MEASURED
-from .base import Backend, Channel, CounterEvent
+from joulebound.core.errors import JouleboundError
+from joulebound.core.provenance import MEASURED
+from joulebound.energy.base import Backend, Channel, CounterEvent
 
 POWERCAP = Path("/sys/class/powercap")
 

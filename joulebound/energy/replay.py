@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import JouleboundError
-from ..provenance import ALL as PROVENANCES
-from .base import Backend, Channel
+from joulebound.core.errors import JouleboundError
+from joulebound.core.provenance import ALL as PROVENANCES
+from joulebound.energy.base import Backend, Channel
 
 
 class ReplayBackend(Backend):
@@ -82,7 +82,7 @@ class ReplayBackend(Backend):
         if not path.exists():
             raise JouleboundError(f"replay: {path} does not exist")
         if path.suffix in (".db", ".sqlite", ".sqlite3"):
-            from .store import Store
+            from joulebound.energy.store import Store
 
             st = Store(path, readonly=True)  # replaying never writes to the log
             if run_id is None:

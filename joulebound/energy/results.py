@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
-from ..provenance import MODELED
+from joulebound.core.provenance import MODELED
 
 
 @dataclass

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Backend
-from .counter import CounterTrack, Edge, observe_counters
+from joulebound.energy.base import Backend
+from joulebound.energy.counter import CounterTrack, Edge, observe_counters
 
 #: the failure counts of a snapshot taken before any failure (shared: never modified; a plain
 #: dict, so a window's kept edges pickle)

@@ -4,7 +4,7 @@ Every number it produces is **modeled**. Two ways to drive it:
 
 - ``SimulatedBackend(power=lambda t: 250.0)`` — any callable ``power(t) -> W`` of the time ``t``
   (s) since the backend was created (or since ``t0`` when given);
-- ``SimulatedBackend.from_spec(spec, load=0.7)`` — a :class:`~joulebound.devices.spec.DeviceSpec`
+- ``SimulatedBackend.from_spec(spec, load=0.7)`` — a :class:`~joulebound.hw.spec.DeviceSpec`
   load profile: ``P(t) = idle_power_w + load(t) * (power_limit_default_w - idle_power_w)``, where
   ``load`` is a constant in [0, 1] or a callable of ``t``.
 
@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..provenance import MODELED
-from .base import Backend, Channel
+from joulebound.core.provenance import MODELED
+from joulebound.energy.base import Backend, Channel
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..devices.spec import DeviceSpec
+    from joulebound.hw.spec import DeviceSpec
 
 PowerFn = Callable[[float], float]
 
@@ -72,7 +72,7 @@ class SimulatedBackend(Backend):
                   **kwargs) -> SimulatedBackend:
         """Simulated GPUs of a catalog device under a load profile (0 = idle, 1 = default limit)."""
         if isinstance(spec, str):
-            from ..devices.catalog import get_device  # issue 2; optional at import time
+            from joulebound.hw.catalog import get_device  # issue 2; optional at import time
 
             spec = get_device(spec)
         idle, top = float(spec.idle_power_w), float(spec.power_limit_default_w)

@@ -13,7 +13,7 @@ Tables:
 Times are seconds since the Unix epoch; energy J; power W. The same file may hold other helpers'
 tables (e.g. ``sweep_results``). Several processes may write one file (WAL + busy timeout).
 
-Opening, integrity and versions are :mod:`joulebound.sqlitedb`'s, shared with the sweep store:
+Opening, integrity and versions are :mod:`joulebound.core.sqlitedb`'s, shared with the sweep store:
 every open runs ``PRAGMA quick_check``; a damaged file is refused with a message (never written
 into, never a raw sqlite traceback). The schema version (:data:`SCHEMA_VERSION`) is recorded in the
 file's ``joulebound_schema`` table as component ``energy`` (and, for older releases, as ``PRAGMA
@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import sqlitedb
-from ..errors import JouleboundError
-from .results import DeviceEnergy, WindowResult
+from joulebound.core import sqlitedb
+from joulebound.core.errors import JouleboundError
+from joulebound.energy.results import DeviceEnergy, WindowResult
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS samples (
 CREATE INDEX IF NOT EXISTS samples_run ON samples(run_id, t_s);
 """
 TABLES = ("runs", "windows", "samples")
-#: this store's name in the file's schema table (:mod:`joulebound.sqlitedb`)
+#: this store's name in the file's schema table (:mod:`joulebound.core.sqlitedb`)
 COMPONENT = "energy"
 #: schema version of the tables above (also written as ``PRAGMA user_version``)
 SCHEMA_VERSION = 1

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from ..fmt import fmt_pct
+from joulebound.core.fmt import fmt_pct
 
-#: where a demo latency comes from (published figures, see joulebound.dvfs.solve.switching)
+#: where a demo latency comes from (published figures, see joulebound.planning.solve.switching)
 PUBLISHED_LATENCY = {6e-3: "published for H200", 20e-3: "published NVML set-call upper end",
                      150e-3: "published for Turing"}
 

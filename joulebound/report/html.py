@@ -9,10 +9,10 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from ..dvfs.study import PUBLISHED_CITATION, Study, category_savings
-from ..fmt import fmt_pct
-from ..provenance import MODELED
-from . import plots
+from joulebound.core.fmt import fmt_pct
+from joulebound.core.provenance import MODELED
+from joulebound.planning.study import PUBLISHED_CITATION, Study, category_savings
+from joulebound.report import plots
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..dvfs.study import Study, StudyRow, category_savings
+from joulebound.planning.study import Study, StudyRow, category_savings
 
-#: published clock-switch latencies marked on the latency plot (see joulebound.dvfs.solve.switching)
+#: published clock-switch latencies marked on the latency plot (see joulebound.planning.solve.switching)
 _PUBLISHED_L_MS = {"H200": 6.0, "Turing": 150.0}
 _GRAN_COLOR = {"iteration": "tab:blue", "pass": "tab:orange", "layer": "tab:brown",
                "kernel": "tab:green"}

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..energy.results import WindowResult
-from ..energy.store import Store
-from ..errors import JouleboundError
-from ..provenance import MEASURED
+from joulebound.core.errors import JouleboundError
+from joulebound.core.provenance import MEASURED
+from joulebound.energy.results import WindowResult
+from joulebound.energy.store import Store
 
 MAX_WINDOW_ROWS = 200
 
@@ -103,7 +103,7 @@ def _timeline_png(data: RunData, path: Path) -> Path | None:
             series.setdefault((kind, uuid), []).append((t, p))
     if not series:
         return None
-    from .plots import pyplot
+    from joulebound.report.plots import pyplot
 
     plt = pyplot()
     t0 = min(pts[0][0] for pts in series.values())
@@ -127,7 +127,7 @@ def _windows_png(data: RunData, path: Path) -> Path | None:
     if not ws:
         return None
     ws = ws[:60]
-    from .plots import pyplot
+    from joulebound.report.plots import pyplot
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 3.2))

@@ -1,5 +1,5 @@
 """A fake NVML (:mod:`.fakenvml`) in front of a simulated GPU
-(:class:`~joulebound.calibrate.simulated.SimulatedGpu`).
+(:class:`~joulebound.measure.calibrate.simulated.SimulatedGpu`).
 
 The fake's locked clocks *are* the simulated GPU's clocks (``nvmlDeviceSetGpuLockedClocks`` /
 ``nvmlDeviceSetMemoryLockedClocks`` through the real :class:`NvmlActuator` change what the
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..clocks import ClockConfig
-from .fakenvml import FakeGPU, FakeNvml
+from joulebound.core.clocks import ClockConfig
+from joulebound.testing.fakenvml import FakeGPU, FakeNvml
 
 
 class SimFakeGPU(FakeGPU):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import JouleboundError, did_you_mean
-from .trace import CATEGORIES, PHASES, Kernel, Trace
+from joulebound.core.errors import JouleboundError, did_you_mean
+from joulebound.workload.trace import CATEGORIES, PHASES, Kernel, Trace
 
 __all__ = ["CATEGORIES", "PHASES", "Kernel", "Trace", "load_trace"]
 
@@ -29,7 +29,7 @@ def load_trace(spec: str | Path | Trace, batch: int | None = None, seq: int | No
         JouleboundError: unknown preset and no such file; ``batch``/``seq`` given for a file;
             a malformed file (the message names the file and the field).
     """
-    from .analytic import PRESETS, build_trace
+    from joulebound.workload.analytic import PRESETS, build_trace
 
     if isinstance(spec, Trace):
         if batch is not None or seq is not None:
@@ -48,15 +48,15 @@ def load_trace(spec: str | Path | Trace, batch: int | None = None, seq: int | No
     if batch is not None or seq is not None:
         raise JouleboundError(f"{path}: --batch/--seq apply only to model presets; a trace file "
                               "already fixes the shapes")
-    from ..jsonio import read_json
+    from joulebound.core.jsonio import read_json
 
     doc = read_json(path)
     if isinstance(doc, dict) and doc.get("schema") == "joulebound.trace":
-        from ..jsonio import check_header
-        from .trace import SCHEMA, VERSION
+        from joulebound.core.jsonio import check_header
+        from joulebound.workload.trace import SCHEMA, VERSION
 
         return Trace.from_json(check_header(doc, path, SCHEMA, VERSION), path)
-    from .kineto import is_chrome_trace, load_chrome_trace
+    from joulebound.workload.kineto import is_chrome_trace, load_chrome_trace
 
     if is_chrome_trace(doc):
         return load_chrome_trace(path, doc=doc)

@@ -52,8 +52,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import JouleboundError, did_you_mean
-from .opcost import (
+from joulebound.core.errors import JouleboundError, did_you_mean
+from joulebound.workload.opcost import (
     ADAMW_FLOP_PER_PARAM,
     ELEMENTWISE_FLOP,
     GELU_BACKWARD_FLOP,
@@ -66,7 +66,7 @@ from .opcost import (
     SOFTMAX_PASSES,
     gemm_flops,
 )
-from .trace import Kernel, Trace
+from joulebound.workload.trace import Kernel, Trace
 
 ARCHS = ("gpt", "bert")
 #: bytes per stored element for the supported training dtypes
@@ -512,7 +512,7 @@ def build_table(arch: str, layers: int, dtype: str, recompute: bool, *, hidden: 
     Returns ``(template, flops, bytes, params)``: the kernel sequence (names, categories, phases,
     layers, math dtypes; its FLOPs and bytes are 0), FLOPs and DRAM bytes of every kernel of
     every shape, shape ``(K, n)``, and each shape's parameter count ``(n,)``. The shapes are not
-    validated: check them with :meth:`ModelConfig.validate` (or :func:`joulebound.scaling.job.resolve`).
+    validated: check them with :meth:`ModelConfig.validate` (or :func:`joulebound.jobs.job.resolve`).
     """
     arr = {k: np.asarray(v, float).reshape(-1) for k, v in
            dict(hidden=hidden, heads=heads, ff=ff, vocab=vocab, seq=seq, batch=batch).items()}

@@ -38,9 +38,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import JouleboundError
-from ..logs import show_progress
-from .trace import Trace
+from joulebound.core.errors import JouleboundError
+from joulebound.core.logs import show_progress
+from joulebound.workload.trace import Trace
 
 log = logging.getLogger("joulebound.workload.capture")  # also when run as __main__
 
@@ -57,7 +57,7 @@ def _activities() -> list[Any]:
 
 def _to_trace(prof: Any, name: str, chrome_out: str | Path | None, steps: int) -> Trace:
     """Export ``prof`` as a Chrome trace and import it with the Kineto importer."""
-    from .kineto import load_chrome_trace
+    from joulebound.workload.kineto import load_chrome_trace
 
     if chrome_out is not None:
         path = Path(chrome_out)

@@ -57,9 +57,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..errors import JouleboundError, SchemaError
-from .opcost import ELEMENT_TYPES, Arg, OpCost, aten_cost, element_type
-from .trace import Kernel, Trace
+from joulebound.core.errors import JouleboundError, SchemaError
+from joulebound.workload.opcost import ELEMENT_TYPES, Arg, OpCost, aten_cost, element_type
+from joulebound.workload.trace import Kernel, Trace
 
 #: (category, regex) in match order; case-insensitive search on the kernel or op name.
 CATEGORY_RULES: tuple[tuple[str, str], ...] = (
@@ -134,7 +134,7 @@ def is_chrome_trace(doc: Any) -> bool:
 
 def load_chrome_trace(path: str | Path, *, doc: Any = None, name: str | None = None) -> Trace:
     """Read a torch.profiler ``export_chrome_trace`` JSON file (``.json`` or ``.json.gz``)."""
-    from ..jsonio import read_json
+    from joulebound.core.jsonio import read_json
 
     if doc is None:
         doc = read_json(path)

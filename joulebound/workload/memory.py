@@ -1,6 +1,6 @@
 """Device memory of one training step on one GPU: weights, gradients, optimizer state,
 activations and a runtime reserve — the one memory model the CLI (trace / characterize / plan
-warnings, the demo) and the job predictor (:func:`joulebound.scaling.job.memory`, which adds
+warnings, the demo) and the job predictor (:func:`joulebound.jobs.job.memory`, which adds
 sharding and parallelism) share.
 
 Bytes, per GPU:
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..provenance import MODELED
+from joulebound.core.provenance import MODELED
 
 #: CUDA context, allocator reserve and workspaces per GPU (bytes; estimate)
 RUNTIME_RESERVE_BYTES = 1.5 * 2**30
@@ -84,7 +84,7 @@ def training_memory(cfg, optimizer: bool = True, device_bytes: float = 0.0  # no
                     ) -> MemoryEstimate:
     """One training step of a :class:`~joulebound.workload.analytic.ModelConfig` on one GPU
     (AdamW, or no optimizer state with ``optimizer=False``)."""
-    from .analytic import DTYPE_BYTES
+    from joulebound.workload.analytic import DTYPE_BYTES
 
     return step_memory(params=float(cfg.params()), layers=cfg.layers, hidden=cfg.hidden,
                        heads=cfg.heads, seq=cfg.seq, micro_batch=cfg.batch, vocab=cfg.vocab,
@@ -95,7 +95,7 @@ def training_memory(cfg, optimizer: bool = True, device_bytes: float = 0.0  # no
 def trace_memory_warning(trace, spec) -> str | None:  # noqa: ANN001
     """A warning when an analytic trace's training step needs more than ``spec``'s memory
     (``None`` when it fits, or for a trace that is not analytic)."""
-    from .analytic import ModelConfig
+    from joulebound.workload.analytic import ModelConfig
 
     m = trace.meta
     if m.get("source") != "analytic" or not spec.memory_bytes:

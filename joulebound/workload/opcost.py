@@ -2,7 +2,7 @@
 
 Used by every place that costs real ops: the profiler-trace importer
 (:mod:`~joulebound.workload.kineto`, shapes from ``record_shapes=True``) and the runtime's
-recorded op streams (:func:`~joulebound.dvfs.control.controller.trace_from_ops`, shapes from the
+recorded op streams (:func:`~joulebound.runtime.controller.trace_from_ops`, shapes from the
 op keys). The per-op constants are shared with the analytic trace builder
 (:mod:`~joulebound.workload.analytic`), so all three count an op the same way.
 

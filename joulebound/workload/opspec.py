@@ -1,9 +1,9 @@
 """Op argument specs: what it takes to run an ATen op again on fresh tensors.
 
 A *spec* is a JSON-able description of one dispatched op's arguments, recorded by
-``joulebound run --record`` (:class:`~joulebound.dvfs.control.hooks.OpStream` with
+``joulebound run --record`` (:class:`~joulebound.runtime.hooks.OpStream` with
 ``capture_args=True``) in each kernel's ``meta["replay"]`` and read back by the kernel replay of
-``joulebound calibrate`` (:mod:`joulebound.calibrate.replay`). Forms:
+``joulebound calibrate`` (:mod:`joulebound.measure.calibrate.replay`). Forms:
 
 ``{"T": dtype, "shape": [...], "stride": [...], "offset": n, "dev": type}``
     a tensor (``dtype`` as torch names it, e.g. ``"bfloat16"``; ``dev`` its device type,

@@ -8,7 +8,7 @@ dense peak ``P(dtype)`` FLOP/s and bandwidth ``W`` bytes/s (both at top clocks):
 * a category is **compute-bound** when its summed compute time exceeds its summed memory time —
   for a single dtype this is the classic test ``intensity = F/Q > ridge = P/W``.
 
-Everything here is a pure function of the trace and a :class:`~joulebound.devices.spec.DeviceSpec`.
+Everything here is a pure function of the trace and a :class:`~joulebound.hw.spec.DeviceSpec`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..devices.spec import DeviceSpec
-from .trace import CATEGORIES, PHASES, Trace
+from joulebound.hw.spec import DeviceSpec
+from joulebound.workload.trace import CATEGORIES, PHASES, Trace
 
 
 @dataclass

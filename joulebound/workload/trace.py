@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import SchemaError
-from ..jsonio import Fields, check_header, read_json, write_json
+from joulebound.core.errors import SchemaError
+from joulebound.core.jsonio import Fields, check_header, read_json, write_json
 
 Category = Literal["gemm", "attention", "elementwise", "norm", "softmax", "reduction",
                    "embedding", "optimizer", "memcpy", "communication", "other"]

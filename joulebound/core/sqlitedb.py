@@ -1,0 +1,180 @@
+"""One SQLite helper for joulebound's stores (the measurement store and the sweep store).
+
+Both stores may live in one file, so each keeps its schema version in a shared table,
+``joulebound_schema(component, version)`` (:func:`schema_version`, :func:`stamp_schema`); a file
+written by a newer joulebound is refused with a message (:func:`require_schema`) instead of being
+misread or written into. Every connection is opened the same way (:func:`connect`): explicit
+transactions, a busy timeout so that several processes can write one file, and an integrity
+check before anything is read or written (a damaged file is refused, never written); writers
+then switch to WAL journaling (:func:`enable_writes`). Writes go through :func:`transaction`
+(``BEGIN IMMEDIATE``: the write lock is taken up front, so concurrent writers queue instead of
+failing mid-transaction).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from joulebound.core.errors import JouleboundError
+
+log = logging.getLogger(__name__)
+
+#: the table that records each store's schema version in a file
+SCHEMA_TABLE = "joulebound_schema"
+#: seconds a connection waits for another process's write lock
+BUSY_TIMEOUT_S = 60.0
+
+
+def check_integrity(con: sqlite3.Connection, path: str | Path, what: str = "store",
+                    fix: str = "record to a new file instead (e.g. --db new.db)") -> None:
+    """Refuse a damaged SQLite file (``PRAGMA quick_check``) with a message saying what to do.
+
+    Raises:
+        JouleboundError: the file is not a database or fails the check.
+    """
+    try:
+        rows = [r[0] for r in con.execute("PRAGMA quick_check(5)").fetchall()]
+    except sqlite3.DatabaseError as exc:
+        raise JouleboundError(f"{what} {path}: not an SQLite database, or not a usable one "
+                              f"({exc}); {fix}") from None
+    if rows != ["ok"]:
+        raise JouleboundError(f"{what} {path} is damaged (SQLite quick_check: "
+                              f"{'; '.join(str(r) for r in rows)}); it was not written to. Keep it "
+                              f"for inspection, {fix}, and try "
+                              f"`sqlite3 {path} .recover` to salvage its rows")
+
+
+def connect(path: str | Path, *, what: str = "store", readonly: bool = False,
+            fix: str = "record to a new file instead (e.g. --db new.db)",
+            check_same_thread: bool = True) -> sqlite3.Connection:
+    """Open ``path`` the way every joulebound store does: explicit transactions
+    (``isolation_level=None``), a busy timeout of :data:`BUSY_TIMEOUT_S`, the integrity check.
+    Nothing is written: a writer calls :func:`enable_writes` after checking the schema version.
+
+    Args:
+        path: the SQLite file; created (empty) when missing unless ``readonly``.
+        what: how messages name the file (``"store"``, ``"sweep database"``).
+        readonly: open with ``mode=ro`` (nothing is created or written).
+        fix: what the user should do when the file is unusable (ends the error message).
+        check_same_thread: passed to :func:`sqlite3.connect` (``False`` for a connection shared
+            by threads behind a lock).
+
+    Raises:
+        JouleboundError: the file cannot be opened, is not SQLite or is damaged.
+    """
+    try:
+        if readonly:
+            con = _connect_readonly(path, what, check_same_thread)
+        else:
+            con = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                  check_same_thread=check_same_thread)
+    except sqlite3.Error as exc:
+        raise JouleboundError(f"{what} {path}: cannot be opened ({exc})") from None
+    try:
+        check_integrity(con, path, what, fix)
+        con.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _connect_readonly(path: str | Path, what: str, check_same_thread: bool) -> sqlite3.Connection:
+    """``mode=ro``; a WAL store in a folder the reader cannot write (a read-only mount, someone
+    else's results) cannot be opened that way -- SQLite needs its ``-shm`` file -- so such a file,
+    closed cleanly (no ``-wal`` beside it), is opened ``immutable`` (nobody can be writing it)."""
+    kw = {"uri": True, "timeout": BUSY_TIMEOUT_S, "isolation_level": None,
+          "check_same_thread": check_same_thread}
+    con = sqlite3.connect(f"file:{path}?mode=ro", **kw)
+    try:
+        con.execute("PRAGMA schema_version").fetchone()
+        return con
+    except sqlite3.Error as exc:
+        if not isinstance(exc, sqlite3.OperationalError) or "readonly" not in str(exc) \
+                or os.access(Path(path).parent, os.W_OK):
+            return con   # not this case: the integrity check names the problem
+        con.close()
+        if Path(f"{path}-wal").exists():
+            raise JouleboundError(
+                f"{what} {path}: its last writes are still in {path}-wal and the folder cannot be "
+                "written, so SQLite cannot read them; copy the file and its -wal file to a "
+                "writable folder and open the copy") from None
+        log.info("%s %s: WAL file in a read-only folder, opened immutable", what, path)
+        return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", **kw)
+
+
+def enable_writes(con: sqlite3.Connection) -> None:
+    """WAL journaling (readers never block the writer; it persists in the file) with
+    ``synchronous=NORMAL`` (a commit survives a crash of the process, not of the machine)."""
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=NORMAL")
+
+
+def table_names(con: sqlite3.Connection) -> set[str]:
+    """Names of the tables in the connection's main database."""
+    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def schema_version(con: sqlite3.Connection, component: str,
+                   user_version: bool = False) -> int | None:
+    """The schema version ``component`` (``"energy"``, ``"sweep"``) recorded in the file, or
+    ``None`` when it never stamped one (a new file, or one written before versioning). With
+    ``user_version`` the file's ``PRAGMA user_version`` counts too (how the measurement store
+    recorded its version before the table existed): the larger of the two is answered."""
+    found: list[int] = []
+    if SCHEMA_TABLE in table_names(con):
+        row = con.execute(f"SELECT version FROM {SCHEMA_TABLE} WHERE component = ?",
+                          (component,)).fetchone()
+        if row is not None:
+            found.append(int(row[0]))
+    if user_version:
+        v = int(con.execute("PRAGMA user_version").fetchone()[0])
+        if v:
+            found.append(v)
+    return max(found) if found else None
+
+
+def require_schema(version: int | None, supported: int, path: str | Path, what: str,
+                   fix: str) -> None:
+    """Refuse a file whose schema ``version`` is newer than this joulebound reads.
+
+    Raises:
+        JouleboundError: naming both versions and what to do (``fix``).
+    """
+    if version is not None and version > supported:
+        raise JouleboundError(f"{what} {path} was written by a newer joulebound (schema version "
+                              f"{version}, this one reads up to {supported}); upgrade "
+                              f"joulebound, or {fix}")
+
+
+def stamp_schema(con: sqlite3.Connection, component: str, version: int) -> None:
+    """Record ``component``'s schema ``version`` in the file (inside the caller's transaction
+    when there is one)."""
+    con.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} (component TEXT PRIMARY KEY, "
+                "version INTEGER NOT NULL)")
+    con.execute(f"INSERT INTO {SCHEMA_TABLE} (component, version) VALUES (?, ?) "
+                "ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+                (component, version))
+
+
+@contextlib.contextmanager
+def transaction(con: sqlite3.Connection,
+                lock: threading.Lock | None = None) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` … ``COMMIT``; rolled back on any exception (the original error is
+    kept even when SQLite already rolled back, e.g. on a full disk). ``lock`` serialises
+    threads sharing ``con``."""
+    with lock if lock is not None else contextlib.nullcontext():
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            yield con
+            con.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                con.execute("ROLLBACK")
+            raise

@@ -1,1 +1,0 @@
-"""Kernel-level DVFS: time/power model, characterization, planners, simulator, runtime control."""

@@ -1,0 +1,329 @@
+"""``characterize(trace, device)``: modeled time and energy of every kernel at every clock pair."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+
+import numpy as np
+
+from joulebound.core.clocks import ClockConfig
+from joulebound.core.errors import JouleboundError
+from joulebound.gpumodel.characterization import Characterization
+from joulebound.gpumodel.kernel import KernelWork, kernel_time, kernel_time_energy
+from joulebound.gpumodel.kernel_table import config_terms, fill_table
+from joulebound.gpumodel.params import TENSOR_CATEGORIES, DeviceParams, params_for
+from joulebound.hw import memory
+from joulebound.hw.spec import DeviceSpec
+from joulebound.workload.trace import Trace
+
+MODEL_VERSION = "joulebound-gpu-model/2"
+
+
+def resolve_device(device: str | DeviceSpec) -> DeviceSpec:
+    """A :class:`DeviceSpec` from a catalog name (case-insensitive, aliases) or a spec."""
+    if isinstance(device, DeviceSpec):
+        return device
+    from joulebound.hw.catalog import get_device
+
+    return get_device(device)
+
+
+@dataclass(frozen=True)
+class ResolvedClocks:
+    """Concrete clocks of a list of configs (arrays over configs).
+
+    Attributes:
+        core_mhz: locked core clock, or the governor's ceiling where the core is auto (MHz).
+        mem_mhz: locked memory clock, or the top memory clock where the memory is auto (MHz).
+        core_auto, mem_auto: whether that domain is left to the GPU's governor.
+    """
+
+    core_mhz: np.ndarray
+    mem_mhz: np.ndarray
+    core_auto: np.ndarray
+    mem_auto: np.ndarray
+
+
+def governor_core_mhz(spec: DeviceSpec, params: DeviceParams, mem_mhz: int) -> float:
+    """The core clock (MHz) the governor aims for at memory clock ``mem_mhz`` before the power
+    cap: the sustained boost ceiling ``params.auto_core_mhz`` (default: the top of the table),
+    never above the highest core clock the card pairs with that memory clock."""
+    top = float(max(spec.supported_clocks.get(mem_mhz, [spec.max_core_mhz])))
+    ceiling = params.auto_core_mhz if params.auto_core_mhz else top
+    return float(min(ceiling, top))
+
+
+def resolve_clocks(spec: DeviceSpec, configs: Sequence[ClockConfig],
+                   params: DeviceParams | None = None) -> ResolvedClocks:
+    """Concrete (core, memory) MHz per config; "auto" in a domain means that domain is left to
+    the governor: memory at its top clock, core at :func:`governor_core_mhz` (both then limited
+    by the power cap in the model).
+
+    Raises :class:`JouleboundError` naming unsupported configs (including pairs the card does
+    not honour, e.g. 405 MHz memory with a core clock above 420 MHz on GA102).
+    """
+    prm = params if params is not None else params_for(spec)
+    bad = [c.label for c in configs if not spec.supports(c)]
+    if bad:
+        raise JouleboundError(
+            f"{spec.name}: clock config(s) {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''} "
+            f"not supported; memory clocks are {spec.mem_clocks_mhz} MHz, see "
+            f"`joulebound devices show {spec.name}` for the core clocks")
+    n = len(configs)
+    core, mem = np.empty(n), np.empty(n)
+    ca, ma = np.zeros(n, bool), np.zeros(n, bool)
+    for i, c in enumerate(configs):
+        m = spec.max_mem_mhz if c.mem_mhz is None else c.mem_mhz
+        core[i] = governor_core_mhz(spec, prm, m) if c.core_mhz is None else c.core_mhz
+        mem[i] = m
+        ca[i], ma[i] = c.core_mhz is None, c.mem_mhz is None
+    return ResolvedClocks(core, mem, ca, ma)
+
+
+ELEMENT_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
+
+
+def _kinds(trace: Trace) -> tuple[np.ndarray, list[tuple[str, str]]]:
+    """Each kernel's index into the trace's distinct (category, dtype) pairs, and those pairs
+    (first-appearance order): per-kernel parameters are then looked up once per pair."""
+    pairs = list(map(attrgetter("category", "dtype"), trace.kernels))
+    kinds = list(dict.fromkeys(pairs))
+    idx = {kd: i for i, kd in enumerate(kinds)}
+    return np.fromiter(map(idx.__getitem__, pairs), np.intp, len(pairs)), kinds
+
+
+def _per_kind(fn, kinds: list[tuple[str, str]], codes: np.ndarray) -> np.ndarray:
+    """``fn(category, dtype)`` for every kernel (evaluated once per distinct pair)."""
+    return np.array([fn(c, d) for c, d in kinds], float).reshape(-1)[codes]
+
+
+def _dram_bytes(trace: Trace, flops: np.ndarray, params: DeviceParams, codes: np.ndarray,
+                kinds: list[tuple[str, str]]) -> np.ndarray:
+    b = trace.bytes().astype(float)
+    if not params.gemm_tile or params.gemm_tile <= 0:
+        return b
+    size = _per_kind(lambda c, d: ELEMENT_BYTES.get(d, 2) if c in TENSOR_CATEGORIES else 0.0,
+                     kinds, codes)
+    return b + np.where(size > 0, size * flops / params.gemm_tile, 0.0)
+
+
+def dram_bytes(trace: Trace, params: DeviceParams) -> np.ndarray:
+    """DRAM traffic (bytes) per kernel: the trace's bytes (compulsory traffic: every operand read
+    once, every result written once) plus, for tensor-core GEMMs, the re-reads of operand panels
+    that tiling cannot avoid: ``element size × FLOPs / gemm_tile`` (a C[M,N] = A[M,K]·B[K,N]
+    GEMM with T×T output tiles re-reads A and B ``N/T`` and ``M/T`` times: ``2·M·N·K/T``
+    elements = FLOPs / T)."""
+    return _dram_bytes(trace, trace.flops(), params, *_kinds(trace))
+
+
+def trace_work(trace: Trace, spec: DeviceSpec, params: DeviceParams) -> KernelWork:
+    """Compute and memory time (s) of each kernel at the top clocks, and its memory-time share
+    that follows the core clock.
+
+    Tensor-core categories (gemm, attention) use the kernel dtype's dense peak, others the fp32
+    rate; compute time is scaled by the category's achieved efficiency, memory time (DRAM bytes
+    of :func:`dram_bytes`) by the category's achieved bandwidth. Kernels with a measured
+    ``duration_s`` have both parts scaled so that the modeled time at the governor's clocks equals
+    the measured duration (the measurement is assumed taken under the default governor). A trace of
+    CPU ops (``meta["kind"] == "cpu"``: profiled without CUDA) has CPU times, which say nothing
+    about GPU kernel time; they are not used.
+    """
+    codes, kinds = _kinds(trace)
+    peak = _per_kind(lambda c, d: spec.peak(d if c in TENSOR_CATEGORIES else "fp32"), kinds,
+                     codes)
+    eff = _per_kind(lambda c, d: params.eff(c), kinds, codes)
+    bw = _per_kind(lambda c, d: params.bw(c), kinds, codes)
+    lam = _per_kind(lambda c, d: params.lam(c), kinds, codes)
+    flops = trace.flops()
+    tc = flops / (peak * eff)
+    tm = _dram_bytes(trace, flops, params, codes, kinds) / (bw * spec.mem_bandwidth_bps)
+    dur = trace.durations()
+    known = np.isfinite(dur) & (trace.meta.get("kind") != "cpu")
+    if known.any():
+        f_auto = governor_core_mhz(spec, params, spec.max_mem_mhz)
+        t, _, _ = kernel_time(KernelWork(tc[known], tm[known], lam=lam[known]), f_auto,
+                              spec.max_mem_mhz, spec.max_core_mhz, spec.max_mem_mhz, params,
+                              mem_auto=True)
+        body = np.maximum(t - params.launch_overhead_s, 1e-12)
+        target = np.maximum(dur[known] - params.launch_overhead_s, 0.0)
+        scale = np.where((tc[known] + tm[known]) > 0, target / body, 0.0)
+        tc[known] *= scale
+        tm[known] *= scale
+        # a kernel with no FLOPs and no bytes but a measured duration: treat it as memory time
+        empty = known.copy()
+        empty[known] = (tc[known] + tm[known]) == 0
+        tm[empty] = np.maximum(dur[empty] - params.launch_overhead_s, 0.0)
+    return KernelWork(tc, tm, lam=lam)
+
+
+def planning_configs(spec: DeviceSpec, params: DeviceParams, include_auto: bool = True,
+                     allow_untested: bool = False) -> tuple[list[ClockConfig], list[int]]:
+    """Every supported (core, memory) pair, plus auto and the per-domain governed configs
+    (``auto/MEM`` for every memory clock and ``CORE/auto`` for every core clock of the top
+    memory clock, as NVML allows locking one domain), without memory clocks never measured on
+    the device's memory technology unless ``allow_untested``.
+
+    Returns ``(configs, excluded memory clocks in MHz)``.
+    """
+    tested = set(memory.tested_clocks(spec.mem_clocks_mhz, spec.max_mem_mhz,
+                                      params.tested_mem_fracs))
+    mems = [m for m in spec.mem_clocks_mhz if allow_untested or m in tested]
+    excluded = [m for m in spec.mem_clocks_mhz if m not in mems]
+    cfgs: list[ClockConfig] = [ClockConfig()] if include_auto else []
+    for m in mems:
+        cfgs.append(ClockConfig(None, m))
+    cfgs += [ClockConfig(c, None) for c in spec.core_clocks_mhz(spec.max_mem_mhz)]
+    for m in mems:
+        cfgs += [ClockConfig(c, m) for c in spec.core_clocks_mhz(m)]
+    return cfgs, excluded
+
+
+def characterize(trace: Trace, device: str | DeviceSpec,
+                 configs: Sequence[ClockConfig] | None = None, include_auto: bool = True,
+                 params: DeviceParams | None = None,
+                 work: KernelWork | None = None,
+                 allow_untested: bool = False, chunk_cells: int = 1 << 15) -> Characterization:
+    """Modeled time (s) and energy (J) of every kernel of ``trace`` at every clock config.
+
+    Args:
+        trace: the kernels of one iteration.
+        device: catalog name (``"rtx3080ti"``) or a :class:`DeviceSpec`.
+        configs: clock configs (default: :func:`planning_configs` — every supported pair and
+            the per-domain governed configs, without untested memory clocks).
+        include_auto: put the governor baseline ``ClockConfig()`` ("auto") first when ``configs``
+            is None (or prepend it when missing from a given list).
+        params: model parameters (default: shipped calibration for the device, else datasheet
+            defaults).
+        work: per-kernel compute/memory times and activity (default: from the trace's FLOPs and
+            bytes via :func:`trace_work`; :func:`~joulebound.gpumodel.calibrate.fit_trace_work`
+            fits them to measured cells).
+        allow_untested: with ``configs=None``, also include memory clocks never measured on the
+            device's memory technology.
+        chunk_cells: kernel × config cells modeled at a time (bounds the temporaries; the result
+            does not depend on it).
+
+    Returns:
+        A :class:`Characterization` with every cell ``modeled`` (``measured`` all False); ``meta``
+        holds the model version, parameter provenance, the memory clocks left out as untested
+        and the share of power-capped cells.
+    """
+    spec = resolve_device(device)
+    prm = params if params is not None else params_for(spec)
+    excluded: list[int] = []
+    if configs is None:
+        cfgs, excluded = planning_configs(spec, prm, include_auto, allow_untested)
+    else:
+        cfgs = list(configs)
+        if include_auto and ClockConfig() not in cfgs:
+            cfgs = [ClockConfig(), *cfgs]
+    if not cfgs:
+        raise JouleboundError("no clock configs to characterize")
+    if len(trace) == 0:
+        raise JouleboundError(f"trace {trace.name!r} has no kernels")
+    rc = resolve_clocks(spec, cfgs, prm)
+    if work is None:
+        work = trace_work(trace, spec, prm)
+    time_s, energy_j, n_unique, capped = model_table(work, rc, spec, prm, chunk_cells)
+    meta = {
+        "trace": trace.name, "model": MODEL_VERSION, "params_calibration": prm.calibration,
+        "params_sources": prm.sources, "power_limit_w": prm.power_limit_w,
+        "n_unique_kernels": n_unique,
+        "capped_cells_fraction": capped,
+        "untested_mem_mhz_excluded": excluded,
+    }
+    return Characterization(
+        kernel_names=trace.names(), configs=cfgs, time_s=time_s, energy_j=energy_j,
+        measured=np.zeros(time_s.shape, bool), device=spec.name, meta=meta,
+    )
+
+
+def _work_keys(work: KernelWork, params: DeviceParams) -> np.ndarray:
+    """(K, 4) model inputs per kernel: compute time, memory time, activity, memory-time share
+    following the core clock (identical rows model identically)."""
+    n = len(work.tc_max)
+    act = np.ones(n) if work.activity is None else np.asarray(work.activity, float)
+    lam = (np.full(n, params.lam("other")) if work.lam is None
+           else np.asarray(work.lam, float))
+    return np.stack([np.asarray(work.tc_max, float), np.asarray(work.tm_max, float), act, lam],
+                    axis=1)
+
+
+def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, inverse)`` of the distinct rows of ``keys`` (K, 4), bit for bit: the index of
+    each distinct row's first occurrence, and each row's distinct-row number.
+
+    Rows are hashed to one 64-bit word and the words deduplicated (a sort of K integers instead
+    of K 4-field records); rows that share a hash are checked bit for bit against the first
+    one and, on a collision, everything is recomputed by ``np.unique(keys, axis=0)``."""
+    bits = np.ascontiguousarray(keys, float).view(np.uint64)
+    h = bits[:, 0] * np.uint64(0x9E3779B97F4A7C15)
+    for j in range(1, bits.shape[1]):
+        h ^= bits[:, j] + np.uint64(0x9E3779B97F4A7C15) + (h << np.uint64(6)) + \
+            (h >> np.uint64(2))
+    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    rep = first[inverse]
+    merged = np.flatnonzero(rep != np.arange(len(rep)))      # rows that share a hash
+    if len(merged) and not np.array_equal(bits[merged], bits[rep[merged]]):
+        _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+    return first, inverse
+
+
+def model_table(work: KernelWork, rc: ResolvedClocks, spec: DeviceSpec, params: DeviceParams,
+                chunk_cells: int = 1 << 15) -> tuple[np.ndarray, np.ndarray, int, float]:
+    """Time (s) and energy (J) of every kernel of ``work`` at the clocks ``rc``: (K, C) each.
+
+    The model is evaluated by :func:`~.kernel_table.fill_table` (per-config terms computed
+    once, ``chunk_cells`` cells at a time into the result, the power cap solved once per kernel
+    and config group), within 1e-8 relative of :func:`evaluate_work` cell for cell (1e-7
+    pinned by the tests). When most kernels repeat (an analytic trace: every layer and
+    iteration), the distinct rows are modeled once and copied out; when most are distinct (a
+    profiled trace with measured durations), every row is modeled in place, with no second
+    table.
+
+    Returns ``(time_s, energy_j, n_unique, capped_fraction)``: the share of power-capped cells
+    is counted over the distinct rows.
+    """
+    keys = _work_keys(work, params)
+    n, c_n = len(keys), len(rc.core_mhz)
+    ct = config_terms(rc.core_mhz, rc.mem_mhz, spec.max_core_mhz, spec.max_mem_mhz, params,
+                      rc.core_auto, rc.mem_auto)
+    first, inverse = _distinct_rows(keys)
+    n_unique = len(first)
+    time_s = np.empty((n, c_n))
+    energy_j = np.empty((n, c_n))
+    if n_unique <= n // 2:
+        tu, eu = np.empty((n_unique, c_n)), np.empty((n_unique, c_n))
+        capped = int(fill_table(keys[first], ct, spec.max_core_mhz, spec.max_mem_mhz, params,
+                                tu, eu, chunk_cells=chunk_cells).sum())
+        np.take(tu, inverse, axis=0, out=time_s)
+        np.take(eu, inverse, axis=0, out=energy_j)
+    else:
+        per_row = fill_table(keys, ct, spec.max_core_mhz, spec.max_mem_mhz, params, time_s,
+                             energy_j, chunk_cells=chunk_cells)
+        capped = int(per_row[first].sum())
+    return time_s, energy_j, n_unique, capped / max(n_unique * c_n, 1)
+
+
+def evaluate_work(work: KernelWork, rc: ResolvedClocks, spec: DeviceSpec, params: DeviceParams
+                  ) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
+    """The model on the *distinct* kernels of ``work`` at the clocks ``rc``.
+
+    Returns ``(out, inverse, n_unique)``: :func:`kernel_time_energy` results over unique kernel
+    rows (shape ``(U, C)``), the row of each kernel (``out[...][inverse]`` is per kernel) and
+    ``U``."""
+    n = len(work.tc_max)
+    act = np.ones(n) if work.activity is None else np.asarray(work.activity, float)
+    lam = (np.full(n, params.lam("other")) if work.lam is None
+           else np.asarray(work.lam, float))
+    keys = np.stack([np.asarray(work.tc_max, float), np.asarray(work.tm_max, float), act, lam],
+                    axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    uw = KernelWork(uniq[:, :1], uniq[:, 1:2], uniq[:, 2:3], uniq[:, 3:4])
+    out = kernel_time_energy(uw, rc.core_mhz[None, :], rc.mem_mhz[None, :], spec.max_core_mhz,
+                             spec.max_mem_mhz, params, core_auto=rc.core_auto[None, :],
+                             mem_auto=rc.mem_auto[None, :])
+    return out, inverse.reshape(-1), int(uniq.shape[0])

@@ -1,0 +1,170 @@
+"""Vectorized kernel time and power at (core, memory) clocks, with power-limit capping.
+
+Everything broadcasts: pass per-kernel arrays of shape ``(K, 1)`` and per-config arrays of shape
+``(1, C)`` to get ``(K, C)`` results.
+
+Time (roofline with partial overlap)::
+
+    tc = tc_max · f_max/f                                        compute part, core clock
+    tm = tm_max · ((1-λ) · m_max/(η_m·m) + λ · f_max/f)           memory part (λ per category)
+    t  = overhead + (tc**p + tm**p)**(1/p)                       smooth max = overlap
+
+``η_m`` is the memory governor's effective speed when the memory clock is left to it (auto),
+1.0 for a locked memory clock.
+
+Power::
+
+    P = idle + mem_static · Vm(m)² m/m_max
+        + a · [ core_dyn · (base + (1-base)·tc/t) · V(f)² f/f_max · (1 + δ_auto)
+                + mem_dyn · tm/t · Vm(m)² m/m_max ]
+
+with ``a`` the kernel's activity (1 = the device's calibrated average), ``V`` the core V–f
+curve, ``Vm`` the memory technology's voltage curve and ``δ_auto`` the core governor's extra
+power when the core clock is left to it.
+
+Power cap: when ``P(f) > limit`` the GPU runs at the highest clock ``f_eff < f`` with
+``P(f_eff) = limit`` (vectorized bisection) — for locked and governed clocks alike. Energy = P·t.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from joulebound.gpumodel.params import DeviceParams
+from joulebound.hw import memory
+
+
+@dataclass
+class KernelWork:
+    """Per-kernel model inputs (arrays of equal length K).
+
+    Attributes:
+        tc_max: compute time (s) at the top core clock (FLOPs / achieved FLOP/s).
+        tm_max: memory time (s) at the top memory clock (DRAM bytes / achieved bandwidth).
+        activity: optional per-kernel multiplier (>= 0) of the dynamic (core and memory) power,
+            1.0 = the device's calibrated average; fitted from measurements by
+            :func:`joulebound.gpumodel.calibrate.fit_kernel`.
+        lam: optional per-kernel share of the memory time that follows the core clock
+            (default: the parameters' ``core_mem_frac["other"]``).
+    """
+
+    tc_max: np.ndarray
+    tm_max: np.ndarray
+    activity: np.ndarray | None = None
+    lam: np.ndarray | None = None
+
+    def take(self, idx: np.ndarray) -> KernelWork:
+        """The kernels at ``idx`` (same shape conventions)."""
+        def pick(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else np.asarray(a)[idx]
+        return KernelWork(pick(self.tc_max), pick(self.tm_max), pick(self.activity),
+                          pick(self.lam))
+
+
+def memory_scale(m_mhz: np.ndarray, m_max: float, params: DeviceParams) -> np.ndarray:
+    """``Vm(m)² · m/m_max``: memory power at clock ``m`` relative to the top memory clock."""
+    frac = np.asarray(m_mhz, float) / m_max
+    return memory.relative_voltage(params.mem_v, frac) ** 2 * frac
+
+
+def _lam(work: KernelWork, params: DeviceParams) -> np.ndarray | float:
+    return params.lam("other") if work.lam is None else np.asarray(work.lam, float)
+
+
+def kernel_time(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: float,
+                m_max: float, params: DeviceParams, mem_auto: np.ndarray | bool = False
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Time (s) of each kernel at core clock ``f_mhz`` and memory clock ``m_mhz`` (MHz).
+
+    ``mem_auto``: where True the memory clock is governed (its effective speed is
+    ``params.auto_mem_eff × m``). Returns ``(t, tc, tm)``: total time and its compute and memory
+    parts (s), broadcast shape.
+    """
+    f = np.asarray(f_mhz, float)
+    m = np.asarray(m_mhz, float)
+    lam = _lam(work, params)
+    m_eff = np.where(mem_auto, params.auto_mem_eff, 1.0) * m
+    tc = work.tc_max * (f_max / f)
+    tm = work.tm_max * ((1.0 - lam) * (m_max / m_eff) + lam * (f_max / f))
+    p = params.overlap_p
+    big = np.maximum(tc, tm)
+    safe = np.where(big > 0, big, 1.0)
+    # (tc/big)**p + (tm/big)**p with one of the two ratios exactly 1.0 (the larger part over
+    # itself): 1 + (small/big)**p is the same float, at one fractional power per cell, not two
+    small = np.minimum(tc, tm) / safe
+    body = np.where(big > 0, safe * (1.0 + small ** p) ** (1.0 / p), 0.0)
+    return params.launch_overhead_s + body, tc, tm
+
+
+def kernel_power(t: np.ndarray, tc: np.ndarray, tm: np.ndarray, f_mhz: np.ndarray,
+                 m_mhz: np.ndarray, f_max: float, m_max: float,
+                 params: DeviceParams, activity: np.ndarray | float = 1.0,
+                 core_auto: np.ndarray | bool = False) -> np.ndarray:
+    """Average board power (W) while a kernel with parts ``(t, tc, tm)`` runs (uncapped);
+    ``activity`` scales the dynamic terms; ``core_auto`` marks a governed core clock."""
+    f = np.asarray(f_mhz, float)
+    u_c = np.clip(tc / t, 0.0, 1.0)
+    u_m = np.clip(tm / t, 0.0, 1.0)
+    gov = 1.0 + np.where(core_auto, params.auto_power_frac, 0.0)
+    core = params.core_dyn_w * (params.core_base_frac + (1 - params.core_base_frac) * u_c) \
+        * params.vf.dynamic_scale(f) * gov
+    ms = memory_scale(m_mhz, m_max, params)
+    return params.idle_w + params.mem_static_w * ms + activity * (core + params.mem_dyn_w * u_m * ms)
+
+
+def kernel_time_energy(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: float,
+                       m_max: float, params: DeviceParams, f_min: float | None = None,
+                       iters: int = 22, core_auto: np.ndarray | bool = False,
+                       mem_auto: np.ndarray | bool = False) -> dict[str, np.ndarray]:
+    """Time (s), energy (J), power (W) and effective core clock (MHz) under the power limit.
+
+    Args:
+        work: per-kernel compute/memory times at top clocks (shape ``(K, 1)`` arrays to broadcast
+            against ``(1, C)`` clocks).
+        f_mhz, m_mhz: requested core and memory clocks (MHz); for a governed (auto) core, the
+            governor's ceiling.
+        f_max, m_max: the GPU's top core and memory clocks (MHz).
+        params: model parameters (power limit included).
+        f_min: lowest core clock the cap may push to (default 20 % of ``f_max``).
+        iters: bisection steps for the capped clock (22 give < 0.001 MHz).
+        core_auto, mem_auto: per config, whether that clock domain is left to the governor.
+
+    Returns:
+        dict with ``time_s``, ``energy_j``, ``power_w``, ``f_eff_mhz``, ``capped`` (bool).
+    """
+    f_req = np.asarray(f_mhz, float)
+    m = np.asarray(m_mhz, float)
+    ca = np.asarray(core_auto, bool)
+    ma = np.asarray(mem_auto, bool)
+    t, tc, tm = kernel_time(work, f_req, m, f_max, m_max, params, ma)
+    act = 1.0 if work.activity is None else np.asarray(work.activity, float)
+    p = kernel_power(t, tc, tm, f_req, m, f_max, m_max, params, act, ca)
+    f_req, m, t, ca, ma = np.broadcast_arrays(f_req, m, t, ca, ma)
+    p = np.broadcast_to(p, t.shape)
+    capped = p > params.power_limit_w
+    f_eff = np.array(f_req, dtype=float)
+    if capped.any():
+        lo = np.full(int(capped.sum()), f_min if f_min is not None else 0.2 * f_max)
+        hi = f_req[capped].copy()
+        lam = _lam(work, params)
+        sub = KernelWork(np.broadcast_to(work.tc_max, t.shape)[capped],
+                         np.broadcast_to(work.tm_max, t.shape)[capped],
+                         lam=np.broadcast_to(lam, t.shape)[capped])
+        ac = np.broadcast_to(act, t.shape)[capped]
+        mc, cac, mac = m[capped], ca[capped], ma[capped]
+        for _ in range(iters):
+            mid = 0.5 * (lo + hi)
+            tt, cc, mm = kernel_time(sub, mid, mc, f_max, m_max, params, mac)
+            over = kernel_power(tt, cc, mm, mid, mc, f_max, m_max, params, ac, cac) \
+                > params.power_limit_w
+            hi = np.where(over, mid, hi)
+            lo = np.where(over, lo, mid)
+        f_eff[capped] = lo
+        t = np.array(t)
+        p = np.array(p)
+        tt, cc, mm = kernel_time(sub, lo, mc, f_max, m_max, params, mac)
+        t[capped] = tt
+        p[capped] = kernel_power(tt, cc, mm, lo, mc, f_max, m_max, params, ac, cac)
+    return {"time_s": t, "energy_j": p * t, "power_w": p, "f_eff_mhz": f_eff, "capped": capped}

@@ -1,0 +1,145 @@
+"""What the energy laws are built from, without scikit-learn: the prepared frame
+(:func:`prepare`), measured and predicted efficiency (:func:`measured_eta`,
+:class:`EfficiencyModel`, :func:`parallel_eta`) and category indicators.
+
+Kept apart from the estimators (:mod:`~joulebound.jobs.laws`) so that the pre-run predictor
+and the advisor import them without importing scikit-learn.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from joulebound.jobs.proxies import add_proxies, dtype_bytes
+from joulebound.jobs.speedup import check_gpus, normalize_strategy
+
+
+def prepare(df: pd.DataFrame, need_energy: bool = True) -> pd.DataFrame:
+    """Validate, normalise strategies, add proxies. Raises naming the missing column."""
+    from joulebound.jobs.datasets import validate
+
+    need = ("layers", "hidden", "heads", "seq", "batch", "device", "peak_flops", "strategy", "gpus")
+    validate(df, df.attrs.get("source", "dataset"), need + (("energy_j",) if need_energy else ()))
+    out = df.copy()
+    out["strategy"] = [normalize_strategy(s) for s in out["strategy"]]
+    check_gpus(out["gpus"])
+    if "dtype" not in out:
+        out["dtype"] = "fp32"
+    if "tdp_w" not in out or "mem_bw" not in out:
+        from joulebound.jobs.hardware import get_hw
+
+        hws = {d: get_hw(d) for d in out["device"].unique()}
+        out["tdp_w"] = out["device"].map(lambda d: hws[d].tdp_w)
+        out["mem_bw"] = out["device"].map(lambda d: hws[d].mem_bw)
+    if "family" not in out:
+        out["family"] = "all"
+    return add_proxies(out)
+
+
+def measured_eta(df: pd.DataFrame) -> np.ndarray:
+    """Post-run efficiency η = F_train / (N · peak · t): the model-FLOPs utilization (MFU).
+
+    On one GPU this is the hardware efficiency (the ECAI paper's HEF of the whole step); on N GPUs
+    it is hardware efficiency × parallel efficiency S(N)/N."""
+    return (df["F_train"] / (df["gpus"] * df["peak_flops"] * df["time_s"])).to_numpy(float)
+
+
+def dummies(values: pd.Series, levels: list[str], prefix: str) -> tuple[np.ndarray, list[str]]:
+    """Indicator columns of ``values`` for ``levels[1:]`` (``levels[0]`` is the reference) and
+    their names ``prefix[level]``."""
+    cols = [np.asarray(values == lv, dtype=float) for lv in levels[1:]]
+    names = [f"{prefix}[{lv}]" for lv in levels[1:]]
+    return (np.column_stack(cols) if cols else np.empty((len(values), 0))), names
+
+
+# --------------------------------------------------------------------------------------------
+# hardware-efficiency model (pre-run)
+
+
+class EfficiencyModel:
+    """Pre-run step time on one GPU, hence hardware efficiency η̂_hw = F_train/(peak·t̂).
+
+    ``t̂ = θ1·F_dense/peak + θ2·F_attn/peak + θ3·A·b/BW + θ4·L + θ5``  (s), θ ≥ 0 by NNLS with
+    relative-error weights, pooled over devices (peak and bandwidth normalise them), where A is
+    the attention-matrix elements per step and b bytes per element. Physically: 1/θ1 is the
+    achieved fraction of peak on the weight matmuls, 1/θ2 on the attention products, θ3 the
+    passes over the score matrices, θ4 the per-layer launch/overhead time and θ5 the per-step
+    overhead. Fitted on single-GPU-equivalent time t·N·η̂_par of the training rows only.
+    """
+
+    names = ("theta_dense", "theta_attn", "theta_attn_mem", "t_layer_s", "t_step_s")
+
+    @staticmethod
+    def _X(df: pd.DataFrame) -> np.ndarray:
+        nb = np.array([dtype_bytes(x) for x in df["dtype"]], dtype=float)
+        return np.column_stack([df["F_dense"] / df["peak_flops"], df["F_attn"] / df["peak_flops"],
+                                df["A_elems"] * nb / df["mem_bw"], df["layers"].astype(float),
+                                np.ones(len(df))])
+
+    def fit(self, df: pd.DataFrame, t1: np.ndarray) -> EfficiencyModel:
+        """NNLS on the training rows (relative-error weights).
+
+        Terms that the training rows cannot tell apart (e.g. the per-layer term when every row has
+        the same L, or the attention terms when S and h never vary) are left out — greedily, in
+        the order θ1, θ5, θ2, θ3, θ4 — so that an unidentifiable split cannot explode when the law
+        extrapolates; ``self.active_`` lists the terms kept."""
+        from scipy.optimize import nnls
+
+        X = self._X(df)
+        sc = np.maximum(np.abs(X).max(axis=0), 1e-300)
+        w = 1.0 / t1
+        Xw = X / sc * w[:, None]
+        active: list[int] = []
+        for j in (0, 4, 1, 2, 3):
+            trial = active + [j]
+            sv = np.linalg.svd(Xw[:, trial], compute_uv=False)
+            if sv[-1] > 1e-7 * sv[0]:
+                active = trial
+        c = np.zeros(X.shape[1])
+        c[active], _ = nnls(Xw[:, active], t1 * w)
+        self.active_ = [self.names[j] for j in sorted(active)]
+        self.theta_ = c / sc
+        return self
+
+    def time(self, df: pd.DataFrame) -> np.ndarray:
+        """Predicted 1-GPU time of one unit of work (s)."""
+        return np.maximum(self._X(df) @ self.theta_, 1e-12)
+
+    def eta(self, df: pd.DataFrame) -> np.ndarray:
+        return (df["F_train"] / (df["peak_flops"] * self.time(df))).to_numpy(float)
+
+    def to_json(self) -> dict[str, float]:
+        return dict(zip(self.names, map(float, self.theta_), strict=True))
+
+    @classmethod
+    def from_json(cls, d: dict[str, float]) -> EfficiencyModel:
+        m = cls()
+        m.theta_ = np.array([d[k] for k in cls.names], dtype=float)
+        return m
+
+
+def parallel_eta(df: pd.DataFrame, t1: np.ndarray, speedup_fits: dict | None = None) -> np.ndarray:
+    """Pre-run η̂_par per row: a fitted speedup law for the row's strategy when given, else the
+    communication model (:func:`~joulebound.jobs.comm.predicted_efficiency`) with the row's
+    predicted 1-GPU time ``t1`` as compute time. 1 for single-GPU rows."""
+    from joulebound.jobs.comm import predicted_efficiency
+
+    out = np.ones(len(df))
+    # only the multi-GPU rows are visited (a row-by-row walk over a mostly single-GPU dataset
+    # cost ~0.1 s per call); NaN GPU counts are visited, as before
+    multi = ~(df["gpus"].to_numpy(float) <= 1) & (df["strategy"].to_numpy() != "single")
+    for i in np.flatnonzero(multi):
+        r = df.iloc[i]
+        n = float(r["gpus"])
+        fit = (speedup_fits or {}).get(r["strategy"])
+        if fit is not None:
+            out[i] = float(fit.efficiency(n))
+            continue
+        flops = float(r["F_train"])
+        eff = flops / (float(r["peak_flops"]) * float(t1[i]))
+        out[i] = float(predicted_efficiency(
+            r["strategy"], n, flops=flops, params=float(r["params"]), B=float(r["batch"]),
+            S=float(r["seq"]), d=float(r["hidden"]), L=float(r["layers"]), device=r["device"],
+            dtype=str(r["dtype"]), compute_eff=eff))
+    return np.clip(out, 1e-3, 1.0)

@@ -1,0 +1,355 @@
+"""A training job as the mechanistic predictor sees it: model shape, batch, parallelism, hardware.
+
+Batch semantics (as Hugging Face's ``per_device_train_batch_size``): ``batch`` is the **per-GPU
+micro-batch** (sequences one GPU runs through one forward/backward); ``global_batch`` the
+sequences of one optimizer step over all data-parallel ranks; ``grad_accum`` the micro-batches per
+step (for pipeline parallelism: the micro-batches in flight, Megatron's ``num_microbatches``).
+Give either ``batch`` (then ``global_batch = dp·batch·grad_accum``) or ``global_batch`` (then
+``batch = global_batch/(dp·grad_accum)``) or both (then ``grad_accum`` follows).
+
+Parallelism: ``gpus = dp·tp·pp``. ``strategy`` sets the default degrees — ``single`` (1 GPU),
+``ddp`` (dp = N), ``fsdp`` (dp = N, parameters/gradients/optimizer state sharded, ZeRO-3),
+``tp`` (Megatron tensor parallelism, tp = N), ``pp`` (1F1B pipeline, pp = N); explicit ``tp`` /
+``pp`` make hybrids (e.g. ``strategy="ddp", tp=2, pp=4`` on 16 GPUs is dp = 2).
+
+:func:`check` refuses impossible and absurd jobs with messages that say what is wrong and how to
+fix it, and returns :class:`MemoryEstimate` (bytes per GPU of weights, gradients, optimizer state
+and activations, Korthikanti et al. 2022 eq. 1–2) against the device memory.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+from joulebound.core.errors import JouleboundError, did_you_mean
+from joulebound.jobs.speedup import normalize_strategy
+from joulebound.workload.memory import MemoryEstimate, step_memory
+
+#: architectures the analytic trace builder models, and aliases
+ARCHS = {"bert": "bert", "gpt": "gpt", "gpt2": "gpt", "bloom": "gpt", "llama": "gpt", "encoder": "bert",
+         "decoder": "gpt"}
+DEFAULT_VOCAB = {"bert": 30522, "gpt": 50257}
+DTYPES = ("fp32", "tf32", "fp16", "bf16")
+OPTIMIZERS = ("adamw", "sgd")
+#: limits beyond which a figure is refused as absurd (largest published runs are far below)
+LIMITS = {"layers": 4096, "hidden": 131072, "heads": 4096, "seq": 4_194_304, "batch": 1_000_000,
+          "global_batch": 100_000_000, "gpus": 1_000_000, "ff": 1_048_576, "vocab": 10_000_000}
+MAX_TOKENS = 1e16
+MAX_PARAMS = 1e14
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training job (units: sequences, tokens, W, MHz; see module docstring)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    seq: int
+    arch: str = "bert"
+    ff: int | None = None
+    vocab: int | None = None
+    batch: int | None = None
+    global_batch: int | None = None
+    grad_accum: int | None = None
+    dtype: str = "fp32"
+    recompute: bool = False
+    optimizer: str = "adamw"
+    device: str = "a100-pcie-80gb"
+    gpus: int = 1
+    strategy: str = "single"
+    tp: int | None = None
+    pp: int | None = None
+    pp_stages: tuple[int, ...] | None = None
+    clocks: str | None = None
+    power_limit_w: float | None = None
+    interconnect: str | None = None
+    inter_node: str | None = None
+    gpus_per_node: int | None = None
+    nics_per_node: int = 1
+    tokens: float | None = None
+    name: str = ""
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["pp_stages"] = list(self.pp_stages) if self.pp_stages else None
+        return d
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A checked job with every derived figure filled in."""
+
+    job: Job
+    arch: str
+    ff: int
+    vocab: int
+    dtype: str
+    strategy: str
+    dp: int
+    tp: int
+    pp: int
+    sharded: bool
+    micro_batch: int
+    grad_accum: int
+    global_batch: int
+    stages: tuple[int, ...]
+    params: float
+    tokens_per_step: float
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    def label(self) -> str:
+        """Short strategy label, e.g. ``fsdp×4``, ``dp2·tp2·pp4``."""
+        if self.gpus == 1:
+            return "single"
+        parts = [(f"{'fsdp' if self.sharded else 'dp'}{self.dp}" if self.dp > 1 else ""),
+                 f"tp{self.tp}" if self.tp > 1 else "", f"pp{self.pp}" if self.pp > 1 else ""]
+        parts = [p for p in parts if p]
+        return parts[0] if len(parts) == 1 else "·".join(parts)
+
+
+def _int(name: str, v: object, lo: int = 1) -> int:
+    if isinstance(v, bool) or v is None:
+        raise JouleboundError(f"--{name.replace('_', '-')} must be an integer >= {lo} (got {v!r})")
+    try:
+        f = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise JouleboundError(f"--{name.replace('_', '-')} must be an integer >= {lo} (got {v!r})") from None
+    if not math.isfinite(f) or f != int(f) or f < lo:
+        raise JouleboundError(f"--{name.replace('_', '-')} must be an integer >= {lo} (got {v!r})")
+    i = int(f)
+    lim = LIMITS.get(name)
+    if lim is not None and i > lim:
+        raise JouleboundError(f"--{name.replace('_', '-')} {i:,} is absurd (limit {lim:,}); check the units "
+                              "(e.g. --seq is tokens per sequence, --batch sequences per GPU)")
+    return i
+
+
+def layer_params(hidden: int, ff: int) -> float:
+    """Weights of one transformer block incl. biases and LayerNorms (as the analytic trace)."""
+    d = hidden
+    return 4 * d * d + 2 * d * ff + 9 * d + ff
+
+
+def model_params(arch: str, layers: int, hidden: int, ff: int, vocab: int, seq: int) -> float:
+    """All trainable parameters (tied input/output embedding), as the analytic trace counts."""
+    emb = vocab * hidden + max(seq, 512 if arch == "bert" else seq) * hidden
+    extra = (4 * hidden + hidden * hidden + 3 * hidden + vocab) if arch == "bert" else 2 * hidden
+    return layers * layer_params(hidden, ff) + emb + extra
+
+
+def resolve(job: Job) -> Resolved:
+    """Check ``job`` and derive its degrees, batch and stages; raises :class:`JouleboundError`
+    (the checks run in a fixed order: shape, parallelism, batch, then the totals)."""
+    warn: list[str] = []
+    arch, L, d, h, S, ff, V, dtype = _shape(job)
+    n = _int("gpus", job.gpus)
+    strategy, dp, tp, pp = _degrees(job, n, L, d, h, ff, warn)
+    sharded = strategy == "fsdp"
+    stages = _stages(job.pp_stages, L, pp)
+    b, ga, gb = _batch(job, dp, pp, warn)
+    if b > LIMITS["batch"]:
+        raise JouleboundError(f"per-GPU micro-batch {b:,} is absurd (limit {LIMITS['batch']:,})")
+    params = model_params(arch, L, d, ff, V, S)
+    _check_totals(job, params)
+    if dp > 1 and gb // dp < 1:
+        raise JouleboundError("global batch smaller than the data-parallel ranks")
+    return Resolved(job, arch, ff, V, dtype, strategy if n > 1 else "single", dp, tp, pp, sharded,
+                    b, ga, gb, stages, float(params), float(gb * S), tuple(warn))
+
+
+def _shape(job: Job) -> tuple[str, int, int, int, int, int, int, str]:
+    """``(arch, layers, hidden, heads, seq, ff, vocab, dtype)`` checked; the optimizer too."""
+    arch_key = str(job.arch).strip().lower()
+    if arch_key in ("t5", "encoder-decoder", "bart"):
+        raise JouleboundError(f"--model {job.arch}: encoder-decoder models are not modeled by the "
+                              "analytic kernel traces (bert = encoder, gpt = decoder); price the encoder "
+                              "and decoder as two jobs, or use --law prerun")
+    if arch_key not in ARCHS:
+        raise JouleboundError(f"unknown --model {job.arch!r}." + did_you_mean(arch_key, list(ARCHS)))
+    arch = ARCHS[arch_key]
+    L = _int("layers", job.layers)
+    d = _int("hidden", job.hidden)
+    h = _int("heads", job.heads)
+    S = _int("seq", job.seq)
+    ff = _int("ff", job.ff) if job.ff is not None else 4 * d
+    V = _int("vocab", job.vocab) if job.vocab is not None else DEFAULT_VOCAB[arch]
+    if d % h:
+        raise JouleboundError(f"--heads {h} does not divide --hidden {d} (head size must be an "
+                              f"integer); pick heads among {[k for k in range(1, min(d, 128) + 1) if d % k == 0][:12]}")
+    dtype = str(job.dtype).strip().lower()
+    if dtype not in DTYPES:
+        raise JouleboundError(f"unknown --dtype {job.dtype!r}." + did_you_mean(dtype, DTYPES))
+    if job.optimizer not in OPTIMIZERS:
+        raise JouleboundError(f"unknown --optimizer {job.optimizer!r}." + did_you_mean(str(job.optimizer), OPTIMIZERS))
+    return arch, L, d, h, S, ff, V, dtype
+
+
+def _degrees(job: Job, n: int, L: int, d: int, h: int, ff: int,
+             warn: list[str]) -> tuple[str, int, int, int]:
+    """``(strategy, dp, tp, pp)`` of ``n`` GPUs, checked against the shape (layers ``L``, hidden
+    ``d``, heads ``h``, ``ff``); notes go to ``warn``."""
+    strategy = normalize_strategy(job.strategy)
+    tp = _int("tp", job.tp) if job.tp is not None else (n if strategy == "tp" else 1)
+    pp = _int("pp", job.pp) if job.pp is not None else (n if strategy == "pp" else 1)
+    if n == 1 and strategy != "single" and (tp, pp) == (1, 1):
+        strategy = "single"
+    if strategy == "single" and n > 1:
+        raise JouleboundError(f"strategy 'single' needs --gpus 1 (got {n}); choose ddp, fsdp, tp or pp")
+    if n % (tp * pp):
+        raise JouleboundError(f"--gpus {n} is not a multiple of tp·pp = {tp}·{pp}; the data-parallel "
+                              "degree dp = gpus/(tp·pp) must be an integer")
+    dp = n // (tp * pp)
+    if strategy == "fsdp" and pp > 1:
+        raise JouleboundError("FSDP (ZeRO-3) combined with pipeline parallelism is not modeled; use "
+                              "--strategy ddp with --pp for data × pipeline parallelism")
+    if tp > 1:
+        if tp > h or h % tp:
+            raise JouleboundError(f"tensor parallelism tp={tp} must divide the {h} attention heads "
+                                  f"(Megatron splits heads across GPUs); use tp in "
+                                  f"{[k for k in range(1, h + 1) if h % k == 0 and k <= 64]}")
+        if ff % tp or d % tp:
+            raise JouleboundError(f"tp={tp} must divide --hidden {d} and --ff {ff}")
+        if tp > 8:
+            warn.append(f"tp={tp} beyond one 8-GPU node: every layer's all-reduces cross nodes")
+    if pp > L:
+        raise JouleboundError(f"pipeline stages pp={pp} exceed the {L} layers; each stage needs at "
+                              "least one layer (use pp <= --layers)")
+    return strategy, dp, tp, pp
+
+
+def _batch(job: Job, dp: int, pp: int, warn: list[str]) -> tuple[int, int, int]:
+    """``(micro_batch, grad_accum, global_batch)`` from the two of them the job gives (see the
+    module docstring); notes go to ``warn``."""
+    ga = _int("grad_accum", job.grad_accum) if job.grad_accum is not None else None
+    if job.batch is None and job.global_batch is None:
+        raise JouleboundError("give --batch (sequences per GPU per micro-batch, as Hugging Face's "
+                              "per_device_train_batch_size) or --global-batch (sequences per optimizer "
+                              "step over all GPUs)")
+    if job.batch is None:
+        gb = _int("global_batch", job.global_batch)
+        if gb < dp:
+            raise JouleboundError(f"--global-batch {gb} is smaller than the {dp} data-parallel ranks; "
+                                  "every rank needs at least one sequence per step")
+        if ga is None:
+            ga = min(4 * pp, max(1, gb // dp)) if pp > 1 else 1
+        if gb % (dp * ga):
+            raise JouleboundError(f"--global-batch {gb} is not divisible by dp·grad_accum = {dp}·{ga}; "
+                                  "give --batch (per GPU) as well")
+        return gb // (dp * ga), ga, gb
+    b = _int("batch", job.batch)
+    if job.global_batch is not None:
+        gb = _int("global_batch", job.global_batch)
+        if gb < dp:
+            raise JouleboundError(f"--global-batch {gb} is smaller than the {dp} data-parallel "
+                                  "ranks; every rank needs at least one sequence per step")
+        if gb % (dp * b):
+            raise JouleboundError(f"--global-batch {gb} is not a multiple of dp·batch = {dp}·{b}; "
+                                  f"gradient accumulation needs an integer number of micro-batches")
+        ga2 = gb // (dp * b)
+        if ga is not None and ga != ga2:
+            raise JouleboundError(f"--grad-accum {ga} contradicts --global-batch {gb} = dp {dp} × "
+                                  f"batch {b} × {ga2}; give two of the three")
+        ga = ga2
+    ga = ga or (4 * pp if pp > 1 else 1)
+    if pp > 1 and job.grad_accum is None and job.global_batch is None:
+        warn.append(f"pipeline with {ga} micro-batches per step assumed (4·pp); give --grad-accum "
+                    "or --global-batch")
+    return b, ga, dp * b * ga
+
+
+def _check_totals(job: Job, params: float) -> None:
+    """Refuse an absurd parameter count, token budget or power limit."""
+    if params > MAX_PARAMS:
+        raise JouleboundError(f"{params:.3g} parameters is absurd (limit {MAX_PARAMS:.0e}); check "
+                              "--layers / --hidden")
+    if job.tokens is not None:
+        t = float(job.tokens)
+        if not math.isfinite(t) or t <= 0:
+            raise JouleboundError(f"--tokens must be a finite number > 0 (got {job.tokens})")
+        if t > MAX_TOKENS:
+            raise JouleboundError(f"--tokens {t:.3g} is absurd (limit {MAX_TOKENS:.0e}; the largest "
+                                  "published training runs use ~1e13 tokens)")
+    if job.power_limit_w is not None and not (math.isfinite(float(job.power_limit_w))
+                                              and float(job.power_limit_w) > 0):
+        raise JouleboundError(f"--power-limit must be > 0 W (got {job.power_limit_w})")
+
+
+def _stages(given: tuple[int, ...] | None, layers: int, pp: int) -> tuple[int, ...]:
+    if given:
+        st = tuple(int(x) for x in given)
+        if len(st) != pp or sum(st) != layers or min(st) < 1:
+            raise JouleboundError(f"pipeline stages {list(st)} must be {pp} positive layer counts "
+                                  f"summing to the {layers} layers")
+        return st
+    base, extra = divmod(layers, pp)
+    return tuple(base + (1 if i < extra else 0) for i in range(pp))
+
+
+def memory(r: Resolved, device_bytes: float) -> MemoryEstimate:
+    """Per-GPU memory of a resolved job (most loaded rank; bytes), by
+    :func:`joulebound.workload.memory.step_memory`: DDP / 1 GPU hold everything, FSDP shards
+    weights, gradients and optimizer state over dp, TP splits by tp, PP keeps one stage (the
+    largest, with the embedding) and min(pp, micro-batches) micro-batches in flight."""
+    j = r.job
+    s = 2 if r.dtype in ("fp16", "bf16") else 4
+    per_layer = layer_params(j.hidden, r.ff)
+    emb = r.params - j.layers * per_layer
+    p_gpu = (r.stages[0] * per_layer + emb) / r.tp  # the first stage (all layers when pp = 1)
+    return step_memory(params=p_gpu, layers=r.stages[0] if r.pp > 1 else j.layers,
+                       hidden=j.hidden, heads=j.heads, seq=j.seq, micro_batch=r.micro_batch,
+                       vocab=r.vocab, dtype_bytes=s, optimizer=j.optimizer, tp=r.tp,
+                       shard=r.dp if r.sharded else 1, recompute=j.recompute,
+                       in_flight=min(r.pp, r.grad_accum) if r.pp > 1 else 1,
+                       device_bytes=device_bytes)
+
+
+def with_overrides(job: Job, **kw: object) -> Job:
+    """A copy of ``job`` with fields replaced (``None`` values ignored)."""
+    return replace(job, **{k: v for k, v in kw.items() if v is not None})
+
+
+#: shape fields a preset provides
+_SHAPE = ("arch", "layers", "hidden", "heads", "ff", "vocab", "seq")
+DEFAULT_PRESET = "bert-base"
+
+
+def job_from_options(preset: str | None = None, **opts: object) -> Job:
+    """A :class:`Job` from command-line style options (``None`` = not given).
+
+    ``preset`` (a name of :data:`joulebound.workload.analytic.PRESETS`) fills the shape and the
+    per-GPU micro-batch; explicit options override it. Without a preset, ``layers``, ``hidden``,
+    ``heads`` and ``seq`` must all be given."""
+    from joulebound.workload.analytic import get_preset
+
+    known = {f.name for f in Job.__dataclass_fields__.values()}
+    unknown = sorted(k for k in opts if k not in known)
+    if unknown:
+        raise JouleboundError(f"unknown job field(s) {', '.join(unknown)}; fields: {', '.join(sorted(known))}")
+    given = {k: v for k, v in opts.items() if v is not None and v != ""}
+    base: dict = {}
+    if preset:
+        try:
+            cfg = get_preset(str(preset))
+        except JouleboundError as exc:
+            raise JouleboundError(f"--preset: {exc}") from None
+        base = {"arch": cfg.arch, "layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads,
+                "ff": cfg.ff, "vocab": cfg.vocab, "seq": cfg.seq, "name": cfg.name}
+        if "global_batch" not in given:
+            base["batch"] = cfg.batch
+    else:
+        missing = [k for k in ("layers", "hidden", "heads", "seq") if k not in given]
+        if missing:
+            raise JouleboundError(f"give the model shape: {', '.join('--' + m for m in missing)} missing "
+                                  "(or --preset NAME, e.g. bert-base, gpt2-small, gpt3-xl)")
+    base.update(given)
+    if "batch" not in base and "global_batch" not in base:
+        raise JouleboundError("give --batch (sequences per GPU per micro-batch, as Hugging Face's "
+                              "per_device_train_batch_size) or --global-batch (sequences per optimizer "
+                              "step over all GPUs)")
+    return Job(**base)  # type: ignore[arg-type]

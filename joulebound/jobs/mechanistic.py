@@ -1,0 +1,652 @@
+"""The mechanistic (physics-based) predictor of a training job's time and energy.
+
+One optimizer step of a job on ``N = dp·tp·pp`` GPUs is composed from parts that are each either
+**modeled from physics** or one of a few **calibrated** constants (:class:`MechParams`,
+fitted by :mod:`joulebound.jobs.calibrate` on the open measured data):
+
+1. **Per-GPU kernels** — the analytic kernel trace of the job's shape at the *per-GPU* micro-batch
+   (tensor-parallel shards when tp > 1) characterized by the GPU model at ``auto`` clocks (or the
+   given clocks / power limit): time ``t_k`` and energy ``E_k`` of every kernel
+   (:mod:`joulebound.jobs.stepcost`).
+2. **Framework factor** ``κ`` (calibrated): real frameworks run the same step ``κ`` times longer
+   than the kernel model's ideal kernels (unfused elementwise ops, dropout, masking, allocator
+   and stream gaps) at the kernels' modeled power, so kernel time is ``κ·t_k`` and its energy
+   ``κ·E_k``.
+3. **Host launch floor** ``τ`` and **per-step overhead** ``t_step`` (calibrated): a kernel never
+   takes less than ``τ`` (the CPU launches it; the GPU waits otherwise), and every optimizer step
+   costs ``t_step`` of host work (optimizer bookkeeping, data loading, logging). The GPU waits
+   through both.
+4. **Communication** (:mod:`joulebound.jobs.collectives`; link table
+   :mod:`joulebound.hw.links`, latency + size/bandwidth with ring/tree all-reduce):
+
+   * DDP: gradients all-reduced in 25 MiB buckets, overlapped with the backward pass of the last
+     micro-batch (no sync on the others); exposed = ``max(one bucket, t_allreduce − t_bwd·(n_b−1)/n_b)``;
+   * FSDP (ZeRO-3): per layer an all-gather of its parameters in forward and again in backward, a
+     reduce-scatter of its gradients, prefetched so that layer ``i+1``'s all-gather overlaps layer
+     ``i``'s compute: exposed = the part of each that exceeds the layer's compute, plus the first;
+   * Megatron TP: two all-reduces of the ``b·S·d`` activations per layer in forward and two in
+     backward (two more with recomputation), one for the vocabulary-parallel embedding and head,
+     all on the critical path;
+   * pipeline (1F1B, ``m`` micro-batches): ``Σ_s (f_s+b_s) + (m−1)·max_s(f_s+b_s+2·t_p2p)
+     + 2(p−1)·t_p2p``, then the data-parallel all-reduce of each stage's gradients after the flush.
+5. **Waiting power** ``P_wait = ρ·P_idle`` (``ρ`` calibrated): the power of a GPU that waits —
+   on communication, in pipeline bubbles, in launch gaps and host overhead.
+6. **Host** CPU + DRAM power per GPU (:mod:`joulebound.jobs.host`), a separate labeled term.
+
+Energy per step: ``Σ_GPUs [κ·ΣE_k + P_wait·(t_step − busy)]`` (GPU boards, what NVML counts) plus
+host power × GPUs × step time. Everything returned is **modeled** and carries a 90 % interval
+(see :func:`interval`) whose width grows with the parts the calibration data could not pin down.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from joulebound.core.errors import JouleboundError
+from joulebound.core.provenance import MODELED
+from joulebound.jobs.collectives import Fabric, allgather, allreduce, reduce_scatter, sendrecv
+from joulebound.jobs.host import DEFAULT_HOST, HostPower
+from joulebound.jobs.job import Job, MemoryEstimate, Resolved, layer_params, memory, resolve
+from joulebound.jobs.stepcost import Parts, WorkKey, characterize_parts, prime_part_sums
+
+PARAMS_FILE = "mechanistic.json"
+Z90 = 1.6449
+DDP_BUCKET_BYTES = 25 * 2**20
+
+
+@dataclass
+class MechParams:
+    """The predictor's free parameters (calibrated) and its interval widths.
+
+    Attributes:
+        kappa: framework factor on kernel time and busy energy (dimensionless, >= 0.3).
+        launch_s: per-kernel host launch floor (s).
+        step_s: host overhead per optimizer step (s).
+        wait_ratio: power of a waiting GPU as a multiple of the GPU model's idle power.
+        host: host CPU/DRAM power per GPU.
+        comm_eff_scale: multiplier on the link table's NCCL efficiencies (1 = table estimates).
+        sigma: log-space standard deviations: ``compute`` (κ across frameworks/data sets),
+            ``overhead`` (launch floor and per-step overhead), ``comm`` (uncalibrated collectives),
+            ``pipeline`` (1F1B schedule, calibrated on Perseus), ``power`` (busy power), ``device``
+            (a GPU the calibration never saw), ``size`` (per decade of step size outside the
+            calibrated range), ``scale`` (per doubling of GPUs beyond the largest calibrated job),
+            ``strategy`` (a parallelism the calibration data has no measured run of).
+        devices_seen: GPUs in the calibration data.
+        strategies_seen: parallelism kinds in the calibration data (``single``, ``ddp``,
+            ``fsdp``, ``tp``, ``pp``).
+        tokens_range: (min, max) tokens per micro-batch per GPU in the calibration data.
+        max_gpus_seen: largest GPU count in the calibration data.
+        provenance: what the parameters were fitted on (data, rows, which data constrains which
+            parameter, fit residuals).
+    """
+
+    kappa: float = 1.7
+    launch_s: float = 10e-6
+    step_s: float = 0.005
+    wait_ratio: float = 2.0
+    host: HostPower = DEFAULT_HOST
+    comm_eff_scale: float = 1.0
+    sigma: dict[str, float] = field(default_factory=lambda: {
+        "compute": 0.60, "overhead": 0.70, "comm": 0.70, "pipeline": 0.15, "power": 0.12,
+        "device": 0.25, "size": 0.10, "scale": 0.10, "strategy": 0.20})
+    devices_seen: tuple[str, ...] = ()
+    strategies_seen: tuple[str, ...] = ()
+    tokens_range: tuple[float, float] = (1e3, 5e5)
+    max_gpus_seen: int = 16
+    provenance: dict = field(default_factory=lambda: {"calibration": "none (built-in priors)"})
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["schema"] = "joulebound.scaling.mechanistic/1"
+        d["devices_seen"] = list(self.devices_seen)
+        d["strategies_seen"] = list(self.strategies_seen)
+        d["tokens_range"] = list(self.tokens_range)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> MechParams:
+        if d.get("schema") != "joulebound.scaling.mechanistic/1":
+            raise JouleboundError(f"not a joulebound mechanistic-predictor file (schema {d.get('schema')!r})")
+        d = {k: v for k, v in d.items() if k != "schema"}
+        d["host"] = HostPower(**d["host"])
+        d["devices_seen"] = tuple(d.get("devices_seen", ()))
+        d["strategies_seen"] = tuple(d.get("strategies_seen", ()))
+        d["tokens_range"] = tuple(d.get("tokens_range", (1e3, 5e5)))
+        sig = cls().sigma
+        sig.update(d.get("sigma", {}))
+        d["sigma"] = sig
+        return cls(**d)
+
+
+def params_path() -> Path:
+    return Path(str(resources.files("joulebound.jobs") / "data" / PARAMS_FILE))
+
+
+def load_params(path: str | Path | None = None) -> MechParams:
+    """The shipped calibration (``joulebound/jobs/data/mechanistic.json``) or a saved one."""
+    p = Path(path) if path else params_path()
+    if not p.exists():
+        if path:
+            raise JouleboundError(f"calibration file not found: {p}")
+        return MechParams()
+    if not p.is_file():
+        raise JouleboundError(f"{p} is not a file; pass the JSON written by `joulebound fit --save FILE`")
+    try:
+        return MechParams.from_json(json.loads(p.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise JouleboundError(f"{p}: not a joulebound calibration file ({exc})") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass
+class Step:
+    """One optimizer step, modeled (s, J; energies summed over the job's GPUs)."""
+
+    time_s: float
+    compute_s: float      # κ-scaled kernel time on the critical path
+    overhead_s: float     # launch-floor gaps + per-step host overhead on the critical path
+    comm_s: float         # exposed communication on the critical path
+    bubble_s: float       # pipeline fill/drain beyond the bottleneck stage's own work
+    gpu_energy_j: float
+    busy_energy_j: float  # κ·ΣE_k of all GPUs
+    wait_energy_j: float  # waiting GPUs (communication, bubbles, launch gaps, overhead)
+    host_energy_j: float
+    comm_energy_j: float  # the part of wait_energy_j spent in exposed communication
+    wait_power_w: float
+    comm_detail: dict = field(default_factory=dict)
+
+
+@dataclass
+class Prediction:
+    """A whole job (or one step when ``tokens`` is not given), modeled, with 90 % intervals."""
+
+    name: str
+    strategy: str
+    gpus: int
+    nodes: int
+    device: str
+    micro_batch: int
+    grad_accum: int
+    global_batch: int
+    tokens_per_step: float
+    steps: float
+    time_s: float
+    time_lo_s: float
+    time_hi_s: float
+    gpu_energy_j: float
+    gpu_energy_lo_j: float
+    gpu_energy_hi_j: float
+    host_energy_j: float
+    host_energy_lo_j: float
+    host_energy_hi_j: float
+    total_energy_j: float
+    total_energy_lo_j: float
+    total_energy_hi_j: float
+    energy_per_token_j: float
+    step: dict
+    memory: dict
+    fits_memory: bool
+    interval_why: list[str]
+    warnings: list[str]
+    covers: str
+    params: dict
+    provenance: str = MODELED
+    predictor: str = "mechanistic"
+
+    def to_json(self) -> dict:
+        return {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
+                for k, v in vars(self).items()}
+
+
+COVERS = ("time: wall time of the job's optimizer steps (no data loading stalls beyond the "
+          "calibrated per-step overhead, no evaluation, checkpoints or start-up); gpu energy: the "
+          "GPU boards of all GPUs, what NVML's energy counter measures; host energy: CPU package + "
+          "DRAM of the hosts, modeled per GPU; total = gpu + host (no network switches, cooling or "
+          "PUE)")
+
+
+# ---------------------------------------------------------------------------------------------
+# composition
+
+
+def _bytes(dtype: str) -> int:
+    return 2 if dtype in ("fp16", "bf16") else 4
+
+
+def work_keys(r: Resolved) -> WorkKey:
+    """The per-GPU workload of a resolved job (what one characterization covers)."""
+    j = r.job
+    return WorkKey(r.arch, j.hidden, j.heads, r.ff, r.vocab, j.seq, r.micro_batch, r.dtype,
+                   bool(j.recompute), r.tp, _device_name(j.device), (j.clocks or "auto"),
+                   None if j.power_limit_w is None else float(j.power_limit_w))
+
+
+@lru_cache(maxsize=512)
+def _device_name(device: str) -> str:
+    from joulebound.hw.catalog import resolve_name
+
+    return resolve_name(device)
+
+
+@lru_cache(maxsize=512)
+def _fabric(device: str, intra: str | None, inter: str | None, gpn: int, nics: int,
+            scale: float) -> Fabric:
+    from joulebound.hw.catalog import get_device
+
+    return Fabric.make(intra or get_device(device).interconnect, inter, gpn, nics, scale)
+
+
+def fabric_for(r: Resolved, comm_eff_scale: float = 1.0) -> Fabric:
+    """The job's fabric: ``--interconnect`` or the catalog's link for the GPU inside a node,
+    ``--inter-node`` (default InfiniBand HDR) between nodes of ``--gpus-per-node`` (default 8)."""
+    j = r.job
+    return _fabric(j.device, j.interconnect, j.inter_node, j.gpus_per_node or 8, j.nics_per_node,
+                   comm_eff_scale)
+
+
+class _Part:
+    """Sums of one part under (κ, τ): time s, busy energy J, launch-gap time s."""
+
+    __slots__ = ("t", "e", "gap")
+
+    def __init__(self, t: float = 0.0, e: float = 0.0, gap: float = 0.0) -> None:
+        self.t, self.e, self.gap = t, e, gap
+
+    def __add__(self, o: _Part) -> _Part:
+        return _Part(self.t + o.t, self.e + o.e, self.gap + o.gap)
+
+    def __mul__(self, k: float) -> _Part:
+        return _Part(self.t * k, self.e * k, self.gap * k)
+
+
+def _part(parts: Parts, name: str, kappa: float, tau: float) -> _Part:
+    key = (name, kappa, tau)
+    hit = parts.cache.get(key)
+    if hit is None:  # jobs that share a per-GPU workload share this sum (one formula)
+        prime_part_sums([parts], kappa, tau)
+        hit = parts.cache[key]
+    return _Part(*hit)
+
+
+class _TPComm:
+    """Tensor-parallel all-reduces of the activations on the critical path, per micro-batch (s):
+    per layer forward / backward, the embedding stage's and the head's."""
+
+    __slots__ = ("layer_f", "layer_b", "pre", "post")
+
+    def __init__(self, r: Resolved, fabric: Fabric, detail: dict) -> None:
+        self.layer_f = self.layer_b = self.pre = self.post = 0.0
+        if r.tp <= 1:
+            return
+        j = r.job
+        sa = _bytes(r.dtype)
+        tokens_mb = r.micro_batch * j.seq
+        bw, lat, _ = fabric.group(r.tp, 1)
+        ar = allreduce(tokens_mb * j.hidden * sa, r.tp, bw, lat)
+        small = allreduce(tokens_mb * 4, r.tp, bw, lat)
+        self.layer_f = 2 * ar
+        self.layer_b = (4 if j.recompute else 2) * ar
+        self.pre, self.post = ar, ar + 3 * small
+        detail["tp_allreduce_s"] = ar
+        detail["tp_allreduce_bytes"] = tokens_mb * j.hidden * sa
+
+
+def _stage_work(r: Resolved, parts: Parts, kap: float, tau: float,
+                tpc: _TPComm) -> tuple[list[_Part], list[float]]:
+    """Per pipeline stage, per micro-batch: its compute parts and its tp communication (s)."""
+    lf, lb = _part(parts, "layer_f", kap, tau), _part(parts, "layer_b", kap, tau)
+    pre_f, pre_b = _part(parts, "pre_f", kap, tau), _part(parts, "pre_b", kap, tau)
+    post_f, post_b = _part(parts, "post_f", kap, tau), _part(parts, "post_b", kap, tau)
+    n_st = len(r.stages)
+    stage_fb: list[_Part] = []
+    stage_comm: list[float] = []
+    for s, ell in enumerate(r.stages):
+        part = (lf + lb) * ell
+        comm = (tpc.layer_f + tpc.layer_b) * ell
+        if s == 0:
+            part = part + pre_f + pre_b
+            comm += tpc.pre
+        if s == n_st - 1:
+            part = part + post_f + post_b
+            comm += tpc.post
+        stage_fb.append(part)
+        stage_comm.append(comm)
+    return stage_fb, stage_comm
+
+
+def _stage_params(r: Resolved) -> tuple[float, float, list[float]]:
+    """``(params per layer, embedding params, params per stage)``; with pp > 1 the last stage
+    holds its own copy of the tied output embedding."""
+    j = r.job
+    per_layer = layer_params(j.hidden, r.ff)
+    emb_params = r.params - j.layers * per_layer
+    stage_params = [ell * per_layer + (emb_params if s == 0 else 0.0) for s, ell in enumerate(r.stages)]
+    if r.pp > 1:
+        stage_params[-1] += r.vocab * j.hidden
+    return per_layer, emb_params, stage_params
+
+
+def _fsdp_exposed(r: Resolved, parts: Parts, kap: float, tau: float, tpc: _TPComm,
+                  fabric: Fabric, per_layer: float, emb_params: float, detail: dict) -> float:
+    """FSDP all-gathers / reduce-scatters not hidden behind the layers' compute, per
+    micro-batch (s); 0 unless sharded over dp > 1."""
+    dp, tp = r.dp, r.tp
+    if not (r.sharded and dp > 1):
+        return 0.0
+    if r.pp > 1:
+        raise JouleboundError("FSDP (ZeRO-3) combined with pipeline parallelism is not modeled; "
+                              "use --strategy ddp with --pp for dp × pp")
+    lf, lb = _part(parts, "layer_f", kap, tau), _part(parts, "layer_b", kap, tau)
+    bw, lat, _ = fabric.group(dp, tp)
+    s_p = _bytes(r.dtype)
+    ag_l = allgather(per_layer / tp * s_p, dp, bw, lat)
+    rs_l = reduce_scatter(per_layer / tp * s_p, dp, bw, lat)
+    ag_r = allgather(emb_params / tp * s_p, dp, bw, lat)
+    rs_r = reduce_scatter(emb_params / tp * s_p, dp, bw, lat)
+    L = r.job.layers
+    f_exp = ag_r + ag_l + (L - 1) * max(0.0, ag_l - (lf.t + tpc.layer_f))
+    b_exp = (L - 1) * max(0.0, ag_l + rs_l - (lb.t + tpc.layer_b)) + rs_l + rs_r
+    fsdp_mb = f_exp + b_exp
+    detail.update(fsdp_allgather_layer_s=ag_l, fsdp_reduce_scatter_layer_s=rs_l,
+                  fsdp_exposed_per_microbatch_s=fsdp_mb,
+                  fsdp_layer_bytes=per_layer / tp * s_p)
+    return fsdp_mb
+
+
+def _pipeline(r: Resolved, fabric: Fabric, fb: list[float], stage_comm: list[float],
+              fsdp_mb: float, detail: dict) -> tuple[float, float, float]:
+    """``(pipeline time, bubble, exposed communication)`` of the step's micro-batches (s): one
+    stage runs them back to back; a 1F1B pipeline waits for its bottleneck stage."""
+    m, p = r.grad_accum, r.pp
+    if p == 1:
+        return m * (fb[0] + fsdp_mb), 0.0, m * (stage_comm[0] + fsdp_mb)
+    j = r.job
+    bw, lat, _ = fabric.group(p, r.tp * r.dp)
+    p2p = sendrecv(r.micro_batch * j.seq * j.hidden * _bytes(r.dtype) / r.tp, bw, lat)
+    detail["pp_p2p_s"] = p2p
+    bott = max(x + 2 * p2p for x in fb)
+    pipe = sum(fb) + (m - 1) * bott + 2 * (p - 1) * p2p
+    bubble = pipe - m * bott
+    comm = m * stage_comm[int(np.argmax(fb))] + 2 * (p - 1) * p2p + (m - 1) * 2 * p2p
+    return pipe, bubble, comm
+
+
+def _dp_exposed(r: Resolved, parts: Parts, kap: float, tau: float, tpc: _TPComm,
+                fabric: Fabric, stage_params: list[float], detail: dict) -> float:
+    """The data-parallel gradient all-reduce (DDP, or dp across tp/pp groups) not hidden behind
+    the backward pass (s): bucketed, the last bucket always exposed; 0 without it."""
+    dp, tp, p = r.dp, r.tp, r.pp
+    if not (dp > 1 and not r.sharded):
+        return 0.0
+    j = r.job
+    bw, lat, _ = fabric.group(dp, tp)
+    # PyTorch AMP + DDP reduces fp32 gradients; Megatron-style tp/pp frameworks half ones
+    g = max(stage_params) / tp * (4 if (tp, p) == (1, 1) else _bytes(r.dtype))
+    nb = max(1, math.ceil(g / DDP_BUCKET_BYTES))
+    c = allreduce(g / nb, dp, bw, lat)
+    t_ar = nb * c
+    if p == 1:
+        lb = _part(parts, "layer_b", kap, tau)
+        pre_b, post_b = _part(parts, "pre_b", kap, tau), _part(parts, "post_b", kap, tau)
+        b_last = (lb.t + tpc.layer_b) * j.layers + pre_b.t + post_b.t
+        dp_exposed = max(c, t_ar - b_last * (nb - 1) / nb)
+    else:
+        dp_exposed = t_ar
+    detail.update(dp_allreduce_s=t_ar, dp_buckets=nb, dp_exposed_s=dp_exposed, dp_grad_bytes=g)
+    return dp_exposed
+
+
+def _optimizer_steps(r: Resolved, parts: Parts, kap: float, tau: float,
+                     stage_params: list[float]) -> list[tuple[float, float, float]]:
+    """The optimizer step on each stage's GPU: (time incl. launch floor s, busy J, gap s)."""
+    j = r.job
+    shard = r.dp if r.sharded else 1
+    opt = []
+    for s, ps in enumerate(stage_params):
+        P = ps / r.tp / shard
+        ovh = parts.kernel_overhead_s * (r.stages[s] - 1)  # further layers' AdamW kernels
+        base_t = parts.opt_t[0] + parts.opt_t[1] * P
+        base_e = parts.opt_e[0] + parts.opt_e[1] * P
+        tk = max(kap * (base_t + ovh), 0.0)
+        ek = max(kap * (base_e + ovh * base_e / max(base_t, 1e-30)), 0.0)
+        if j.optimizer == "sgd":  # momentum SGD moves 20 of AdamW's 28 bytes per parameter
+            tk, ek = tk * 20 / 28, ek * 20 / 28
+        t_opt = max(tk, tau * (r.stages[s] + 3))
+        opt.append((t_opt, ek, t_opt - tk))
+    return opt
+
+
+def compose(r: Resolved, parts: Parts, prm: MechParams, fabric: Fabric) -> Step:
+    """One optimizer step of the resolved job (see the module docstring)."""
+    kap, tau = prm.kappa, prm.launch_s
+    p_wait = prm.wait_ratio * parts.idle_w
+    m, p, tp, dp = r.grad_accum, r.pp, r.tp, r.dp
+    detail: dict = {}
+    tpc = _TPComm(r, fabric, detail)
+    stage_fb, stage_comm = _stage_work(r, parts, kap, tau, tpc)
+    per_layer, emb_params, stage_params = _stage_params(r)
+    fsdp_mb = _fsdp_exposed(r, parts, kap, tau, tpc, fabric, per_layer, emb_params, detail)
+    fb = [sp.t + sc for sp, sc in zip(stage_fb, stage_comm, strict=True)]
+    pipe, bubble, comm_exposed = _pipeline(r, fabric, fb, stage_comm, fsdp_mb, detail)
+    dp_exposed = _dp_exposed(r, parts, kap, tau, tpc, fabric, stage_params, detail)
+    comm_exposed += dp_exposed
+    opt = _optimizer_steps(r, parts, kap, tau, stage_params)
+    t_opt_max = max(o[0] for o in opt)
+    step_t = pipe + dp_exposed + t_opt_max + prm.step_s
+    # energy of each stage's GPUs: busy (κ·ΣE_k) + waiting (launch gaps and the rest of the step)
+    busy_e = wait_e = 0.0
+    for s in range(len(r.stages)):
+        in_kernels = m * stage_fb[s].t + opt[s][0]
+        busy_e += tp * dp * (m * stage_fb[s].e + opt[s][1])
+        wait_e += tp * dp * p_wait * (m * stage_fb[s].gap + opt[s][2] + max(step_t - in_kernels, 0.0))
+    n = r.gpus
+    crit = int(np.argmax(fb)) if p > 1 else 0
+    gaps = m * stage_fb[crit].gap + opt[crit][2]
+    compute = m * stage_fb[crit].t + opt[crit][0] - gaps
+    return Step(time_s=step_t, compute_s=max(compute, 0.0), overhead_s=gaps + prm.step_s,
+                comm_s=comm_exposed, bubble_s=bubble, gpu_energy_j=busy_e + wait_e,
+                busy_energy_j=busy_e, wait_energy_j=wait_e,
+                host_energy_j=prm.host.total_w * n * step_t, comm_energy_j=p_wait * n * comm_exposed,
+                wait_power_w=p_wait, comm_detail=detail)
+
+
+# ---------------------------------------------------------------------------------------------
+# intervals
+
+
+def kinds(r: Resolved) -> list[str]:
+    """The parallelism kinds a resolved job uses: ``single``, ``ddp``, ``fsdp``, ``tp``, ``pp``."""
+    out = []
+    if r.dp > 1:
+        out.append("fsdp" if r.sharded else "ddp")
+    if r.tp > 1:
+        out.append("tp")
+    if r.pp > 1:
+        out.append("pp")
+    return out or ["single"]
+
+
+def interval(r: Resolved, st: Step, prm: MechParams, device: str) -> tuple[float, float, list[str]]:
+    """Log-space standard deviations (time, energy) of a step and the reasons, largest first.
+
+    σ² = Σ (σ_part · share of the step)² over compute (κ), overhead and communication, plus the
+    pipeline schedule, busy power (energy only), a GPU outside the calibration data, the distance
+    of the micro-batch size from the calibrated range (per decade) and GPU counts beyond the
+    largest calibrated job (per doubling)."""
+    sg = prm.sigma
+    T = max(st.time_s, 1e-30)
+    sh_c, sh_o, sh_x = st.compute_s / T, st.overhead_s / T, st.comm_s / T
+    sh_b = st.bubble_s / T
+    terms_t: list[tuple[float, str]] = [
+        (sg["compute"] * sh_c, f"framework factor κ (spread across the calibration data sets), "
+                               f"{sh_c:.0%} of the step"),
+        (sg["overhead"] * sh_o, f"host launch floor and per-step overhead, {sh_o:.0%} of the step"),
+    ]
+    pp_only = r.pp > 1 and r.dp == 1 and r.tp == 1
+    if st.comm_s > 0:
+        s_comm = sg["pipeline"] if pp_only else sg["comm"]
+        why = ("pipeline point-to-point (calibrated on Perseus)" if pp_only else
+               "collectives: link efficiencies are estimates, no measured DDP/FSDP/TP run in the "
+               "calibration data")
+        terms_t.append((s_comm * sh_x, f"communication {sh_x:.0%} of the step — {why}"))
+    if st.bubble_s > 0:
+        terms_t.append((sg["pipeline"] * sh_b, f"1F1B pipeline bubble {sh_b:.0%} of the step"))
+    missing = sorted(set(kinds(r)) - set(prm.strategies_seen))
+    if missing:
+        terms_t.append((sg.get("strategy", 0.2), f"no measured {'/'.join(missing).upper()} run in the "
+                                                 "calibration data (the collectives' overlap and "
+                                                 "efficiency are modeled only)"))
+    if device not in prm.devices_seen:
+        terms_t.append((sg["device"], f"GPU {device} is not in the calibration data "
+                                      f"({', '.join(prm.devices_seen) or 'none'})"))
+    tok = r.micro_batch * r.job.seq
+    lo, hi = prm.tokens_range
+    dec = max(0.0, math.log10(lo / tok), math.log10(tok / hi))
+    if dec > 0:
+        terms_t.append((sg["size"] * dec, f"{tok:,.0f} tokens per micro-batch is {dec:.1f} decades "
+                                          f"outside the calibrated {lo:,.0f}–{hi:,.0f}"))
+    if r.gpus > prm.max_gpus_seen:
+        dbl = math.log2(r.gpus / prm.max_gpus_seen)
+        terms_t.append((sg["scale"] * dbl, f"{r.gpus} GPUs, {dbl:.1f} doublings beyond the largest "
+                                           f"calibrated job ({prm.max_gpus_seen})"))
+    var_t = sum(v * v for v, _ in terms_t)
+    E = max(st.gpu_energy_j, 1e-30)
+    sh_be = st.busy_energy_j / E
+    terms_e = [(v * (sh_be / max(sh_c, 1e-9)) if i == 0 else v, w) for i, (v, w) in enumerate(terms_t)]
+    terms_e.append((sg["power"], "busy power of the GPU model"))
+    var_e = sum(v * v for v, _ in terms_e)
+    ranked = sorted(terms_e + terms_t, key=lambda x: -x[0])
+    why, seen = [], set()
+    for v, w in ranked:
+        if v >= 0.02 and w not in seen:
+            seen.add(w)
+            why.append(f"{w}: ×/÷{math.exp(Z90 * v):.2f}")
+    return math.sqrt(var_t), math.sqrt(var_e), why
+
+
+# ---------------------------------------------------------------------------------------------
+# the predictor
+
+
+def predict_steps(jobs: Sequence[Job], prm: MechParams | None = None
+                  ) -> list[tuple[Resolved, Step, MemoryEstimate, Parts]]:
+    """Resolve, characterize (batched) and compose one optimizer step of every job."""
+    return _steps([resolve(j) for j in jobs], prm or load_params())
+
+
+def _steps(rs: list[Resolved], prm: MechParams) -> list[tuple[Resolved, Step, MemoryEstimate, Parts]]:
+    keys = [work_keys(r) for r in rs]
+    parts = characterize_parts(keys)
+    prime_part_sums(list(parts.values()), prm.kappa, prm.launch_s)
+    out = []
+    for r, k in zip(rs, keys, strict=True):
+        pa = parts[k]
+        st = compose(r, pa, prm, fabric_for(r, prm.comm_eff_scale))
+        out.append((r, st, memory(r, pa.device_memory), pa))
+    return out
+
+
+def predict_many(jobs: Sequence[Job | None], prm: MechParams | None = None
+                 ) -> list[Prediction | str]:
+    """Like :func:`predict_jobs` for a table: a job that cannot be priced (or ``None``) gives its
+    error message instead of stopping the others; jobs that do not fit in memory are predicted
+    with a warning and ``fits_memory = False``."""
+    prm = prm or load_params()
+    out: list[Prediction | str] = []
+    ok: list[tuple[int, Resolved]] = []
+    for i, j in enumerate(jobs):
+        if j is None:
+            out.append("")
+            continue
+        try:
+            ok.append((i, resolve(j)))
+            out.append("")
+        except JouleboundError as exc:
+            out.append(str(exc))
+    try:  # all at once (one GPU-model call per device); row by group only when something fails
+        groups = [ok]
+        results = [_steps([r for _, r in ok], prm)] if ok else []
+    except JouleboundError:
+        by_dev: dict[tuple, list[tuple[int, Resolved]]] = {}
+        for i, r in ok:  # as characterize_parts groups them: device, clocks, power limit
+            by_dev.setdefault((str(r.job.device), r.job.clocks, r.job.power_limit_w), []).append((i, r))
+        groups, results = list(by_dev.values()), []
+    for gi, items in enumerate(groups):
+        if gi < len(results):
+            for (i, _), (r, st, mem, _pa) in zip(items, results[gi], strict=True):
+                out[i] = to_prediction(r, st, mem, prm, True)
+            continue
+        try:
+            res = _steps([r for _, r in items], prm)
+        except JouleboundError as exc:  # an unknown GPU, clock or power limit: those rows only
+            for i, _ in items:
+                out[i] = str(exc)
+            continue
+        for (i, _), (r, st, mem, _pa) in zip(items, res, strict=True):
+            out[i] = to_prediction(r, st, mem, prm, True)
+    return out
+
+
+def predict_jobs(jobs: Sequence[Job], prm: MechParams | None = None,
+                 allow_oom: bool = True) -> list[Prediction]:
+    """Predictions of whole jobs (``job.tokens`` tokens; one step when ``tokens`` is None)."""
+    prm = prm or load_params()
+    out = []
+    for r, st, mem, _pa in predict_steps(jobs, prm):
+        out.append(to_prediction(r, st, mem, prm, allow_oom))
+    return out
+
+
+def to_prediction(r: Resolved, st: Step, mem: MemoryEstimate, prm: MechParams,
+                allow_oom: bool) -> Prediction:
+    j = r.job
+    warn = list(r.warnings)
+    if not mem.fits:
+        msg = (f"needs ~{mem.total / 2**30:.1f} GiB per GPU (weights {mem.weights / 2**30:.1f}, "
+               f"gradients {mem.gradients / 2**30:.1f}, optimizer {mem.optimizer / 2**30:.1f}, "
+               f"activations {mem.activations / 2**30:.1f}) but the {_device_name(j.device)} has "
+               f"{mem.device_bytes / 2**30:.0f} GiB: use --recompute, a smaller --batch with "
+               "--grad-accum, FSDP, or more GPUs")
+        if not allow_oom:
+            raise JouleboundError(msg)
+        warn.append("does not fit in GPU memory: " + msg)
+    elif mem.device_bytes and mem.total > 0.9 * mem.device_bytes:
+        warn.append(f"uses ~{mem.total / mem.device_bytes:.0%} of GPU memory (estimate); "
+                    "fragmentation may make it fail")
+    if st.comm_s > 0.5 * st.time_s:
+        warn.append(f"communication-bound: {st.comm_s / st.time_s:.0%} of every step is exposed "
+                    "communication; fewer GPUs or a faster interconnect cost less energy per token")
+    if prm.provenance.get("calibration", "").startswith("none"):
+        warn.append("uncalibrated: no calibration file found (run python -m "
+                    "joulebound.jobs.calibrate --data ../shared/data)")
+    s_t, s_e, why = interval(r, st, prm, _device_name(j.device))
+    steps = (float(j.tokens) / r.tokens_per_step) if j.tokens else 1.0
+    ft, fe = math.exp(Z90 * s_t), math.exp(Z90 * s_e)
+    T, Eg, Eh = st.time_s * steps, st.gpu_energy_j * steps, st.host_energy_j * steps
+    Etot = Eg + Eh
+    fab = fabric_for(r, prm.comm_eff_scale)
+    step = dict(vars(st))  # shallow: asdict's deep copies cost more than the whole prediction
+    step["interconnect"] = fab.to_json()
+    return Prediction(
+        name=j.name, strategy=r.label(), gpus=r.gpus, nodes=fab.nodes(r.gpus),
+        device=_device_name(j.device), micro_batch=r.micro_batch, grad_accum=r.grad_accum,
+        global_batch=r.global_batch, tokens_per_step=r.tokens_per_step, steps=steps,
+        time_s=T, time_lo_s=T / ft, time_hi_s=T * ft, gpu_energy_j=Eg, gpu_energy_lo_j=Eg / fe,
+        gpu_energy_hi_j=Eg * fe, host_energy_j=Eh, host_energy_lo_j=Eh / ft, host_energy_hi_j=Eh * ft,
+        total_energy_j=Etot, total_energy_lo_j=Etot / fe,
+        total_energy_hi_j=Etot * fe, energy_per_token_j=Etot / (r.tokens_per_step * steps),
+        step=step, memory=mem.to_json(), fits_memory=mem.fits, interval_why=why, warnings=warn,
+        covers=COVERS, params={"kappa": prm.kappa, "launch_s": prm.launch_s, "step_s": prm.step_s,
+                               "wait_ratio": prm.wait_ratio, "host_w_per_gpu": prm.host.total_w,
+                               "calibration": prm.provenance.get("calibration")})

@@ -1,0 +1,238 @@
+"""Per-GPU compute of one training micro-batch, from the analytic trace and the GPU model.
+
+For each distinct per-GPU workload (shape, per-GPU micro-batch, dtype, recompute, tensor-parallel
+degree, device, clocks / power limit) the analytic kernel trace of one layer (the op table of
+:func:`joulebound.workload.analytic.build_table`, built for all shapes of one architecture, dtype
+and recompute setting at once; kernel for kernel what ``build_trace`` gives) is characterized on
+the device (:func:`joulebound.gpumodel.characterize`, at ``auto`` or the given clocks, under
+the given power limit), together with a copy of its optimizer kernels at twice the parameters.
+The layers of a trace are identical and the optimizer kernels' cost is linear in the parameters,
+so this one small trace gives every part of an L-layer step:
+
+* ``layer_f`` / ``layer_b`` — the kernels of one layer's forward / backward (backward includes
+  the recomputed forward when ``recompute``);
+* ``pre_f`` / ``pre_b`` — embedding (and BERT's embedding LayerNorm) forward / backward;
+* ``post_f`` / ``post_b`` — the head (final LayerNorm, logits or MLM head, loss);
+* the optimizer step (gradient norm, AdamW, zeroing the gradients) as ``c0 + c1·P`` in the
+  parameters ``P`` the GPU updates (time s, energy J), plus the GPU model's per-kernel overhead
+  for each further layer's AdamW kernel.
+
+Tensor parallelism (Megatron) divides the FLOPs and bytes of the kernels it splits — the four
+weight GEMMs, the attention products and softmax, GELU, the (vocabulary-parallel) logits and loss —
+by ``tp``; LayerNorms, residual adds and embeddings stay replicated on every GPU.
+
+Per-kernel times and energies are kept (not only sums) because the predictor applies a per-kernel
+host launch floor. All figures are **modeled** (the GPU model's own provenance is recorded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from joulebound.core.clocks import ClockConfig
+from joulebound.core.errors import JouleboundError
+
+#: kernel-name prefixes that Megatron tensor parallelism splits across the tp GPUs
+TP_SPLIT = ("qkv", "attproj", "fc", "permute", "unpermute", "attn_", "softmax", "gelu",
+            "logits_gemm", "fused_classifier", "mlm_decoder", "cross_entropy")
+PARTS = ("layer_f", "layer_b", "pre_f", "pre_b", "post_f", "post_b")
+
+
+@dataclass(frozen=True)
+class WorkKey:
+    """What decides one GPU's kernels (hashable; one characterization per key)."""
+
+    arch: str
+    hidden: int
+    heads: int
+    ff: int
+    vocab: int
+    seq: int
+    micro_batch: int
+    dtype: str
+    recompute: bool
+    tp: int
+    device: str
+    clocks: str
+    power_limit_w: float | None
+
+
+@dataclass
+class Parts:
+    """Modeled per-kernel time (s) and energy (J) of each part of one micro-batch on one GPU,
+    plus the optimizer step as linear functions of the updated parameters."""
+
+    key: WorkKey
+    t: dict[str, np.ndarray]
+    e: dict[str, np.ndarray]
+    opt_t: tuple[float, float]  # (c0 s, c1 s/parameter)
+    opt_e: tuple[float, float]  # (c0 J, c1 J/parameter)
+    idle_w: float
+    power_limit_w: float
+    device_memory: float
+    kernel_overhead_s: float = 0.0  # the GPU model's fixed time per kernel (per-layer AdamW kernels)
+    model_meta: dict = field(default_factory=dict)
+    cache: dict = field(default_factory=dict, repr=False)  # per-part sums by (part, κ, τ)
+
+    def sum_t(self, part: str) -> float:
+        return float(self.t[part].sum())
+
+
+#: built 1-layer per-GPU kernel lists by shape (the GPU model is not cached: it may change)
+_TRACES: dict[tuple, tuple] = {}
+_STRUCTURES: dict[tuple, dict[str, np.ndarray]] = {}
+_CACHE_MAX = 20_000
+
+
+def _masks(kernels: list) -> dict[str, np.ndarray]:
+    """Boolean masks of each part (and ``opt``: the optimizer step) over a 1-layer trace."""
+    ph = np.array([k.phase for k in kernels], dtype=object)
+    nm = np.array([k.name for k in kernels], dtype=object)
+    in_layer = np.array([k.layer == 0 for k in kernels])
+    idx = np.arange(len(kernels))
+    opt = (ph == "optimizer") | (nm == "zero_grad")
+    fwd, bwd = ph == "forward", (ph == "backward") & ~opt
+    first_f = np.flatnonzero(fwd & in_layer)
+    pre = fwd & ~in_layer & (idx < (first_f[0] if len(first_f) else 0))
+    first_b = np.flatnonzero(bwd & in_layer)
+    post_b = bwd & ~in_layer & (idx < (first_b[0] if len(first_b) else 0))
+    return {"layer_f": fwd & in_layer, "layer_b": bwd & in_layer, "pre_f": pre,
+            "pre_b": bwd & ~in_layer & ~post_b, "post_f": fwd & ~in_layer & ~pre, "post_b": post_b,
+            "opt": opt}
+
+
+def _device_setup(device: str, clocks: str, power_limit_w: float | None):  # noqa: ANN202
+    from joulebound.gpumodel import params_for, resolve_device
+
+    spec = resolve_device(device)
+    prm = params_for(spec)
+    if power_limit_w is not None:
+        lo, hi = spec.power_limit_min_w, spec.power_limit_max_w
+        if not lo <= power_limit_w <= hi:
+            raise JouleboundError(f"--power-limit {power_limit_w:g} W is outside {spec.name}'s range "
+                                  f"{lo:g}–{hi:g} W")
+        prm = prm.with_limit(power_limit_w)
+    try:
+        cfg = ClockConfig.parse(clocks or "auto")
+    except ValueError as exc:
+        raise JouleboundError(f"--clocks: {exc}") from None
+    return spec, prm, cfg
+
+
+def _shape(k: WorkKey) -> tuple:
+    return (k.arch, k.hidden, k.heads, k.ff, k.vocab, k.seq, k.micro_batch, k.dtype, k.recompute, k.tp)
+
+
+def _build_shapes(shapes: Sequence[tuple]) -> None:
+    """Put the 1-layer per-GPU kernels of every shape in the trace cache: the op table is built
+    for all shapes of one (arch, dtype, recompute) at once (:func:`build_table`), the kernels
+    that tensor parallelism splits divided by each shape's ``tp``, and a copy of the optimizer
+    kernels at twice the parameters appended (the optimizer cost's slope)."""
+    from joulebound.workload.analytic import build_table
+    from joulebound.workload.trace import Kernel
+
+    groups: dict[tuple, list[tuple]] = {}
+    for sh in shapes:
+        groups.setdefault((sh[0], sh[7], sh[8]), []).append(sh)
+    for (arch, dtype, rec), shs in groups.items():
+        a = np.array([sh[1:7] + (sh[9],) for sh in shs], float)
+        tpl, flops, nbytes, n_params = build_table(arch, 1, dtype, rec, hidden=a[:, 0], heads=a[:, 1],
+                                                   ff=a[:, 2], vocab=a[:, 3], seq=a[:, 4], batch=a[:, 5])
+        split = np.array([k.name.startswith(TP_SPLIT) for k in tpl])[:, None]
+        flops = np.where(split, flops / a[:, 6], flops)
+        nbytes = np.where(split, nbytes / a[:, 6], nbytes)
+        sig = (arch, rec, len(tpl))
+        if sig not in _STRUCTURES:  # same architecture: the same kernel sequence
+            _STRUCTURES[sig] = _masks(tpl)
+        opt = np.flatnonzero(_STRUCTURES[sig]["opt"])
+        # kernels the same in every shape of the group (a recomputed forward, ln1 / ln2, the two
+        # residual adds, ...) are characterized once: the GPU model prices each kernel alone
+        kind = {(k.category, k.dtype): i for i, k in enumerate(tpl)}
+        ids = np.array([kind[(k.category, k.dtype)] for k in tpl], float)[:, None]
+        _, first, inv = np.unique(np.hstack([ids, flops, nbytes]), axis=0, return_index=True,
+                                  return_inverse=True)
+        order = np.argsort(first)  # distinct kernels in first-occurrence order
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        keep, inv = first[order], rank[inv.reshape(-1)]
+        proto = [(tpl[i].name, tpl[i].category, tpl[i].phase, tpl[i].layer, tpl[i].dtype, tpl[i].meta)
+                 for i in keep]
+        o_proto = [(tpl[i].name, tpl[i].category, tpl[i].dtype) for i in opt]
+        fk, bk = flops[keep], nbytes[keep]
+        for j, sh in enumerate(shs):
+            f, b = fk[:, j].tolist(), bk[:, j].tolist()
+            ker = [Kernel(nm, cat, ph, ly, fi, bi, dt, None, me)
+                   for (nm, cat, ph, ly, dt, me), fi, bi in zip(proto, f, b, strict=True)]
+            double = [Kernel(nm, cat, "optimizer", None, 2 * flops[i, j], 2 * nbytes[i, j], dt, None, {})
+                      for (nm, cat, dt), i in zip(o_proto, opt.tolist(), strict=True)]
+            _TRACES[sh] = (ker, double, sig, float(n_params[j]), inv)
+
+
+def characterize_parts(keys: Sequence[WorkKey]) -> dict[WorkKey, Parts]:
+    """:class:`Parts` for every key, one GPU-model call per (device, clocks, power limit)."""
+    from joulebound.gpumodel import characterize
+    from joulebound.workload.trace import Trace
+
+    out: dict[WorkKey, Parts] = {}
+    traces = _TRACES
+    structures = _STRUCTURES
+    if len(traces) > _CACHE_MAX:
+        traces.clear()
+    groups: dict[tuple, list[WorkKey]] = {}
+    for k in dict.fromkeys(keys):
+        groups.setdefault((k.device, k.clocks, k.power_limit_w), []).append(k)
+    for (device, clocks, plim), ks in groups.items():
+        spec, prm, cfg = _device_setup(device, clocks, plim)
+        kernels: list = []
+        spans = []
+        _build_shapes([sh for sh in dict.fromkeys(_shape(k) for k in ks) if sh not in traces])
+        for k in ks:
+            shape = _shape(k)
+            ker, double, sig, n_params, inv = traces[shape]
+            start = len(kernels)
+            kernels += ker
+            kernels += double
+            spans.append((sig, start, start + len(ker), start + len(ker) + len(double), n_params, inv))
+        ch = characterize(Trace(kernels, name=f"jobs@{spec.name}"), spec, configs=[cfg],
+                          include_auto=False, params=prm)
+        t_all, e_all = ch.time_s[:, 0], ch.energy_j[:, 0]
+        meta = {"gpu_model": ch.meta.get("model"), "params_calibration": ch.meta.get("params_calibration"),
+                "power_limit_w": float(prm.power_limit_w)}
+        for k, (sig, a0, a1, a2, pa, inv) in zip(ks, spans, strict=True):
+            masks = structures[sig]
+            ta, ea = t_all[a0:a1][inv], e_all[a0:a1][inv]
+            opt = masks["opt"]
+            ta_opt, tb_opt = float(ta[opt].sum()), float(t_all[a1:a2].sum())
+            ea_opt, eb_opt = float(ea[opt].sum()), float(e_all[a1:a2].sum())
+            c1t, c1e = (tb_opt - ta_opt) / pa, (eb_opt - ea_opt) / pa
+            out[k] = Parts(
+                key=k, t={p: ta[masks[p]] for p in PARTS}, e={p: ea[masks[p]] for p in PARTS},
+                opt_t=(ta_opt - c1t * pa, c1t), opt_e=(ea_opt - c1e * pa, c1e),
+                idle_w=float(prm.idle_w), power_limit_w=float(prm.power_limit_w),
+                device_memory=float(spec.memory_bytes or 0.0),
+                kernel_overhead_s=float(prm.launch_overhead_s), model_meta=meta)
+    return out
+
+
+def prime_part_sums(parts: Sequence[Parts], kappa: float, tau: float) -> None:
+    """Fill every :class:`Parts`' cache of per-part sums under framework factor ``kappa`` and
+    launch floor ``tau`` s in one vectorized pass (what the predictor's composition reads for
+    each part: kernel time ``Σ max(κ·t_k, τ)`` s, busy energy ``κ·ΣE_k`` J, launch-gap time s)."""
+    for name in PARTS:
+        todo = [p for p in parts if (name, kappa, tau) not in p.cache]
+        if not todo:
+            continue
+        lens = np.array([len(p.t[name]) for p in todo])
+        seg = np.repeat(np.arange(len(todo)), lens)
+        tk = np.concatenate([p.t[name] for p in todo]) * kappa
+        t = np.maximum(tk, tau)
+        e = np.concatenate([p.e[name] for p in todo])
+        n = len(todo)
+        st = np.bincount(seg, t, n).tolist()
+        se = (np.bincount(seg, e, n) * kappa).tolist()
+        sg = np.bincount(seg, t - tk, n).tolist()
+        for p, a, b, c in zip(todo, st, se, sg, strict=True):
+            p.cache[(name, kappa, tau)] = (a, b, c)

@@ -1,0 +1,909 @@
+"""Privileged clock helper: training never needs root.
+
+A small daemon, started once with privileges (root or CAP_SYS_ADMIN), owns GPU clock control.
+Training processes ask it for switches over a Unix-domain socket:
+
+* **who may connect** is decided by the socket file's permissions (``mode``, default 0660, and
+  ``group``, resolved before anything is bound). A world-writable mode (e.g. 777) is refused
+  without ``insecure=True`` (``--insecure``). The socket is bound under a temporary name, given its
+  mode and group, then renamed into place, so it never exists with the wrong permissions;
+* **one helper per socket**: a second helper on the same path (a live socket, or a helper holding
+  ``<socket>.lock``) refuses to start instead of taking over; a stale socket file is replaced;
+* **GPUs are addressed by UUID** (``"gpu": "GPU-..."``; an NVML index is accepted too). The client
+  resolves its own CUDA numbering (``CUDA_VISIBLE_DEVICES``) to a UUID from the helper's ``hello``;
+* **every request is validated** strictly (``bool`` is not an index, MHz are positive integers)
+  against the device's supported clocks; lines are at most :data:`MAX_LINE` bytes, JSON at most
+  :data:`MAX_DEPTH` deep, numbers short; bad requests get an error reply, never a traceback;
+* a GPU is **owned** by the client that first locked it, for as long as that client stays connected
+  (a reset to the defaults keeps ownership; ``release`` gives it up); others get "busy". The
+  helper also holds the GPU's :class:`~joulebound.hw.gpu.GpuLock`, so an in-process
+  ``--actuator nvml`` and the helper never control one GPU together;
+* **rate-limited per GPU** (token bucket: ``burst`` switches, refilled one per
+  ``min_interval_s``), whoever asks and however often they reconnect; resets are never throttled.
+  A throttled switch is answered ``"code": "rate_limited"`` with ``retry_after_s``: the client
+  defers it and reports how many were deferred — training never stops for it;
+* **connections**: a real listen backlog (:data:`BACKLOG`) and at most ``max_clients`` at once
+  (more are told so and closed); at the process's file-descriptor limit it backs off instead of
+  spinning;
+* **when a client disconnects or dies** (EOF on the socket, also after SIGKILL, since the kernel
+  closes its socket) the helper resets the clocks of every GPU that client had locked. On
+  SIGTERM, SIGINT, SIGHUP or SIGQUIT it stops accepting, refuses further switches, closes every
+  client connection, waits for the handler threads, resets every GPU it touched and exits.
+
+Protocol: one JSON object per line, one reply per request::
+
+    {"op": "hello"}   -> {"ok": true, "version": 2, "gpus": {UUID: {"index", "name", "mig",
+                          "supported": {mem MHz: [core MHz, ...]}}}, "limits": {...}}
+    {"op": "set", "gpu": "GPU-...", "core": 1410, "mem": 1593}   (null = leave to the governor)
+    {"op": "reset", "gpu": "GPU-..."}       default clocks, ownership kept
+    {"op": "release", "gpu": "GPU-..."}     default clocks, ownership given up
+    replies: {"ok": true} | {"ok": false, "error": "...", "code": "invalid" | "busy" |
+             "rate_limited" | "nvml" | "stopping", "retry_after_s": s}
+
+Run: ``sudo joulebound clock-helper --socket /run/joulebound/clocks.sock --group users``
+(or ``python -m joulebound.runtime.helper ...``). Client side: :class:`HelperActuator`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import socketserver
+import stat
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from joulebound.core.clocks import AUTO, ClockConfig
+from joulebound.core.errors import JouleboundError
+from joulebound.hw import gpu as gpu_layer
+from joulebound.runtime.actuators import PERMISSION_HELP, Actuator, ChannelClosed, SwitchRecord
+from joulebound.runtime.guard import STOP_SIGNALS, guard
+
+log = logging.getLogger(__name__)
+
+#: longest request line accepted (bytes, newline included)
+MAX_LINE = 4096
+#: deepest JSON nesting accepted in a request
+MAX_DEPTH = 4
+#: listen backlog (connections waiting to be accepted)
+BACKLOG = 128
+#: longest integer literal accepted (digits)
+MAX_INT_DIGITS = 12
+
+
+class _Bucket:
+    """Token bucket: ``burst`` tokens, one more every ``interval_s`` seconds."""
+
+    def __init__(self, burst: int, interval_s: float) -> None:
+        self.burst = max(1, int(burst))
+        self.interval = max(0.0, float(interval_s))
+        self.tokens = float(self.burst)
+        self.t = time.monotonic()
+
+    def _refill(self) -> None:
+        now = time.monotonic()
+        if self.interval > 0:
+            self.tokens = min(self.burst, self.tokens + (now - self.t) / self.interval)
+        else:
+            self.tokens = self.burst
+        self.t = now
+
+    def take(self) -> bool:
+        self._refill()
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return True
+        return False
+
+    def wait_s(self) -> float:
+        """Seconds until the next token (0 when one is there)."""
+        self._refill()
+        return 0.0 if self.tokens >= 1 else (1 - self.tokens) * self.interval
+
+
+class _RequestError(Exception):
+    def __init__(self, message: str, code: str = "invalid", **extra: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.extra = extra
+
+
+@dataclass
+class _GpuState:
+    phys: gpu_layer.PhysicalGpu
+    bucket: _Bucket
+    mu: threading.Lock = field(default_factory=threading.Lock)
+    device: gpu_layer.GpuDevice | None = None
+    owner: int | None = None
+    lock: gpu_layer.GpuLock | None = None
+    supported: dict[int, list[int]] | None = None
+    touched: bool = False
+
+
+def _json_depth(text: str) -> int:
+    """Deepest ``[``/``{`` nesting of a JSON text, strings skipped (for the depth bound)."""
+    depth = best = 0
+    in_str = esc = False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            best = max(best, depth)
+        elif ch in "]}":
+            depth -= 1
+    return best
+
+
+def _parse_int(s: str) -> int:
+    if len(s.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"number {s[:16]}... is too long")
+    return int(s)
+
+
+def _parse_constant(s: str) -> Any:
+    raise ValueError(f"{s} is not allowed")
+
+
+def parse_request(raw: bytes) -> Any:
+    """One request line -> its JSON value; :class:`_RequestError` for anything malformed."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _RequestError(f"request is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if _json_depth(text) > MAX_DEPTH:
+        raise _RequestError(f"request nests deeper than {MAX_DEPTH} levels")
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_constant=_parse_constant)
+    except (ValueError, RecursionError) as exc:
+        raise _RequestError(f"not JSON ({exc})") from None
+
+
+def _strict_mhz(name: str, v: Any) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise _RequestError(f"{name} must be a positive integer MHz or null, got {v!r}")
+    return v
+
+
+def parse_mode(mode: str | int, insecure: bool = False) -> int:
+    """Socket file mode from an octal string (``"660"``) or int; refuses world-writable modes
+    without ``insecure``."""
+    if isinstance(mode, str):
+        try:
+            value = int(mode, 8)
+        except ValueError:
+            raise JouleboundError(f"--mode {mode!r} is not an octal file mode such as 660") from None
+    else:
+        value = int(mode)
+    if not 0 <= value <= 0o777:
+        raise JouleboundError(f"--mode {oct(value)[2:]} is not a file mode (000..777)")
+    if value & 0o002 and not insecure:
+        raise JouleboundError(f"--mode {oct(value)[2:]} lets every user on this machine change "
+                              "GPU clocks (world-writable socket); use 660 with --group, or pass "
+                              "--insecure if that is really intended")
+    if not value & 0o600:
+        raise JouleboundError(f"--mode {oct(value)[2:]}: the owner must be able to use the socket")
+    return value
+
+
+def resolve_group(group: str | int | None) -> int | None:
+    """A group name or gid -> gid (checked before the socket is bound)."""
+    if group is None:
+        return None
+    import grp
+
+    if isinstance(group, int) and not isinstance(group, bool):
+        gid = group
+    elif isinstance(group, str) and group.strip().isdigit():
+        gid = int(group.strip())
+    elif isinstance(group, str) and group.strip():
+        try:
+            return grp.getgrnam(group.strip()).gr_gid
+        except KeyError:
+            raise JouleboundError(f"--group {group!r}: no such group on this machine "
+                                  "(see `getent group`)") from None
+    else:
+        raise JouleboundError(f"--group {group!r}: give a group name or a numeric gid")
+    try:
+        grp.getgrgid(gid)
+    except KeyError:
+        raise JouleboundError(f"--group {gid}: no group has this gid (see `getent group`)") \
+            from None
+    return gid
+
+
+class _Server(socketserver.ThreadingUnixStreamServer):
+    request_queue_size = BACKLOG
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = False
+
+    def get_request(self) -> Any:
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                time.sleep(0.05)   # at the fd limit: back off instead of spinning on accept()
+            raise
+
+
+class ClockHelper:
+    """The helper daemon's state and socket server.
+
+    Args:
+        socket_path: where to create the Unix socket (its directory must exist).
+        nvml: NVML module (default ``pynvml``; tests pass :class:`FakeNvml`).
+        mode: socket file permissions (who may connect), octal string or int.
+        group: group name or gid to own the socket (``None``: the helper's group).
+        burst / min_interval_s: rate limit per GPU.
+        check_privileges: refuse to start without root / CAP_SYS_ADMIN.
+        max_clients: connections served at once.
+        insecure: allow a world-writable socket mode.
+    """
+
+    def __init__(self, socket_path: str | Path, nvml: Any = None, mode: int | str = 0o660,
+                 group: str | int | None = None, burst: int = 50, min_interval_s: float = 0.005,
+                 check_privileges: bool = True, max_clients: int = 256,
+                 insecure: bool = False) -> None:
+        self.mode = parse_mode(mode, insecure)
+        self.gid = resolve_group(group)
+        if isinstance(burst, bool) or int(burst) < 1:
+            raise JouleboundError(f"--burst must be at least 1, got {burst!r}")
+        if float(min_interval_s) < 0:
+            raise JouleboundError(f"--min-interval must be >= 0 s, got {min_interval_s!r}")
+        if check_privileges and not gpu_layer.has_clock_privileges():
+            raise JouleboundError("the clock helper must start with root or CAP_SYS_ADMIN "
+                                  "(e.g. `sudo joulebound clock-helper ...`)")
+        self.path = Path(socket_path)
+        if not self.path.parent.is_dir():
+            raise JouleboundError(f"--socket {self.path}: folder {self.path.parent} does not "
+                                  "exist (create it, e.g. `sudo mkdir -p /run/joulebound`)")
+        self.burst = int(burst)
+        self.min_interval_s = float(min_interval_s)
+        self.max_clients = int(max_clients)
+        self._session = gpu_layer.Nvml(nvml)
+        self.nvml = self._session.nv
+        self._gpus = {g.uuid: _GpuState(g, _Bucket(self.burst, self.min_interval_s))
+                      for g in self._session.gpus()}
+        self._by_index = {st.phys.nvml_index: st for st in self._gpus.values()}
+        self.n_gpus = len(self._gpus)
+        self._mu = threading.Lock()
+        self._stopping = False
+        self._next_client = 0
+        self._clients: dict[int, socket.socket] = {}
+        self._threads: dict[int, threading.Thread] = {}
+        self.resets = 0
+        self.rate_limited = 0
+        self.log: list[dict[str, Any]] = []
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._lockfd: int | None = None
+
+    # -- GPUs -------------------------------------------------------------------------------
+    def _state(self, gpu: Any) -> _GpuState:
+        if isinstance(gpu, bool):
+            raise _RequestError(f"gpu must be a UUID or an NVML index, got {gpu!r}")
+        if isinstance(gpu, int):
+            st = self._by_index.get(gpu)
+            if st is None:
+                raise _RequestError(f"gpu {gpu} does not exist (NVML indices 0..{self.n_gpus - 1})")
+            return st
+        if isinstance(gpu, str):
+            st = self._gpus.get(gpu)
+            if st is None:
+                raise _RequestError(f"gpu {gpu[:64]!r} is not a GPU of this machine "
+                                    f"(UUIDs: {', '.join(self._gpus)})")
+            return st
+        raise _RequestError(f"gpu must be a UUID string or an NVML index, got {type(gpu).__name__}")
+
+    def _device(self, st: _GpuState) -> gpu_layer.GpuDevice:
+        if st.device is None:
+            st.device = self._session.open(st.phys)
+        return st.device
+
+    def supported(self, gpu: Any) -> dict[int, list[int]]:
+        """Memory MHz -> supported core MHz of ``gpu`` (UUID or NVML index; cached)."""
+        st = self._state(gpu)
+        if st.supported is None:
+            st.supported = self._device(st).supported_clocks()
+        return st.supported
+
+    def validate(self, gpu: Any, core: Any, mem: Any) -> ClockConfig:
+        """The requested config, checked against ``gpu``'s supported clocks."""
+        st = self._state(gpu)
+        core, mem = _strict_mhz("core", core), _strict_mhz("mem", mem)
+        table = self.supported(st.phys.uuid)
+        name = st.phys.describe()
+        if mem is not None and mem not in table:
+            raise _RequestError(f"memory clock {mem} MHz is not supported by {name} "
+                                f"(supported: {sorted(table, reverse=True)})")
+        if core is not None:
+            mems = [mem] if mem is not None else list(table)
+            if not any(core in table[m] for m in mems):
+                ok = sorted({c for m in mems for c in table[m]}, reverse=True)
+                raise _RequestError(f"core clock {core} MHz is not supported by {name}"
+                                    f"{' at memory ' + str(mem) + ' MHz' if mem else ''} "
+                                    f"(supported: {ok[:8]}{' ...' if len(ok) > 8 else ''})")
+        return ClockConfig(core, mem)
+
+    def _set(self, st: _GpuState, cfg: ClockConfig) -> bool:
+        """Lock ``cfg``; False when the memory clock could not be locked (pre-Ampere)."""
+        dev = self._device(st)
+        st.touched = True
+        if cfg.core_mhz is None:
+            dev.reset_core()
+        else:
+            dev.lock_core(cfg.core_mhz)
+        if cfg.mem_mhz is None:
+            with contextlib.suppress(Exception):   # not supported before Ampere
+                dev.reset_memory()
+            return True
+        try:
+            dev.lock_memory(cfg.mem_mhz)
+        except Exception as exc:  # noqa: BLE001
+            if not gpu_layer.is_not_supported(self.nvml, exc):
+                raise
+            return False
+        return True
+
+    def _reset(self, st: _GpuState) -> list[str]:
+        errs = self._device(st).reset_clocks()
+        self.resets += 1
+        for e in errs:
+            log.warning("%s: %s", st.phys.describe(), e)
+        return errs
+
+    def reset_gpu(self, gpu: Any) -> None:
+        """Restore default clocks of ``gpu`` (best effort, never raises)."""
+        try:
+            st = self._state(gpu)
+            with st.mu:
+                self._reset(st)
+        except Exception:  # noqa: BLE001
+            log.exception("reset of %r failed", gpu)
+
+    def reset_all(self, timeout_s: float = 10.0) -> None:
+        """Refuse further switches, then reset every GPU this helper touched."""
+        with self._mu:
+            self._stopping = True
+        for st in self._gpus.values():
+            if not st.touched:
+                continue
+            got = st.mu.acquire(timeout=timeout_s)
+            try:
+                with contextlib.suppress(Exception):
+                    self._reset(st)
+            finally:
+                if got:
+                    st.mu.release()
+            with self._mu:
+                st.owner = None
+                if st.lock is not None:
+                    st.lock.release()
+                    st.lock = None
+
+    # -- requests ---------------------------------------------------------------------------
+    def hello(self) -> dict[str, Any]:
+        gpus = {}
+        for uuid, st in self._gpus.items():
+            try:
+                sup = {str(m): cs for m, cs in self.supported(uuid).items()}
+            except Exception as exc:  # noqa: BLE001 - the client sees why
+                sup = {}
+                log.warning("supported clocks of %s: %s", st.phys.describe(), exc)
+            gpus[uuid] = {"index": st.phys.nvml_index, "name": st.phys.name,
+                          "mig": list(st.phys.mig_uuids), "supported": sup}
+        return {"ok": True, "version": 2, "gpus": gpus,
+                "limits": {"burst": self.burst, "min_interval_s": self.min_interval_s}}
+
+    def handle(self, client: int, req: Any) -> dict[str, Any]:
+        """Answer one request from ``client`` (never raises)."""
+        try:
+            return self._handle(client, req)
+        except _RequestError as exc:
+            return {"ok": False, "error": str(exc), "code": exc.code, **exc.extra}
+        except Exception as exc:  # noqa: BLE001 - NVML errors go back to the client
+            log.exception("request %r failed", req)
+            return {"ok": False, "error": f"NVML refused: {exc}", "code": "nvml"}
+
+    def _handle(self, client: int, req: Any) -> dict[str, Any]:
+        if not isinstance(req, dict) or not isinstance(req.get("op"), str):
+            raise _RequestError("request must be a JSON object with an 'op' string")
+        op = req["op"]
+        if op == "hello":
+            return self.hello()
+        if op not in ("set", "reset", "release"):
+            raise _RequestError(f"unknown op {op[:32]!r} (hello, set, reset, release)")
+        if "gpu" not in req:
+            raise _RequestError("'gpu' is required (a UUID from hello)")
+        st = self._state(req["gpu"])
+        cfg = self.validate(st.phys.uuid, req.get("core"), req.get("mem")) if op == "set" \
+            else AUTO
+        name = st.phys.describe()
+        with self._mu:
+            if self._stopping:
+                raise _RequestError("the clock helper is stopping", "stopping")
+            if st.owner is not None and st.owner != client:
+                raise _RequestError(f"{name} is in use by another client", "busy")
+            if st.owner is None:
+                if op != "set":
+                    return {"ok": True, "note": "not owned: nothing to reset"}
+                lk = gpu_layer.GpuLock(st.phys.uuid, owner="joulebound clock-helper")
+                try:
+                    lk.acquire()
+                except gpu_layer.GpuBusy as exc:
+                    raise _RequestError(str(exc), "busy") from None
+                st.owner, st.lock = client, lk
+            if op == "set" and not st.bucket.take():
+                self.rate_limited += 1
+                wait = st.bucket.wait_s()
+                raise _RequestError(f"rate limited on {name}: at most {self.burst} switches in a "
+                                    f"burst, then one per {self.min_interval_s:g} s",
+                                    "rate_limited", retry_after_s=round(wait, 6))
+        with st.mu:
+            if op == "set" and self._stopping:
+                raise _RequestError("the clock helper is stopping", "stopping")
+            if cfg.is_auto:
+                self._reset(st)
+                st.touched = True
+                mem_ok = True
+            else:
+                mem_ok = self._set(st, cfg)
+        if op == "release":
+            self._give_up(st, client)
+        entry = {"t": time.time(), "client": client, "gpu": st.phys.uuid, "op": op,
+                 "config": cfg.label}
+        if not mem_ok:
+            entry["note"] = "memory lock unsupported"
+        self.log.append(entry)
+        if len(self.log) > 10_000:
+            del self.log[:5_000]
+        return {"ok": True} if mem_ok else {"ok": True, "memory_locked": False}
+
+    def _give_up(self, st: _GpuState, client: int) -> None:
+        with self._mu:
+            if st.owner == client:
+                st.owner = None
+                if st.lock is not None:
+                    st.lock.release()
+                    st.lock = None
+
+    def client_gone(self, client: int) -> None:
+        """Reset every GPU the client had locked and give them up."""
+        with self._mu:
+            owned = [st for st in self._gpus.values() if st.owner == client]
+        for st in owned:
+            with st.mu:
+                with contextlib.suppress(Exception):
+                    self._reset(st)
+            self._give_up(st, client)
+
+    # -- server -----------------------------------------------------------------------------
+    def _serve_connection(self, conn: socket.socket, rfile: Any, wfile: Any) -> None:
+        with self._mu:
+            client = self._next_client
+            self._next_client += 1
+            full = len(self._clients) >= self.max_clients or self._stopping
+            if not full:
+                self._clients[client] = conn
+                self._threads[client] = threading.current_thread()
+
+        def reply(doc: dict[str, Any]) -> None:
+            wfile.write((json.dumps(doc) + "\n").encode())
+            wfile.flush()
+
+        if full:
+            with contextlib.suppress(OSError):
+                reply({"ok": False, "code": "busy",
+                       "error": f"the clock helper serves at most {self.max_clients} clients"
+                       if not self._stopping else "the clock helper is stopping"})
+            return
+        try:
+            while True:
+                line = rfile.readline(MAX_LINE + 1)
+                if not line:
+                    break
+                if len(line) > MAX_LINE:
+                    reply({"ok": False, "code": "invalid",
+                           "error": f"request longer than {MAX_LINE} bytes; connection closed"})
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    req = parse_request(line)
+                except _RequestError as exc:
+                    reply({"ok": False, "error": str(exc), "code": exc.code})
+                    continue
+                reply(self.handle(client, req))
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self.client_gone(client)
+            with self._mu:
+                self._clients.pop(client, None)
+                self._threads.pop(client, None)
+
+    def _take_path(self) -> None:
+        """Refuse to start on a live socket; replace a stale one."""
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise JouleboundError(f"another clock helper is already serving {self.path} "
+                                  f"(it holds {lock_path}); stop it first, or use another "
+                                  "--socket") from None
+        self._lockfd = fd
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+        if self.path.exists() or self.path.is_symlink():
+            if not stat.S_ISSOCK(os.lstat(self.path).st_mode):
+                self._drop_lock()
+                raise JouleboundError(f"{self.path} exists and is not a socket; choose another "
+                                      "--socket path")
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            probe.settimeout(1.0)
+            try:
+                probe.connect(str(self.path))
+            except (ConnectionRefusedError, FileNotFoundError):
+                self.path.unlink(missing_ok=True)      # stale: nobody listens
+            except OSError:
+                self._drop_lock()
+                raise JouleboundError(f"{self.path} is a socket in use; stop the process that "
+                                      "listens on it or use another --socket") from None
+            else:
+                probe.close()
+                self._drop_lock()
+                raise JouleboundError(f"a clock helper is already listening on {self.path}; "
+                                      "stop it first (it resets the clocks it set) or use "
+                                      "another --socket")
+            finally:
+                probe.close()
+
+    def _drop_lock(self) -> None:
+        if self._lockfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lockfd)
+            self._lockfd = None
+
+    def _make_server(self) -> _Server:
+        helper = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                helper._serve_connection(self.connection, self.rfile, self.wfile)
+
+        self._take_path()
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.unlink(missing_ok=True)
+        try:
+            server = _Server(str(tmp), Handler)
+        except OSError as exc:
+            self._drop_lock()
+            raise JouleboundError(f"cannot create the socket {self.path}: {exc}") from exc
+        try:
+            os.chmod(tmp, self.mode)
+            if self.gid is not None:
+                try:
+                    os.chown(tmp, -1, self.gid)
+                except PermissionError as exc:
+                    raise JouleboundError(f"cannot give {self.path} to group {self.gid} ({exc}); "
+                                          "run the helper as root") from exc
+            os.replace(tmp, self.path)
+        except BaseException:
+            server.server_close()
+            tmp.unlink(missing_ok=True)
+            self._drop_lock()
+            raise
+        return server
+
+    def start(self) -> ClockHelper:
+        """Serve in a background thread (tests, embedding)."""
+        self._server = self._make_server()
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={
+            "poll_interval": 0.1}, daemon=True, name="joulebound-clock-helper")
+        self._thread.start()
+        return self
+
+    def serve_forever(self, on_ready: Any = None) -> int:
+        """Serve until a stop signal (INT, TERM, HUP, QUIT — those not inherited as ignored);
+        then stop in order and reset every touched GPU. Returns the signal number.
+
+        Signals are blocked in every thread and taken with ``sigwait`` in this one: no signal
+        handler runs at all, so none can race the handler threads."""
+        sigs = {s for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+        try:
+            self.start()
+            if on_ready is not None:
+                on_ready(self)
+            signum = signal.sigwait(sigs)
+            log.info("clock helper: %s, stopping", signal.Signals(signum).name)
+            return int(signum)
+        finally:
+            self.close()
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def close(self) -> None:
+        """Stop accepting, refuse switches, close every client, wait for the handler threads,
+        reset every touched GPU, remove the socket (idempotent)."""
+        with self._mu:
+            self._stopping = True
+            conns = list(self._clients.values())
+        if self._server is not None:
+            if self._thread is not None:
+                self._server.shutdown()
+                self._thread.join()
+                self._thread = None
+            self._server.server_close()
+            self._server = None
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+        for c in conns:
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + 5.0
+        while True:
+            with self._mu:
+                threads = [t for t in self._threads.values() if t is not threading.current_thread()]
+            if not threads or time.monotonic() > deadline:
+                break
+            threads[0].join(timeout=max(0.0, deadline - time.monotonic()))
+        self.reset_all()
+        self._drop_lock()
+        self._session.close()
+
+
+class HelperActuator(Actuator):
+    """Actuator that asks the clock helper over its Unix socket (no privileges needed).
+
+    Args:
+        socket_path: the helper's socket.
+        gpu: the GPU as CUDA numbers it in this process (index into ``CUDA_VISIBLE_DEVICES``,
+            else NVML index) or a UUID; resolved against the helper's GPU list to a UUID.
+        timeout_s: per-request timeout (s).
+        connect_timeout_s: how long to keep trying while the helper's backlog is full (s).
+        env: environment for ``CUDA_VISIBLE_DEVICES`` (default ``os.environ``).
+
+    A switch the helper's rate limit refuses is **deferred**, not an error: it is retried once the
+    helper says a token is back (at the next op or switch), a newer switch replaces it, and
+    :attr:`notes` say how many were deferred. Training never stops for the limit.
+    """
+
+    name = "helper"
+
+    def __init__(self, socket_path: str | Path, gpu: int | str = 0, timeout_s: float = 5.0,
+                 connect_timeout_s: float = 30.0, env: dict[str, str] | None = None,
+                 install_signal_handlers: bool = True) -> None:
+        super().__init__()
+        self._closed = True
+        self.socket_path = str(socket_path)
+        self.sock = self._connect(self.socket_path, timeout_s, connect_timeout_s)
+        self._rf = self.sock.makefile("rb")
+        self._io = threading.Lock()
+        self.notes: list[str] = []
+        self.deferred = 0
+        self.superseded = 0
+        self._pending: ClockConfig | None = None
+        self._retry_at = 0.0
+        self._closed = False
+        try:
+            self.hello = self._request({"op": "hello"})
+            phys = [gpu_layer.PhysicalGpu(int(d["index"]), uuid, str(d.get("name", "GPU")),
+                                          tuple(d.get("mig") or ()))
+                    for uuid, d in self.hello["gpus"].items()]
+            phys.sort(key=lambda p: p.nvml_index)
+            self.phys = gpu_layer.resolve(gpu, phys, env)
+        except BaseException:
+            self._shutdown_socket()
+            raise
+        self.gpu = gpu
+        self.uuid = self.phys.uuid
+        ref = weakref.ref(self)
+
+        def close_in_child() -> None:
+            # forked children (DataLoader workers) must not keep the connection open: the helper
+            # resets the clocks when the connection closes, i.e. when this process dies
+            obj = ref()
+            if obj is not None:
+                obj._closed = True
+                with contextlib.suppress(OSError):
+                    obj._rf.close()
+                    obj.sock.close()
+
+        os.register_at_fork(after_in_child=close_in_child)
+        if install_signal_handlers:
+            guard().register(self)
+
+    @staticmethod
+    def _connect(path: str, timeout_s: float, connect_timeout_s: float) -> socket.socket:
+        deadline = time.monotonic() + connect_timeout_s
+        delay = 0.005
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(timeout_s)
+            try:
+                sock.connect(path)
+                return sock
+            except PermissionError as exc:
+                sock.close()
+                raise JouleboundError(f"{path}: permission denied; ask the admin to add you to "
+                                      "the helper socket's group") from exc
+            except (BlockingIOError, InterruptedError, TimeoutError) as exc:
+                sock.close()      # backlog full (EAGAIN): the helper is busy accepting, retry
+                if time.monotonic() > deadline:
+                    raise JouleboundError(f"the clock helper at {path} did not accept the "
+                                          f"connection within {connect_timeout_s:g} s") from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
+            except OSError as exc:
+                sock.close()
+                raise JouleboundError(f"cannot reach the clock helper at {path} ({exc}); start "
+                                      f"it first. {PERMISSION_HELP}") from exc
+
+    def _request(self, req: dict[str, Any]) -> dict[str, Any]:
+        with self._io:
+            if self._closed and req.get("op") != "hello":
+                raise ChannelClosed
+            try:
+                self.sock.sendall((json.dumps(req) + "\n").encode())
+            except OSError as exc:
+                if self._closed:
+                    raise ChannelClosed from None
+                why = self._parting_words()   # the helper may have said why it hung up
+                raise JouleboundError(f"the clock helper connection failed: {why or exc}") from exc
+            try:
+                line = self._rf.readline(1 << 20)
+            except OSError as exc:
+                if self._closed:
+                    raise ChannelClosed from None
+                raise JouleboundError(f"the clock helper connection failed: {exc}") from exc
+        if not line:
+            if self._closed:
+                raise ChannelClosed
+            raise JouleboundError("the clock helper closed the connection")
+        resp = json.loads(line)
+        if not resp.get("ok") and resp.get("code") != "rate_limited":
+            raise JouleboundError(f"clock helper refused {req}: {resp.get('error')}")
+        return resp
+
+    def _parting_words(self) -> str | None:
+        """The error the helper sent before closing the connection, if any."""
+        try:
+            line = self._rf.readline(1 << 16)
+            return str(json.loads(line).get("error")) if line else None
+        except (OSError, ValueError, AttributeError):
+            return None
+
+    def set_clocks(self, config: ClockConfig) -> bool:
+        if self._closed or not self.in_owner_process:
+            return False
+        if config == self.current:
+            self._pending = None          # already there: a deferred switch is moot
+            return False
+        if self._pending is not None:
+            if config != self._pending:
+                self.superseded += 1
+            if time.monotonic() < self._retry_at and not config.is_auto:
+                self._pending = config    # still throttled: keep the newest target
+                return False
+        try:
+            return super().set_clocks(config)
+        except ChannelClosed:
+            return False
+        except _Deferred:
+            return False
+
+    def on_op(self, label: int) -> None:
+        super().on_op(label)
+        if self._pending is not None and time.monotonic() >= self._retry_at:
+            self.set_clocks(self._pending)
+
+    def _apply(self, config: ClockConfig) -> None:
+        if config.is_auto:
+            resp = self._request({"op": "reset", "gpu": self.uuid})
+        else:
+            resp = self._request({"op": "set", "gpu": self.uuid, "core": config.core_mhz,
+                                  "mem": config.mem_mhz})
+        if resp.get("ok"):
+            self._pending = None
+            return
+        # rate limited: defer (resets are never limited)
+        if self._pending is None or self._pending != config:
+            self.deferred += 1
+        self._pending = config
+        self._retry_at = time.monotonic() + float(resp.get("retry_after_s") or 0.0)
+        raise _Deferred
+
+    def rate_limit_note(self) -> str | None:
+        """What the helper's rate limit did, in words (``None`` when it never applied)."""
+        if not self.deferred:
+            return None
+        lim = self.hello.get("limits", {})
+        return (f"clock helper rate limit (burst {lim.get('burst')}, then one switch per "
+                f"{lim.get('min_interval_s')} s per GPU): {self.deferred} switch(es) deferred, "
+                f"{self.superseded} replaced by a newer one before they could be applied")
+
+    def _shutdown_socket(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self._rf.close()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def emergency_close(self, timeout_s: float = 5.0) -> None:
+        """Close from any thread: the helper resets this client's GPUs when the connection
+        drops, so shutting the socket down is the restore (no lock needed)."""
+        if self._closed or not self.in_owner_process:
+            return
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        if self.current != AUTO:
+            self.switches.append(SwitchRecord(time.monotonic() - self._t0, AUTO, self.n_ops))
+        self.current = AUTO
+        guard().unregister(self)
+
+    def close(self) -> None:
+        if self._closed or not self.in_owner_process:
+            return
+        note = self.rate_limit_note()
+        if note and note not in self.notes:
+            self.notes.append(note)
+        try:
+            if self.current != AUTO:
+                with contextlib.suppress(ChannelClosed, JouleboundError):
+                    self._request({"op": "release", "gpu": self.uuid})
+                self.switches.append(SwitchRecord(time.monotonic() - self._t0, AUTO, self.n_ops))
+                self.current = AUTO
+        finally:
+            self._closed = True
+            self._shutdown_socket()
+            guard().unregister(self)
+
+
+class _Deferred(Exception):
+    """A switch the helper's rate limit deferred."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="joulebound privileged clock helper")
+    ap.add_argument("--socket", default="/run/joulebound/clocks.sock")
+    ap.add_argument("--group", default=None, help="group allowed to connect")
+    ap.add_argument("--mode", default="660", help="socket permissions (octal)")
+    ap.add_argument("--burst", type=int, default=50)
+    ap.add_argument("--min-interval", type=float, default=0.005)
+    ap.add_argument("--insecure", action="store_true")
+    a = ap.parse_args(argv)
+    try:
+        ClockHelper(a.socket, mode=a.mode, group=a.group, burst=a.burst,
+                    min_interval_s=a.min_interval, insecure=a.insecure).serve_forever()
+    except JouleboundError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+if __name__ == "__main__":
+    main()
