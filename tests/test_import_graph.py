@@ -215,3 +215,29 @@ def test_the_research_package_is_reached_only_by_validate() -> None:
     """``research`` (validation checks, the pipeline that writes shipped parameters) is outside
     the wheel: only ``joulebound validate`` loads it, lazily."""
     assert _external_imports("research") == ["joulebound.cli.validate"]
+
+
+def _layer_order_in(text: str) -> list[str]:
+    """The layer names of :data:`LAYERS` in the order ``text`` first names them in bold
+    (``**core**``) or as packages (``joulebound.core``)."""
+    import re
+
+    pos = {}
+    for pkg in RANK:
+        m = re.search(rf"\*\*{pkg}\*\*|`joulebound\.{pkg}`", text)
+        assert m, f"{pkg} is not named"
+        pos[pkg] = m.start()
+    return sorted(pos, key=pos.get)
+
+
+def test_the_readme_and_the_architecture_page_name_the_layers_in_order() -> None:
+    """README's Architecture paragraph (bold names) and docs/architecture.md's table (package
+    names) list the layers lowest first, siblings in either order."""
+    root = PKG.parent
+    readme = (root / "README.md").read_text()
+    para = readme[readme.index("## Architecture"):readme.index("## Validation figures")]
+    page = (root / "docs" / "architecture.md").read_text()
+    table = page[page.index("| layer |"):]
+    for order in (_layer_order_in(para), _layer_order_in(table)):
+        ranks = [RANK[p] for p in order]
+        assert ranks == sorted(ranks), order
