@@ -208,6 +208,10 @@ def runs_command(
         raise JouleboundError(f"store {db} does not exist (create one with "
                               f"joulebound measure --db {db} -- CMD)")
     st = Store(db, readonly=True)
+    if export is not None:
+        from joulebound.core.paths import ensure_output_dir
+
+        ensure_output_dir(export, "export folder (--export)")
     if export is not None and fmt == "prometheus":
         from joulebound.energy.export import prometheus_text
 

@@ -29,6 +29,7 @@ def report_command(
 ) -> None:
     from joulebound.cli._common import console
     from joulebound.core.errors import JouleboundError
+    from joulebound.core.paths import ensure_output_dir
     from joulebound.energy.carbon import carbon_intensity as parse_ci
     from joulebound.energy.store import Store
     from joulebound.report.run_html import conclusion, load_run, write_run_report
@@ -38,7 +39,8 @@ def report_command(
                               f"joulebound measure --db {db} -- CMD)")
     ci = parse_ci(carbon_intensity)
     data = load_run(Store(db, readonly=True), run)
-    out = output or Path(f"run-report-{data.run['run_id'][:8]}")
+    out = ensure_output_dir(output or Path(f"run-report-{data.run['run_id'][:8]}"),
+                            "report folder (-o)")
     index = write_run_report(data, out, carbon=ci)
     console.print(conclusion(data, ci), highlight=False)
     console.print(f"report written to {index}", highlight=False)
