@@ -23,6 +23,7 @@ measured and a modeled series never share a plot line. Every value is a float, s
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ from joulebound.energy.meter import EnergyMeter
 from joulebound.energy.results import WindowResult
 
 J_PER_WH = 3600.0
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -127,7 +129,14 @@ class IntervalEnergy:
         return "train" in self.meter.open_windows
 
     def start(self) -> None:
-        """Open the ``train`` window and the first interval."""
+        """Open the ``train`` window and the first interval. Without a GPU energy sensor, says
+        so once (a ``logging`` warning naming the reason the meter gives): the training
+        loggers then get no GPU energy keys, and a user should not read silence as zero."""
+        if not self.meter.has_sensor:
+            why = "; ".join(self.meter.notes) or "no GPU was found"
+            log.warning("joulebound: no GPU energy sensor, so GPU energy is not measured in this "
+                        "run (%s); CPU/DRAM energy is still recorded, labeled measured (RAPL) or "
+                        "modeled", why)
         self.meter.begin_window("train")
         self.meter.begin_window(self._name())
 

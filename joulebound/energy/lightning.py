@@ -71,8 +71,17 @@ class _LightningHooks:
         self.summary: dict[str, Any] = {}
         self._last_step = 0
 
-    def _log(self, trainer: Any, metrics: dict[str, float]) -> None:
-        step = int(trainer.global_step)
+    @staticmethod
+    def _logged_step(trainer: Any) -> int:
+        """The step Lightning gives the metrics ``self.log`` records in the batch now ending:
+        its count of batches that stepped the optimizer *before* this one (the loss of the
+        10th step is logged at 9). Lightning keeps it on the fit loop; ``global_step - 1``
+        where that is missing (both agree once the batch's optimizer step ran)."""
+        loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+        n = getattr(loop, "_batches_that_stepped", None)
+        return int(n) if isinstance(n, int) else max(int(trainer.global_step) - 1, 0)
+
+    def _log(self, trainer: Any, metrics: dict[str, float], step: int) -> None:
         self.history.append((step, metrics))
         for lg in getattr(trainer, "loggers", []) or []:
             lg.log_metrics(metrics, step=step)
@@ -91,16 +100,20 @@ class _LightningHooks:
             return
         n = int(self.every_n_steps or getattr(trainer, "log_every_n_steps", 50) or 50)
         step = int(trainer.global_step)
+        # Lightning logs a batch's metrics when (its logged step + 1) % log_every_n_steps == 0,
+        # i.e. when the optimizer step count reaches a multiple of n: the same batches here,
+        # recorded at the same step as the loss beside them
         if step > self._last_step and step % n == 0:
             self._last_step = step
-            self._log(trainer, self.intervals.report())
+            self._log(trainer, self.intervals.report(), self._logged_step(trainer))
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
         if self.intervals is None or not self.intervals.running:
             return
         metrics, self.summary = self.intervals.finish()
         self.train = self.intervals.train
-        self._log(trainer, metrics)
+        # after the last batch the fit loop has counted it: its logged step is one less
+        self._log(trainer, metrics, max(int(trainer.global_step) - 1, 0))
         for lg in getattr(trainer, "loggers", []) or []:
             if hasattr(lg, "save"):
                 lg.save()
