@@ -34,7 +34,9 @@ Every result carries its provenance and flags:
 - ``no_power_samples``: a power-integrated channel had no power reading at all (energy ``None``);
 - ``energy_unavailable``: some GPU's energy is unknown, so the total is ``None``;
 - ``not_stored``: the store could not take the window (it is still returned);
-- ``mig``: a GPU has MIG enabled — the figure is the whole physical GPU's.
+- ``mig``: a GPU has MIG enabled — the figure is the whole physical GPU's;
+- ``cut_short``: the window was still open when the run ended (an exception, Ctrl-C, a signal,
+  ``close()`` or interpreter exit): it ends at the run's end and is kept, not dropped.
 
 Nothing is lost silently: failed reads, samples the store could not take and windows it refused are
 counted in :attr:`EnergyMeter.losses` and described in :attr:`EnergyMeter.notes`.
@@ -61,7 +63,7 @@ from joulebound.energy.base import Backend, NoneBackend
 from joulebound.energy.counter import Edge, edge_uncertainty, uncertainty_of
 from joulebound.energy.results import Deferred, DeviceEnergy, WindowResult, window_result
 from joulebound.energy.sampler import PowerEdge, Sample, Sampler, readings_between
-from joulebound.energy.status import FAILED, FINISHED, from_exception
+from joulebound.energy.status import FINISHED, from_exception
 
 if TYPE_CHECKING:  # pragma: no cover
     from joulebound.energy.store import Store
@@ -557,6 +559,7 @@ class EnergyMeter:
         Idempotent; also called at interpreter exit for a meter nobody closed."""
         if self._closed:
             return
+        self._end_open_windows(status)
         self._closed = True
         atexit.unregister(self._atexit)
         self.sampler.stop()
@@ -569,6 +572,32 @@ class EnergyMeter:
                 self.backend.notes.append(f"the run's end could not be written to the store "
                                           f"({self.store_error})")
         self.backend.close()
+
+    def _end_open_windows(self, status: str) -> None:
+        """End every window still open (innermost first), flagged ``cut_short``, and commit it:
+        an interrupted run keeps its ``train`` / ``epoch`` windows up to its end. A window that
+        cannot be ended is noted, never raised at the end of a run."""
+        cut = []
+        for name in reversed(list(self._open)):
+            try:
+                res = self.end_window(name, sync=False, cancel=True)
+            except Exception as exc:  # reported in the notes
+                self._open.pop(name, None)
+                self.backend.notes.append(f"window {name!r} open at the run's end could not be "
+                                          f"ended ({type(exc).__name__}: {exc})")
+                continue
+            res.flags.append("cut_short")
+            results = self.results
+            if len(results) == results.maxlen:
+                self.results_dropped += 1
+            results.append(res)
+            if self.store is not None:
+                self._commit(res)
+            cut.append(name)
+        if cut:
+            self.backend.notes.append(
+                f"{len(cut)} window(s) still open when the run ended ({status}) were ended there "
+                f"and flagged cut_short: {', '.join(cut)}")
 
     def __enter__(self) -> EnergyMeter:
         return self
@@ -648,7 +677,9 @@ def _close_at_exit(ref: weakref.ReferenceType[EnergyMeter]) -> None:
     if exc is not None:
         meter.backend.notes.append(f"closed at interpreter exit after an uncaught "
                                    f"{type(exc).__name__}")
-        status, code = FAILED, 1
+        status, code = from_exception(exc)     # Ctrl-C: killed / 130, an error: failed
+        if code is None:
+            code = 1
     else:
         meter.backend.notes.append("closed at interpreter exit (close() was not called)")
         status, code = FINISHED, None
