@@ -39,6 +39,19 @@ def _private_gpu_lock_dir(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("JOULEBOUND_LOCK_DIR", str(tmp_path_factory.mktemp("gpu-locks")))
 
 
+#: the user's own state the package reads: the device catalog under $JOULEBOUND_HOME (default
+#: ~/.config/joulebound). Every test (and every CLI or torchrun child it starts, which inherit
+#: the environment) gets an empty one, so GPUs a user imported (`joulebound devices import
+#: ... --name mygpu`) never reach the suite.
+USER_STATE_VARS = ("JOULEBOUND_HOME",)
+
+
+@pytest.fixture(autouse=True)
+def _private_joulebound_home(tmp_path_factory, monkeypatch):
+    """Per-test empty ``JOULEBOUND_HOME`` (the user catalog lives in its ``devices/``)."""
+    monkeypatch.setenv("JOULEBOUND_HOME", str(tmp_path_factory.mktemp("joulebound-home")))
+
+
 #: modules holding the suite's long tests (end-to-end launches, real-data fits, the demo study;
 #: 5-70 s each on the 2-core VM), longest first (measured: `pytest --durations`, summed per
 #: module). `make test` hands whole modules to its two workers in this order (pytest-xdist
