@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from joulebound.core.errors import JouleboundError
+from joulebound.core.units import parse_duration
 from joulebound.gpumodel.characterization import Characterization
 from joulebound.planning.solve import solve
 from joulebound.planning.solve.switching import (
     dp_lagrangian,
     mix_plans,
-    parse_duration,
     phase_repair,
     plan_switch_aware,
     useful_columns,

@@ -175,7 +175,7 @@ def test_advise_jobs_table(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("cmd, needle", [
-    (["advise", "--tokens", "1e8", "--deadline", "nan"], "--deadline must be > 0"),
+    (["advise", "--tokens", "1e8", "--deadline", "nan"], "duration must be finite"),
     (["advise", "--tokens", "1e8", "--deadline", "1h", "--strategies", "single"], "always included"),
     (["advise", "--tokens", "1e8", "--deadline", "1h", "--strategies", ","], "got none"),
     (["advise", "--deadline", "1h"], "advise needs --tokens"),

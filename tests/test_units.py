@@ -12,8 +12,8 @@ from joulebound.core.units import duration_warning, parse_duration, parse_fracti
 
 @pytest.mark.parametrize("text, seconds, unit", [
     ("6ms", 6e-3, True), ("150 ms", 0.15, True), ("200us", 2e-4, True), ("200µs", 2e-4, True),
-    ("1.5s", 1.5, True), ("2min", 120.0, True), ("1h", 3600.0, True), ("0.02", 0.02, False),
-    (0.5, 0.5, False),
+    ("1.5s", 1.5, True), ("2min", 120.0, True), ("90m", 5400.0, True), ("1h", 3600.0, True),
+    ("12h", 43200.0, True), ("2d", 172800.0, True), ("0.02", 0.02, False), (0.5, 0.5, False),
 ])
 def test_durations(text, seconds, unit):
     assert split_duration(text) == (pytest.approx(seconds), unit)
@@ -62,3 +62,23 @@ def test_plan_warns_about_a_bare_large_switch_latency(capsys):
     assert main(["plan", "gpt2-small", "--device", "rtx3080ti", "--granularity", "iteration",
                  "--switch-latency", "6", "--json"]) == 0
     assert "read as 6 s (6000 ms)" in " ".join(capsys.readouterr().err.split())
+
+
+def test_one_duration_grammar_for_every_option(capsys):
+    """--deadline (advise) and --switch-latency (plan) read the same grammar: before, 90m was
+    accepted only by --deadline and 6ms only by --switch-latency (issue 29)."""
+    import json
+
+    job = ["--preset", "bert-base", "--seq", "128", "--global-batch", "256", "--tokens", "1e8",
+           "--max-gpus", "2", "--device", "a40", "--json"]
+    got = set()
+    for dl in ("90m", "5400s", "5400000ms", "1.5h"):
+        assert main(["advise", *job, "--deadline", dl]) == 0, capsys.readouterr().err
+        got.add(capsys.readouterr().out)
+    assert len(got) == 1
+    assert main(["advise", *job, "--deadline", "soon"]) == 2
+    assert "cannot parse duration 'soon'" in capsys.readouterr().err
+    for lat in ("6ms", "0.006", "6000us"):
+        assert main(["plan", "gpt2-small", "--device", "rtx3080ti", "--granularity", "iteration",
+                     "--slowdown", "1%", "--switch-latency", lat, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["switch_latency_s"] == pytest.approx(0.006)

@@ -408,18 +408,10 @@ def fit(
 
 
 def _parse_duration(s: str) -> float:
-    s = str(s).strip().lower()
-    mult = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
-    for suf in ("min", "s", "m", "h", "d"):
-        if s.endswith(suf):
-            try:
-                return float(s[: -len(suf)]) * mult[suf]
-            except ValueError:
-                break
-    try:
-        return float(s)
-    except ValueError:
-        raise JouleboundError(f"cannot read duration {s!r}; use seconds or a suffix like 90m, 12h, 2d") from None
+    """A deadline in the one duration grammar (:func:`joulebound.core.units.parse_duration`)."""
+    from joulebound.core.units import parse_duration
+
+    return parse_duration(s)
 
 
 # The job options shared by predict and advise (one definition, one help text).

@@ -1,7 +1,8 @@
 """Reading durations and fractions typed by a user, so that units cannot be misread.
 
-- :func:`parse_duration`: ``"6ms"``, ``"150 ms"``, ``"1.5s"``, ``"200us"``, ``"2min"``, ``"1h"``
-  -> seconds. A bare number is seconds; :func:`duration_warning` says when a bare number is
+- :func:`parse_duration`: the one duration grammar of every option and input that takes a
+  time: ``"200us"``, ``"6ms"``, ``"150 ms"``, ``"1.5s"``, ``"90m"`` / ``"2min"``, ``"12h"``,
+  ``"2d"`` -> seconds (``m`` is minutes; milliseconds are ``ms``). A bare number is seconds; :func:`duration_warning` says when a bare number is
   suspiciously large for what it sets (``--switch-latency 6`` is 6 s, not 6 ms).
 - :func:`parse_fraction`: ``"5%"`` -> 0.05, ``"0.05"`` -> 0.05. A bare number >= 1 (``5``,
   i.e. +500 %) is refused unless forced, since it is almost always a percentage without ``%``.
@@ -16,8 +17,9 @@ from joulebound.core.errors import JouleboundError
 #: unit suffix -> seconds, longest suffixes first so "ms" is not read as "s"
 _DURATION_UNITS: tuple[tuple[str, float], ...] = (
     ("min", 60.0), ("us", 1e-6), ("µs", 1e-6), ("ms", 1e-3), ("ns", 1e-9), ("s", 1.0),
-    ("h", 3600.0), ("d", 86400.0),
+    ("m", 60.0), ("h", 3600.0), ("d", 86400.0),
 )
+_DURATION_EXAMPLES = "e.g. '200us', '6ms', '0.15s', '90m', '12h', '2d'"
 
 
 def split_duration(text: str | float) -> tuple[float, bool]:
@@ -25,7 +27,7 @@ def split_duration(text: str | float) -> tuple[float, bool]:
 
     Raises :class:`JouleboundError` for text that is not a duration or for a negative one."""
     if isinstance(text, bool):
-        raise JouleboundError(f"cannot parse duration {text!r}: use e.g. '10ms', '0.15s', '200us'")
+        raise JouleboundError(f"cannot parse duration {text!r}: use {_DURATION_EXAMPLES}")
     if isinstance(text, int | float):
         value, had_unit = float(text), False
     else:
@@ -38,8 +40,8 @@ def split_duration(text: str | float) -> tuple[float, bool]:
         try:
             value = float(num) * scale
         except ValueError:
-            raise JouleboundError(f"cannot parse duration {text!r}: use e.g. '10ms', '0.15s', "
-                                  "'200us'") from None
+            raise JouleboundError(f"cannot parse duration {text!r}: use {_DURATION_EXAMPLES} "
+                                  "(a bare number is seconds)") from None
     if not math.isfinite(value):
         raise JouleboundError(f"duration must be finite, got {text!r}")
     if value < 0:
@@ -48,8 +50,8 @@ def split_duration(text: str | float) -> tuple[float, bool]:
 
 
 def parse_duration(text: str | float) -> float:
-    """Seconds from ``"10ms"``, ``"150 ms"``, ``"1.5s"``, ``"200us"``, ``"2min"`` or a number
-    (seconds)."""
+    """Seconds from ``"200us"``, ``"10ms"``, ``"150 ms"``, ``"1.5s"``, ``"90m"``, ``"2min"``,
+    ``"12h"``, ``"2d"`` or a number (seconds)."""
     return split_duration(text)[0]
 
 

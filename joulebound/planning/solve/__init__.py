@@ -34,10 +34,10 @@ from joulebound.planning.solve.problem import (
     planning_columns,
 )
 from joulebound.planning.solve.solution import MCKPSolution
-from joulebound.planning.solve.switching import LATENCY_PRESETS, plan_switch_aware
+from joulebound.planning.solve.switching import plan_switch_aware
 
 __all__ = [
-    "GRANULARITIES", "LATENCY_PRESETS", "METHODS", "OBJECTIVES", "FastMCKP", "Frontier",
+    "GRANULARITIES", "METHODS", "OBJECTIVES", "FastMCKP", "Frontier",
     "MCKPSolution", "Options", "aggregate", "align", "baseline_column", "baseline_totals",
     "granularity_groups", "pareto_frontier", "pareto_options", "plan_switch_aware",
     "planning_columns", "solve", "solve_local", "solve_milp",

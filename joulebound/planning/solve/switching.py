@@ -52,20 +52,6 @@ from joulebound.planning.solve.problem import baseline_column, baseline_totals, 
 
 _log = logging.getLogger(__name__)
 
-#: published clock-switch latencies (s) usable as presets (DESIGN.md; Spaan et al. and others)
-LATENCY_PRESETS: dict[str, float] = {
-    "h200": 6e-3, "nvml-set-call-low": 10e-3, "nvml-set-call-high": 20e-3, "turing": 150e-3,
-}
-
-
-def parse_duration(text: str | float) -> float:
-    """Seconds from ``"10ms"``, ``"150 ms"``, ``"1.5s"``, ``"200us"`` or a number (seconds);
-    see :func:`joulebound.core.units.parse_duration`."""
-    from joulebound.core.units import parse_duration as _parse
-
-    return _parse(text)
-
-
 def dp_lagrangian(t: np.ndarray, e: np.ndarray, lams: np.ndarray, dwell_s: float,
                   switch_energy_j: float = 0.0, switch_time_s: float = 0.0, *,
                   columns: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
