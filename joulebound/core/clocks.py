@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -88,3 +89,21 @@ class ClockConfig:
 
 
 AUTO = ClockConfig()
+
+
+def is_supported(config: ClockConfig, supported: Mapping[int, Sequence[int]]) -> bool:
+    """THE clock-pair rule: ``config`` can be set on a GPU whose table is ``supported`` (memory
+    MHz -> the core MHz allowed at it, as NVML's supported-clocks query gives it).
+
+    Auto (both clocks to the governor) always can; a fixed memory clock must be in the table;
+    a fixed core clock must be listed at that memory clock, or — memory left to the governor —
+    at some memory clock. Every place that checks a pair (the device spec, the calibration
+    design, the clock helper, the calibration's clock list) calls this."""
+    if config.is_auto:
+        return True
+    if config.mem_mhz is not None and config.mem_mhz not in supported:
+        return False
+    if config.core_mhz is None:
+        return True
+    mems = [config.mem_mhz] if config.mem_mhz is not None else list(supported)
+    return any(config.core_mhz in supported[m] for m in mems)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from joulebound.core.clocks import ClockConfig
+from joulebound.core.clocks import ClockConfig, is_supported
 
 #: dtypes that have a peak rate entry; "fp16" and "bf16" are tensor-core dense rates.
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
@@ -94,15 +94,9 @@ class DeviceSpec:
         return ([ClockConfig()] if include_auto else []) + pairs
 
     def supports(self, config: ClockConfig) -> bool:
-        """True when ``config`` is auto or a supported pair (auto in one domain is allowed)."""
-        if config.is_auto:
-            return True
-        if config.mem_mhz is not None and config.mem_mhz not in self.supported_clocks:
-            return False
-        if config.core_mhz is None:
-            return True
-        mems = [config.mem_mhz] if config.mem_mhz is not None else self.mem_clocks_mhz
-        return any(config.core_mhz in self.supported_clocks[m] for m in mems)
+        """True when ``config`` is auto or a supported pair (auto in one domain is allowed):
+        :func:`joulebound.core.clocks.is_supported` on this card's table."""
+        return is_supported(config, self.supported_clocks)
 
     @property
     def ridge_point(self) -> float:

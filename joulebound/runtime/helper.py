@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from joulebound.core.clocks import AUTO, ClockConfig
+from joulebound.core.clocks import AUTO, ClockConfig, is_supported
 from joulebound.core.errors import JouleboundError
 from joulebound.hw import gpu as gpu_layer
 from joulebound.runtime.actuators import PERMISSION_HELP, Actuator, ChannelClosed, SwitchRecord
@@ -334,17 +334,17 @@ class ClockHelper:
         core, mem = _strict_mhz("core", core), _strict_mhz("mem", mem)
         table = self.supported(st.phys.uuid)
         name = st.phys.describe()
+        cfg = ClockConfig(core, mem)
+        if is_supported(cfg, table):
+            return cfg
         if mem is not None and mem not in table:
             raise _RequestError(f"memory clock {mem} MHz is not supported by {name} "
                                 f"(supported: {sorted(table, reverse=True)})")
-        if core is not None:
-            mems = [mem] if mem is not None else list(table)
-            if not any(core in table[m] for m in mems):
-                ok = sorted({c for m in mems for c in table[m]}, reverse=True)
-                raise _RequestError(f"core clock {core} MHz is not supported by {name}"
-                                    f"{' at memory ' + str(mem) + ' MHz' if mem else ''} "
-                                    f"(supported: {ok[:8]}{' ...' if len(ok) > 8 else ''})")
-        return ClockConfig(core, mem)
+        mems = [mem] if mem is not None else list(table)
+        ok = sorted({c for m in mems for c in table[m]}, reverse=True)
+        raise _RequestError(f"core clock {core} MHz is not supported by {name}"
+                            f"{' at memory ' + str(mem) + ' MHz' if mem else ''} "
+                            f"(supported: {ok[:8]}{' ...' if len(ok) > 8 else ''})")
 
     def _set(self, st: _GpuState, cfg: ClockConfig) -> bool:
         """Lock ``cfg``; False when the memory clock could not be locked (pre-Ampere)."""

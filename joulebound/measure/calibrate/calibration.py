@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from joulebound.core.clocks import ClockConfig
+from joulebound.core.clocks import ClockConfig, is_supported
 from joulebound.core.errors import JouleboundError
 from joulebound.core.provenance import MEASURED, MODELED, SIMULATED
 from joulebound.gpumodel.characterization import Characterization
@@ -179,8 +179,7 @@ def calibrate(trace: Trace, device: str, backend: Any, clocks: str = "3",
             want[op.name] = [ClockConfig()]
         elif clocks == "full":
             want[op.name] = [c for c in plan_cfgs if c.is_auto or (
-                c.core_mhz is not None and c.mem_mhz is not None
-                and c.core_mhz in sup.get(c.mem_mhz, []))]
+                c.core_mhz is not None and c.mem_mhz is not None and is_supported(c, sup))]
         else:
             e_core = {c.core_mhz: float(prior.energy_j[i, j + 1])
                       for j, c in enumerate(core_cfgs)}

@@ -22,28 +22,24 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from joulebound.core.clocks import ClockConfig
+from joulebound.core.clocks import ClockConfig, is_supported
 from joulebound.core.errors import JouleboundError
 
 
 def validate_pair(config: ClockConfig, supported: Mapping[int, Sequence[int]]) -> ClockConfig:
     """``config`` when the card supports it (auto, or a core clock listed at that memory clock;
     one domain may be auto); raises :class:`JouleboundError` naming the table otherwise."""
-    if config.is_auto:
+    if is_supported(config, supported):
         return config
     mems = sorted(supported, reverse=True)
     if config.mem_mhz is not None and config.mem_mhz not in supported:
         raise JouleboundError(f"memory clock {config.mem_mhz} MHz is not supported by this GPU "
                               f"(supported: {mems} MHz)")
-    if config.core_mhz is None:
-        return config
     at = [config.mem_mhz] if config.mem_mhz is not None else mems
-    if not any(config.core_mhz in supported[m] for m in at):
-        cores = sorted(supported[at[0]])
-        raise JouleboundError(f"core clock {config.core_mhz} MHz is not supported at memory "
-                              f"{at[0]} MHz (supported: {cores[0]}-{cores[-1]} MHz, "
-                              f"{len(cores)} clocks)")
-    return config
+    cores = sorted(supported[at[0]])
+    raise JouleboundError(f"core clock {config.core_mhz} MHz is not supported at memory "
+                          f"{at[0]} MHz (supported: {cores[0]}-{cores[-1]} MHz, "
+                          f"{len(cores)} clocks)")
 
 
 def nearest(clocks: Sequence[int], mhz: float) -> int:
