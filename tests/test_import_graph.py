@@ -15,8 +15,6 @@ import functools
 import graphlib
 from pathlib import Path
 
-import pytest
-
 PKG = Path(__file__).resolve().parent.parent / "joulebound"
 
 
@@ -201,8 +199,6 @@ def _external_imports(name: str) -> list[str]:
     return sorted(out)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: the NVML calls of energy/nvml, runtime/actuators, "
-                   "runtime/helper, measure/calibrate/backends and measure/sweep/worker move to hw")
 def test_only_the_hardware_layer_imports_pynvml() -> None:
     """NVML is reached through ``joulebound.hw`` only (the fake NVML of the testing package
     stands in for it in tests)."""

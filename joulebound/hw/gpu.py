@@ -38,7 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from joulebound.core.errors import JouleboundError
+from joulebound.core.errors import (
+    GpuBusy,
+    JouleboundError,
+    NoPermission,
+    SetupError,
+    UnsupportedGPU,
+)
 
 
 # -- NVML module and errors -------------------------------------------------------------------
@@ -49,8 +55,8 @@ def load_pynvml(nvml: Any = None) -> Any:
     try:
         import pynvml
     except ImportError as exc:
-        raise JouleboundError("NVML is not available: install nvidia-ml-py "
-                              "(pip install nvidia-ml-py)") from exc
+        raise SetupError("NVML is not available: install nvidia-ml-py "
+                         "(pip install nvidia-ml-py)") from exc
     return pynvml
 
 
@@ -66,19 +72,61 @@ def nvml_error_is(nv: Any, exc: BaseException | None, const: str) -> bool:
 
 
 def is_not_supported(nv: Any, exc: BaseException | None) -> bool:
-    """The call is not supported by this GPU (e.g. memory-clock locks before Ampere)."""
+    """The call is not supported by this GPU (e.g. memory-clock locks before Ampere): NVML's
+    ``NVML_ERROR_NOT_SUPPORTED`` code (or its ``NVMLError_NotSupported`` class)."""
     cls = getattr(nv, "NVMLError_NotSupported", None)
     return exc is not None and (nvml_error_is(nv, exc, "NVML_ERROR_NOT_SUPPORTED")
-                                or (cls is not None and isinstance(exc, cls))
-                                or "not supported" in str(exc).lower())
+                                or (cls is not None and isinstance(exc, cls)))
 
 
 def is_no_permission(nv: Any, exc: BaseException | None) -> bool:
-    """The call needs privileges this process lacks."""
+    """The call needs privileges this process lacks: ``NVML_ERROR_NO_PERMISSION`` (or its
+    ``NVMLError_NoPermission`` class)."""
     cls = getattr(nv, "NVMLError_NoPermission", None)
     return exc is not None and (nvml_error_is(nv, exc, "NVML_ERROR_NO_PERMISSION")
-                                or (cls is not None and isinstance(exc, cls))
-                                or "permission" in str(exc).lower())
+                                or (cls is not None and isinstance(exc, cls)))
+
+
+#: NVML return codes -> the typed error a user gets (anything else: JouleboundError)
+_NVML_KINDS: tuple[tuple[str, type[JouleboundError]], ...] = (
+    ("NVML_ERROR_NOT_SUPPORTED", UnsupportedGPU),
+    ("NVML_ERROR_NO_PERMISSION", NoPermission),
+    ("NVML_ERROR_IN_USE", GpuBusy),
+    ("NVML_ERROR_UNINITIALIZED", SetupError),
+    ("NVML_ERROR_LIBRARY_NOT_FOUND", SetupError),
+    ("NVML_ERROR_DRIVER_NOT_LOADED", SetupError),
+    ("NVML_ERROR_FUNCTION_NOT_FOUND", SetupError),
+)
+
+
+def nvml_error_kind(nv: Any, exc: BaseException | None) -> type[JouleboundError]:
+    """The :mod:`joulebound.core.errors` kind for an ``NVMLError`` by its return code (its
+    ``.value``), :class:`JouleboundError` for any other code or exception."""
+    for const, kind in _NVML_KINDS:
+        if nvml_error_is(nv, exc, const):
+            return kind
+    if is_not_supported(nv, exc):
+        return UnsupportedGPU
+    if is_no_permission(nv, exc):
+        return NoPermission
+    return JouleboundError
+
+
+def driver_version(nvml: Any = None) -> str | None:
+    """The NVIDIA driver's version (e.g. ``"550.54.15"``), ``None`` where NVML cannot be read
+    (no GPU, no driver, no nvidia-ml-py). Opens and closes its own NVML session."""
+    try:
+        nv = load_pynvml(nvml)
+        nv.nvmlInit()
+    except Exception:  # noqa: BLE001 - no NVML on this machine
+        return None
+    try:
+        return _text(nv.nvmlSystemGetDriverVersion())
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            nv.nvmlShutdown()
 
 
 def has_clock_privileges() -> bool:
@@ -231,11 +279,11 @@ class Nvml:
             nv.nvmlInit()
         except Exception as exc:  # noqa: BLE001 - NVMLError subclasses vary
             if nvml_error_is(nv, exc, "NVML_ERROR_NO_PERMISSION"):
-                raise JouleboundError("NVML refused access (NVML_ERROR_NO_PERMISSION): this user "
-                                      "may not open the NVIDIA driver; run in a container with "
-                                      "GPU access (--gpus) or ask an admin") from exc
-            raise JouleboundError(f"NVML could not start ({exc}); is an NVIDIA driver installed "
-                                  "and a GPU visible?") from exc
+                raise NoPermission("NVML refused access (NVML_ERROR_NO_PERMISSION): this user "
+                                   "may not open the NVIDIA driver; run in a container with "
+                                   "GPU access (--gpus) or ask an admin") from exc
+            raise SetupError(f"NVML could not start ({exc}); is an NVIDIA driver installed "
+                             "and a GPU visible?") from exc
         self._open = True
         self._gpus: list[PhysicalGpu] | None = None
 
@@ -415,10 +463,6 @@ def lock_dir() -> Path:
             return d
     raise JouleboundError(f"no usable GPU lock directory ({last}); set JOULEBOUND_LOCK_DIR to a "
                           "folder every clock-changing process can write")
-
-
-class GpuBusy(JouleboundError):
-    """Another owner controls this GPU's clocks."""
 
 
 #: every GpuLock held by this process (closed in forked children; they must not keep it)

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from joulebound.core.clocks import AUTO, ClockConfig
-from joulebound.core.errors import JouleboundError
+from joulebound.core.errors import JouleboundError, NoPermission, UnsupportedGPU
 from joulebound.gpumodel.characterization import Characterization
 from joulebound.hw import gpu as gpu_layer
 from joulebound.runtime.guard import guard
@@ -293,7 +293,7 @@ class NvmlActuator(Actuator):
         super().__init__()
         self._closed = True           # until fully open: close() does nothing
         if check_privileges and not gpu_layer.has_clock_privileges():
-            raise JouleboundError(PERMISSION_HELP)
+            raise NoPermission(PERMISSION_HELP)
         self._session, self.device = gpu_layer.open_gpu(nvml, gpu, env)
         self.nvml = self._session.nv
         self.gpu = gpu
@@ -331,38 +331,42 @@ class NvmlActuator(Actuator):
         except ChannelClosed:
             return False
 
-    def _call(self, fn: str, *args: Any) -> None:
+    def _call(self, what: str, call: Any, *args: Any) -> None:
+        """``call(*args)`` (a :class:`~joulebound.hw.gpu.GpuDevice` clock method), its NVML
+        error turned into the typed error of its return code (``what`` says what was tried)."""
         if self._closed:
             raise ChannelClosed
         try:
-            getattr(self.nvml, fn)(self.handle, *args)
+            call(*args)
         except Exception as exc:  # noqa: BLE001 - NVMLError subclasses
-            if gpu_layer.is_no_permission(self.nvml, exc):
-                raise JouleboundError(f"{fn} was refused: {PERMISSION_HELP}") from exc
-            raise JouleboundError(f"{fn}{args} failed on {self.device.describe()}: {exc}") from exc
+            kind = gpu_layer.nvml_error_kind(self.nvml, exc)
+            if kind is NoPermission:
+                raise NoPermission(f"{what} was refused: {PERMISSION_HELP}") from exc
+            raise kind(f"{what} failed on {self.device.describe()}: {exc}") from exc
 
     def _apply(self, config: ClockConfig) -> None:
+        dev = self.device
         with self._mu:
             if config.core_mhz is None:
                 if self._core_locked:
-                    self._call("nvmlDeviceResetGpuLockedClocks")
+                    self._call("resetting the core clock", dev.reset_core)
                     self._core_locked = False
             else:
-                self._call("nvmlDeviceSetGpuLockedClocks", config.core_mhz, config.core_mhz)
+                self._call(f"locking the core clock at {config.core_mhz} MHz", dev.lock_core,
+                           config.core_mhz)
                 self._core_locked = True
             if not self.lock_memory:
                 return
             if config.mem_mhz is None:
                 if self._mem_locked:
-                    self._call("nvmlDeviceResetMemoryLockedClocks")
+                    self._call("resetting the memory clock", dev.reset_memory)
                     self._mem_locked = False
                 return
             try:
-                self._call("nvmlDeviceSetMemoryLockedClocks", config.mem_mhz, config.mem_mhz)
+                self._call(f"locking the memory clock at {config.mem_mhz} MHz", dev.lock_memory,
+                           config.mem_mhz)
                 self._mem_locked = True
-            except JouleboundError as exc:
-                if not gpu_layer.is_not_supported(self.nvml, exc.__cause__):
-                    raise
+            except UnsupportedGPU:
                 # before Ampere memory clocks cannot be locked: keep going with core clocks
                 self.lock_memory = False
                 self.notes.append(f"{self.device.describe()} does not support memory-clock "

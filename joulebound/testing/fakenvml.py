@@ -103,7 +103,7 @@ class NVMLError_LibraryNotFound(NVMLError, code=NVML_ERROR_LIBRARY_NOT_FOUND):  
     """Raised by ``nvmlInit`` when there is no driver."""
 
 
-class NVMLError_GPUIsLost(NVMLError, code=NVML_ERROR_GPU_IS_LOST):  # noqa: N801
+class NVMLError_GpuIsLost(NVMLError, code=NVML_ERROR_GPU_IS_LOST):  # noqa: N801
     """Raised by reads of a GPU that fell off the bus."""
 
 
@@ -197,7 +197,7 @@ class FakeNvml(types.ModuleType):
         state_path: share the clock locks and the call log with every process using this path
             (a JSON file, created when missing).
         delays: call name -> seconds the call takes (it takes effect at the end).
-        failing_gpus: GPU indices whose clock set/reset calls fail (``NVMLError_GPUIsLost``).
+        failing_gpus: GPU indices whose clock set/reset calls fail (``NVMLError_GpuIsLost``).
     """
 
     NVMLError = NVMLError
@@ -206,7 +206,7 @@ class FakeNvml(types.ModuleType):
     NVMLError_NotSupported = NVMLError_NotSupported
     NVMLError_NoPermission = NVMLError_NoPermission
     NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
-    NVMLError_GPUIsLost = NVMLError_GPUIsLost
+    NVMLError_GpuIsLost = NVMLError_GpuIsLost
     NVML_ERROR_UNINITIALIZED = NVML_ERROR_UNINITIALIZED
     NVML_ERROR_INVALID_ARGUMENT = NVML_ERROR_INVALID_ARGUMENT
     NVML_ERROR_NOT_SUPPORTED = NVML_ERROR_NOT_SUPPORTED
@@ -329,6 +329,10 @@ class FakeNvml(types.ModuleType):
     @_api
     def nvmlDeviceGetCount(self) -> int:  # noqa: N802
         return self.n_gpus
+
+    @_api
+    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+        return "550.54.15"
 
     @_api
     def nvmlDeviceGetHandleByIndex(self, i: int) -> int:  # noqa: N802

@@ -41,6 +41,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from joulebound.hw.gpu import driver_version
 from joulebound.workload.grid import SweepConfig
 
 
@@ -52,20 +53,6 @@ def _rss_bytes() -> int:
         import resource
 
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
-
-def _driver_version() -> str | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            v = pynvml.nvmlSystemGetDriverVersion()
-            return v.decode() if isinstance(v, bytes) else str(v)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - no NVML on this machine
-        return None
 
 
 def environment(device: Any, world: int, backend: str | None) -> dict[str, Any]:
@@ -82,7 +69,7 @@ def environment(device: Any, world: int, backend: str | None) -> dict[str, Any]:
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
         env["cuda"] = torch.version.cuda
-        env["driver"] = _driver_version()
+        env["driver"] = driver_version()
         env["gpu_count_visible"] = torch.cuda.device_count()
         env["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
     else:
