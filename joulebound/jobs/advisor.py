@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass
 from joulebound.core.errors import JouleboundError
 from joulebound.core.provenance import MODELED
 from joulebound.jobs.defaults import config_frame, predict_job
-from joulebound.jobs.hardware import get_hw
-from joulebound.jobs.speedup import normalize_strategy
+from joulebound.jobs.lawinputs import law_device
+from joulebound.jobs.strategy import normalize_strategy
 
 #: bytes of weights + gradients + Adam moments per parameter (4 + 4 + 8)
 STATE_BYTES_PER_PARAM = 16
@@ -83,7 +83,8 @@ def advise_law(tokens: float, deadline_s: float, max_gpus: int = 8,
     """(best, all candidates sorted by energy). ``config`` as for ``predict_job`` minus gpus/strategy."""
     strategies = _checked_request(deadline_s, strategies)
     params = float(config_frame(**config)["params"].iloc[0])
-    mem = get_hw(config.get("device", "rtx2080ti")).mem_bytes
+    spec = law_device(config.get("device", "rtx2080ti"))
+    mem = float(spec.memory_bytes) if spec.memory_bytes else float("nan")
     cands: list[Candidate] = []
     for n in gpu_counts(max_gpus):
         for s in (("single",) if n == 1 else strategies):

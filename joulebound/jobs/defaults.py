@@ -9,6 +9,7 @@ grouped 5-fold cross-validation, and the split-conformal half-width ``q90_log`` 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
@@ -21,8 +22,7 @@ import pandas as pd
 from joulebound.core.errors import JouleboundError, did_you_mean
 from joulebound.core.provenance import MODELED
 from joulebound.jobs.design import prepare
-from joulebound.jobs.hardware import HW
-from joulebound.jobs.speedup import check_gpus, normalize_strategy
+from joulebound.jobs.strategy import check_gpus, normalize_strategy
 
 if TYPE_CHECKING:  # pragma: no cover - the estimators import scikit-learn: only when used
     from joulebound.jobs.laws import PreRunLaw
@@ -123,11 +123,14 @@ class Prediction:
 def config_frame(*, model: str = "bert", layers: int, hidden: int, heads: int, seq: int, batch: int,
                  gpus: int = 1, strategy: str = "single", device: str = "rtx2080ti",
                  dtype: str = "fp32", ff: int | None = None, vocab: int | None = None,
-                 params: float | None = None, hw: HW | None = None) -> pd.DataFrame:
+                 params: float | None = None, peak_flops: Mapping[str, float] | None = None,
+                 mem_bw: float | None = None, tdp_w: float | None = None) -> pd.DataFrame:
     """One-row common-schema frame for a configuration (``params`` defaults to the standard count
-    from the shape and vocabulary: L·(4d² + 2d·ff) + (vocab + seq)·d). ``hw`` gives the hardware
-    figures of a device outside the catalog (e.g. a TPU); by default ``get_hw(device)``."""
-    from joulebound.jobs.hardware import get_hw
+    from the shape and vocabulary: L·(4d² + 2d·ff) + (vocab + seq)·d). ``peak_flops`` (dtype ->
+    FLOP/s), ``mem_bw`` (bytes/s) and ``tdp_w`` (W) give the figures of a device outside the
+    catalog (e.g. a TPU, named ``device``); by default the catalog's
+    (:func:`~joulebound.jobs.lawinputs.law_device`)."""
+    from joulebound.jobs.lawinputs import law_device, law_peak
     from joulebound.jobs.proxies import total_params
 
     n = int(check_gpus(gpus))
@@ -148,13 +151,18 @@ def config_frame(*, model: str = "bert", layers: int, hidden: int, heads: int, s
         raise JouleboundError(f"unknown --model {model!r}." + did_you_mean(arch, list(MODEL_DEFAULTS)))
     vocab = vocab if vocab is not None else MODEL_DEFAULTS[arch]["vocab"]
     ff = ff if ff is not None else 4 * hidden
-    hw = hw or get_hw(device)
+    if peak_flops is None:
+        spec = law_device(device)
+        name, peak_flops = spec.name, spec.peak_flops
+        mem_bw, tdp_w = float(spec.mem_bandwidth_bps), float(spec.power_limit_default_w)
+    else:
+        name = device
     return pd.DataFrame([{
         "dataset": "query", "family": "query", "arch": arch, "layers": layers, "hidden": hidden,
         "heads": heads, "ff": ff,
         "params": float(params) if params else float(total_params(layers, hidden, ff, vocab, seq)),
-        "seq": seq, "batch": batch, "dtype": dtype, "device": hw.name,
-        "peak_flops": hw.peak_for(dtype), "mem_bw": hw.mem_bw, "tdp_w": hw.tdp_w,
+        "seq": seq, "batch": batch, "dtype": dtype, "device": name,
+        "peak_flops": law_peak(peak_flops, dtype, name), "mem_bw": mem_bw, "tdp_w": tdp_w,
         "strategy": strategy, "gpus": n}])
 
 

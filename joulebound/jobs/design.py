@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from joulebound.jobs.proxies import add_proxies, dtype_bytes
-from joulebound.jobs.speedup import check_gpus, normalize_strategy
+from joulebound.jobs.strategy import check_gpus, normalize_strategy
 
 
 def prepare(df: pd.DataFrame, need_energy: bool = True) -> pd.DataFrame:
@@ -27,11 +27,11 @@ def prepare(df: pd.DataFrame, need_energy: bool = True) -> pd.DataFrame:
     if "dtype" not in out:
         out["dtype"] = "fp32"
     if "tdp_w" not in out or "mem_bw" not in out:
-        from joulebound.jobs.hardware import get_hw
+        from joulebound.jobs.lawinputs import law_device
 
-        hws = {d: get_hw(d) for d in out["device"].unique()}
-        out["tdp_w"] = out["device"].map(lambda d: hws[d].tdp_w)
-        out["mem_bw"] = out["device"].map(lambda d: hws[d].mem_bw)
+        hws = {d: law_device(d) for d in out["device"].unique()}
+        out["tdp_w"] = out["device"].map(lambda d: float(hws[d].power_limit_default_w))
+        out["mem_bw"] = out["device"].map(lambda d: float(hws[d].mem_bandwidth_bps))
     if "family" not in out:
         out["family"] = "all"
     return add_proxies(out)
@@ -121,9 +121,9 @@ class EfficiencyModel:
 
 def parallel_eta(df: pd.DataFrame, t1: np.ndarray, speedup_fits: dict | None = None) -> np.ndarray:
     """Pre-run η̂_par per row: a fitted speedup law for the row's strategy when given, else the
-    communication model (:func:`~joulebound.jobs.comm.predicted_efficiency`) with the row's
+    communication model (:func:`~joulebound.jobs.lawinputs.predicted_efficiency`) with the row's
     predicted 1-GPU time ``t1`` as compute time. 1 for single-GPU rows."""
-    from joulebound.jobs.comm import predicted_efficiency
+    from joulebound.jobs.lawinputs import predicted_efficiency
 
     out = np.ones(len(df))
     # only the multi-GPU rows are visited (a row-by-row walk over a mostly single-GPU dataset
