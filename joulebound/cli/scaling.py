@@ -554,53 +554,16 @@ def _print_prediction(p) -> None:  # noqa: ANN001
         console.print(f"[yellow]note:[/] {w}", highlight=False, soft_wrap=True)
 
 
-def _legacy_predict(law: str, o: dict, gpus: int, strategy: str, coefficients, data, as_json: bool) -> None:  # noqa: ANN001
-    """``predict --law NAME``: a legacy energy law (global batch semantics of the old predictor)."""
-    from dataclasses import replace
-
-    from joulebound.jobs.defaults import predict_job
-    from joulebound.jobs.job import job_from_options, resolve
-
-    job = job_from_options(**_default_shape(o))
-    r = resolve(replace(job, gpus=gpus, strategy=strategy))
-    if not job.tokens:
-        raise JouleboundError("--law needs --tokens (the legacy laws price whole jobs)")
-    cfg = dict(model=r.arch if r.arch != "gpt" else "gpt", layers=job.layers, hidden=job.hidden,
-               heads=job.heads, seq=job.seq, batch=r.global_batch, device=job.device,
-               dtype="fp16" if r.dtype in ("fp16", "bf16") else "fp32", ff=r.ff, vocab=r.vocab,
-               gpus=gpus, strategy=r.strategy if gpus > 1 else "single")
-    if law == "prerun":
-        p = predict_job(float(job.tokens), coefficients=coefficients, **cfg).to_json()
-    else:
-        import numpy as np
-
-        from joulebound.core.datapath import find_data
-        from joulebound.jobs.datasets import load
-        from joulebound.jobs.defaults import config_frame
-        from joulebound.jobs.laws import make_law
-
-        root = find_data(data, required=True)
-        df = load(root / "mayaki_ecai2025" if (root / "mayaki_ecai2025").exists() else root)
-        m = make_law(law).fit(df)
-        row = config_frame(**cfg)
-        e_step = float(np.exp(m.predict_log(row))[0])
-        steps = float(job.tokens) / (r.global_batch * job.seq)
-        p = {"energy_j": e_step * steps, "energy_lo_j": None, "energy_hi_j": None, "time_s": None,
-             "steps": steps, "energy_per_step_j": e_step, "law": f"{law} (fitted on {root})",
-             "provenance": MODELED, "warnings": m.prediction_warnings(row)}
-    p["predictor"] = f"legacy law {law}"
-    if as_json:
-        print_json(p)
-        return
-    lo = "" if p.get("energy_lo_j") is None else (f"  (90 % interval {_fmt_e(p['energy_lo_j'])} – "
-                                                  f"{_fmt_e(p['energy_hi_j'])})")
-    console.print(f"energy  {_fmt_e(p['energy_j'])}{lo}  \\[modeled]  law: {p['law']}", highlight=False)
-    if p.get("time_s"):
-        console.print(f"time    {_fmt_t(p['time_s'])} over {p['steps']:.4g} steps  \\[modeled]",
+def _print_law_prediction(p) -> None:  # noqa: ANN001
+    """``predict --law NAME``: a law's energy (and time when it predicts one)."""
+    lo = "" if p.total_energy_lo_j is None else (f"  (90 % interval {_fmt_e(p.total_energy_lo_j)} – "
+                                                 f"{_fmt_e(p.total_energy_hi_j)})")
+    console.print(f"energy  {_fmt_e(p.total_energy_j)}{lo}  \\[modeled]  law: {p.predictor}", highlight=False)
+    if p.time_s:
+        console.print(f"time    {_fmt_t(p.time_s)} over {p.steps:.4g} steps  \\[modeled]",
                       highlight=False)
-    console.print("covers  what the law's training data metered (Mayaki: CodeCarbon GPU+CPU+RAM)",
-                  style="dim")
-    for w in p.get("warnings", []):
+    console.print(f"covers  {p.covers}", style="dim")
+    for w in p.warnings:
         console.print(f"[yellow]note:[/] {w}")
 
 
@@ -622,47 +585,45 @@ def predict(
     jobs: Path = _JOBS, output: Path = _OUT, law: str = _LAW, coefficients: Path = _COEFFICIENTS,
     data: Path = _DATA, as_json: bool = _JSON,
 ) -> None:
-    from joulebound.jobs import mechanistic
+    from joulebound.jobs import predictors
     from joulebound.jobs.job import job_from_options
 
     o = _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
               gpus_per_node, nics_per_node, tokens)
-    if law is None and _is_legacy_file(coefficients):
+    if law is None and predictors.is_law_file(coefficients):
         law = "prerun"  # a law saved by `fit --save` (legacy pre-run law record)
-    if law is not None:
-        from joulebound.jobs.laws import make_law
-
-        make_law(law)
-        if jobs is not None:
-            raise JouleboundError("--jobs works with the mechanistic predictor only (drop --law)")
-        _legacy_predict(law.strip().lower(), o, gpus, strategy, coefficients, data, as_json)
-        return
-    prm = mechanistic.load_params(coefficients)
+    is_law = law is not None and predictors.make_predictor(law).name != predictors.MECHANISTIC
     if jobs is not None:
-        _predict_table(jobs, {**o, "gpus": gpus, "strategy": strategy, "tp": tp, "pp": pp}, prm,
-                       output, as_json)
+        if is_law:
+            raise JouleboundError("--jobs works with the mechanistic predictor only (drop --law)")
+        _predict_table(jobs, {**o, "gpus": gpus, "strategy": strategy, "tp": tp, "pp": pp},
+                       predictors.MechanisticPredictor.shipped(coefficients), output, as_json)
         return
-    if output is not None:
+    if output is not None and not is_law:
         raise JouleboundError("-o/--output writes the predictions of --jobs; for one job use --json")
-    job = job_from_options(**_default_shape({**o, "gpus": gpus, "strategy": strategy, "tp": tp, "pp": pp}))
-    p = mechanistic.predict_jobs([job], prm, allow_oom=ignore_memory)[0]
+    # a law reads the job's shape, GPUs and strategy (its global batch); tp/pp are mechanistic
+    degrees = {"gpus": gpus, "strategy": strategy, **({} if is_law else {"tp": tp, "pp": pp})}
+    job = job_from_options(**_default_shape({**o, **degrees}))
+    p = predictors.predict_job(job, law, coefficients, data, allow_oom=ignore_memory)
     if as_json:
         print_json(p.to_json())
-        return
-    _print_prediction(p)
+    elif is_law:
+        _print_law_prediction(p)
+    else:
+        _print_prediction(p)
 
 
-def _predict_table(path: Path, defaults: dict, prm, output: Path | None, as_json: bool) -> None:  # noqa: ANN001
+def _predict_table(path: Path, defaults: dict, predictor, output: Path | None, as_json: bool) -> None:  # noqa: ANN001
     import time
 
     from rich.table import Table
 
-    from joulebound.jobs import jobtable, mechanistic
+    from joulebound.jobs import jobtable
 
     t0 = time.perf_counter()
     rows = jobtable.read_jobs(path, {k: v for k, v in defaults.items() if v is not None})
-    preds = mechanistic.predict_many([j for j, _, _ in rows], prm)
+    preds = predictor.predict_many([j for j, _, _ in rows])
     out, docs = [], []
     for i, ((_, _, err), p) in enumerate(zip(rows, preds, strict=True), start=1):
         if isinstance(p, str):

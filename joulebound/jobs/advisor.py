@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 from joulebound.core.errors import JouleboundError
 from joulebound.core.provenance import MODELED
-from joulebound.jobs.defaults import config_frame, predict_job
+from joulebound.jobs.design import config_frame
 from joulebound.jobs.lawinputs import law_device
 from joulebound.jobs.strategy import normalize_strategy
 
@@ -78,20 +78,27 @@ def _checked_request(deadline_s: float, strategies: tuple[str, ...]) -> tuple[st
 
 
 def advise_law(tokens: float, deadline_s: float, max_gpus: int = 8,
-           strategies: tuple[str, ...] = ("ddp", "fsdp", "tp"), coefficients: str | None = None,
-           **config) -> tuple[Candidate, list[Candidate]]:  # noqa: ANN003
-    """(best, all candidates sorted by energy). ``config`` as for ``predict_job`` minus gpus/strategy."""
+               strategies: tuple[str, ...] = ("ddp", "fsdp", "tp"), coefficients: str | None = None,
+               law=None, **config) -> tuple[Candidate, list[Candidate]]:  # noqa: ANN001, ANN003
+    """(best, all candidates sorted by energy) by the pre-run law ``law`` (default: the one of
+    ``coefficients``, or the built-in one). ``config``: keywords of
+    :func:`~joulebound.jobs.design.config_frame` minus gpus/strategy."""
+    from joulebound.jobs.defaults import load_default
+
     strategies = _checked_request(deadline_s, strategies)
+    if law is None:
+        law, _ = load_default(coefficients)
     params = float(config_frame(**config)["params"].iloc[0])
     spec = law_device(config.get("device", "rtx2080ti"))
     mem = float(spec.memory_bytes) if spec.memory_bytes else float("nan")
     cands: list[Candidate] = []
     for n in gpu_counts(max_gpus):
         for s in (("single",) if n == 1 else strategies):
-            p = predict_job(tokens, gpus=n, strategy=s, coefficients=coefficients, **config)
+            p = law.predict_config(tokens, gpus=n, strategy=s, **config)
             sb = state_bytes_per_gpu(params, s, n)
-            cands.append(Candidate(s, n, p.energy_j, p.energy_lo_j, p.energy_hi_j, p.time_s,
-                                   p.eta_par, p.time_s <= deadline_s, sb, not sb > mem))
+            cands.append(Candidate(s, n, p.total_energy_j, p.total_energy_lo_j, p.total_energy_hi_j,
+                                   p.time_s, p.step["eta_par"], p.time_s <= deadline_s, sb,
+                                   not sb > mem))
     cands.sort(key=lambda c: c.energy_j)
     fit = [c for c in cands if c.fits_memory]
     if not fit:

@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from joulebound.core.provenance import MODELED, PUBLISHED
-from joulebound.jobs.defaults import config_frame, load_default
-from joulebound.jobs.design import prepare
+from joulebound.jobs.defaults import load_default
+from joulebound.jobs.design import config_frame, prepare
 from joulebound.jobs.lawinputs import law_device, law_peak
 
 PATTERSON = "Patterson et al. 2021, arXiv 2104.10350, Table 4"

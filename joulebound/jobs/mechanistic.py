@@ -51,10 +51,10 @@ from pathlib import Path
 import numpy as np
 
 from joulebound.core.errors import JouleboundError
-from joulebound.core.provenance import MODELED
 from joulebound.jobs.collectives import Fabric, allgather, allreduce, reduce_scatter, sendrecv
 from joulebound.jobs.host import DEFAULT_HOST, HostPower
 from joulebound.jobs.job import Job, MemoryEstimate, Resolved, layer_params, memory, resolve
+from joulebound.jobs.prediction import JobPrediction
 from joulebound.jobs.stepcost import Parts, WorkKey, characterize_parts, prime_part_sums
 
 PARAMS_FILE = "mechanistic.json"
@@ -165,48 +165,6 @@ class Step:
     comm_energy_j: float  # the part of wait_energy_j spent in exposed communication
     wait_power_w: float
     comm_detail: dict = field(default_factory=dict)
-
-
-@dataclass
-class Prediction:
-    """A whole job (or one step when ``tokens`` is not given), modeled, with 90 % intervals."""
-
-    name: str
-    strategy: str
-    gpus: int
-    nodes: int
-    device: str
-    micro_batch: int
-    grad_accum: int
-    global_batch: int
-    tokens_per_step: float
-    steps: float
-    time_s: float
-    time_lo_s: float
-    time_hi_s: float
-    gpu_energy_j: float
-    gpu_energy_lo_j: float
-    gpu_energy_hi_j: float
-    host_energy_j: float
-    host_energy_lo_j: float
-    host_energy_hi_j: float
-    total_energy_j: float
-    total_energy_lo_j: float
-    total_energy_hi_j: float
-    energy_per_token_j: float
-    step: dict
-    memory: dict
-    fits_memory: bool
-    interval_why: list[str]
-    warnings: list[str]
-    covers: str
-    params: dict
-    provenance: str = MODELED
-    predictor: str = "mechanistic"
-
-    def to_json(self) -> dict:
-        return {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
-                for k, v in vars(self).items()}
 
 
 COVERS = ("time: wall time of the job's optimizer steps (no data loading stalls beyond the "
@@ -558,12 +516,12 @@ def _steps(rs: list[Resolved], prm: MechParams) -> list[tuple[Resolved, Step, Me
 
 
 def predict_many(jobs: Sequence[Job | None], prm: MechParams | None = None
-                 ) -> list[Prediction | str]:
+                 ) -> list[JobPrediction | str]:
     """Like :func:`predict_jobs` for a table: a job that cannot be priced (or ``None``) gives its
     error message instead of stopping the others; jobs that do not fit in memory are predicted
     with a warning and ``fits_memory = False``."""
     prm = prm or load_params()
-    out: list[Prediction | str] = []
+    out: list[JobPrediction | str] = []
     ok: list[tuple[int, Resolved]] = []
     for i, j in enumerate(jobs):
         if j is None:
@@ -599,7 +557,7 @@ def predict_many(jobs: Sequence[Job | None], prm: MechParams | None = None
 
 
 def predict_jobs(jobs: Sequence[Job], prm: MechParams | None = None,
-                 allow_oom: bool = True) -> list[Prediction]:
+                 allow_oom: bool = True) -> list[JobPrediction]:
     """Predictions of whole jobs (``job.tokens`` tokens; one step when ``tokens`` is None)."""
     prm = prm or load_params()
     out = []
@@ -609,7 +567,7 @@ def predict_jobs(jobs: Sequence[Job], prm: MechParams | None = None,
 
 
 def to_prediction(r: Resolved, st: Step, mem: MemoryEstimate, prm: MechParams,
-                allow_oom: bool) -> Prediction:
+                allow_oom: bool) -> JobPrediction:
     j = r.job
     warn = list(r.warnings)
     if not mem.fits:
@@ -638,7 +596,7 @@ def to_prediction(r: Resolved, st: Step, mem: MemoryEstimate, prm: MechParams,
     fab = fabric_for(r, prm.comm_eff_scale)
     step = dict(vars(st))  # shallow: asdict's deep copies cost more than the whole prediction
     step["interconnect"] = fab.to_json()
-    return Prediction(
+    return JobPrediction(
         name=j.name, strategy=r.label(), gpus=r.gpus, nodes=fab.nodes(r.gpus),
         device=_device_name(j.device), micro_batch=r.micro_batch, grad_accum=r.grad_accum,
         global_batch=r.global_batch, tokens_per_step=r.tokens_per_step, steps=steps,
