@@ -97,80 +97,6 @@ def _table_console():  # noqa: ANN202
     return console if console.is_terminal else Console(width=max(console.width, 132))
 
 
-def _speedup_rows(df) -> list[dict]:  # noqa: ANN001
-    """Fit a speedup law per (family, strategy) from per-step times over GPU counts."""
-    import numpy as np
-
-    from joulebound.jobs.speedup import fit_speedup
-
-    out = []
-    for (fam, strat), g in df[df["strategy"] != "single"].groupby(["family", "strategy"]):
-        base = df[(df["family"] == fam) & (df["gpus"] == 1)]
-        if g["speedup"].notna().any():
-            n, s = g["gpus"].to_numpy(float), g["speedup"].to_numpy(float)
-        elif len(base):
-            t1 = float(base["time_s"].mean())  # same global batch: work per step is equal
-            n, s = g["gpus"].to_numpy(float), t1 / g["time_s"].to_numpy(float)
-        else:
-            continue
-        if len(np.unique(n[n > 1])) < 1:
-            continue
-        try:
-            fit = fit_speedup(strat, n, s)
-        except (RuntimeError, ValueError, JouleboundError) as exc:
-            out.append({"family": fam, "strategy": strat, "note": f"fit failed: {exc}"})
-            continue
-        out.append({"family": fam, "strategy": strat, **fit.to_json()})
-    return out
-
-
-def _fit_one(df, law_name: str, laws: tuple[str, ...], k: int) -> dict:  # noqa: ANN001
-    import numpy as np
-
-    from joulebound.jobs.evaluate import evaluate
-    from joulebound.jobs.laws import make_law
-
-    rec: dict = {"dataset": str(df["dataset"].iloc[0]) if len(df) else "?",
-                 "source": df.attrs.get("source"), "rows": len(df),
-                 "dropped": df.attrs.get("dropped", {}), "law": law_name, "notes": []}
-    rec["speedup"] = _speedup_rows(df) if len(df) and (df["gpus"] > 1).any() else []
-    if not rec["speedup"]:
-        rec["notes"].append("no runtimes over GPU counts (with a 1-GPU run of the same shape): "
-                            "speedup laws not fitted")
-    has_e = df["energy_j"].notna() & (df["energy_j"] > 0)
-    if "energy_provenance" in df and (has_e & (df["energy_provenance"] == MODELED)).any():
-        n_mod = int((has_e & (df["energy_provenance"] == MODELED)).sum())
-        rec["notes"].append(f"{n_mod} rows have modeled (simulated-meter) energy: left out, the energy "
-                            "laws are fitted on measured energy only")
-        has_e &= df["energy_provenance"] != MODELED
-    if df["peak_flops"].isna().any() and has_e.any():
-        rec["notes"].append(f"{int(df['peak_flops'].isna().sum())} CPU rows have no GPU peak: left out "
-                            "of the energy laws")
-        has_e &= df["peak_flops"].notna()
-    if not has_e.any():
-        rec["notes"].append("no row has measured energy_j (no sensor): energy laws need energy; only "
-                            "the speedup laws were fitted")
-        return rec
-    if (~has_e).any():
-        rec["notes"].append(f"{int((~has_e).sum())} rows without energy_j left out of the energy laws")
-    de = df[has_e].copy()
-    de.attrs = df.attrs
-    multi = de[de["gpus"] > 1]
-    if len(multi) and multi["speedup"].notna().all() and "paper-speedup" not in laws:
-        laws = (*laws, "paper-speedup")  # the paper's own η = S(N)/N is available
-    law = make_law(law_name).fit(de)
-    rec["coefficients"] = law.coef_table().to_dict("records")
-    rec["cov_type"] = getattr(law, "cov_type_", None)
-    rec["adj_r2"] = law.rsquared_adj_
-    with console.status(f"evaluating {len(laws)} laws on {rec['dataset']} (grouped {k}-fold)…") as st:
-        table = evaluate(de, laws, k=k, progress=lambda n: st.update(f"evaluated {n}"))
-    rec["evaluation"] = table.replace({np.nan: None}).to_dict("records")
-    if de["family"].nunique() < 5:
-        rec["notes"].append(f"only {de['family'].nunique()} configuration families: held-out "
-                            "figures rest on very few groups")
-    return rec
-
-
 def _print_fit(rec: dict, published: dict) -> None:
     from rich.table import Table
 
@@ -223,64 +149,6 @@ def _print_fit(rec: dict, published: dict) -> None:
                           f"(RMSE {s['rmse']:.3g}, {s['n_points']} points, pinned {s['pinned'] or '–'}) \\[modeled]")
         else:
             console.print(f"  speedup {s['family']} / {s['strategy']}: {s.get('note')}")
-
-
-def _open_data_root(data: Path) -> tuple[Path | None, str | None]:
-    """(shared data folder, only this data set) for --data: the folder, one of its sub-folders, or
-    neither (a sweep store or a single file)."""
-    from joulebound.jobs.calibrate import DATASETS
-
-    if data.is_dir() and data.name in DATASETS:
-        return data.parent, data.name
-    if data.is_dir() and any((data / d).exists() for d in DATASETS):
-        return data, None
-    return None, None
-
-
-def _mechanistic_fit(data: Path, device: str | None, law: str, want_legacy: bool, save: Path | None,
-                     progress) -> dict:  # noqa: ANN001
-    """Calibrate the mechanistic predictor on --data, run every validation cut, and (when asked)
-    the legacy ``law`` on the same cuts; write --save."""
-    import json
-    from dataclasses import replace
-
-    import numpy as np
-
-    from joulebound.jobs import calibrate as cal
-    from joulebound.jobs.host import mayaki_host_watts
-
-    root, only = _open_data_root(data)
-    skipped: list[str] = []
-    if root is not None:
-        obs = [o for o in cal.load_observations(root) if only is None or o.dataset == only]
-    elif data.is_file():
-        obs = cal.sweep_obs(data, device, skipped)
-    else:
-        obs = []
-    if not obs:
-        return {"note": "no GPU rows with measured time for the mechanistic predictor (CPU or "
-                        "time-only sweeps feed the speedup laws only)"}
-    prep = cal.prepare(obs)
-    base = cal.MechParams()
-    if root is not None and (root / "mayaki_ecai2025").exists():
-        base = replace(base, host=mayaki_host_watts(root / "mayaki_ecai2025"))
-    known = root is None  # the user's own sweep: their framework
-    prm = cal.fit(prep, base, framework_known=known)
-    cuts = cal.cuts(prep, progress)
-    prm.provenance["data"] = str(data)
-    prm.provenance["cuts"] = [{k: v for k, v in c.items() if k != "params"} for c in cuts]
-    out: dict = {"params": prm.to_json(), "cuts": cuts, "targets": cal.TARGETS}
-    if want_legacy and law != "mechanistic":
-        out["legacy_cuts"] = {law: cal.legacy_cuts(prep, law, progress)}
-    if save is not None and law == "mechanistic":
-        try:
-            save.write_text(json.dumps(prm.to_json(), indent=1) + "\n")
-        except OSError as exc:
-            raise JouleboundError(f"--save {save}: cannot write ({exc.strerror})") from None
-    out["rows"] = int(len(prep))
-    out["skipped"] = skipped
-    out["datasets"] = sorted({str(d) for d in np.unique(prep.col("dataset"))})
-    return out
 
 
 def _print_cuts(mech: dict) -> None:
@@ -342,68 +210,21 @@ def fit(
                               "this JSON file, for predict/advise --coefficients"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output (keys in --help)"),
 ) -> None:
-    from joulebound.jobs import datasets
-    from joulebound.jobs.evaluate import PUBLISHED
-    from joulebound.jobs.laws import make_law
+    from joulebound.jobs.fitting import fit_data
 
-    if folds < 2:
-        raise JouleboundError(f"--folds must be >= 2 for a held-out evaluation (got {folds})")
-    mech_only = law.strip().lower() == "mechanistic"
-    if not mech_only:
-        make_law(law)  # validate the name early
     law_list = tuple(x.strip() for x in laws.split(",") if x.strip())
-    for x in law_list:
-        make_law(x)
-    if save is not None and save.is_dir():
-        raise JouleboundError(f"--save {save} is a folder; pass a file name such as {save / 'law.json'}")
-    if data is None:
-        from joulebound.core.datapath import find_data
-
-        data = find_data()
-    if not data.exists():
-        datasets.load(data, device=device)  # the loader's message for a missing path
-    root, only = _open_data_root(data)
-    run_cuts = cuts if cuts is not None else (mech_only or (root is not None and only is None))
-    mech = None
-    if run_cuts:
-        with console.status("mechanistic predictor: calibrating and running the cuts…") as st:
-            mech = _mechanistic_fit(data, device, law.strip().lower(), True, save,
-                                    lambda m: st.update(f"cut {m}"))
-    recs = []
-    if not mech_only:
-        df = datasets.load(data, device=device)
-        for _, g in df.groupby("dataset", sort=False):
-            g = g.reset_index(drop=True)
-            g.attrs = {"source": df.attrs.get("source"),
-                       "dropped": {k.split(": ", 1)[-1]: v for k, v in df.attrs.get("dropped", {}).items()
-                                   if df["dataset"].nunique() == 1 or k.startswith(str(g["dataset"].iloc[0]))}}
-            recs.append(_fit_one(g, law, law_list, folds))
-        if save is not None:
-            import json
-
-            from joulebound.jobs.defaults import law_record
-
-            de = df[df["energy_j"].notna() & (df["energy_j"] > 0) & df["peak_flops"].notna()]
-            if "energy_provenance" in de:
-                de = de[de["energy_provenance"] != MODELED]
-            if de.empty:
-                raise JouleboundError("--save needs rows with measured energy; this data has none")
-            rec = law_record(de.reset_index(drop=True), f"{data} ({len(de)} rows with measured energy)",
-                             k=min(folds, int(de["family"].nunique())))
-            try:
-                save.write_text(json.dumps(rec, indent=1) + "\n")
-            except OSError as exc:
-                raise JouleboundError(f"--save {save}: cannot write ({exc.strerror})") from None
+    with console.status("fitting…") as st:
+        res = fit_data(data, law, law_list, folds, device, cuts, save, st.update)
+    mech, recs = res["mechanistic"], res["datasets"]
     if as_json:
-        print_json({"datasets": recs, "published": PUBLISHED, "saved": str(save) if save else None,
-                    "mechanistic": mech})
+        print_json(res)
         return
     if mech is not None:
         _print_cuts(mech)
     for r in recs:
-        _print_fit(r, PUBLISHED)
+        _print_fit(r, res["published"])
     if save is not None:
-        what = "mechanistic calibration" if mech_only else "pre-run law"
+        what = "mechanistic calibration" if law.strip().lower() == "mechanistic" else "pre-run law"
         console.print(f"saved the {what} to {save} (use predict/advise --coefficients {save})")
 
 
