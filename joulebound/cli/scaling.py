@@ -295,18 +295,6 @@ def _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_a
                 gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, tokens=tokens, **kw)
 
 
-def _is_legacy_file(path: Path | None) -> bool:
-    """True for a legacy pre-run law record (``fit --save`` without ``--law mechanistic``)."""
-    if path is None or not Path(path).is_file():
-        return False
-    import json
-
-    try:
-        return json.loads(Path(path).read_text()).get("schema") == "joulebound.scaling.default/1"
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def _default_shape(o: dict) -> dict:
     """No shape and no preset given: BERT-base, said on stderr."""
     if o.get("preset") is None and all(o.get(k) is None for k in ("layers", "hidden", "heads", "seq")):
@@ -499,26 +487,27 @@ def advise(
     jobs: Path = _JOBS, output: Path = _OUT, law: str = _LAW, coefficients: Path = _COEFFICIENTS,
     as_json: bool = _JSON,
 ) -> None:
-    from joulebound.jobs import advisor, mechanistic
+    from joulebound.jobs import advisor
     from joulebound.jobs.job import job_from_options
+    from joulebound.jobs.predictors import MechanisticPredictor, is_law_file
 
     o = _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
               gpus_per_node, nics_per_node, tokens)
     strat = tuple(s.strip() for s in strategies.split(",") if s.strip())
-    if law is None and _is_legacy_file(coefficients):
+    if law is None and is_law_file(coefficients):
         law = "prerun"
     if law is not None:
         _legacy_advise(law, o, deadline, max_gpus, strat, coefficients, as_json)
         return
-    prm = mechanistic.load_params(coefficients)
+    prm = MechanisticPredictor.shipped(coefficients).params_
     if jobs is not None:
         _advise_table(jobs, o, deadline, max_gpus, strat, prm, output, as_json)
         return
     if deadline is None:
         raise JouleboundError("--deadline is required (seconds or 90m / 12h / 2d)")
     job = job_from_options(**_default_shape(o))
-    best, opts = advisor.advise(job, _parse_duration(deadline), max_gpus, strat, prm)
+    best, opts = advisor.advise_job(job, _parse_duration(deadline), max_gpus, strat, prm=prm)
     if as_json:
         print_json(advisor.options_json(best, opts))
         return
@@ -595,23 +584,14 @@ def _legacy_advise(law: str, o: dict, deadline, max_gpus: int, strat: tuple, coe
     from rich.table import Table
 
     from joulebound.jobs import advisor
-    from joulebound.jobs.job import job_from_options, resolve
+    from joulebound.jobs.job import job_from_options
 
-    if law.strip().lower() != "prerun":
-        raise JouleboundError("advise --law supports prerun only (the legacy law with built-in coefficients)")
+    advisor.check_law(law)
     if deadline is None:
         raise JouleboundError("--deadline is required (seconds or 90m / 12h / 2d)")
     job = job_from_options(**_default_shape(o))
-    r = resolve(job)
-    if not job.tokens:
-        raise JouleboundError("--law needs --tokens")
-    best, cands = advisor.advise_law(float(job.tokens), _parse_duration(deadline), max_gpus,
-                                     tuple(s for s in strat if s != "pp") or ("ddp",),
-                                     coefficients=coefficients, model=r.arch, layers=job.layers,
-                                     hidden=job.hidden, heads=job.heads, seq=job.seq,
-                                     batch=r.global_batch, device=job.device,
-                                     dtype="fp16" if r.dtype in ("fp16", "bf16") else "fp32",
-                                     ff=r.ff, vocab=r.vocab)
+    best, cands = advisor.advise_job(job, _parse_duration(deadline), max_gpus, strat, law=law,
+                                     coefficients=coefficients)
     if as_json:
         print_json(advisor.to_json(best, cands))
         return

@@ -110,6 +110,39 @@ def advise_law(tokens: float, deadline_s: float, max_gpus: int = 8,
     return best, cands
 
 
+def check_law(law: str) -> None:
+    """The advisor prices candidates with the mechanistic predictor or the pre-run law only."""
+    if str(law).strip().lower() != "prerun":
+        raise JouleboundError("advise --law supports prerun only (the legacy law with built-in coefficients)")
+
+
+def advise_job(job, deadline_s: float, max_gpus: int = 8,  # noqa: ANN001
+               strategies: tuple[str, ...] = ("ddp", "fsdp", "tp", "pp"), law: str | None = None,
+               coefficients: str | None = None, prm=None  # noqa: ANN001
+               ) -> tuple[Option, list[Option]] | tuple[Candidate, list[Candidate]]:
+    """``joulebound advise`` for one job: :func:`advise` (the mechanistic predictor with ``prm``,
+    default the calibration at ``coefficients`` or the shipped one), or with ``law`` ``prerun``
+    :func:`advise_law` on the job's configuration (its global batch; pipelines are not priced by
+    the law, so ``pp`` is dropped from ``strategies``)."""
+    if law is None:
+        if prm is None:
+            from joulebound.jobs.mechanistic import load_params
+
+            prm = load_params(coefficients)
+        return advise(job, deadline_s, max_gpus, strategies, prm)
+    from joulebound.jobs.design import law_config
+
+    check_law(law)
+    config = law_config(job)  # resolves the job: an impossible one is refused here
+    if not job.tokens:
+        raise JouleboundError("--law needs --tokens")
+    for k in ("gpus", "strategy"):
+        config.pop(k)
+    return advise_law(float(job.tokens), deadline_s, max_gpus,
+                      tuple(s for s in strategies if s != "pp") or ("ddp",),
+                      coefficients=coefficients, **config)
+
+
 def to_json(best: Candidate, cands: list[Candidate]) -> dict:
     return {"best": asdict(best), "candidates": [asdict(c) for c in cands], "provenance": MODELED}
 
