@@ -188,7 +188,8 @@ def _micro(per_rank: int, cap: int | None, pp: int) -> int:
 
 
 def candidates_for(job, max_gpus: int, strategies: tuple[str, ...]):  # noqa: ANN001, ANN201
-    """(strategy, gpus, Job or None, reason) for every candidate of :func:`advise`."""
+    """(strategy, gpus, resolved job or None, reason) for every candidate of :func:`advise`: each
+    candidate is resolved here, once (:func:`~joulebound.jobs.job.resolve`)."""
     from dataclasses import replace
 
     from joulebound.jobs.job import resolve
@@ -210,11 +211,11 @@ def candidates_for(job, max_gpus: int, strategies: tuple[str, ...]):  # noqa: AN
             cand = replace(job, gpus=n, strategy=s, tp=None, pp=None, pp_stages=None, batch=b,
                            global_batch=None, grad_accum=per_rank // b)
             try:
-                resolve(cand)
+                r = resolve(cand)
             except JouleboundError as exc:
                 out.append((s, n, None, str(exc)))
                 continue
-            out.append((s, n, cand, ""))
+            out.append((s, n, r, ""))
     return out
 
 
@@ -223,7 +224,7 @@ def advise(job, deadline_s: float, max_gpus: int = 8,  # noqa: ANN001
            ) -> tuple[Option, list[Option]]:
     """(advice, every candidate sorted by energy) for ``job`` (a :class:`~joulebound.jobs.job.Job`
     whose ``batch``/``global_batch`` fix the global batch and whose ``tokens`` the work)."""
-    from joulebound.jobs.mechanistic import load_params, predict_steps, to_prediction
+    from joulebound.jobs.mechanistic import load_params, predict_resolved
 
     strategies = _checked_request(deadline_s, strategies)
     if not job.tokens:
@@ -233,9 +234,9 @@ def advise(job, deadline_s: float, max_gpus: int = 8,  # noqa: ANN001
     cands = candidates_for(job, max_gpus, strategies)
     ok = [c for c in cands if c[2] is not None]
     preds = {}
-    if ok:
-        for (s, n, _, _), (r, st, mem, _pa) in zip(ok, predict_steps([c[2] for c in ok], prm), strict=True):
-            preds[(s, n)] = to_prediction(r, st, mem, prm, allow_oom=True)
+    if ok:  # job -> resolved candidates -> one batched prediction of all of them
+        for (s, n, _, _), p in zip(ok, predict_resolved([c[2] for c in ok], prm), strict=True):
+            preds[(s, n)] = p
     opts = []
     for s, n, _cand, why in cands:
         p = preds.get((s, n))
