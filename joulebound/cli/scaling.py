@@ -68,7 +68,9 @@ interval), total_energy_j, total_energy_lo_j, total_energy_hi_j, energy_per_toke
 busy_energy_j, wait_energy_j, host_energy_j, comm_energy_j, wait_power_w, comm_detail,
 interconnect}, memory {weights, gradients, optimizer, activations, reserve, device_bytes, total,
 fits} (bytes), fits_memory, interval_why[], warnings[], covers, params, provenance ("modeled"),
-predictor. Units: s, J, bytes. With --jobs: a list of these (or {row, error})."""
+predictor. Units: s, J, bytes. With --jobs: a list of these (or {row, error}). With --law the
+same keys: the law fills total_energy_j (for prerun also its 90 % interval, time_s and step
+{energy_j, time_s, eta_hw, eta_par}); what a law does not predict is null."""
 
 
 ADVISE_HELP = """Strategy × GPU count that trains the job with the least energy within a deadline
