@@ -124,3 +124,18 @@ def test_mechanistic_passes_the_sklearn_checks_that_apply() -> None:
     passed = {r["check_name"] for r in results if r["status"] == "passed"}
     assert failed == []
     assert MUST_PASS <= passed
+
+
+def test_load_refuses_the_wrong_kind_and_foreign_files(tmp_path) -> None:
+    from joulebound.core.errors import JouleboundError
+    from joulebound.jobs.defaults import default_path
+
+    law = JobPredictor.load(default_path())  # the shipped pre-run law file
+    assert law.name == "prerun" and law.predict_jobs(JOBS[:1])[0].time_s > 0
+    with pytest.raises(JouleboundError, match="not a MechanisticPredictor"):
+        MechanisticPredictor.load(default_path())
+    (tmp_path / "x.json").write_text('{"schema": "something/else"}')
+    with pytest.raises(JouleboundError, match="not a joulebound predictor file"):
+        load_predictor(tmp_path / "x.json")
+    with pytest.raises(JouleboundError, match="not found"):
+        load_predictor(tmp_path / "missing.json")

@@ -40,7 +40,8 @@ from joulebound.core.errors import JouleboundError
 from joulebound.jobs.job import Job
 from joulebound.jobs.prediction import JobPrediction
 
-#: JSON schema id -> the predictor class that reads it (filled by the modules that define them)
+#: JSON schema id -> the predictor class that reads it ("module:class", imported when a file of
+#: that schema is loaded: the laws import scikit-learn and statsmodels only then)
 SCHEMAS: dict[str, str] = {
     "joulebound.scaling.mechanistic/1": "joulebound.jobs.predictors:MechanisticPredictor",
     "joulebound.scaling.default/1": "joulebound.jobs.laws:PreRunLaw",
@@ -93,8 +94,13 @@ class JobPredictor(BaseEstimator):
 
     @classmethod
     def load(cls, path: str | Path) -> JobPredictor:
-        """A fitted predictor saved by :meth:`save` (or by ``joulebound fit --save``)."""
-        return load_predictor(path)
+        """A fitted predictor saved by :meth:`save` (or by ``joulebound fit --save``); called on
+        a subclass, the file must hold that kind of predictor."""
+        obj = load_predictor(path)
+        if not isinstance(obj, cls):
+            raise JouleboundError(f"{path} holds a {type(obj).__name__} ({obj.name}), not a "
+                                  f"{cls.__name__}")
+        return obj
 
 
 def _class(ref: str) -> type[JobPredictor]:
