@@ -26,7 +26,7 @@ from joulebound.jobs.predictor import JobPredictor, load_predictor
 from joulebound.jobs.predictors import MechanisticPredictor, make_predictor, predictor_names
 from joulebound.jobs.speedup import AmdahlSpeedup, TPSpeedup
 
-NOT_ARRAYS = "fits on measured training steps and predicts jobs, not numeric arrays"
+NOT_ARRAYS = "fits or predicts on generated numeric arrays, not this estimator's inputs (see the test)"
 
 JOBS = [Job(layers=L, hidden=d, heads=d // 64, seq=s, batch=b, device="a100-pcie-80gb",
             dtype="fp16", tokens=1e8, name=f"j{i}")
@@ -114,11 +114,14 @@ MUST_PASS = {"check_estimator_cloneable", "check_get_params_invariance", "check_
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_mechanistic_passes_the_sklearn_checks_that_apply() -> None:
+@pytest.mark.parametrize("est", [MechanisticPredictor(), TPSpeedup(), AmdahlSpeedup()],
+                         ids=lambda e: type(e).__name__)
+def test_the_sklearn_checks_that_apply(est) -> None:
     """The same expected failures as the laws (test_scaling_sklearn.ARRAY_DATA_CHECKS): the
-    checks that fit or predict on generated numeric arrays; the mechanistic predictor fits on
-    measured training steps and predicts jobs."""
-    results = check_estimator(MechanisticPredictor(), on_fail=None, on_skip=None,
+    checks that fit or predict on generated numeric arrays. The mechanistic predictor fits on
+    measured training steps and predicts jobs; a speedup law fits S(N) on 1-D GPU counts and
+    refuses counts below 1 (generated data has them)."""
+    results = check_estimator(est, on_fail=None, on_skip=None,
                               expected_failed_checks=dict.fromkeys(ARRAY_DATA_CHECKS, NOT_ARRAYS))
     failed = [r["check_name"] for r in results if r["status"] == "failed"]
     passed = {r["check_name"] for r in results if r["status"] == "passed"}
