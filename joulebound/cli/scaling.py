@@ -396,27 +396,25 @@ def predict(
     jobs: Path = _JOBS, output: Path = _OUT, law: str = _LAW, coefficients: Path = _COEFFICIENTS,
     data: Path = _DATA, as_json: bool = _JSON,
 ) -> None:
-    from joulebound.jobs import predictors
+    from joulebound.jobs import predict as jp
     from joulebound.jobs.job import job_from_options
 
     o = _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
               gpus_per_node, nics_per_node, tokens)
-    if law is None and predictors.is_law_file(coefficients):
-        law = "prerun"  # a law saved by `fit --save` (legacy pre-run law record)
-    is_law = law is not None and predictors.make_predictor(law).name != predictors.MECHANISTIC
+    is_law = jp.law_name(law, coefficients) is not None  # a law file selects prerun
     if jobs is not None:
         if is_law:
             raise JouleboundError("--jobs works with the mechanistic predictor only (drop --law)")
         _predict_table(jobs, {**o, "gpus": gpus, "strategy": strategy, "tp": tp, "pp": pp},
-                       predictors.MechanisticPredictor.shipped(coefficients), output, as_json)
+                       coefficients, output, as_json)
         return
     if output is not None and not is_law:
         raise JouleboundError("-o/--output writes the predictions of --jobs; for one job use --json")
     # a law reads the job's shape, GPUs and strategy (its global batch); tp/pp are mechanistic
     degrees = {"gpus": gpus, "strategy": strategy, **({} if is_law else {"tp": tp, "pp": pp})}
     job = job_from_options(**_default_shape({**o, **degrees}))
-    p = predictors.predict_job(job, law, coefficients, data, allow_oom=ignore_memory)
+    p = jp.predict_job(job, law, coefficients, data, allow_oom=ignore_memory)
     if as_json:
         print_json(p.to_json())
     elif is_law:
@@ -425,16 +423,18 @@ def predict(
         _print_prediction(p)
 
 
-def _predict_table(path: Path, defaults: dict, predictor, output: Path | None, as_json: bool) -> None:  # noqa: ANN001
+def _predict_table(path: Path, defaults: dict, coefficients: Path | None, output: Path | None,
+                   as_json: bool) -> None:
     import time
 
     from rich.table import Table
 
     from joulebound.jobs import jobtable
+    from joulebound.jobs.predict import predict_table
 
     t0 = time.perf_counter()
     rows = jobtable.read_jobs(path, {k: v for k, v in defaults.items() if v is not None})
-    preds = predictor.predict_many([j for j, _, _ in rows])
+    preds = predict_table([j for j, _, _ in rows], coefficients)
     out, docs = [], []
     for i, ((_, _, err), p) in enumerate(zip(rows, preds, strict=True), start=1):
         if isinstance(p, str):
@@ -491,7 +491,8 @@ def advise(
 ) -> None:
     from joulebound.jobs import advisor
     from joulebound.jobs.job import job_from_options
-    from joulebound.jobs.predictors import MechanisticPredictor, is_law_file
+    from joulebound.jobs.mechanistic import load_params
+    from joulebound.jobs.predict import is_law_file
 
     o = _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
@@ -502,7 +503,7 @@ def advise(
     if law is not None:
         _legacy_advise(law, o, deadline, max_gpus, strat, coefficients, as_json)
         return
-    prm = MechanisticPredictor.shipped(coefficients).params_
+    prm = load_params(coefficients)
     if jobs is not None:
         _advise_table(jobs, o, deadline, max_gpus, strat, prm, output, as_json)
         return

@@ -3,14 +3,13 @@
 :data:`PREDICTORS` maps a name to a fresh (unfitted) :class:`~joulebound.jobs.predictor.
 JobPredictor`: ``mechanistic`` (:class:`MechanisticPredictor`, the default) and every energy law
 of :data:`joulebound.jobs.laws.LAWS` (``paper``, ``paper-no-eta``, ``prerun``, …).
-:func:`fitted_predictor` gives the predictor ``joulebound predict`` uses (the shipped calibration,
-a saved file, the built-in pre-run law, or a law fitted on the open data) and
-:func:`predict_job` the one prediction the command prints.
+:func:`fitted_predictor` gives the fitted predictor of a name (the shipped calibration, a saved
+file, the built-in pre-run law, or a law fitted on the open data); what ``joulebound predict``
+computes is :func:`joulebound.jobs.predict.predict_job`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -116,25 +115,17 @@ def make_predictor(name: str = MECHANISTIC) -> JobPredictor:
     return laws[key]()
 
 
-def is_law_file(path: str | Path | None) -> bool:
-    """True for a pre-run law coefficients file (``fit --save`` without ``--law mechanistic``)."""
-    if path is None or not Path(path).is_file():
-        return False
-    try:
-        return json.loads(Path(path).read_text()).get("schema") == "joulebound.scaling.default/1"
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def fitted_predictor(law: str | None = None, coefficients: str | Path | None = None,
                      data: str | Path | None = None) -> JobPredictor:
-    """The predictor ``joulebound predict`` uses.
+    """The fitted predictor for ``joulebound predict [--law NAME] [--coefficients FILE]``.
 
     * no ``law`` (or ``mechanistic``): the mechanistic predictor with the shipped calibration or
       the one saved at ``coefficients``; a pre-run law file there selects ``prerun``;
     * ``prerun``: the built-in pre-run law, or the one saved at ``coefficients``;
     * any other law: fitted on the Mayaki data of the shared data folder ``data``
       (default ``$JOULEBOUND_DATA``), labeled with that folder."""
+    from joulebound.jobs.predict import is_law_file
+
     if law is None and is_law_file(coefficients):
         law = "prerun"
     key = MECHANISTIC if law is None else str(law).strip().lower()
@@ -153,20 +144,3 @@ def fitted_predictor(law: str | None = None, coefficients: str | Path | None = N
     est.fit(df)
     est.source_ = f"fitted on {root}"
     return est
-
-
-def predict_job(job: Job, law: str | None = None, coefficients: str | Path | None = None,
-                data: str | Path | None = None, allow_oom: bool = False) -> JobPrediction:
-    """``joulebound predict`` for one job: the prediction of :func:`fitted_predictor`'s
-    predictor. A law prices a whole job, so it needs ``job.tokens``; the mechanistic predictor
-    refuses a job that does not fit in GPU memory unless ``allow_oom``."""
-    is_law = law is not None or is_law_file(coefficients)
-    if is_law and str(law or "prerun").strip().lower() != MECHANISTIC:
-        from joulebound.jobs.job import resolve
-
-        make_predictor(law or "prerun")
-        resolve(job)  # an impossible job is refused before anything is fitted
-        if not job.tokens:
-            raise JouleboundError("--law needs --tokens (the legacy laws price whole jobs)")
-        return fitted_predictor(law, coefficients, data).predict_jobs([job])[0]
-    return MechanisticPredictor.shipped(coefficients).predict_jobs([job], allow_oom=allow_oom)[0]
