@@ -16,19 +16,32 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from joulebound.core.errors import JouleboundError
 
 if TYPE_CHECKING:  # pragma: no cover - the estimators import scikit-learn: only when used
+    import pandas as pd
+
     from joulebound.jobs.laws import PreRunLaw
     from joulebound.jobs.prediction import JobPrediction
 
 DEFAULT_FILE = "prerun_default.json"
+#: schema id of a pre-run law coefficients file
+LAW_SCHEMA = "joulebound.scaling.default/1"
 
 
 def default_path() -> Path:
     return Path(str(resources.files("joulebound.jobs") / "data" / DEFAULT_FILE))
+
+
+def is_law_file(path: str | Path | None) -> bool:
+    """True for a pre-run law coefficients file (``fit --save`` without ``--law mechanistic``)."""
+    if path is None or not Path(path).is_file():
+        return False
+    try:
+        return json.loads(Path(path).read_text()).get("schema") == LAW_SCHEMA
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def load_default(path: str | Path | None = None) -> tuple[PreRunLaw, dict]:
@@ -63,7 +76,7 @@ def law_record(df: pd.DataFrame, data_desc: str, k: int = 5) -> dict:
     y = np.log(df["energy_j"].to_numpy(float))
     q = conformal_quantile(np.abs(y - cv["oof_log_pred"]), 0.1) if "oof_log_pred" in cv else None
     return {
-        "schema": "joulebound.scaling.default/1",
+        "schema": LAW_SCHEMA,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "law": law.to_json(),
         "q90_log": q,

@@ -10,26 +10,16 @@ scikit-learn (it calls :mod:`joulebound.jobs.mechanistic` directly, as
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from joulebound.core.errors import JouleboundError
+from joulebound.jobs.defaults import is_law_file
 from joulebound.jobs.job import Job, resolve
 from joulebound.jobs.prediction import JobPrediction
 
 MECHANISTIC = "mechanistic"
-LAW_SCHEMA = "joulebound.scaling.default/1"
-
-
-def is_law_file(path: str | Path | None) -> bool:
-    """True for a pre-run law coefficients file (``fit --save`` without ``--law mechanistic``)."""
-    if path is None or not Path(path).is_file():
-        return False
-    try:
-        return json.loads(Path(path).read_text()).get("schema") == LAW_SCHEMA
-    except (OSError, ValueError, AttributeError):
-        return False
+__all__ = ["is_law_file", "law_name", "predict_job", "predict_table"]
 
 
 def law_name(law: str | None, coefficients: str | Path | None = None) -> str | None:

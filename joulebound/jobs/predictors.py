@@ -124,7 +124,7 @@ def fitted_predictor(law: str | None = None, coefficients: str | Path | None = N
     * ``prerun``: the built-in pre-run law, or the one saved at ``coefficients``;
     * any other law: fitted on the Mayaki data of the shared data folder ``data``
       (default ``$JOULEBOUND_DATA``), labeled with that folder."""
-    from joulebound.jobs.predict import is_law_file
+    from joulebound.jobs.defaults import is_law_file
 
     if law is None and is_law_file(coefficients):
         law = "prerun"
