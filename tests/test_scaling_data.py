@@ -106,7 +106,7 @@ def test_sweep_store_with_energy_fits_energy_laws(tmp_path, capsys):
                  "--batch", "16", "--tokens", "1e6", "--gpus", "2", "--strategy", "tp",
                  "--coefficients", str(law_file), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert str(law_file) in out["law"] and out["energy_j"] > 0
+    assert str(law_file) in out["predictor"] and out["total_energy_j"] > 0
     assert not any("Ψ(strategy) = 0" in w for w in out["warnings"])
 
 

@@ -1,4 +1,4 @@
-"""Speedup laws, the communication model and the proxies."""
+"""Speedup laws, the energy laws' communication model and hardware inputs, and the proxies."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from joulebound.core.errors import JouleboundError
-from joulebound.jobs import comm, proxies
+from joulebound.jobs import lawinputs, proxies
 from joulebound.jobs.speedup import (
     AmdahlSpeedup,
     TPSpeedup,
@@ -81,31 +81,39 @@ def test_strategy_names_and_gpu_counts():
     with pytest.raises(JouleboundError, match="Did you mean 'fsdp'"):
         normalize_strategy("fsd")
     with pytest.raises(JouleboundError, match=">= 1"):
-        comm.predicted_efficiency("ddp", 0, flops=1e12, params=1e8, B=8, S=128, d=768, L=12)
+        lawinputs.predicted_efficiency("ddp", 0, flops=1e12, params=1e8, B=8, S=128, d=768, L=12)
 
 
-def test_comm_volumes_match_formulas():
-    n = np.array([1.0, 2.0, 4.0, 8.0])
-    v, hops = comm.comm_volume("ddp", n, params=1e8, B=32, S=128, d=768, L=12, nbytes=4)
-    assert np.allclose(v, 2 * (n - 1) / n * 1e8 * 4)
-    v_fsdp, _ = comm.comm_volume("fsdp", n, 1e8, 32, 128, 768, 12, 4)
-    assert np.allclose(v_fsdp, 1.5 * v)
-    v_tp, hops_tp = comm.comm_volume("tp", n, 1e8, 32, 128, 768, 12, 4)
-    assert np.allclose(v_tp, 4 * 12 * 2 * (n - 1) / n * 32 * 128 * 768 * 4)
-    assert hops_tp[-1] == 4 * 12 * 2 * 7
+def test_law_comm_times_match_the_legacy_formulas():
+    """The laws' collectives (now the mechanistic ring formulas of jobs.collectives) give the
+    volume/bandwidth + hops·latency of the seed paper's communication model."""
+    bw, lat, P, B, S, d, L, b = 0.7 * 15.75e9, 10e-6, 1e8, 32, 128, 768, 12, 4
+    for n in (2, 4, 8):
+        frac = (n - 1) / n
+        ct = lawinputs.comm_time
+        assert ct("ddp", n, P, B, S, d, L, b, bw, lat) == pytest.approx(
+            2 * frac * P * b / bw + 2 * (n - 1) * lat, rel=1e-12)
+        assert ct("fsdp", n, P, B, S, d, L, b, bw, lat) == pytest.approx(
+            3 * frac * P * b / bw + 3 * (n - 1) * lat, rel=1e-12)
+        assert ct("tp", n, P, B, S, d, L, b, bw, lat) == pytest.approx(
+            4 * L * 2 * frac * B * S * d * b / bw + 4 * L * 2 * (n - 1) * lat, rel=1e-12)
+        assert ct("pp", n, P, B, S, d, L, b, bw, lat) == pytest.approx(
+            2 * (n - 1) * B * S * d * b / n / bw + 2 * (n - 1) * lat, rel=1e-12)
+        assert ct("single", n, P, B, S, d, L, b, bw, lat) == 0.0
+    assert lawinputs.comm_time("ddp", 1, P, B, S, d, L, b, bw, lat) == 0.0
 
 
 def test_comm_efficiency_properties():
     kw = dict(flops=6 * 1.1e8 * 32 * 128, params=1.1e8, B=32, S=128, d=768, L=12, device="rtx2080ti",
               compute_eff=0.3)
-    eta = comm.predicted_efficiency("ddp", [1, 2, 4, 8], **kw)
+    eta = lawinputs.predicted_efficiency("ddp", [1, 2, 4, 8], **kw)
     assert eta[0] == pytest.approx(1.0)
     assert np.all(np.diff(eta) < 0)  # efficiency falls with N
-    fast = comm.predicted_efficiency("ddp", 8, link="nvlink3", **kw)
+    fast = lawinputs.predicted_efficiency("ddp", 8, link="nvlink3", **kw)
     assert fast > eta[-1]  # a faster link helps
-    assert comm.predicted_efficiency("tp", 8, **kw) < eta[-1]  # TP communicates more here
+    assert lawinputs.predicted_efficiency("tp", 8, **kw) < eta[-1]  # TP communicates more here
     with pytest.raises(JouleboundError, match="unknown interconnect"):
-        comm.predicted_efficiency("ddp", 2, link="pcie9", **kw)
+        lawinputs.predicted_efficiency("ddp", 2, link="pcie9", **kw)
 
 
 def test_proxies_formulas():
@@ -120,26 +128,29 @@ def test_proxies_formulas():
         proxies.dtype_bytes("fp13")
 
 
-def test_scaling_hardware_is_the_device_catalog():
+def test_law_hardware_is_the_device_catalog_and_the_link_table():
+    """The laws read the one catalog and the one link table; their two conventions (TF32 peak
+    for fp32 training, peer-to-peer links) are pinned to the figures they were calibrated with."""
     from joulebound.hw.catalog import get_device, list_devices
-    from joulebound.jobs import comm, hardware
+    from joulebound.hw.links import LINKS
 
     for spec in list_devices():
-        hw = hardware.get_hw(spec.name)
-        assert hw.source == "joulebound.hw.catalog"
-        assert hw.peak_for("bf16" if spec.peak_flops.get("bf16") else "fp16") > 0
-        assert hw.peak == {k: float(v) for k, v in spec.peak_flops.items() if v}
-        assert (hw.mem_bw, hw.tdp_w, hw.mem_bytes) == (spec.mem_bandwidth_bps,
-                                                       spec.power_limit_default_w, spec.memory_bytes)
-        assert spec.name in hardware.LINKS and hw.link in comm.LINKS  # every GPU has an interconnect
-    assert hardware.get_hw("a100-sxm4").link == "nvlink3" and hardware.get_hw("2080ti").link == "pcie3"
-    for alias in ("a100", "3080ti", "h200", "NVIDIA A40", "Tesla T4"):  # one meaning per name
-        assert hardware.get_hw(alias).name == get_device(alias).name, alias
-    # GPUs only in the open data (Zeus NSDI'23) are not catalog entries but still priced
-    assert {"v100-pcie", "rtx6000", "p100-pcie"} <= set(hardware.device_names())
-    assert hardware.get_hw("V100-PCIe").tdp_w == 250
+        assert lawinputs.law_device(spec.name) is not None
+        assert lawinputs.law_peak(spec.peak_flops, "bf16" if spec.peak_flops.get("bf16") else "fp16",
+                                  spec.name) > 0
+        assert lawinputs.law_link(spec).name in LINKS  # every GPU has an interconnect
+    assert lawinputs.law_link(get_device("a100-sxm4")).name == "nvlink3"
+    assert lawinputs.law_link(get_device("2080ti")).name == "pcie3"  # the catalog's pcie3-nop2p
+    a100 = get_device("a100-pcie-80gb")
+    assert lawinputs.law_peak(a100.peak_flops, "fp32") == a100.peak_flops["tf32"] == 156e12
+    for alias in ("a100", "3080ti", "h200", "NVIDIA A40", "Tesla T4", "grid"):  # one meaning per name
+        assert lawinputs.law_device(alias).name == get_device(
+            "rtx2080ti" if alias == "grid" else alias).name, alias
+    assert lawinputs.law_device("V100-PCIe").power_limit_default_w == 250
     with pytest.raises(JouleboundError, match="unknown GPU 'rtx9090'"):
-        hardware.get_hw("rtx9090")
+        lawinputs.law_device("rtx9090")
+    with pytest.raises(JouleboundError, match="no peak FLOP/s"):
+        lawinputs.law_peak({"fp32": 1e12}, "fp8", "x")
 
 
 def test_tp_law_with_one_gpu_count_pins_k_and_fits_s_inf_without_warnings():

@@ -68,7 +68,9 @@ interval), total_energy_j, total_energy_lo_j, total_energy_hi_j, energy_per_toke
 busy_energy_j, wait_energy_j, host_energy_j, comm_energy_j, wait_power_w, comm_detail,
 interconnect}, memory {weights, gradients, optimizer, activations, reserve, device_bytes, total,
 fits} (bytes), fits_memory, interval_why[], warnings[], covers, params, provenance ("modeled"),
-predictor. Units: s, J, bytes. With --jobs: a list of these (or {row, error})."""
+predictor. Units: s, J, bytes. With --jobs: a list of these (or {row, error}). With --law the
+same keys: the law fills total_energy_j (for prerun also its 90 % interval, time_s and step
+{energy_j, time_s, eta_hw, eta_par}); what a law does not predict is null."""
 
 
 ADVISE_HELP = """Strategy × GPU count that trains the job with the least energy within a deadline
@@ -95,80 +97,6 @@ def _table_console():  # noqa: ANN202
     from rich.console import Console
 
     return console if console.is_terminal else Console(width=max(console.width, 132))
-
-
-def _speedup_rows(df) -> list[dict]:  # noqa: ANN001
-    """Fit a speedup law per (family, strategy) from per-step times over GPU counts."""
-    import numpy as np
-
-    from joulebound.jobs.speedup import fit_speedup
-
-    out = []
-    for (fam, strat), g in df[df["strategy"] != "single"].groupby(["family", "strategy"]):
-        base = df[(df["family"] == fam) & (df["gpus"] == 1)]
-        if g["speedup"].notna().any():
-            n, s = g["gpus"].to_numpy(float), g["speedup"].to_numpy(float)
-        elif len(base):
-            t1 = float(base["time_s"].mean())  # same global batch: work per step is equal
-            n, s = g["gpus"].to_numpy(float), t1 / g["time_s"].to_numpy(float)
-        else:
-            continue
-        if len(np.unique(n[n > 1])) < 1:
-            continue
-        try:
-            fit = fit_speedup(strat, n, s)
-        except (RuntimeError, ValueError, JouleboundError) as exc:
-            out.append({"family": fam, "strategy": strat, "note": f"fit failed: {exc}"})
-            continue
-        out.append({"family": fam, "strategy": strat, **fit.to_json()})
-    return out
-
-
-def _fit_one(df, law_name: str, laws: tuple[str, ...], k: int) -> dict:  # noqa: ANN001
-    import numpy as np
-
-    from joulebound.jobs.evaluate import evaluate
-    from joulebound.jobs.laws import make_law
-
-    rec: dict = {"dataset": str(df["dataset"].iloc[0]) if len(df) else "?",
-                 "source": df.attrs.get("source"), "rows": len(df),
-                 "dropped": df.attrs.get("dropped", {}), "law": law_name, "notes": []}
-    rec["speedup"] = _speedup_rows(df) if len(df) and (df["gpus"] > 1).any() else []
-    if not rec["speedup"]:
-        rec["notes"].append("no runtimes over GPU counts (with a 1-GPU run of the same shape): "
-                            "speedup laws not fitted")
-    has_e = df["energy_j"].notna() & (df["energy_j"] > 0)
-    if "energy_provenance" in df and (has_e & (df["energy_provenance"] == MODELED)).any():
-        n_mod = int((has_e & (df["energy_provenance"] == MODELED)).sum())
-        rec["notes"].append(f"{n_mod} rows have modeled (simulated-meter) energy: left out, the energy "
-                            "laws are fitted on measured energy only")
-        has_e &= df["energy_provenance"] != MODELED
-    if df["peak_flops"].isna().any() and has_e.any():
-        rec["notes"].append(f"{int(df['peak_flops'].isna().sum())} CPU rows have no GPU peak: left out "
-                            "of the energy laws")
-        has_e &= df["peak_flops"].notna()
-    if not has_e.any():
-        rec["notes"].append("no row has measured energy_j (no sensor): energy laws need energy; only "
-                            "the speedup laws were fitted")
-        return rec
-    if (~has_e).any():
-        rec["notes"].append(f"{int((~has_e).sum())} rows without energy_j left out of the energy laws")
-    de = df[has_e].copy()
-    de.attrs = df.attrs
-    multi = de[de["gpus"] > 1]
-    if len(multi) and multi["speedup"].notna().all() and "paper-speedup" not in laws:
-        laws = (*laws, "paper-speedup")  # the paper's own η = S(N)/N is available
-    law = make_law(law_name).fit(de)
-    rec["coefficients"] = law.coef_table().to_dict("records")
-    rec["cov_type"] = getattr(law, "cov_type_", None)
-    rec["adj_r2"] = law.rsquared_adj_
-    with console.status(f"evaluating {len(laws)} laws on {rec['dataset']} (grouped {k}-fold)…") as st:
-        table = evaluate(de, laws, k=k, progress=lambda n: st.update(f"evaluated {n}"))
-    rec["evaluation"] = table.replace({np.nan: None}).to_dict("records")
-    if de["family"].nunique() < 5:
-        rec["notes"].append(f"only {de['family'].nunique()} configuration families: held-out "
-                            "figures rest on very few groups")
-    return rec
 
 
 def _print_fit(rec: dict, published: dict) -> None:
@@ -223,64 +151,6 @@ def _print_fit(rec: dict, published: dict) -> None:
                           f"(RMSE {s['rmse']:.3g}, {s['n_points']} points, pinned {s['pinned'] or '–'}) \\[modeled]")
         else:
             console.print(f"  speedup {s['family']} / {s['strategy']}: {s.get('note')}")
-
-
-def _open_data_root(data: Path) -> tuple[Path | None, str | None]:
-    """(shared data folder, only this data set) for --data: the folder, one of its sub-folders, or
-    neither (a sweep store or a single file)."""
-    from joulebound.jobs.calibrate import DATASETS
-
-    if data.is_dir() and data.name in DATASETS:
-        return data.parent, data.name
-    if data.is_dir() and any((data / d).exists() for d in DATASETS):
-        return data, None
-    return None, None
-
-
-def _mechanistic_fit(data: Path, device: str | None, law: str, want_legacy: bool, save: Path | None,
-                     progress) -> dict:  # noqa: ANN001
-    """Calibrate the mechanistic predictor on --data, run every validation cut, and (when asked)
-    the legacy ``law`` on the same cuts; write --save."""
-    import json
-    from dataclasses import replace
-
-    import numpy as np
-
-    from joulebound.jobs import calibrate as cal
-    from joulebound.jobs.host import mayaki_host_watts
-
-    root, only = _open_data_root(data)
-    skipped: list[str] = []
-    if root is not None:
-        obs = [o for o in cal.load_observations(root) if only is None or o.dataset == only]
-    elif data.is_file():
-        obs = cal.sweep_obs(data, device, skipped)
-    else:
-        obs = []
-    if not obs:
-        return {"note": "no GPU rows with measured time for the mechanistic predictor (CPU or "
-                        "time-only sweeps feed the speedup laws only)"}
-    prep = cal.prepare(obs)
-    base = cal.MechParams()
-    if root is not None and (root / "mayaki_ecai2025").exists():
-        base = replace(base, host=mayaki_host_watts(root / "mayaki_ecai2025"))
-    known = root is None  # the user's own sweep: their framework
-    prm = cal.fit(prep, base, framework_known=known)
-    cuts = cal.cuts(prep, progress)
-    prm.provenance["data"] = str(data)
-    prm.provenance["cuts"] = [{k: v for k, v in c.items() if k != "params"} for c in cuts]
-    out: dict = {"params": prm.to_json(), "cuts": cuts, "targets": cal.TARGETS}
-    if want_legacy and law != "mechanistic":
-        out["legacy_cuts"] = {law: cal.legacy_cuts(prep, law, progress)}
-    if save is not None and law == "mechanistic":
-        try:
-            save.write_text(json.dumps(prm.to_json(), indent=1) + "\n")
-        except OSError as exc:
-            raise JouleboundError(f"--save {save}: cannot write ({exc.strerror})") from None
-    out["rows"] = int(len(prep))
-    out["skipped"] = skipped
-    out["datasets"] = sorted({str(d) for d in np.unique(prep.col("dataset"))})
-    return out
 
 
 def _print_cuts(mech: dict) -> None:
@@ -342,68 +212,21 @@ def fit(
                               "this JSON file, for predict/advise --coefficients"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output (keys in --help)"),
 ) -> None:
-    from joulebound.jobs import datasets
-    from joulebound.jobs.evaluate import PUBLISHED
-    from joulebound.jobs.laws import make_law
+    from joulebound.jobs.fitting import fit_data
 
-    if folds < 2:
-        raise JouleboundError(f"--folds must be >= 2 for a held-out evaluation (got {folds})")
-    mech_only = law.strip().lower() == "mechanistic"
-    if not mech_only:
-        make_law(law)  # validate the name early
     law_list = tuple(x.strip() for x in laws.split(",") if x.strip())
-    for x in law_list:
-        make_law(x)
-    if save is not None and save.is_dir():
-        raise JouleboundError(f"--save {save} is a folder; pass a file name such as {save / 'law.json'}")
-    if data is None:
-        from joulebound.core.datapath import find_data
-
-        data = find_data()
-    if not data.exists():
-        datasets.load(data, device=device)  # the loader's message for a missing path
-    root, only = _open_data_root(data)
-    run_cuts = cuts if cuts is not None else (mech_only or (root is not None and only is None))
-    mech = None
-    if run_cuts:
-        with console.status("mechanistic predictor: calibrating and running the cuts…") as st:
-            mech = _mechanistic_fit(data, device, law.strip().lower(), True, save,
-                                    lambda m: st.update(f"cut {m}"))
-    recs = []
-    if not mech_only:
-        df = datasets.load(data, device=device)
-        for _, g in df.groupby("dataset", sort=False):
-            g = g.reset_index(drop=True)
-            g.attrs = {"source": df.attrs.get("source"),
-                       "dropped": {k.split(": ", 1)[-1]: v for k, v in df.attrs.get("dropped", {}).items()
-                                   if df["dataset"].nunique() == 1 or k.startswith(str(g["dataset"].iloc[0]))}}
-            recs.append(_fit_one(g, law, law_list, folds))
-        if save is not None:
-            import json
-
-            from joulebound.jobs.defaults import law_record
-
-            de = df[df["energy_j"].notna() & (df["energy_j"] > 0) & df["peak_flops"].notna()]
-            if "energy_provenance" in de:
-                de = de[de["energy_provenance"] != MODELED]
-            if de.empty:
-                raise JouleboundError("--save needs rows with measured energy; this data has none")
-            rec = law_record(de.reset_index(drop=True), f"{data} ({len(de)} rows with measured energy)",
-                             k=min(folds, int(de["family"].nunique())))
-            try:
-                save.write_text(json.dumps(rec, indent=1) + "\n")
-            except OSError as exc:
-                raise JouleboundError(f"--save {save}: cannot write ({exc.strerror})") from None
+    with console.status("fitting…") as st:
+        res = fit_data(data, law, law_list, folds, device, cuts, save, st.update)
+    mech, recs = res["mechanistic"], res["datasets"]
     if as_json:
-        print_json({"datasets": recs, "published": PUBLISHED, "saved": str(save) if save else None,
-                    "mechanistic": mech})
+        print_json(res)
         return
     if mech is not None:
         _print_cuts(mech)
     for r in recs:
-        _print_fit(r, PUBLISHED)
+        _print_fit(r, res["published"])
     if save is not None:
-        what = "mechanistic calibration" if mech_only else "pre-run law"
+        what = "mechanistic calibration" if law.strip().lower() == "mechanistic" else "pre-run law"
         console.print(f"saved the {what} to {save} (use predict/advise --coefficients {save})")
 
 
@@ -464,18 +287,6 @@ def _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_a
                 dtype=dtype, recompute=recompute, optimizer=optimizer, device=device, clocks=clocks,
                 power_limit_w=power_limit, interconnect=interconnect, inter_node=inter_node,
                 gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, tokens=tokens, **kw)
-
-
-def _is_legacy_file(path: Path | None) -> bool:
-    """True for a legacy pre-run law record (``fit --save`` without ``--law mechanistic``)."""
-    if path is None or not Path(path).is_file():
-        return False
-    import json
-
-    try:
-        return json.loads(Path(path).read_text()).get("schema") == "joulebound.scaling.default/1"
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def _default_shape(o: dict) -> dict:
@@ -546,53 +357,16 @@ def _print_prediction(p) -> None:  # noqa: ANN001
         console.print(f"[yellow]note:[/] {w}", highlight=False, soft_wrap=True)
 
 
-def _legacy_predict(law: str, o: dict, gpus: int, strategy: str, coefficients, data, as_json: bool) -> None:  # noqa: ANN001
-    """``predict --law NAME``: a legacy energy law (global batch semantics of the old predictor)."""
-    from dataclasses import replace
-
-    from joulebound.jobs.defaults import predict_job
-    from joulebound.jobs.job import job_from_options, resolve
-
-    job = job_from_options(**_default_shape(o))
-    r = resolve(replace(job, gpus=gpus, strategy=strategy))
-    if not job.tokens:
-        raise JouleboundError("--law needs --tokens (the legacy laws price whole jobs)")
-    cfg = dict(model=r.arch if r.arch != "gpt" else "gpt", layers=job.layers, hidden=job.hidden,
-               heads=job.heads, seq=job.seq, batch=r.global_batch, device=job.device,
-               dtype="fp16" if r.dtype in ("fp16", "bf16") else "fp32", ff=r.ff, vocab=r.vocab,
-               gpus=gpus, strategy=r.strategy if gpus > 1 else "single")
-    if law == "prerun":
-        p = predict_job(float(job.tokens), coefficients=coefficients, **cfg).to_json()
-    else:
-        import numpy as np
-
-        from joulebound.core.datapath import find_data
-        from joulebound.jobs.datasets import load
-        from joulebound.jobs.defaults import config_frame
-        from joulebound.jobs.laws import make_law
-
-        root = find_data(data, required=True)
-        df = load(root / "mayaki_ecai2025" if (root / "mayaki_ecai2025").exists() else root)
-        m = make_law(law).fit(df)
-        row = config_frame(**cfg)
-        e_step = float(np.exp(m.predict_log(row))[0])
-        steps = float(job.tokens) / (r.global_batch * job.seq)
-        p = {"energy_j": e_step * steps, "energy_lo_j": None, "energy_hi_j": None, "time_s": None,
-             "steps": steps, "energy_per_step_j": e_step, "law": f"{law} (fitted on {root})",
-             "provenance": MODELED, "warnings": m.prediction_warnings(row)}
-    p["predictor"] = f"legacy law {law}"
-    if as_json:
-        print_json(p)
-        return
-    lo = "" if p.get("energy_lo_j") is None else (f"  (90 % interval {_fmt_e(p['energy_lo_j'])} – "
-                                                  f"{_fmt_e(p['energy_hi_j'])})")
-    console.print(f"energy  {_fmt_e(p['energy_j'])}{lo}  \\[modeled]  law: {p['law']}", highlight=False)
-    if p.get("time_s"):
-        console.print(f"time    {_fmt_t(p['time_s'])} over {p['steps']:.4g} steps  \\[modeled]",
+def _print_law_prediction(p) -> None:  # noqa: ANN001
+    """``predict --law NAME``: a law's energy (and time when it predicts one)."""
+    lo = "" if p.total_energy_lo_j is None else (f"  (90 % interval {_fmt_e(p.total_energy_lo_j)} – "
+                                                 f"{_fmt_e(p.total_energy_hi_j)})")
+    console.print(f"energy  {_fmt_e(p.total_energy_j)}{lo}  \\[modeled]  law: {p.predictor}", highlight=False)
+    if p.time_s:
+        console.print(f"time    {_fmt_t(p.time_s)} over {p.steps:.4g} steps  \\[modeled]",
                       highlight=False)
-    console.print("covers  what the law's training data metered (Mayaki: CodeCarbon GPU+CPU+RAM)",
-                  style="dim")
-    for w in p.get("warnings", []):
+    console.print(f"covers  {p.covers}", style="dim")
+    for w in p.warnings:
         console.print(f"[yellow]note:[/] {w}")
 
 
@@ -614,47 +388,45 @@ def predict(
     jobs: Path = _JOBS, output: Path = _OUT, law: str = _LAW, coefficients: Path = _COEFFICIENTS,
     data: Path = _DATA, as_json: bool = _JSON,
 ) -> None:
-    from joulebound.jobs import mechanistic
+    from joulebound.jobs import predict as jp
     from joulebound.jobs.job import job_from_options
 
     o = _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
               gpus_per_node, nics_per_node, tokens)
-    if law is None and _is_legacy_file(coefficients):
-        law = "prerun"  # a law saved by `fit --save` (legacy pre-run law record)
-    if law is not None:
-        from joulebound.jobs.laws import make_law
-
-        make_law(law)
-        if jobs is not None:
-            raise JouleboundError("--jobs works with the mechanistic predictor only (drop --law)")
-        _legacy_predict(law.strip().lower(), o, gpus, strategy, coefficients, data, as_json)
-        return
-    prm = mechanistic.load_params(coefficients)
+    is_law = jp.law_name(law, coefficients) is not None  # a law file selects prerun
     if jobs is not None:
-        _predict_table(jobs, {**o, "gpus": gpus, "strategy": strategy, "tp": tp, "pp": pp}, prm,
-                       output, as_json)
+        if is_law:
+            raise JouleboundError("--jobs works with the mechanistic predictor only (drop --law)")
+        _predict_table(jobs, {**o, "gpus": gpus, "strategy": strategy, "tp": tp, "pp": pp},
+                       coefficients, output, as_json)
         return
-    if output is not None:
+    if output is not None and not is_law:
         raise JouleboundError("-o/--output writes the predictions of --jobs; for one job use --json")
-    job = job_from_options(**_default_shape({**o, "gpus": gpus, "strategy": strategy, "tp": tp, "pp": pp}))
-    p = mechanistic.predict_jobs([job], prm, allow_oom=ignore_memory)[0]
+    # a law reads the job's shape, GPUs and strategy (its global batch); tp/pp are mechanistic
+    degrees = {"gpus": gpus, "strategy": strategy, **({} if is_law else {"tp": tp, "pp": pp})}
+    job = job_from_options(**_default_shape({**o, **degrees}))
+    p = jp.predict_job(job, law, coefficients, data, allow_oom=ignore_memory)
     if as_json:
         print_json(p.to_json())
-        return
-    _print_prediction(p)
+    elif is_law:
+        _print_law_prediction(p)
+    else:
+        _print_prediction(p)
 
 
-def _predict_table(path: Path, defaults: dict, prm, output: Path | None, as_json: bool) -> None:  # noqa: ANN001
+def _predict_table(path: Path, defaults: dict, coefficients: Path | None, output: Path | None,
+                   as_json: bool) -> None:
     import time
 
     from rich.table import Table
 
-    from joulebound.jobs import jobtable, mechanistic
+    from joulebound.jobs import jobtable
+    from joulebound.jobs.predict import predict_table
 
     t0 = time.perf_counter()
     rows = jobtable.read_jobs(path, {k: v for k, v in defaults.items() if v is not None})
-    preds = mechanistic.predict_many([j for j, _, _ in rows], prm)
+    preds = predict_table([j for j, _, _ in rows], coefficients)
     out, docs = [], []
     for i, ((_, _, err), p) in enumerate(zip(rows, preds, strict=True), start=1):
         if isinstance(p, str):
@@ -709,26 +481,28 @@ def advise(
     jobs: Path = _JOBS, output: Path = _OUT, law: str = _LAW, coefficients: Path = _COEFFICIENTS,
     as_json: bool = _JSON,
 ) -> None:
-    from joulebound.jobs import advisor, mechanistic
+    from joulebound.jobs import advisor
     from joulebound.jobs.job import job_from_options
+    from joulebound.jobs.mechanistic import load_params
+    from joulebound.jobs.predict import is_law_file
 
     o = _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
               gpus_per_node, nics_per_node, tokens)
     strat = tuple(s.strip() for s in strategies.split(",") if s.strip())
-    if law is None and _is_legacy_file(coefficients):
+    if law is None and is_law_file(coefficients):
         law = "prerun"
     if law is not None:
         _legacy_advise(law, o, deadline, max_gpus, strat, coefficients, as_json)
         return
-    prm = mechanistic.load_params(coefficients)
+    prm = load_params(coefficients)
     if jobs is not None:
         _advise_table(jobs, o, deadline, max_gpus, strat, prm, output, as_json)
         return
     if deadline is None:
         raise JouleboundError("--deadline is required (seconds or 90m / 12h / 2d)")
     job = job_from_options(**_default_shape(o))
-    best, opts = advisor.advise(job, _parse_duration(deadline), max_gpus, strat, prm)
+    best, opts = advisor.advise_job(job, _parse_duration(deadline), max_gpus, strat, prm=prm)
     if as_json:
         print_json(advisor.options_json(best, opts))
         return
@@ -805,23 +579,14 @@ def _legacy_advise(law: str, o: dict, deadline, max_gpus: int, strat: tuple, coe
     from rich.table import Table
 
     from joulebound.jobs import advisor
-    from joulebound.jobs.job import job_from_options, resolve
+    from joulebound.jobs.job import job_from_options
 
-    if law.strip().lower() != "prerun":
-        raise JouleboundError("advise --law supports prerun only (the legacy law with built-in coefficients)")
+    advisor.check_law(law)
     if deadline is None:
         raise JouleboundError("--deadline is required (seconds or 90m / 12h / 2d)")
     job = job_from_options(**_default_shape(o))
-    r = resolve(job)
-    if not job.tokens:
-        raise JouleboundError("--law needs --tokens")
-    best, cands = advisor.advise_law(float(job.tokens), _parse_duration(deadline), max_gpus,
-                                     tuple(s for s in strat if s != "pp") or ("ddp",),
-                                     coefficients=coefficients, model=r.arch, layers=job.layers,
-                                     hidden=job.hidden, heads=job.heads, seq=job.seq,
-                                     batch=r.global_batch, device=job.device,
-                                     dtype="fp16" if r.dtype in ("fp16", "bf16") else "fp32",
-                                     ff=r.ff, vocab=r.vocab)
+    best, cands = advisor.advise_job(job, _parse_duration(deadline), max_gpus, strat, law=law,
+                                     coefficients=coefficients)
     if as_json:
         print_json(advisor.to_json(best, cands))
         return

@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass
 
 from joulebound.core.errors import JouleboundError
 from joulebound.core.provenance import MODELED
-from joulebound.jobs.defaults import config_frame, predict_job
-from joulebound.jobs.hardware import get_hw
-from joulebound.jobs.speedup import normalize_strategy
+from joulebound.jobs.design import config_frame
+from joulebound.jobs.lawinputs import law_device
+from joulebound.jobs.strategy import normalize_strategy
 
 #: bytes of weights + gradients + Adam moments per parameter (4 + 4 + 8)
 STATE_BYTES_PER_PARAM = 16
@@ -78,19 +78,27 @@ def _checked_request(deadline_s: float, strategies: tuple[str, ...]) -> tuple[st
 
 
 def advise_law(tokens: float, deadline_s: float, max_gpus: int = 8,
-           strategies: tuple[str, ...] = ("ddp", "fsdp", "tp"), coefficients: str | None = None,
-           **config) -> tuple[Candidate, list[Candidate]]:  # noqa: ANN003
-    """(best, all candidates sorted by energy). ``config`` as for ``predict_job`` minus gpus/strategy."""
+               strategies: tuple[str, ...] = ("ddp", "fsdp", "tp"), coefficients: str | None = None,
+               law=None, **config) -> tuple[Candidate, list[Candidate]]:  # noqa: ANN001, ANN003
+    """(best, all candidates sorted by energy) by the pre-run law ``law`` (default: the one of
+    ``coefficients``, or the built-in one). ``config``: keywords of
+    :func:`~joulebound.jobs.design.config_frame` minus gpus/strategy."""
+    from joulebound.jobs.defaults import load_default
+
     strategies = _checked_request(deadline_s, strategies)
+    if law is None:
+        law, _ = load_default(coefficients)
     params = float(config_frame(**config)["params"].iloc[0])
-    mem = get_hw(config.get("device", "rtx2080ti")).mem_bytes
+    spec = law_device(config.get("device", "rtx2080ti"))
+    mem = float(spec.memory_bytes) if spec.memory_bytes else float("nan")
     cands: list[Candidate] = []
     for n in gpu_counts(max_gpus):
         for s in (("single",) if n == 1 else strategies):
-            p = predict_job(tokens, gpus=n, strategy=s, coefficients=coefficients, **config)
+            p = law.predict_config(tokens, gpus=n, strategy=s, **config)
             sb = state_bytes_per_gpu(params, s, n)
-            cands.append(Candidate(s, n, p.energy_j, p.energy_lo_j, p.energy_hi_j, p.time_s,
-                                   p.eta_par, p.time_s <= deadline_s, sb, not sb > mem))
+            cands.append(Candidate(s, n, p.total_energy_j, p.total_energy_lo_j, p.total_energy_hi_j,
+                                   p.time_s, p.step["eta_par"], p.time_s <= deadline_s, sb,
+                                   not sb > mem))
     cands.sort(key=lambda c: c.energy_j)
     fit = [c for c in cands if c.fits_memory]
     if not fit:
@@ -100,6 +108,39 @@ def advise_law(tokens: float, deadline_s: float, max_gpus: int = 8,
     ok = [c for c in fit if c.meets_deadline]
     best = ok[0] if ok else min(fit, key=lambda c: c.time_s)
     return best, cands
+
+
+def check_law(law: str) -> None:
+    """The advisor prices candidates with the mechanistic predictor or the pre-run law only."""
+    if str(law).strip().lower() != "prerun":
+        raise JouleboundError("advise --law supports prerun only (the legacy law with built-in coefficients)")
+
+
+def advise_job(job, deadline_s: float, max_gpus: int = 8,  # noqa: ANN001
+               strategies: tuple[str, ...] = ("ddp", "fsdp", "tp", "pp"), law: str | None = None,
+               coefficients: str | None = None, prm=None  # noqa: ANN001
+               ) -> tuple[Option, list[Option]] | tuple[Candidate, list[Candidate]]:
+    """``joulebound advise`` for one job: :func:`advise` (the mechanistic predictor with ``prm``,
+    default the calibration at ``coefficients`` or the shipped one), or with ``law`` ``prerun``
+    :func:`advise_law` on the job's configuration (its global batch; pipelines are not priced by
+    the law, so ``pp`` is dropped from ``strategies``)."""
+    if law is None:
+        if prm is None:
+            from joulebound.jobs.mechanistic import load_params
+
+            prm = load_params(coefficients)
+        return advise(job, deadline_s, max_gpus, strategies, prm)
+    from joulebound.jobs.design import law_config
+
+    check_law(law)
+    config = law_config(job)  # resolves the job: an impossible one is refused here
+    if not job.tokens:
+        raise JouleboundError("--law needs --tokens")
+    for k in ("gpus", "strategy"):
+        config.pop(k)
+    return advise_law(float(job.tokens), deadline_s, max_gpus,
+                      tuple(s for s in strategies if s != "pp") or ("ddp",),
+                      coefficients=coefficients, **config)
 
 
 def to_json(best: Candidate, cands: list[Candidate]) -> dict:
@@ -147,7 +188,8 @@ def _micro(per_rank: int, cap: int | None, pp: int) -> int:
 
 
 def candidates_for(job, max_gpus: int, strategies: tuple[str, ...]):  # noqa: ANN001, ANN201
-    """(strategy, gpus, Job or None, reason) for every candidate of :func:`advise`."""
+    """(strategy, gpus, resolved job or None, reason) for every candidate of :func:`advise`: each
+    candidate is resolved here, once (:func:`~joulebound.jobs.job.resolve`)."""
     from dataclasses import replace
 
     from joulebound.jobs.job import resolve
@@ -169,11 +211,11 @@ def candidates_for(job, max_gpus: int, strategies: tuple[str, ...]):  # noqa: AN
             cand = replace(job, gpus=n, strategy=s, tp=None, pp=None, pp_stages=None, batch=b,
                            global_batch=None, grad_accum=per_rank // b)
             try:
-                resolve(cand)
+                r = resolve(cand)
             except JouleboundError as exc:
                 out.append((s, n, None, str(exc)))
                 continue
-            out.append((s, n, cand, ""))
+            out.append((s, n, r, ""))
     return out
 
 
@@ -182,7 +224,7 @@ def advise(job, deadline_s: float, max_gpus: int = 8,  # noqa: ANN001
            ) -> tuple[Option, list[Option]]:
     """(advice, every candidate sorted by energy) for ``job`` (a :class:`~joulebound.jobs.job.Job`
     whose ``batch``/``global_batch`` fix the global batch and whose ``tokens`` the work)."""
-    from joulebound.jobs.mechanistic import load_params, predict_steps, to_prediction
+    from joulebound.jobs.mechanistic import load_params, predict_resolved
 
     strategies = _checked_request(deadline_s, strategies)
     if not job.tokens:
@@ -192,9 +234,9 @@ def advise(job, deadline_s: float, max_gpus: int = 8,  # noqa: ANN001
     cands = candidates_for(job, max_gpus, strategies)
     ok = [c for c in cands if c[2] is not None]
     preds = {}
-    if ok:
-        for (s, n, _, _), (r, st, mem, _pa) in zip(ok, predict_steps([c[2] for c in ok], prm), strict=True):
-            preds[(s, n)] = to_prediction(r, st, mem, prm, allow_oom=True)
+    if ok:  # job -> resolved candidates -> one batched prediction of all of them
+        for (s, n, _, _), p in zip(ok, predict_resolved([c[2] for c in ok], prm), strict=True):
+            preds[(s, n)] = p
     opts = []
     for s, n, _cand, why in cands:
         p = preds.get((s, n))

@@ -626,16 +626,17 @@ def legacy_frame(prep: Prepared):  # -> pandas.DataFrame
     """The observations in the legacy laws' common schema (energy per step summed over GPUs)."""
     import pandas as pd
 
-    from joulebound.jobs.hardware import get_hw
+    from joulebound.jobs.lawinputs import law_device, law_peak
 
     rows = []
     for o, r, pa in zip(prep.obs, prep.resolved, prep.parts, strict=True):
-        hw = get_hw(pa.key.device)
+        hw = law_device(pa.key.device)
         rows.append({"dataset": o.dataset, "family": o.family, "arch": r.arch, "layers": r.job.layers,
                      "hidden": r.job.hidden, "heads": r.job.heads, "ff": r.ff, "params": r.params,
                      "seq": r.job.seq, "batch": r.global_batch,
                      "dtype": "fp16" if r.dtype in ("fp16", "bf16") else "fp32", "device": hw.name,
-                     "peak_flops": hw.peak_for("fp16" if r.dtype in ("fp16", "bf16") else "fp32"),
+                     "peak_flops": law_peak(hw.peak_flops, "fp16" if r.dtype in ("fp16", "bf16") else "fp32",
+                                           hw.name),
                      "strategy": "pp" if r.pp > 1 else ("single" if r.gpus == 1 else r.strategy),
                      "gpus": r.gpus, "time_s": o.time_s, "energy_j": o.energy_j,
                      "energy_provenance": MEASURED, "speedup": np.nan})

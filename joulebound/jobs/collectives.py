@@ -28,9 +28,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from joulebound.core.errors import JouleboundError
 from joulebound.hw.links import DEFAULT_INTER, DEFAULT_INTRA, Link, get_link
+
+if TYPE_CHECKING:  # pragma: no cover - the job description comes first; only its type here
+    from joulebound.jobs.job import Resolved
+
+#: PyTorch DDP's gradient bucket (bytes)
+DDP_BUCKET_BYTES = 25 * 2**20
 
 
 def allreduce_ring(size: float, n: int, bw: float, lat: float) -> float:
@@ -122,3 +129,84 @@ class Fabric:
         return {"intra": self.intra.name, "inter": self.inter.name,
                 "gpus_per_node": self.gpus_per_node, "nics_per_node": self.nics_per_node,
                 "eff_scale": self.eff_scale}
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Bytes of one activation / gradient element of a job's (resolved) dtype."""
+    return 2 if dtype in ("fp16", "bf16") else 4
+
+
+@dataclass(frozen=True)
+class JobComm:
+    """Every collective of one optimizer step of a job, in s (bytes where named); what the
+    mechanistic predictor overlaps with compute (:func:`joulebound.jobs.mechanistic.compose`).
+
+    Attributes:
+        tp_allreduce_s / tp_allreduce_bytes: one tensor-parallel all-reduce of the micro-batch's
+            activations (0 without tp).
+        tp_layer_f_s, tp_layer_b_s, tp_pre_s, tp_post_s: the tp all-reduces per micro-batch of a
+            layer's forward / backward (two more with recomputation), of the embedding stage and
+            of the head (the vocabulary-parallel loss adds three small ones).
+        fsdp_allgather_layer_s, fsdp_reduce_scatter_layer_s, fsdp_allgather_rest_s,
+        fsdp_reduce_scatter_rest_s, fsdp_layer_bytes: ZeRO-3 collectives of one layer's and of
+            the embedding's parameters / gradients (0 unless sharded over dp > 1).
+        pp_p2p_s: one pipeline send/recv of a micro-batch's activations (0 without pp).
+        dp_bucket_s, dp_buckets, dp_allreduce_s, dp_grad_bytes: the data-parallel gradient
+            all-reduce (DDP or dp across tp/pp groups) per bucket, buckets, total (0 without).
+    """
+
+    tp_allreduce_s: float = 0.0
+    tp_allreduce_bytes: float = 0.0
+    tp_layer_f_s: float = 0.0
+    tp_layer_b_s: float = 0.0
+    tp_pre_s: float = 0.0
+    tp_post_s: float = 0.0
+    fsdp_allgather_layer_s: float = 0.0
+    fsdp_reduce_scatter_layer_s: float = 0.0
+    fsdp_allgather_rest_s: float = 0.0
+    fsdp_reduce_scatter_rest_s: float = 0.0
+    fsdp_layer_bytes: float = 0.0
+    pp_p2p_s: float = 0.0
+    dp_bucket_s: float = 0.0
+    dp_buckets: int = 0
+    dp_allreduce_s: float = 0.0
+    dp_grad_bytes: float = 0.0
+
+
+def job_collectives(r: Resolved, fabric: Fabric, per_layer: float, emb_params: float,
+                    stage_params: list[float]) -> JobComm:
+    """The collectives of the resolved job ``r`` on ``fabric`` (see :class:`JobComm`):
+    ``per_layer`` / ``emb_params`` parameters of one layer and of the embeddings,
+    ``stage_params`` parameters per pipeline stage."""
+    j = r.job
+    b = dtype_bytes(r.dtype)
+    kw: dict = {}
+    if r.tp > 1:  # Megatron: activations all-reduced within the tp group (adjacent ranks)
+        tokens_mb = r.micro_batch * j.seq
+        bw, lat, _ = fabric.group(r.tp, 1)
+        ar = allreduce(tokens_mb * j.hidden * b, r.tp, bw, lat)
+        small = allreduce(tokens_mb * 4, r.tp, bw, lat)
+        kw.update(tp_allreduce_s=ar, tp_allreduce_bytes=tokens_mb * j.hidden * b,
+                  tp_layer_f_s=2 * ar, tp_layer_b_s=(4 if j.recompute else 2) * ar, tp_pre_s=ar,
+                  tp_post_s=ar + 3 * small)
+    if r.sharded and r.dp > 1:  # ZeRO-3 over the dp group
+        if r.pp > 1:
+            raise JouleboundError("FSDP (ZeRO-3) combined with pipeline parallelism is not modeled; "
+                                  "use --strategy ddp with --pp for dp × pp")
+        bw, lat, _ = fabric.group(r.dp, r.tp)
+        kw.update(fsdp_allgather_layer_s=allgather(per_layer / r.tp * b, r.dp, bw, lat),
+                  fsdp_reduce_scatter_layer_s=reduce_scatter(per_layer / r.tp * b, r.dp, bw, lat),
+                  fsdp_allgather_rest_s=allgather(emb_params / r.tp * b, r.dp, bw, lat),
+                  fsdp_reduce_scatter_rest_s=reduce_scatter(emb_params / r.tp * b, r.dp, bw, lat),
+                  fsdp_layer_bytes=per_layer / r.tp * b)
+    if r.pp > 1:  # stage boundaries, outermost ranks
+        bw, lat, _ = fabric.group(r.pp, r.tp * r.dp)
+        kw["pp_p2p_s"] = sendrecv(r.micro_batch * j.seq * j.hidden * b / r.tp, bw, lat)
+    if r.dp > 1 and not r.sharded:
+        bw, lat, _ = fabric.group(r.dp, r.tp)
+        # PyTorch AMP + DDP reduces fp32 gradients; Megatron-style tp/pp frameworks half ones
+        g = max(stage_params) / r.tp * (4 if (r.tp, r.pp) == (1, 1) else b)
+        nb = max(1, math.ceil(g / DDP_BUCKET_BYTES))
+        c = allreduce(g / nb, r.dp, bw, lat)
+        kw.update(dp_bucket_s=c, dp_buckets=nb, dp_allreduce_s=nb * c, dp_grad_bytes=g)
+    return JobComm(**kw)

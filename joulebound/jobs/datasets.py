@@ -13,7 +13,7 @@ heads, ff
 params              total weights incl. embeddings (parameters)
 seq, batch          S tokens per sequence; B sequences per step (global, all ranks)
 dtype               training dtype (``fp32`` uses TF32 tensor cores where the GPU has them)
-device              GPU name (``joulebound.jobs.hardware.get_hw`` key)
+device              GPU name (a device-catalog name, :func:`joulebound.jobs.lawinputs.law_device`)
 peak_flops          dense peak FLOP/s of one GPU as the dataset states it (or the datasheet)
 mem_bw, tdp_w       DRAM bandwidth (bytes/s) and board power (W) of one GPU (datasheet)
 strategy            ``single`` | ``ddp`` | ``fsdp`` | ``tp`` | ``pp``
@@ -38,7 +38,7 @@ import pandas as pd
 
 from joulebound.core.errors import JouleboundError, SchemaError
 from joulebound.core.provenance import MEASURED
-from joulebound.jobs.hardware import get_hw
+from joulebound.jobs.lawinputs import law_device, law_peak
 
 REQUIRED = ("layers", "hidden", "heads", "seq", "batch", "device", "peak_flops", "strategy", "gpus",
             "time_s", "energy_j")
@@ -125,11 +125,12 @@ def _hw_cols(df: pd.DataFrame) -> pd.DataFrame:
         if len(gpu):
             gpu = _hw_cols(gpu)
         return pd.concat([gpu, cpu]).sort_index()
-    hws = {d: get_hw(d) for d in df["device"].unique()}
-    df["mem_bw"] = df["device"].map(lambda d: hws[d].mem_bw)
-    df["tdp_w"] = df["device"].map(lambda d: hws[d].tdp_w)
+    hws = {d: law_device(d) for d in df["device"].unique()}
+    df["mem_bw"] = df["device"].map(lambda d: float(hws[d].mem_bandwidth_bps))
+    df["tdp_w"] = df["device"].map(lambda d: float(hws[d].power_limit_default_w))
     if "peak_flops" not in df:
-        df["peak_flops"] = [hws[d].peak_for(t) for d, t in zip(df["device"], df["dtype"], strict=True)]
+        df["peak_flops"] = [law_peak(hws[d].peak_flops, t, hws[d].name)
+                            for d, t in zip(df["device"], df["dtype"], strict=True)]
     return df
 
 
@@ -147,7 +148,7 @@ def load_mayaki(path: str | Path) -> pd.DataFrame:
     (TFLOP/s) ×1e12→peak_flops_dataset, ``duration``→time_s, ``energy_joules``→energy_j.
     ``source`` ``a100`` → ``a100-pcie-80gb``; ``grid`` → ``rtx2080ti`` (the repository's HEF file
     and paper name the RTX 2080 Ti — an assumption, the Subset does not say). ``peak_flops`` is the
-    device's peak from :func:`~joulebound.jobs.hardware.get_hw` (TF32 on the A100 = the dataset's
+    device's peak from :func:`~joulebound.jobs.lawinputs.law_peak` (TF32 on the A100 = the dataset's
     156 TFLOP/s; the 2080 Ti's FP32 peak from the device catalog, not the Subset's 11.34), so that
     the fitted laws and ``joulebound predict`` use the same peak for a device. ff = 2048 (the parameter counts fit PyTorch's ``nn.TransformerEncoderLayer`` default
     exactly for the GPT rows: params = L·(4d² + 4105d + 2048) + 2000d + 1000).
@@ -188,7 +189,7 @@ def load_mayaki(path: str | Path) -> pd.DataFrame:
         if d in known:
             continue
         try:
-            get_hw(str(d))
+            law_device(str(d))
         except JouleboundError as exc:
             raise SchemaError(p, f"line {int(i) + 2}, column source", str(exc)) from None
         known.add(d)
@@ -385,12 +386,12 @@ def load_sweep(path: str | Path, device: str | None = None) -> pd.DataFrame:
             if dev is None and env.get("device_type") == "cpu":
                 dev = "cpu"
         if dev is not None and dev != "cpu":
-            dev = get_hw(dev).name
+            dev = law_device(dev).name
         devs.append(dev)
     if any(d is None for d in devs):
         raise JouleboundError(f"{p}: some sweep rows do not name their GPU (env_json has no "
                               "'device'); pass the device explicitly (joulebound fit --device NAME).")
-    from joulebound.jobs.speedup import normalize_strategy
+    from joulebound.jobs.strategy import normalize_strategy
 
     df = pd.DataFrame({
         "dataset": "sweep", "config_id": raw["config_id"].astype(str),

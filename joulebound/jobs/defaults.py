@@ -1,4 +1,4 @@
-"""Built-in fitted coefficients (package data) and the one-configuration predictor.
+"""The pre-run law's coefficients file: the built-in one (package data) and ``fit --save``'s.
 
 ``joulebound/jobs/data/prerun_default.json`` holds the pre-run law fitted on the Mayaki ECAI
 2025 data with its provenance: which data (file, rows, families), the held-out error measured by
@@ -8,33 +8,40 @@ grouped 5-fold cross-validation, and the split-conformal half-width ``q90_log`` 
 
 from __future__ import annotations
 
+import copy
 import json
-from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
-from joulebound.core.errors import JouleboundError, did_you_mean
-from joulebound.core.provenance import MODELED
-from joulebound.jobs.design import prepare
-from joulebound.jobs.hardware import HW
-from joulebound.jobs.speedup import check_gpus, normalize_strategy
+from joulebound.core.errors import JouleboundError
 
 if TYPE_CHECKING:  # pragma: no cover - the estimators import scikit-learn: only when used
+    import pandas as pd
+
     from joulebound.jobs.laws import PreRunLaw
+    from joulebound.jobs.prediction import JobPrediction
 
 DEFAULT_FILE = "prerun_default.json"
-
-#: Architecture defaults for ``--model`` (vocabulary for the embedding / LM-head FLOPs).
-MODEL_DEFAULTS = {"bert": {"vocab": 30522}, "gpt": {"vocab": 50257}, "t5": {"vocab": 32128}}
+#: schema id of a pre-run law coefficients file
+LAW_SCHEMA = "joulebound.scaling.default/1"
 
 
 def default_path() -> Path:
     return Path(str(resources.files("joulebound.jobs") / "data" / DEFAULT_FILE))
+
+
+def is_law_file(path: str | Path | None) -> bool:
+    """True for a pre-run law coefficients file (``fit --save`` without ``--law mechanistic``)."""
+    if path is None or not Path(path).is_file():
+        return False
+    try:
+        return json.loads(Path(path).read_text()).get("schema") == LAW_SCHEMA
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def load_default(path: str | Path | None = None) -> tuple[PreRunLaw, dict]:
@@ -51,7 +58,7 @@ def load_default(path: str | Path | None = None) -> tuple[PreRunLaw, dict]:
                               "`joulebound fit --save FILE`")
     try:
         d = json.loads(p.read_text())
-        return PreRunLaw.from_json(d["law"]), d
+        return PreRunLaw.from_record(d, path or None), d
     except OSError as exc:
         raise JouleboundError(f"{p}: cannot be read ({exc.strerror})") from None
     except (ValueError, KeyError, TypeError) as exc:
@@ -69,7 +76,7 @@ def law_record(df: pd.DataFrame, data_desc: str, k: int = 5) -> dict:
     y = np.log(df["energy_j"].to_numpy(float))
     q = conformal_quantile(np.abs(y - cv["oof_log_pred"]), 0.1) if "oof_log_pred" in cv else None
     return {
-        "schema": "joulebound.scaling.default/1",
+        "schema": LAW_SCHEMA,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "law": law.to_json(),
         "q90_log": q,
@@ -100,96 +107,18 @@ def fit_default(data: str | Path, out: str | Path | None = None) -> dict:
     return rec
 
 
-@dataclass
-class Prediction:
-    """Energy and time of a whole training job (modeled), with a 90 % interval on energy."""
-
-    energy_j: float
-    energy_lo_j: float
-    energy_hi_j: float
-    time_s: float
-    steps: float
-    energy_per_step_j: float
-    eta_hw: float
-    eta_par: float
-    law: str = "prerun (built-in, fitted on mayaki_ecai2025)"
-    provenance: str = MODELED
-    warnings: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-def config_frame(*, model: str = "bert", layers: int, hidden: int, heads: int, seq: int, batch: int,
-                 gpus: int = 1, strategy: str = "single", device: str = "rtx2080ti",
-                 dtype: str = "fp32", ff: int | None = None, vocab: int | None = None,
-                 params: float | None = None, hw: HW | None = None) -> pd.DataFrame:
-    """One-row common-schema frame for a configuration (``params`` defaults to the standard count
-    from the shape and vocabulary: L·(4d² + 2d·ff) + (vocab + seq)·d). ``hw`` gives the hardware
-    figures of a device outside the catalog (e.g. a TPU); by default ``get_hw(device)``."""
-    from joulebound.jobs.hardware import get_hw
-    from joulebound.jobs.proxies import total_params
-
-    n = int(check_gpus(gpus))
-    strategy = normalize_strategy(strategy)
-    if n == 1:
-        strategy = "single"
-    elif strategy == "single":
-        raise JouleboundError(f"strategy 'single' needs --gpus 1 (got {n}); choose ddp, fsdp, tp or pp")
-    for name, v in (("layers", layers), ("hidden", hidden), ("heads", heads), ("seq", seq), ("batch", batch),
-                    ("ff", ff), ("vocab", vocab)):
-        if v is not None and int(v) < 1:
-            raise JouleboundError(f"--{name} must be >= 1 (got {v})")
-    if hidden % heads:
-        raise JouleboundError(f"--heads {heads} does not divide --hidden {hidden} (head size must be an "
-                              f"integer); pick heads among {[h for h in range(1, hidden + 1) if hidden % h == 0][:12]}")
-    arch = model.lower()
-    if arch not in MODEL_DEFAULTS:
-        raise JouleboundError(f"unknown --model {model!r}." + did_you_mean(arch, list(MODEL_DEFAULTS)))
-    vocab = vocab if vocab is not None else MODEL_DEFAULTS[arch]["vocab"]
-    ff = ff if ff is not None else 4 * hidden
-    hw = hw or get_hw(device)
-    return pd.DataFrame([{
-        "dataset": "query", "family": "query", "arch": arch, "layers": layers, "hidden": hidden,
-        "heads": heads, "ff": ff,
-        "params": float(params) if params else float(total_params(layers, hidden, ff, vocab, seq)),
-        "seq": seq, "batch": batch, "dtype": dtype, "device": hw.name,
-        "peak_flops": hw.peak_for(dtype), "mem_bw": hw.mem_bw, "tdp_w": hw.tdp_w,
-        "strategy": strategy, "gpus": n}])
-
-
 def predict_job(tokens: float, law: PreRunLaw | None = None, q90_log: float | None = None,
-                coefficients: str | Path | None = None, **config) -> Prediction:  # noqa: ANN003
+                coefficients: str | Path | None = None, **config: Any) -> JobPrediction:
     """Energy (J) and time (s) to train on ``tokens`` tokens with the configuration ``config``
-    (keywords of :func:`config_frame`), from the built-in pre-run law unless ``law`` or a
+    (keywords of :func:`~joulebound.jobs.design.config_frame`), from the built-in pre-run law
+    unless ``law`` (with ``q90_log``, the half-width of its 90 % interval of log E) or a
     ``coefficients`` file (``joulebound fit --save``) is given."""
-    label = "prerun (built-in, fitted on mayaki_ecai2025)"
     if law is None:
-        law, rec = load_default(coefficients)
-        q90_log = rec.get("q90_log") if q90_log is None else q90_log
-        if coefficients:
-            label = f"prerun ({coefficients}: {rec.get('provenance', {}).get('data', '?')})"
-    if not np.isfinite(tokens) or tokens <= 0:
-        raise JouleboundError(f"--tokens must be a finite number > 0 (got {tokens})")
-    df = config_frame(**config)
-    d = prepare(df, need_energy=False)
-    e_step = float(law.predict(df)[0])
-    eta, hw, par = law.eta_hat(d)
-    t_step = float(law.eff_.time(d)[0] / (d["gpus"].iloc[0] * par[0]))
-    steps = float(tokens) / float(d["batch"].iloc[0] * d["seq"].iloc[0])
-    q = float(q90_log or 0.0)
-    law_warnings = law.prediction_warnings(df)
-    warn = [w for w in law_warnings if not w.startswith("strategy")]
-    if len(warn) < len(law_warnings):
-        warn.append("Ψ(strategy) = 0: this law was fitted without multi-GPU energy runs (none in the "
-                    "open data); the strategy enters only through the predicted η̂_par")
-    if coefficients is None and (d["params"].iloc[0] > 1.5e8 or d["gpus"].iloc[0] > 1):
-        warn.append("outside the fitted data (single-GPU models <= 144 M parameters): "
-                    "the multi-GPU part comes from the communication model, not from measurements")
-    return Prediction(energy_j=e_step * steps, energy_lo_j=e_step * steps * np.exp(-q),
-                      energy_hi_j=e_step * steps * np.exp(q), time_s=t_step * steps, steps=steps,
-                      energy_per_step_j=e_step, eta_hw=float(hw[0]), eta_par=float(par[0]),
-                      law=label, warnings=warn)
+        law, _ = load_default(coefficients)
+    elif q90_log is not None:
+        law = copy.copy(law)
+        law.q90_log_ = q90_log
+    return law.predict_config(tokens, **config)
 
 
 def _main() -> None:  # pragma: no cover - maintenance entry point

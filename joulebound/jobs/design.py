@@ -1,4 +1,5 @@
-"""What the energy laws are built from, without scikit-learn: the prepared frame
+"""What the energy laws are built from, without scikit-learn: one configuration's row
+(:func:`config_frame`, :func:`law_config`), the prepared frame
 (:func:`prepare`), measured and predicted efficiency (:func:`measured_eta`,
 :class:`EfficiencyModel`, :func:`parallel_eta`) and category indicators.
 
@@ -8,11 +9,21 @@ and the advisor import them without importing scikit-learn.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
+from joulebound.core.errors import JouleboundError, did_you_mean
 from joulebound.jobs.proxies import add_proxies, dtype_bytes
-from joulebound.jobs.speedup import check_gpus, normalize_strategy
+from joulebound.jobs.strategy import check_gpus, normalize_strategy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from joulebound.jobs.job import Job
+
+#: Architecture defaults for ``--model`` (vocabulary for the embedding / LM-head FLOPs).
+MODEL_DEFAULTS = {"bert": {"vocab": 30522}, "gpt": {"vocab": 50257}, "t5": {"vocab": 32128}}
 
 
 def prepare(df: pd.DataFrame, need_energy: bool = True) -> pd.DataFrame:
@@ -27,14 +38,73 @@ def prepare(df: pd.DataFrame, need_energy: bool = True) -> pd.DataFrame:
     if "dtype" not in out:
         out["dtype"] = "fp32"
     if "tdp_w" not in out or "mem_bw" not in out:
-        from joulebound.jobs.hardware import get_hw
+        from joulebound.jobs.lawinputs import law_device
 
-        hws = {d: get_hw(d) for d in out["device"].unique()}
-        out["tdp_w"] = out["device"].map(lambda d: hws[d].tdp_w)
-        out["mem_bw"] = out["device"].map(lambda d: hws[d].mem_bw)
+        hws = {d: law_device(d) for d in out["device"].unique()}
+        out["tdp_w"] = out["device"].map(lambda d: float(hws[d].power_limit_default_w))
+        out["mem_bw"] = out["device"].map(lambda d: float(hws[d].mem_bandwidth_bps))
     if "family" not in out:
         out["family"] = "all"
     return add_proxies(out)
+
+
+def config_frame(*, model: str = "bert", layers: int, hidden: int, heads: int, seq: int, batch: int,
+                 gpus: int = 1, strategy: str = "single", device: str = "rtx2080ti",
+                 dtype: str = "fp32", ff: int | None = None, vocab: int | None = None,
+                 params: float | None = None, peak_flops: Mapping[str, float] | None = None,
+                 mem_bw: float | None = None, tdp_w: float | None = None) -> pd.DataFrame:
+    """One-row common-schema frame for a configuration (``params`` defaults to the standard count
+    from the shape and vocabulary: L·(4d² + 2d·ff) + (vocab + seq)·d). ``peak_flops`` (dtype ->
+    FLOP/s), ``mem_bw`` (bytes/s) and ``tdp_w`` (W) give the figures of a device outside the
+    catalog (e.g. a TPU, named ``device``); by default the catalog's
+    (:func:`~joulebound.jobs.lawinputs.law_device`)."""
+    from joulebound.jobs.lawinputs import law_device, law_peak
+    from joulebound.jobs.proxies import total_params
+
+    n = int(check_gpus(gpus))
+    strategy = normalize_strategy(strategy)
+    if n == 1:
+        strategy = "single"
+    elif strategy == "single":
+        raise JouleboundError(f"strategy 'single' needs --gpus 1 (got {n}); choose ddp, fsdp, tp or pp")
+    for name, v in (("layers", layers), ("hidden", hidden), ("heads", heads), ("seq", seq), ("batch", batch),
+                    ("ff", ff), ("vocab", vocab)):
+        if v is not None and int(v) < 1:
+            raise JouleboundError(f"--{name} must be >= 1 (got {v})")
+    if hidden % heads:
+        raise JouleboundError(f"--heads {heads} does not divide --hidden {hidden} (head size must be an "
+                              f"integer); pick heads among {[h for h in range(1, hidden + 1) if hidden % h == 0][:12]}")
+    arch = model.lower()
+    if arch not in MODEL_DEFAULTS:
+        raise JouleboundError(f"unknown --model {model!r}." + did_you_mean(arch, list(MODEL_DEFAULTS)))
+    vocab = vocab if vocab is not None else MODEL_DEFAULTS[arch]["vocab"]
+    ff = ff if ff is not None else 4 * hidden
+    if peak_flops is None:
+        spec = law_device(device)
+        name, peak_flops = spec.name, spec.peak_flops
+        mem_bw, tdp_w = float(spec.mem_bandwidth_bps), float(spec.power_limit_default_w)
+    else:
+        name = device
+    return pd.DataFrame([{
+        "dataset": "query", "family": "query", "arch": arch, "layers": layers, "hidden": hidden,
+        "heads": heads, "ff": ff,
+        "params": float(params) if params else float(total_params(layers, hidden, ff, vocab, seq)),
+        "seq": seq, "batch": batch, "dtype": dtype, "device": name,
+        "peak_flops": law_peak(peak_flops, dtype, name), "mem_bw": mem_bw, "tdp_w": tdp_w,
+        "strategy": strategy, "gpus": n}])
+
+
+def law_config(job: Job) -> dict:
+    """The keywords of :func:`config_frame` for a :class:`~joulebound.jobs.job.Job`, in the laws'
+    semantics: ``batch`` is the **global** batch (sequences per optimizer step, as the laws'
+    training data counts it), fp16/bf16 both price as fp16 and anything else as fp32."""
+    from joulebound.jobs.job import resolve
+
+    r = resolve(job)
+    return dict(model=r.arch, layers=job.layers, hidden=job.hidden, heads=job.heads, seq=job.seq,
+                batch=r.global_batch, device=job.device,
+                dtype="fp16" if r.dtype in ("fp16", "bf16") else "fp32", ff=r.ff, vocab=r.vocab,
+                gpus=r.gpus, strategy=r.strategy if r.gpus > 1 else "single")
 
 
 def measured_eta(df: pd.DataFrame) -> np.ndarray:
@@ -121,9 +191,9 @@ class EfficiencyModel:
 
 def parallel_eta(df: pd.DataFrame, t1: np.ndarray, speedup_fits: dict | None = None) -> np.ndarray:
     """Pre-run η̂_par per row: a fitted speedup law for the row's strategy when given, else the
-    communication model (:func:`~joulebound.jobs.comm.predicted_efficiency`) with the row's
+    communication model (:func:`~joulebound.jobs.lawinputs.predicted_efficiency`) with the row's
     predicted 1-GPU time ``t1`` as compute time. 1 for single-GPU rows."""
-    from joulebound.jobs.comm import predicted_efficiency
+    from joulebound.jobs.lawinputs import predicted_efficiency
 
     out = np.ones(len(df))
     # only the multi-GPU rows are visited (a row-by-row walk over a mostly single-GPU dataset

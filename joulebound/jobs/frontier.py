@@ -23,9 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from joulebound.core.provenance import MODELED, PUBLISHED
-from joulebound.jobs.defaults import config_frame, load_default
-from joulebound.jobs.design import prepare
-from joulebound.jobs.hardware import HW, get_hw
+from joulebound.jobs.defaults import load_default
+from joulebound.jobs.design import config_frame, prepare
+from joulebound.jobs.lawinputs import law_device, law_peak
 
 PATTERSON = "Patterson et al. 2021, arXiv 2104.10350, Table 4"
 
@@ -49,8 +49,8 @@ CASES = {
 
 #: TPU v3 per chip (Google Cloud TPU documentation: 123 TFLOP/s bf16, 900 GB/s HBM); power is
 #: Patterson's measured average, used as the "board power" since no TDP is published.
-TPU_V3 = HW("tpu-v3", {"bf16": 123e12, "fp32": 123e12 / 8}, 900e9, 310.0, "ici",
-            source="Google Cloud TPU docs; Patterson et al. 2021 (power)")
+#: Sources: Google Cloud TPU docs; Patterson et al. 2021 (power).
+TPU_V3 = {"peak_flops": {"bf16": 123e12, "fp32": 123e12 / 8}, "mem_bw": 900e9, "tdp_w": 310.0}
 
 
 def check(name: str) -> dict:
@@ -58,18 +58,24 @@ def check(name: str) -> dict:
     case = CASES[name]
     law, _ = load_default()
     cfg = dict(case["config"])
-    hw = TPU_V3 if cfg["device"] == "tpu-v3" else get_hw(cfg["device"])  # the TPU is only known here
-    df = config_frame(**cfg, hw=hw)  # the frame carries peak, bandwidth and power: no lookups after
+    if cfg["device"] == "tpu-v3":  # the TPU is only known here
+        figs = TPU_V3
+    else:
+        spec = law_device(cfg["device"])
+        cfg["device"] = spec.name
+        figs = {"peak_flops": spec.peak_flops, "mem_bw": float(spec.mem_bandwidth_bps),
+                "tdp_w": float(spec.power_limit_default_w)}
+    df = config_frame(**cfg, **figs)  # the frame carries peak, bandwidth and power: no lookups after
     d = prepare(df, need_energy=False)
     e_step = float(law.predict(df)[0])
     eta_hw = float(law.eff_.eta(d)[0])
     steps = case["tokens"] / (cfg["batch"] * cfg["seq"])
     flops = float(d["F_train"].iloc[0]) * steps
-    gpu_s = flops / (hw.peak_for(cfg["dtype"]) * eta_hw)
-    physics_mwh = gpu_s * hw.tdp_w / 3.6e9
+    gpu_s = flops / (law_peak(figs["peak_flops"], cfg["dtype"], cfg["device"]) * eta_hw)
+    physics_mwh = gpu_s * figs["tdp_w"] / 3.6e9
     law_mwh = e_step * steps / 3.6e9
     pub = case["published"]
-    return {"case": name, "device": hw.name, "tokens": case["tokens"], "our_flops": flops,
+    return {"case": name, "device": cfg["device"], "tokens": case["tokens"], "our_flops": flops,
             "eta_hw_hat": eta_hw, "law_mwh": law_mwh, "physics_mwh": physics_mwh,
             "published": pub, "law_ratio": law_mwh / pub["energy_mwh"],
             "physics_ratio": physics_mwh / pub["energy_mwh"],

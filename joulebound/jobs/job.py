@@ -23,7 +23,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 
 from joulebound.core.errors import JouleboundError, did_you_mean
-from joulebound.jobs.speedup import normalize_strategy
+from joulebound.jobs.strategy import normalize_strategy
 from joulebound.workload.memory import MemoryEstimate, step_memory
 
 #: architectures the analytic trace builder models, and aliases

@@ -37,17 +37,29 @@ reference level; :meth:`EnergyLaw.prediction_warnings` says so (``predict`` chan
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.base import RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
 from joulebound.core.errors import JouleboundError, did_you_mean
-from joulebound.jobs.design import EfficiencyModel, dummies, measured_eta, parallel_eta, prepare
+from joulebound.jobs.design import (
+    EfficiencyModel,
+    config_frame,
+    dummies,
+    law_config,
+    measured_eta,
+    parallel_eta,
+    prepare,
+)
+from joulebound.jobs.job import Job
 from joulebound.jobs.metrics import adjusted_r2, r2
+from joulebound.jobs.prediction import JobPrediction
+from joulebound.jobs.predictor import JobPredictor
 
 __all__ = ["LAWS", "AdditiveRoofline", "ConfigOnly", "DeviceSeconds", "EfficiencyModel",
            "EnergyLaw", "HGBLaw", "PaperLaw", "PowerLaw", "PreRunLaw", "make_law",
@@ -75,12 +87,50 @@ def _levels(values: pd.Series) -> list[str]:
     return lv
 
 
-class EnergyLaw(RegressorMixin, BaseEstimator):
+#: what a law's energy covers: what its training data metered
+LAW_COVERS = "what the law's training data metered (Mayaki: CodeCarbon GPU+CPU+RAM)"
+#: what the shipped pre-run law was fitted on (``source_`` of the built-in coefficients)
+BUILTIN_SOURCE = "built-in, fitted on mayaki_ecai2025"
+
+
+def _check_tokens(tokens: float) -> float:
+    t = float(tokens)
+    if not np.isfinite(t) or t <= 0:
+        raise JouleboundError(f"--tokens must be a finite number > 0 (got {tokens})")
+    return t
+
+
+def _law_prediction(row: pd.DataFrame, tokens: float, e_step: float, label: str,
+                    warnings_: list[str], t_step: float | None = None, q: float | None = None,
+                    step: dict | None = None, params: dict | None = None) -> JobPrediction:
+    """A law's :class:`JobPrediction` of one configuration row (energy per step ``e_step`` J,
+    time per step ``t_step`` s when the law predicts time, 90 % half-width ``q`` of log E)."""
+    r = row.iloc[0]
+    tok_step = float(r["batch"] * r["seq"])
+    steps = tokens / tok_step
+    e = e_step * steps
+    return JobPrediction(
+        name="", strategy=str(r["strategy"]), gpus=int(r["gpus"]), nodes=None, device=str(r["device"]),
+        micro_batch=None, grad_accum=None, global_batch=int(r["batch"]), tokens_per_step=tok_step,
+        steps=steps, time_s=None if t_step is None else t_step * steps, time_lo_s=None,
+        time_hi_s=None, gpu_energy_j=None, gpu_energy_lo_j=None, gpu_energy_hi_j=None,
+        host_energy_j=None, host_energy_lo_j=None, host_energy_hi_j=None, total_energy_j=e,
+        total_energy_lo_j=None if q is None else e * np.exp(-q),
+        total_energy_hi_j=None if q is None else e * np.exp(q), energy_per_token_j=e_step / tok_step,
+        step={"energy_j": e_step, **({} if t_step is None else {"time_s": t_step}), **(step or {})},
+        memory={}, fits_memory=None, interval_why=[], warnings=warnings_, covers=LAW_COVERS,
+        params=params or {}, predictor=label)
+
+
+class EnergyLaw(RegressorMixin, JobPredictor):
     """Base class: log-linear OLS of ``log E`` on the columns a law builds (:meth:`_columns`).
 
-    Fitted attributes: ``terms_`` (kept design columns, ``"const"`` first), ``coef_``, ``keep_``
-    (mask of the design columns kept), ``res_`` (statsmodels results), ``cov_type_``, ``n_``,
-    ``rsquared_adj_`` and ``<column>_levels_`` per categorical column."""
+    A :class:`~joulebound.jobs.predictor.JobPredictor`: ``predict`` gives J per unit of work of
+    common-schema rows, :meth:`predict_jobs` whole jobs. Fitted attributes: ``terms_`` (kept
+    design columns, ``"const"`` first), ``coef_``, ``keep_`` (mask of the design columns kept),
+    ``res_`` (statsmodels results), ``cov_type_``, ``n_``, ``rsquared_adj_`` and
+    ``<column>_levels_`` per categorical column; ``source_`` (what it was fitted on, for the
+    label) when the caller sets it."""
 
     name: ClassVar[str] = "base"
     post_run: ClassVar[bool] = False
@@ -174,6 +224,34 @@ class EnergyLaw(RegressorMixin, BaseEstimator):
                 out.append(f"{col} {unseen} not in the training data: reference level "
                            f"{levels[0]!r} used")
         return out
+
+    # -- whole jobs ---------------------------------------------------------------------------
+    def label(self) -> str:
+        """The law's name and what it was fitted on, e.g. ``paper-no-eta (fitted on DATA)``."""
+        src = getattr(self, "source_", None)
+        return f"{self.name} ({src})" if src else self.name
+
+    def predict_jobs(self, jobs: Sequence[Job]) -> list[JobPrediction]:
+        """Energy of each whole job (``job.tokens`` tokens; the job's global batch is the law's
+        ``batch``, :func:`~joulebound.jobs.design.law_config`)."""
+        out = []
+        for job in jobs:
+            if not job.tokens:
+                raise JouleboundError("--law needs --tokens (the legacy laws price whole jobs)")
+            p = self.predict_config(float(job.tokens), **law_config(job))
+            p.name = job.name
+            out.append(p)
+        return out
+
+    def predict_config(self, tokens: float, **config: Any) -> JobPrediction:
+        """Energy to train on ``tokens`` tokens with one configuration (keywords of
+        :func:`~joulebound.jobs.design.config_frame`; ``batch`` = global batch)."""
+        check_is_fitted(self)
+        tokens = _check_tokens(tokens)
+        row = config_frame(**config)
+        e_step = float(np.exp(self.predict_log(row))[0])
+        return _law_prediction(row, tokens, e_step, self.label(), self.prediction_warnings(row),
+                               params={"law": self.name})
 
     def coef_table(self) -> pd.DataFrame:
         check_is_fitted(self)
@@ -293,10 +371,52 @@ class PreRunLaw(EnergyLaw):
             names.append("log TDP/peak")
         return cols, names
 
+    def predict_config(self, tokens: float, **config: Any) -> JobPrediction:
+        """Energy (J) and time (s) to train on ``tokens`` tokens with one configuration
+        (keywords of :func:`~joulebound.jobs.design.config_frame`), with the 90 % interval of
+        the law's conformal half-width ``q90_log_`` (0 when the law has none)."""
+        check_is_fitted(self)
+        tokens = _check_tokens(tokens)
+        df = config_frame(**config)
+        d = prepare(df, need_energy=False)
+        e_step = float(self.predict(df)[0])
+        _, hw, par = self.eta_hat(d)
+        t_step = float(self.eff_.time(d)[0] / (d["gpus"].iloc[0] * par[0]))
+        q = float(getattr(self, "q90_log_", None) or 0.0)
+        law_warnings = self.prediction_warnings(df)
+        warn = [w for w in law_warnings if not w.startswith("strategy")]
+        if len(warn) < len(law_warnings):
+            warn.append("Ψ(strategy) = 0: this law was fitted without multi-GPU energy runs (none in "
+                        "the open data); the strategy enters only through the predicted η̂_par")
+        builtin = getattr(self, "source_", BUILTIN_SOURCE) == BUILTIN_SOURCE
+        if builtin and (d["params"].iloc[0] > 1.5e8 or d["gpus"].iloc[0] > 1):
+            warn.append("outside the fitted data (single-GPU models <= 144 M parameters): "
+                        "the multi-GPU part comes from the communication model, not from measurements")
+        return _law_prediction(df, tokens, e_step, f"{self.name} ({getattr(self, 'source_', BUILTIN_SOURCE)})",
+                               warn, t_step=t_step, q=q,
+                               step={"eta_hw": float(hw[0]), "eta_par": float(par[0])},
+                               params={"law": self.name, "q90_log": q})
+
+    def to_record(self) -> dict[str, Any]:
+        """The coefficients file (schema ``joulebound.scaling.default/1``)."""
+        return {"schema": "joulebound.scaling.default/1", "law": self.to_json(),
+                "q90_log": getattr(self, "q90_log_", None), "provenance": getattr(self, "provenance_", {})}
+
+    @classmethod
+    def from_record(cls, doc: dict, path: str | Path | None = None) -> PreRunLaw:
+        """The law of a coefficients file (``path`` None: the built-in one)."""
+        law = cls.from_json(doc["law"])
+        law.q90_log_ = doc.get("q90_log")
+        law.provenance_ = dict(doc.get("provenance") or {})
+        law.source_ = (BUILTIN_SOURCE if path is None
+                       else f"{path}: {law.provenance_.get('data', '?')}")
+        return law
+
     def to_json(self) -> dict[str, Any]:
         check_is_fitted(self)
         return {"law": self.name, "terms": self.terms_, "coef": [float(c) for c in self.coef_],
-                "se": [float(s) for s in np.asarray(self.res_.bse)], "keep": [bool(k) for k in self.keep_],
+                "se": [float(s) for s in np.asarray(self.res_.bse if hasattr(self, "res_") else self.se_)],
+                "keep": [bool(k) for k in self.keep_],
                 "strategy_levels": self.strategy_levels_, "multi_device": bool(self.multi_device_),
                 "efficiency_model": self.eff_.to_json(), "cov_type": self.cov_type_,
                 "n": self.n_, "rsquared_adj": self.rsquared_adj_,

@@ -51,15 +51,17 @@ from pathlib import Path
 import numpy as np
 
 from joulebound.core.errors import JouleboundError
-from joulebound.core.provenance import MODELED
-from joulebound.jobs.collectives import Fabric, allgather, allreduce, reduce_scatter, sendrecv
+from joulebound.jobs.collectives import DDP_BUCKET_BYTES, Fabric, JobComm, job_collectives
 from joulebound.jobs.host import DEFAULT_HOST, HostPower
 from joulebound.jobs.job import Job, MemoryEstimate, Resolved, layer_params, memory, resolve
+from joulebound.jobs.prediction import JobPrediction
 from joulebound.jobs.stepcost import Parts, WorkKey, characterize_parts, prime_part_sums
 
 PARAMS_FILE = "mechanistic.json"
 Z90 = 1.6449
-DDP_BUCKET_BYTES = 25 * 2**20
+__all__ = ["DDP_BUCKET_BYTES", "MechParams", "Step", "compose", "fabric_for", "interval", "kinds",
+           "load_params", "params_path", "predict_jobs", "predict_many", "predict_resolved",
+           "predict_steps", "to_prediction", "work_keys"]
 
 
 @dataclass
@@ -167,48 +169,6 @@ class Step:
     comm_detail: dict = field(default_factory=dict)
 
 
-@dataclass
-class Prediction:
-    """A whole job (or one step when ``tokens`` is not given), modeled, with 90 % intervals."""
-
-    name: str
-    strategy: str
-    gpus: int
-    nodes: int
-    device: str
-    micro_batch: int
-    grad_accum: int
-    global_batch: int
-    tokens_per_step: float
-    steps: float
-    time_s: float
-    time_lo_s: float
-    time_hi_s: float
-    gpu_energy_j: float
-    gpu_energy_lo_j: float
-    gpu_energy_hi_j: float
-    host_energy_j: float
-    host_energy_lo_j: float
-    host_energy_hi_j: float
-    total_energy_j: float
-    total_energy_lo_j: float
-    total_energy_hi_j: float
-    energy_per_token_j: float
-    step: dict
-    memory: dict
-    fits_memory: bool
-    interval_why: list[str]
-    warnings: list[str]
-    covers: str
-    params: dict
-    provenance: str = MODELED
-    predictor: str = "mechanistic"
-
-    def to_json(self) -> dict:
-        return {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
-                for k, v in vars(self).items()}
-
-
 COVERS = ("time: wall time of the job's optimizer steps (no data loading stalls beyond the "
           "calibrated per-step overhead, no evaluation, checkpoints or start-up); gpu energy: the "
           "GPU boards of all GPUs, what NVML's energy counter measures; host energy: CPU package + "
@@ -218,10 +178,6 @@ COVERS = ("time: wall time of the job's optimizer steps (no data loading stalls 
 
 # ---------------------------------------------------------------------------------------------
 # composition
-
-
-def _bytes(dtype: str) -> int:
-    return 2 if dtype in ("fp16", "bf16") else 4
 
 
 def work_keys(r: Resolved) -> WorkKey:
@@ -279,31 +235,8 @@ def _part(parts: Parts, name: str, kappa: float, tau: float) -> _Part:
     return _Part(*hit)
 
 
-class _TPComm:
-    """Tensor-parallel all-reduces of the activations on the critical path, per micro-batch (s):
-    per layer forward / backward, the embedding stage's and the head's."""
-
-    __slots__ = ("layer_f", "layer_b", "pre", "post")
-
-    def __init__(self, r: Resolved, fabric: Fabric, detail: dict) -> None:
-        self.layer_f = self.layer_b = self.pre = self.post = 0.0
-        if r.tp <= 1:
-            return
-        j = r.job
-        sa = _bytes(r.dtype)
-        tokens_mb = r.micro_batch * j.seq
-        bw, lat, _ = fabric.group(r.tp, 1)
-        ar = allreduce(tokens_mb * j.hidden * sa, r.tp, bw, lat)
-        small = allreduce(tokens_mb * 4, r.tp, bw, lat)
-        self.layer_f = 2 * ar
-        self.layer_b = (4 if j.recompute else 2) * ar
-        self.pre, self.post = ar, ar + 3 * small
-        detail["tp_allreduce_s"] = ar
-        detail["tp_allreduce_bytes"] = tokens_mb * j.hidden * sa
-
-
 def _stage_work(r: Resolved, parts: Parts, kap: float, tau: float,
-                tpc: _TPComm) -> tuple[list[_Part], list[float]]:
+                cm: JobComm) -> tuple[list[_Part], list[float]]:
     """Per pipeline stage, per micro-batch: its compute parts and its tp communication (s)."""
     lf, lb = _part(parts, "layer_f", kap, tau), _part(parts, "layer_b", kap, tau)
     pre_f, pre_b = _part(parts, "pre_f", kap, tau), _part(parts, "pre_b", kap, tau)
@@ -313,13 +246,13 @@ def _stage_work(r: Resolved, parts: Parts, kap: float, tau: float,
     stage_comm: list[float] = []
     for s, ell in enumerate(r.stages):
         part = (lf + lb) * ell
-        comm = (tpc.layer_f + tpc.layer_b) * ell
+        comm = (cm.tp_layer_f_s + cm.tp_layer_b_s) * ell
         if s == 0:
             part = part + pre_f + pre_b
-            comm += tpc.pre
+            comm += cm.tp_pre_s
         if s == n_st - 1:
             part = part + post_f + post_b
-            comm += tpc.post
+            comm += cm.tp_post_s
         stage_fb.append(part)
         stage_comm.append(comm)
     return stage_fb, stage_comm
@@ -337,43 +270,34 @@ def _stage_params(r: Resolved) -> tuple[float, float, list[float]]:
     return per_layer, emb_params, stage_params
 
 
-def _fsdp_exposed(r: Resolved, parts: Parts, kap: float, tau: float, tpc: _TPComm,
-                  fabric: Fabric, per_layer: float, emb_params: float, detail: dict) -> float:
+def _fsdp_exposed(r: Resolved, parts: Parts, kap: float, tau: float, cm: JobComm,
+                  detail: dict) -> float:
     """FSDP all-gathers / reduce-scatters not hidden behind the layers' compute, per
-    micro-batch (s); 0 unless sharded over dp > 1."""
-    dp, tp = r.dp, r.tp
-    if not (r.sharded and dp > 1):
+    micro-batch (s); 0 unless sharded over dp > 1. Layer ``i+1``'s all-gather is prefetched
+    under layer ``i``'s compute."""
+    if not (r.sharded and r.dp > 1):
         return 0.0
-    if r.pp > 1:
-        raise JouleboundError("FSDP (ZeRO-3) combined with pipeline parallelism is not modeled; "
-                              "use --strategy ddp with --pp for dp × pp")
     lf, lb = _part(parts, "layer_f", kap, tau), _part(parts, "layer_b", kap, tau)
-    bw, lat, _ = fabric.group(dp, tp)
-    s_p = _bytes(r.dtype)
-    ag_l = allgather(per_layer / tp * s_p, dp, bw, lat)
-    rs_l = reduce_scatter(per_layer / tp * s_p, dp, bw, lat)
-    ag_r = allgather(emb_params / tp * s_p, dp, bw, lat)
-    rs_r = reduce_scatter(emb_params / tp * s_p, dp, bw, lat)
+    ag_l, rs_l = cm.fsdp_allgather_layer_s, cm.fsdp_reduce_scatter_layer_s
+    ag_r, rs_r = cm.fsdp_allgather_rest_s, cm.fsdp_reduce_scatter_rest_s
     L = r.job.layers
-    f_exp = ag_r + ag_l + (L - 1) * max(0.0, ag_l - (lf.t + tpc.layer_f))
-    b_exp = (L - 1) * max(0.0, ag_l + rs_l - (lb.t + tpc.layer_b)) + rs_l + rs_r
+    f_exp = ag_r + ag_l + (L - 1) * max(0.0, ag_l - (lf.t + cm.tp_layer_f_s))
+    b_exp = (L - 1) * max(0.0, ag_l + rs_l - (lb.t + cm.tp_layer_b_s)) + rs_l + rs_r
     fsdp_mb = f_exp + b_exp
     detail.update(fsdp_allgather_layer_s=ag_l, fsdp_reduce_scatter_layer_s=rs_l,
                   fsdp_exposed_per_microbatch_s=fsdp_mb,
-                  fsdp_layer_bytes=per_layer / tp * s_p)
+                  fsdp_layer_bytes=cm.fsdp_layer_bytes)
     return fsdp_mb
 
 
-def _pipeline(r: Resolved, fabric: Fabric, fb: list[float], stage_comm: list[float],
+def _pipeline(r: Resolved, cm: JobComm, fb: list[float], stage_comm: list[float],
               fsdp_mb: float, detail: dict) -> tuple[float, float, float]:
     """``(pipeline time, bubble, exposed communication)`` of the step's micro-batches (s): one
     stage runs them back to back; a 1F1B pipeline waits for its bottleneck stage."""
     m, p = r.grad_accum, r.pp
     if p == 1:
         return m * (fb[0] + fsdp_mb), 0.0, m * (stage_comm[0] + fsdp_mb)
-    j = r.job
-    bw, lat, _ = fabric.group(p, r.tp * r.dp)
-    p2p = sendrecv(r.micro_batch * j.seq * j.hidden * _bytes(r.dtype) / r.tp, bw, lat)
+    p2p = cm.pp_p2p_s
     detail["pp_p2p_s"] = p2p
     bott = max(x + 2 * p2p for x in fb)
     pipe = sum(fb) + (m - 1) * bott + 2 * (p - 1) * p2p
@@ -382,28 +306,23 @@ def _pipeline(r: Resolved, fabric: Fabric, fb: list[float], stage_comm: list[flo
     return pipe, bubble, comm
 
 
-def _dp_exposed(r: Resolved, parts: Parts, kap: float, tau: float, tpc: _TPComm,
-                fabric: Fabric, stage_params: list[float], detail: dict) -> float:
+def _dp_exposed(r: Resolved, parts: Parts, kap: float, tau: float, cm: JobComm,
+                detail: dict) -> float:
     """The data-parallel gradient all-reduce (DDP, or dp across tp/pp groups) not hidden behind
     the backward pass (s): bucketed, the last bucket always exposed; 0 without it."""
-    dp, tp, p = r.dp, r.tp, r.pp
-    if not (dp > 1 and not r.sharded):
+    if not (r.dp > 1 and not r.sharded):
         return 0.0
     j = r.job
-    bw, lat, _ = fabric.group(dp, tp)
-    # PyTorch AMP + DDP reduces fp32 gradients; Megatron-style tp/pp frameworks half ones
-    g = max(stage_params) / tp * (4 if (tp, p) == (1, 1) else _bytes(r.dtype))
-    nb = max(1, math.ceil(g / DDP_BUCKET_BYTES))
-    c = allreduce(g / nb, dp, bw, lat)
-    t_ar = nb * c
-    if p == 1:
+    c, nb, t_ar = cm.dp_bucket_s, cm.dp_buckets, cm.dp_allreduce_s
+    if r.pp == 1:
         lb = _part(parts, "layer_b", kap, tau)
         pre_b, post_b = _part(parts, "pre_b", kap, tau), _part(parts, "post_b", kap, tau)
-        b_last = (lb.t + tpc.layer_b) * j.layers + pre_b.t + post_b.t
+        b_last = (lb.t + cm.tp_layer_b_s) * j.layers + pre_b.t + post_b.t
         dp_exposed = max(c, t_ar - b_last * (nb - 1) / nb)
     else:
         dp_exposed = t_ar
-    detail.update(dp_allreduce_s=t_ar, dp_buckets=nb, dp_exposed_s=dp_exposed, dp_grad_bytes=g)
+    detail.update(dp_allreduce_s=t_ar, dp_buckets=nb, dp_exposed_s=dp_exposed,
+                  dp_grad_bytes=cm.dp_grad_bytes)
     return dp_exposed
 
 
@@ -427,19 +346,24 @@ def _optimizer_steps(r: Resolved, parts: Parts, kap: float, tau: float,
     return opt
 
 
-def compose(r: Resolved, parts: Parts, prm: MechParams, fabric: Fabric) -> Step:
-    """One optimizer step of the resolved job (see the module docstring)."""
+def compose(r: Resolved, parts: Parts, prm: MechParams, fabric: Fabric,
+            comm: JobComm | None = None) -> Step:
+    """One optimizer step of the resolved job ``r`` from its per-GPU step cost ``parts`` and its
+    collectives ``comm`` (default: :func:`~joulebound.jobs.collectives.job_collectives` on
+    ``fabric``), see the module docstring."""
     kap, tau = prm.kappa, prm.launch_s
     p_wait = prm.wait_ratio * parts.idle_w
     m, p, tp, dp = r.grad_accum, r.pp, r.tp, r.dp
-    detail: dict = {}
-    tpc = _TPComm(r, fabric, detail)
-    stage_fb, stage_comm = _stage_work(r, parts, kap, tau, tpc)
     per_layer, emb_params, stage_params = _stage_params(r)
-    fsdp_mb = _fsdp_exposed(r, parts, kap, tau, tpc, fabric, per_layer, emb_params, detail)
+    # job -> step cost (parts) -> communication (cm) -> this step: data flows one way
+    cm = comm if comm is not None else job_collectives(r, fabric, per_layer, emb_params, stage_params)
+    detail: dict = ({"tp_allreduce_s": cm.tp_allreduce_s, "tp_allreduce_bytes": cm.tp_allreduce_bytes}
+                    if r.tp > 1 else {})
+    stage_fb, stage_comm = _stage_work(r, parts, kap, tau, cm)
+    fsdp_mb = _fsdp_exposed(r, parts, kap, tau, cm, detail)
     fb = [sp.t + sc for sp, sc in zip(stage_fb, stage_comm, strict=True)]
-    pipe, bubble, comm_exposed = _pipeline(r, fabric, fb, stage_comm, fsdp_mb, detail)
-    dp_exposed = _dp_exposed(r, parts, kap, tau, tpc, fabric, stage_params, detail)
+    pipe, bubble, comm_exposed = _pipeline(r, cm, fb, stage_comm, fsdp_mb, detail)
+    dp_exposed = _dp_exposed(r, parts, kap, tau, cm, detail)
     comm_exposed += dp_exposed
     opt = _optimizer_steps(r, parts, kap, tau, stage_params)
     t_opt_max = max(o[0] for o in opt)
@@ -545,6 +469,15 @@ def predict_steps(jobs: Sequence[Job], prm: MechParams | None = None
     return _steps([resolve(j) for j in jobs], prm or load_params())
 
 
+def predict_resolved(rs: Sequence[Resolved], prm: MechParams | None = None,
+                     allow_oom: bool = True) -> list[JobPrediction]:
+    """Predictions of jobs already resolved (:func:`~joulebound.jobs.job.resolve`): the data
+    flows one way, job description → step cost → communication → prediction, each job
+    resolved once by its caller."""
+    prm = prm or load_params()
+    return [to_prediction(r, st, mem, prm, allow_oom) for r, st, mem, _pa in _steps(list(rs), prm)]
+
+
 def _steps(rs: list[Resolved], prm: MechParams) -> list[tuple[Resolved, Step, MemoryEstimate, Parts]]:
     keys = [work_keys(r) for r in rs]
     parts = characterize_parts(keys)
@@ -558,12 +491,12 @@ def _steps(rs: list[Resolved], prm: MechParams) -> list[tuple[Resolved, Step, Me
 
 
 def predict_many(jobs: Sequence[Job | None], prm: MechParams | None = None
-                 ) -> list[Prediction | str]:
+                 ) -> list[JobPrediction | str]:
     """Like :func:`predict_jobs` for a table: a job that cannot be priced (or ``None``) gives its
     error message instead of stopping the others; jobs that do not fit in memory are predicted
     with a warning and ``fits_memory = False``."""
     prm = prm or load_params()
-    out: list[Prediction | str] = []
+    out: list[JobPrediction | str] = []
     ok: list[tuple[int, Resolved]] = []
     for i, j in enumerate(jobs):
         if j is None:
@@ -599,17 +532,13 @@ def predict_many(jobs: Sequence[Job | None], prm: MechParams | None = None
 
 
 def predict_jobs(jobs: Sequence[Job], prm: MechParams | None = None,
-                 allow_oom: bool = True) -> list[Prediction]:
+                 allow_oom: bool = True) -> list[JobPrediction]:
     """Predictions of whole jobs (``job.tokens`` tokens; one step when ``tokens`` is None)."""
-    prm = prm or load_params()
-    out = []
-    for r, st, mem, _pa in predict_steps(jobs, prm):
-        out.append(to_prediction(r, st, mem, prm, allow_oom))
-    return out
+    return predict_resolved([resolve(j) for j in jobs], prm, allow_oom)
 
 
 def to_prediction(r: Resolved, st: Step, mem: MemoryEstimate, prm: MechParams,
-                allow_oom: bool) -> Prediction:
+                allow_oom: bool) -> JobPrediction:
     j = r.job
     warn = list(r.warnings)
     if not mem.fits:
@@ -638,7 +567,7 @@ def to_prediction(r: Resolved, st: Step, mem: MemoryEstimate, prm: MechParams,
     fab = fabric_for(r, prm.comm_eff_scale)
     step = dict(vars(st))  # shallow: asdict's deep copies cost more than the whole prediction
     step["interconnect"] = fab.to_json()
-    return Prediction(
+    return JobPrediction(
         name=j.name, strategy=r.label(), gpus=r.gpus, nodes=fab.nodes(r.gpus),
         device=_device_name(j.device), micro_batch=r.micro_batch, grad_accum=r.grad_accum,
         global_batch=r.global_batch, tokens_per_step=r.tokens_per_step, steps=steps,

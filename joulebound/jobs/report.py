@@ -63,7 +63,7 @@ def plots(mayaki: pd.DataFrame, img: Path) -> dict[str, str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from joulebound.jobs.comm import predicted_speedup
+    from joulebound.jobs.lawinputs import predicted_speedup
     from joulebound.jobs.laws import PaperLaw, PreRunLaw
     from joulebound.jobs.proxies import total_params, training_flops
     from joulebound.jobs.speedup import fit_speedup

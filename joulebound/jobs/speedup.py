@@ -30,36 +30,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils.validation import check_is_fitted
 
-from joulebound.core.errors import JouleboundError, did_you_mean
+from joulebound.core.errors import JouleboundError
+from joulebound.jobs.strategy import STRATEGIES, check_gpus, normalize_strategy
+
+__all__ = ["STRATEGIES", "TP_K_PIN", "AmdahlSpeedup", "SpeedupFit", "TPSpeedup", "amdahl_speedup",
+           "check_gpus", "fit_speedup", "law_for", "normalize_strategy", "tp_speedup",
+           "work_normalized_speedup"]
 
 #: k [1/GPU] of the TP law pinned when the data has one GPU count above 1 (each added GPU leaves
 #: e^-0.5 ≈ 61 % of the gap to S_inf; also the free fit's starting value). A modeling assumption.
 TP_K_PIN = 0.5
-
-#: strategies understood by the scaling model; "single" is one GPU, no parallelism.
-STRATEGIES = ("single", "ddp", "fsdp", "tp", "pp")
-_ALIASES = {"dp": "ddp", "data": "ddp", "zero3": "fsdp", "megatron": "tp", "tensor": "tp",
-            "pipeline": "pp", "none": "single", "1gpu": "single"}
-
-
-def normalize_strategy(name: str) -> str:
-    """Canonical strategy name; unknown names raise :class:`JouleboundError` listing choices."""
-    key = str(name).strip().lower()
-    key = _ALIASES.get(key, key)
-    if key not in STRATEGIES:
-        raise JouleboundError(f"unknown parallelism strategy {name!r}." + did_you_mean(key, STRATEGIES))
-    return key
-
-
-def check_gpus(n: ArrayLike) -> np.ndarray:
-    """GPU counts as a float array; raises when any is < 1 or not finite."""
-    arr = np.asarray(n, dtype=float)
-    if arr.size and (not np.all(np.isfinite(arr)) or np.any(arr < 1)):
-        bad = arr[~np.isfinite(arr) | (arr < 1)].ravel()[0]
-        raise JouleboundError(f"GPU count must be an integer >= 1, got {bad:g}.")
-    return arr
-
 
 def work_normalized_speedup(time_1: ArrayLike, tokens_1: ArrayLike, time_n: ArrayLike,
                             tokens_n: ArrayLike) -> np.ndarray:
@@ -114,8 +97,21 @@ class SpeedupFit:
         return cls(**d)
 
 
-class TPSpeedup:
-    """Tensor-parallel speedup law (saturating exponential), scikit-learn style ``fit``/``predict``."""
+class _SpeedupLaw(RegressorMixin, BaseEstimator):
+    """A speedup law as a scikit-learn regressor: ``fit(n, s)`` on GPU counts ``n`` and measured
+    speedups ``s``, ``predict(n)`` → S(N). No hyper-parameters (``clone`` gives a fresh law);
+    the fit is ``fit_`` (:class:`SpeedupFit`)."""
+
+    law = "base"
+
+    def predict(self, n: ArrayLike) -> np.ndarray:
+        """Modeled speedup S(N) at GPU counts ``n`` (dimensionless)."""
+        check_is_fitted(self)
+        return self.fit_.speedup(n)
+
+
+class TPSpeedup(_SpeedupLaw):
+    """Tensor-parallel speedup law (saturating exponential)."""
 
     law = "tp_saturating_exp"
 
@@ -133,12 +129,9 @@ class TPSpeedup:
         self.fit_ = _curve_fit(self.law, f, names, p0, lo, hi, pinned, n, s)
         return self
 
-    def predict(self, n: ArrayLike) -> np.ndarray:
-        return self.fit_.speedup(n)
 
-
-class AmdahlSpeedup:
-    """FSDP/DDP speedup law (generalized Amdahl), scikit-learn style ``fit``/``predict``."""
+class AmdahlSpeedup(_SpeedupLaw):
+    """FSDP/DDP speedup law (generalized Amdahl)."""
 
     law = "generalized_amdahl"
 
@@ -158,9 +151,6 @@ class AmdahlSpeedup:
             names, p0, lo, hi, pinned = ("c",), [0.01], [0], [10], {"p": 1.0, "gamma": 1.0}
         self.fit_ = _curve_fit(self.law, f, names, p0, lo, hi, pinned, n, s)
         return self
-
-    def predict(self, n: ArrayLike) -> np.ndarray:
-        return self.fit_.speedup(n)
 
 
 def law_for(strategy: str) -> TPSpeedup | AmdahlSpeedup:
