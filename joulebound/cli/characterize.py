@@ -50,70 +50,35 @@ def characterize_cmd(
     device's shipped calibrated parameters — or, without any, datasheet defaults). Prints a
     summary: the whole iteration at auto, at the top clocks and at the least-energy pair.
     """
-    import numpy as np
+    from joulebound.cli._common import err_console
+    from joulebound.planning.workflow import characterize_target
 
-    from joulebound.core.errors import JouleboundError
-    from joulebound.gpumodel import characterize, resolve_device
-    from joulebound.gpumodel.measured import characterize_with_measurements, from_measured
-
-    spec = resolve_device(device)
-    if trace is None and measured is None:
-        raise JouleboundError("give a TRACE (preset or file) or --measured TABLE.csv")
-    if trace is not None:
-        from joulebound.workload import load_trace
-
-        tr = load_trace(trace, batch=batch, seq=seq)
-        from joulebound.cli._common import warn_memory
-
-        mem_warning = warn_memory(tr, spec)
-        if measured is not None:
-            char = characterize_with_measurements(tr, spec, measured)
-        else:
-            char = characterize(tr, spec, allow_untested=allow_untested_clocks)
-        name = tr.name
-    else:
-        char = from_measured(measured, spec)
-        name = str(measured)
-        mem_warning = None
+    res = characterize_target(trace, device, measured=measured,
+                              allow_untested=allow_untested_clocks, batch=batch, seq=seq)
+    if res.memory_warning:
+        err_console.print(f"[yellow]warning[/]: {res.memory_warning}", highlight=False)
+    char, spec_name = res.char, res.device
     if output is not None:
         char.save(output)
     if csv_out is not None:
-        write_csv(char, tr if trace is not None else None, csv_out)
+        write_csv(char, res.trace, csv_out)
+    if json_out:
+        print_json(res.to_json(output, csv_out))
+        return
+    from joulebound.gpumodel import resolve_device
+
+    spec = resolve_device(device)
+    name, best, auto = res.name, res.best, char.auto_index
     it_t = char.time_s.sum(axis=0)
     it_e = char.energy_j.sum(axis=0)
-    best = int(np.argmin(it_e))
-    auto = char.auto_index
-    best_delta = float(it_e[best] / it_e[auto] - 1) if auto is not None else None
-    lo = hi = None
-    sens: dict[str, float] = {}
-    heldout = {}
-    if trace is not None and measured is None and auto is not None:
-        lo, hi, sens, heldout = _uncertainty(tr, spec, char, best)
+    best_delta, lo, hi = res.best_energy_delta, res.best_energy_delta_lo, res.best_energy_delta_hi
+    sens, heldout = res.bytes_sensitivity, res.heldout
     top = next((j for j, c in enumerate(char.configs)
                 if c.core_mhz == spec.max_core_mhz and c.mem_mhz == spec.max_mem_mhz), None)
     prov = char.provenance()
-    if json_out:
-        print_json({
-            "device": spec.name, "trace": name, "n_kernels": char.n_kernels,
-            "n_configs": char.n_configs, "provenance": prov,
-            "measured_cells": int(char.sensor_measured.sum()),
-            "params_calibration": char.meta.get("params_calibration"),
-            "power_limit_w": char.meta.get("power_limit_w"),
-            "capped_cells_fraction": char.meta.get("capped_cells_fraction"),
-            "iteration": {c.label: {"time_s": float(it_t[j]), "energy_j": float(it_e[j]),
-                                    "avg_power_w": float(it_e[j] / it_t[j])}
-                          for j, c in enumerate(char.configs)},
-            "untested_mem_mhz_excluded": char.meta.get("untested_mem_mhz_excluded", []),
-            "best_energy_config": char.configs[best].label,
-            "best_energy_delta": best_delta, "best_energy_delta_lo": lo,
-            "best_energy_delta_hi": hi, "bytes_sensitivity": sens or None,
-            "model_heldout_error": heldout or None, "memory_warning": mem_warning,
-            "output": str(output) if output else None,
-            "csv": str(csv_out) if csv_out else None})
-        return
     from rich.table import Table
 
-    t = Table(title=f"{name} on {spec.name}: whole iteration ({prov})")
+    t = Table(title=f"{name} on {spec_name}: whole iteration ({prov})")
     for col in ("config", "time (s)", "energy (J)", "avg power (W)", "provenance"):
         t.add_column(col, justify="left" if col in ("config", "provenance") else "right")
     rows = [("auto (governor)", auto), ("top clocks", top), ("least energy", best)]
@@ -147,35 +112,6 @@ def characterize_cmd(
                   f"{char.meta.get('params_calibration', 'measured')}"
                   + (f"; wrote {output}" if output else "")
                   + (f"; wrote {csv_out}" if csv_out else ""))
-
-
-def _uncertainty(tr, spec, char, best: int):  # noqa: ANN001, ANN202
-    """The least-energy config's saving over parameter draws (5-95 %) and with DRAM bytes x0.5
-    and x2; the parameters' held-out error."""
-    import numpy as np
-
-    from joulebound.gpumodel import characterize, params_for, trace_work
-    from joulebound.planning.uncertainty import QUANTILES, draw_characterizations
-
-    prm = params_for(spec)
-    cfgs = [char.configs[char.auto_index], char.configs[best]]
-
-    def delta(c) -> float:  # noqa: ANN001
-        e = c.energy_j.sum(axis=0)
-        return float(e[1] / e[0] - 1)
-
-    lo = hi = None
-    chars = draw_characterizations(tr, spec, prm, cfgs)
-    if chars:
-        d = np.array([delta(c) for c in chars])
-        lo, hi = float(np.quantile(d, QUANTILES[0])), float(np.quantile(d, QUANTILES[1]))
-    sens = {}
-    for k in (0.5, 1, 2):
-        w = trace_work(tr, spec, prm)
-        w.tm_max = w.tm_max * k
-        sens[f"{k:g}"] = delta(characterize(tr, spec, configs=cfgs, include_auto=False,
-                                            params=prm, work=w))
-    return lo, hi, sens, prm.heldout
 
 
 def write_csv(char, trace, path: Path) -> None:  # noqa: ANN001

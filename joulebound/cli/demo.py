@@ -74,10 +74,10 @@ def demo_command(
     from contextlib import nullcontext
 
     from joulebound.cli._common import console, json_text
-    from joulebound.cli.plan import study_json
     from joulebound.gpumodel import characterize, params_for, resolve_device
     from joulebound.planning.study import run_study
     from joulebound.planning.uncertainty import study_intervals
+    from joulebound.planning.workflow import study_json
     from joulebound.report.html import write_report
     from joulebound.workload.analytic import build_trace
 
@@ -206,7 +206,7 @@ def switch_free_table(study, title: str = "1. Switch-free plans"):  # noqa: ANN0
     switches), modeled."""
     from rich.table import Table
 
-    from joulebound.cli.plan import provenance_of
+    from joulebound.cli._plan_tables import provenance_of
 
     rows = [r for r in study.rows if r.granularity != "phase" and r.plan_latency_s == 0.0
             and r.replay_latency_s == 0.0]
@@ -272,7 +272,7 @@ def latency_table(study):
     latency-blind kernel plan replayed at the same L (modeled)."""
     from rich.table import Table
 
-    from joulebound.cli.plan import provenance_of
+    from joulebound.cli._plan_tables import provenance_of
 
     phase = [r for r in study.rows if r.granularity == "phase"]
     t = Table(title=f"4. Switch-aware plans vs clock-switch latency L ({provenance_of(phase)})",
@@ -306,7 +306,7 @@ def render_demo(study_a, study_b, per_kernel, mem, spec, index, seconds: float  
     reference, the per-kernel table), part B (a training step that fits: switch-free and
     switch-aware plans, savings per category, the take-away), then the report path."""
     from joulebound.cli._common import console
-    from joulebound.cli.plan import category_table, interval_note, published_table
+    from joulebound.cli._plan_tables import category_table, interval_note, published_table
 
     gib = 2.0 ** 30
     console.print(header_text(study_a, spec, "A. The paper's setting:", "every kernel as if "

@@ -7,9 +7,6 @@ from typing import Annotated
 
 import typer
 
-from joulebound.core.fmt import fmt_pct, fmt_range
-from joulebound.core.provenance import MODELED
-
 HELP = """Plan GPU clocks for one training iteration and compare with the auto governor.
 
 TARGET is a model preset (gpt3-xl, gpt2-small, bert-base, ...) or a trace file (joulebound
@@ -82,33 +79,31 @@ def plan_command(
     force: Annotated[bool, typer.Option(
         "--force", help="Accept a --slowdown of 1 or more (+100 % or more).")] = False,
 ) -> None:
-    from joulebound.core.errors import JouleboundError
+    from contextlib import nullcontext
+
+    from joulebound.cli._common import console, err_console
     from joulebound.core.units import parse_fraction
+    from joulebound.planning.workflow import plan_clocks
 
     slowdown_f = parse_fraction(slowdown, "--slowdown", force=force)
-
-    if objective not in ("waste", "relaxed", "edp", "ed2p"):
-        raise JouleboundError(f"unknown --objective {objective!r}; one of waste, relaxed, edp, ed2p")
-    grans = ["iteration", "pass", "layer", "kernel"] if granularity == "all" else [granularity]
-    if any(g not in ("iteration", "pass", "layer", "kernel") for g in grans):
-        raise JouleboundError(f"unknown --granularity {granularity!r}; one of kernel, layer, pass, "
-                              "iteration, all")
-    lat, lat_note, lat_src = plan_latency(switch_latency, device)
-    if lat_note:
-        from joulebound.cli._common import err_console
-
-        err_console.print(f"[yellow]note:[/] {lat_note}", highlight=False)
-    slowdown = slowdown_f
-    study, label = _run(target, device, slowdown, objective, grans, lat, characterization, tie,
-                        quiet=as_json, frontier=report is not None,
-                        allow_untested=allow_untested_clocks, n_draws=draws)
-    main = study.row(label)
+    with console.status("planning ...", spinner="dots") if not as_json else nullcontext() as st:
+        res = plan_clocks(target, device, slowdown=slowdown_f, objective=objective,
+                          granularity=granularity, switch_latency=switch_latency,
+                          characterization=characterization, tie=tie,
+                          frontier=report is not None, allow_untested=allow_untested_clocks,
+                          n_draws=draws, progress=st.update if st is not None else None)
+    for note in res.notes:
+        if note == res.memory_warning:
+            err_console.print(f"[yellow]warning[/]: {note}", highlight=False)
+        else:
+            err_console.print(f"[yellow]note:[/] {note}", highlight=False)
+    study, label, lat = res.study, res.label, res.switch_latency_s
     if output is not None:
-        main.plan.meta["label"] = label
-        main.plan.save(output)
+        res.plan.meta["label"] = label
+        res.plan.save(output)
     from joulebound.report.conclusion import plan_conclusion
 
-    conclusion = plan_conclusion(study, label, lat, lat_src)
+    conclusion = plan_conclusion(study, label, lat, res.latency_source)
     index = None
     if report is not None:
         from joulebound.report.html import write_report
@@ -117,280 +112,17 @@ def plan_command(
     if as_json:
         from joulebound.cli._common import print_json
 
-        print_json(study_json(study, target, objective, slowdown, lat, label))
+        print_json(res.to_json())
         return
-    render(study, label, lat)
-    from joulebound.cli._common import console
+    from joulebound.cli._plan_tables import render
 
+    render(study, label, lat)
     console.print()
     console.print(conclusion.replace("Conclusion", "[bold]Conclusion[/]", 1), highlight=False)
     if output is not None:
         console.print(f"plan ({label}) written to {output}")
     if index is not None:
         console.print(f"report written to {index}")
-
-
-def plan_latency(text: str | None, device: str) -> tuple[float | None, str | None, str]:
-    """The switch latency to plan with (s), a note for the user (or ``None``) and where the
-    latency comes from (a few words, for the conclusion)."""
-    lat, note = _plan_latency(text, device)
-    if text is not None:
-        return lat, note, "given with --switch-latency"
-    from joulebound.hw.latency import device_switch_latency
-
-    dl = device_switch_latency(device)
-    return lat, note, (f"the catalog's {dl.provenance} for {dl.device}" if dl else "")
-
-
-def _plan_latency(text: str | None, device: str) -> tuple[float | None, str | None]:
-    """The switch latency to plan with (s) and a note for the user (or ``None``).
-
-    ``text`` from ``--switch-latency``; without it the device's catalog latency (published or a
-    labeled estimate), or ``None`` (switching free) when the entry has none. ``0`` = free."""
-    from joulebound.core.units import duration_warning, parse_duration
-
-    if text is not None:
-        return parse_duration(text), duration_warning(text, "--switch-latency")
-    from joulebound.hw.latency import device_switch_latency
-
-    dl = device_switch_latency(device)
-    if dl is None:
-        return None, (f"{device} has no clock-switch latency in the catalog: planning as if "
-                      "switching were free; pass --switch-latency (e.g. 20ms)")
-    return dl.seconds, (f"planning for the {device} clock-switch latency {dl.describe()}; "
-                        "--switch-latency L overrides it, --switch-latency 0 plans as if "
-                        "switching were free")
-
-
-def _run(target, device, slowdown, objective, grans, lat, characterization, tie, quiet,
-         frontier=True, allow_untested=False, n_draws=24):
-    """Load the trace, characterize (or load and align), run the study; the Pareto frontiers
-    (seconds of solver work) only when ``frontier`` (the HTML report plots them); intervals
-    from ``n_draws`` parameter draws (modeled characterizations only)."""
-    from contextlib import nullcontext
-
-    from joulebound.cli._common import console
-    from joulebound.gpumodel import characterize, params_for, resolve_device
-    from joulebound.gpumodel.characterization import Characterization
-    from joulebound.planning.solve import align
-    from joulebound.planning.study import run_study
-    from joulebound.planning.uncertainty import study_intervals
-    from joulebound.workload import load_trace
-
-    trace = load_trace(target)
-    spec = resolve_device(device)
-    from joulebound.cli._common import warn_memory
-
-    mem_warning = warn_memory(trace, spec)
-    if characterization is not None:
-        char = align(Characterization.load(characterization), trace)
-    else:
-        char = characterize(trace, spec, allow_untested=allow_untested)
-    with console.status("planning ...", spinner="dots") if not quiet else nullcontext() as st:
-        study = run_study(trace, char, granularities=grans, slowdowns=[slowdown],
-                          objective=objective, latencies=[lat] if lat is not None else None,
-                          replay_latency_s=lat or 0.0, frontier=frontier, tie=tie)
-        if characterization is None and n_draws:
-            if st is not None:
-                st.update("intervals over parameter draws ...")
-            study.meta["intervals"] = study_intervals(study, trace, spec, params_for(spec),
-                                                      n_draws)
-        study.meta["heldout"] = params_for(spec).heldout if characterization is None else {}
-    study.meta["memory_warning"] = mem_warning
-    label = next((r.label for r in study.rows if r.granularity == "phase"), None) or study.rows[
-        [r.granularity for r in study.rows].index(grans[-1])].label
-    return study, label
-
-
-def study_json(study, target, objective, slowdown, lat, label) -> dict:
-    from joulebound.planning.study import category_savings, kernel_clocks
-
-    main = study.row(label)
-    return {
-        "target": target, "device": study.char.device, "objective": objective,
-        "slowdown": slowdown, "switch_latency_s": lat,
-        "baseline": {"config": study.baseline_config, "time_s": study.baseline_time_s,
-                     "energy_j": study.baseline_energy_j, "provenance": study.char.provenance()},
-        "rows": [dict(r.to_json(), **_interval_json(study, r.label)) for r in study.rows],
-        "model_heldout_error": study.meta.get("heldout") or None,
-        "memory_warning": study.meta.get("memory_warning"),
-        "untested_mem_mhz_excluded": study.char.meta.get("untested_mem_mhz_excluded", []),
-        "published": study.published,
-        "plan": {"label": label,
-                 "per_category": category_savings(study.trace, study.char, main.plan),
-                 "kernels": kernel_clocks(study.trace, main.plan)},
-    }
-
-
-def _interval_json(study, label: str) -> dict:
-    """``energy_delta_lo/hi`` etc. of a row (None when the parameters carry no draws)."""
-    iv = study.meta.get("intervals", {}).get(label)
-    if iv is None:
-        return {"energy_delta_lo": None, "energy_delta_hi": None, "time_delta_lo": None,
-                "time_delta_hi": None, "replan_energy_delta_lo": None,
-                "replan_energy_delta_hi": None}
-    return iv.to_json()
-
-
-def interval_note(study) -> str:
-    """One line saying what the ranges cover and the model's held-out error."""
-    ivs = study.meta.get("intervals") or {}
-    h = study.meta.get("heldout") or {}
-    err = ""
-    if h.get("time_mape") is not None:
-        err = (f"; the model's held-out error on real data: {h['time_mape']:.1f} % time, "
-               f"{h['energy_mape']:.1f} % energy MAPE ({h.get('check', '')})")
-    if not ivs:
-        return ("No range: these device parameters carry no calibration draws (defaults)" + err
-                if study.char.meta.get("params_calibration") == "none" else err.lstrip("; "))
-    n = next(iter(ivs.values())).n_draws
-    return (f"range = 5-95 % of the plan's energy Δ over {n} refits of the device parameters "
-            f"on resampled calibration data (parameter uncertainty only)" + err)
-
-
-def provenance_of(rows) -> str:
-    """One provenance word for a set of study rows (``modeled`` unless rows differ)."""
-    return " / ".join(sorted({r.plan.provenance for r in rows})) or MODELED
-
-
-def baseline_line(study) -> str:
-    """``baseline auto: 274.25 ms, 93.39 J per iteration`` (modeled or measured)."""
-    return (f"baseline {study.baseline_config}: {study.baseline_time_s * 1e3:.2f} ms, "
-            f"{study.baseline_energy_j:.2f} J per iteration ({study.char.provenance()})")
-
-
-def published_table(study, title: str | None = None):
-    """Spaan et al.'s figures as their own small table, labeled published and cited (or None).
-
-    Never mixed into joulebound's rows: the paper measured kernels alone on a real GPU, with no
-    clock-switch cost, so its numbers are a reference, not a prediction of ours.
-    """
-    from rich.table import Table
-
-    from joulebound.planning.study import PUBLISHED_CITATION
-
-    if not study.published:
-        return None
-    t = Table(title=title or "Published reference, not joulebound output", title_justify="left",
-              title_style="bold red", caption=f"GPT-3-XL on a real RTX 3080 Ti; savings are sums "
-              f"of kernels measured alone, with no clock-switch cost. Source: {PUBLISHED_CITATION}.",
-              caption_justify="left")
-    t.add_column("granularity")
-    t.add_column("energy Δ", justify="right")
-    t.add_column("time Δ", justify="right")
-    t.add_column("what")
-    t.add_column("provenance", style="red")
-    for p in study.published:
-        t.add_row(p["granularity"], fmt_pct(p["energy_delta"]), f"{p['time_delta'] * 100:+.1f} %",
-                  p["what"].split(" (")[0], p["provenance"])
-    return t
-
-
-def category_table(study, label: str, title: str | None = None):
-    """Energy saved per kernel category for one plan of the study (provenance in the title)."""
-    from rich.table import Table
-
-    from joulebound.planning.study import category_savings
-
-    r = study.row(label)
-    cats = category_savings(study.trace, study.char, r.plan)
-    c = Table(title=title or f"Savings by kernel category, plan '{label}' ({r.plan.provenance})",
-              title_justify="left")
-    for col in ("category", "kernels", "baseline J", "saved J", "energy Δ", "time Δ", "share"):
-        c.add_column(col, justify="left" if col == "category" else "right")
-    for row in cats:
-        c.add_row(row["category"], str(row["kernels"]), f"{row['baseline_energy_j']:.3f}",
-                  f"{row['saved_j']:.3f}", fmt_pct(row["energy_delta"]), fmt_pct(row["time_delta"]),
-                  f"{row['share_of_saving'] * 100:.1f} %")
-    return c
-
-
-def plans_table(study, lat: float | None, title: str | None = None):
-    """One row per plan: energy Δ, time Δ, switches; with a latency, the replay at that L.
-
-    Fits an 80-column terminal: labels are the study's short row names, the provenance is in
-    the title, the published figures go in :func:`published_table`.
-    """
-    from rich.table import Table
-
-    t = Table(title=title or f"Clock plans vs auto ({provenance_of(study.rows)})",
-              title_justify="left")
-    t.add_column("plan", no_wrap=True)
-    t.add_column("energy Δ", justify="right")
-    t.add_column("time Δ", justify="right")
-    t.add_column("switches", justify="right")
-    show_replay = any(r.replay_latency_s > 0 for r in study.rows)
-    if show_replay:
-        t.add_column("at L\nenergy Δ", justify="right")
-        t.add_column("at L\ntime Δ", justify="right")
-        t.add_column("late\nkernels", justify="right")
-    for r in study.rows:
-        cells = [r.label, fmt_pct(r.plan.energy_delta), fmt_pct(r.plan.time_delta),
-                 str(r.plan.n_switches)]
-        if show_replay:
-            cells += [fmt_pct(r.replay_energy_delta), fmt_pct(r.replay_time_delta),
-                      str(r.replay.late_kernels)]
-        t.add_row(*cells)
-    if show_replay:
-        lats = sorted({r.replay_latency_s for r in study.rows})
-        t.caption = (f"'at L': each plan replayed in the simulator at switch latency L = "
-                     f"{' / '.join(f'{x * 1e3:g} ms' for x in lats)} with look-ahead requests; "
-                     "late kernels ran at other clocks than planned."
-                     + (" phase: the switch-aware plan (every switch charged L)."
-                        if any(r.granularity == "phase" for r in study.rows) else ""))
-        t.caption_justify = "left"
-    return t
-
-
-def ranges_table(study, title: str | None = None):  # noqa: ANN001, ANN201 - rich Table
-    """Each plan's energy Δ with its 5-95 % range over parameter draws: the plan re-evaluated
-    under each draw, and (switch-free plans) re-planned under each draw; ``None`` without
-    draws."""
-    from rich.table import Table
-
-    ivs = study.meta.get("intervals") or {}
-    if not ivs:
-        return None
-    t = Table(title=title or f"Parameter uncertainty of the plans ({provenance_of(study.rows)})",
-              title_justify="left")
-    for col in ("plan", "energy Δ", "energy Δ 5-95 %\nthis plan", "energy Δ 5-95 %\nre-planned",
-                "time Δ 5-95 %\nthis plan"):
-        t.add_column(col, justify="left" if col == "plan" else "right", no_wrap=True)
-    seen = set()
-    for r in study.rows:
-        iv = ivs.get(r.label)
-        if iv is None or "blind" in r.label or r.label in seen:
-            continue
-        seen.add(r.label)
-        t.add_row(r.label, fmt_pct(r.plan.energy_delta), fmt_range(iv.energy_lo, iv.energy_hi),
-                  fmt_range(iv.replan_energy_lo, iv.replan_energy_hi),
-                  fmt_range(iv.time_lo, iv.time_hi))
-    return t
-
-
-def render(study, label: str, lat: float | None, title: str | None = None) -> None:
-    """Print a header line, the plans table, the published reference table and per-category
-    savings (each table labeled with its provenance)."""
-    from joulebound.cli._common import console
-
-    console.print(f"[bold]{study.trace.name}[/] on [bold]{study.char.device}[/]: "
-                  f"{study.char.n_kernels} kernels × {study.char.n_configs} clock configurations; "
-                  f"{baseline_line(study)}. Δ = change vs this baseline.", highlight=False)
-    console.print()
-    console.print(plans_table(study, lat, title))
-    rt = ranges_table(study)
-    if rt is not None:
-        console.print()
-        console.print(rt)
-    note = interval_note(study)
-    if note:
-        console.print(note, highlight=False)
-    pub = published_table(study)
-    if pub is not None:
-        console.print()
-        console.print(pub)
-    console.print()
-    console.print(category_table(study, label))
 
 
 def register(app: typer.Typer) -> None:
