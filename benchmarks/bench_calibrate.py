@@ -27,7 +27,7 @@ PROCESSES = 3
 """Fresh processes per device (:func:`benchmarks.timing.fresh_results`)."""
 
 
-def record_step(hidden: int = 512, batch: int = 8, seq: int = 256):  # noqa: ANN201
+def record_step(hidden: int = 512, batch: int = 8, seq: int = 256):
     """The demo GPT's op stream of one step (argument specs kept), after two warm-up steps."""
     from joulebound.runtime.controller import trace_from_ops
     from joulebound.runtime.hooks import OpStream

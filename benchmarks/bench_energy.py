@@ -307,7 +307,7 @@ def _version(dist: str) -> str:
 
     try:
         return version(dist)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return "?"
 
 

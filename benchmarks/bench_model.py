@@ -22,7 +22,7 @@ CASES = (("gpt3-xl", "gpt3-xl", {}, "rtx3080ti", False),
          ("gpt3-xl on a100-sxm4-80gb", "gpt3-xl", {}, "a100-sxm4-80gb", False))
 
 
-def _inputs(preset: str, overrides: dict, device: str, distinct: bool):  # noqa: ANN202
+def _inputs(preset: str, overrides: dict, device: str, distinct: bool):
     from joulebound.hw.catalog import get_device
     from joulebound.workload.analytic import build_trace
 

@@ -305,7 +305,7 @@ def controller_ns(n_iter: int = 5) -> tuple[float, float, float]:
     return t[0] / n * 1e9, t[1] / n * 1e9, t[2] / n * 1e9
 
 
-def _fixed_work(rounds: int):  # noqa: ANN202
+def _fixed_work(rounds: int):
     """A call doing ``rounds`` steps of integer arithmetic on locals: no memory touched, nothing
     allocated that outlives it (the noise-floor call of :func:`stall_runs`)."""
     def call(k: int) -> int:
@@ -316,7 +316,7 @@ def _fixed_work(rounds: int):  # noqa: ANN202
     return call
 
 
-def _timed_block(fn, keys: list[int], clock) -> tuple[int, int, int, int]:  # noqa: ANN001
+def _timed_block(fn, keys: list[int], clock) -> tuple[int, int, int, int]:
     """Per-call CPU ns of ``fn(k)`` over ``keys``: (calls over 50 us, worst, index of the worst,
     total)."""
     over = worst = worst_at = total = 0

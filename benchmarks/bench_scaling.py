@@ -17,7 +17,7 @@ PROCESSES_LONG = 3
 _CFG = dict(model="bert", layers=12, hidden=768, heads=12, seq=128, batch=32, device="rtx2080ti")
 
 
-def _jobs_csv(path, n: int, shapes: int, seed: int = 0) -> None:  # noqa: ANN001
+def _jobs_csv(path, n: int, shapes: int, seed: int = 0) -> None:
     """``n`` jobs over ``shapes`` distinct (shape, micro-batch) pairs × GPU counts × strategies."""
     import numpy as np
 

@@ -1,5 +1,7 @@
 """Check (e): the memory-clock dimension on real time *and* power — GTX Titan X (gpuPTXModel).
 
+PRODUCT: validates the product's kernel model (``joulebound.gpumodel``) on memory × core clocks.
+
 Data (``gpuptxmodel/``, hpc-ulisboa/gpuPTXModel, BSD-3-Clause — cite Guerreiro, Ilic, Roma,
 Tomás, *GPU Static Modeling Using PTX and Deep Structured Learning*, IEEE Access 7, 2019): total
 kernel time (ms) and mean board power (W) at 2 memory (810, 3505 MHz) × 16 core clocks
@@ -165,7 +167,7 @@ def fit_apps(prm: DeviceParams, apps: Blocks, pairs: tuple[tuple[int, int], ...]
         core, mem = apps.core[b, cols][None, :], apps.mem[b, cols][None, :]
         tt, pp = apps.time[b, cols], apps.power[b, cols]
 
-        def resid(w: np.ndarray, core=core, mem=mem, tt=tt, pp=pp) -> np.ndarray:  # noqa: ANN001
+        def resid(w: np.ndarray, core=core, mem=mem, tt=tt, pp=pp) -> np.ndarray:
             t, p = model(prm, np.exp(w[:1]), np.exp(w[1:2]), np.exp(w[2:]), core, mem)
             return np.r_[np.log(t[0] / tt), np.log(p[0] / pp)]
 

@@ -1,5 +1,7 @@
 """Check (c): GTX Titan X board power over 16 core × 4 memory clocks (Guerreiro et al.).
 
+SIDE MODEL: checks a board-power model of its own, not the product's kernel model.
+
 Data (``guerreiro/``, hpc-ulisboa/gpupowermodel, BSD-3-Clause with a citation clause — cite
 Guerreiro, Ilic, Roma, Tomás, HPCA'18 and TPDS 30(11) 2019):
 

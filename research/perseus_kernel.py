@@ -1,5 +1,8 @@
 """Kernel-level calibration and check on the Perseus stage profiles (A100-SXM, A40).
 
+PRODUCT: validates the product's kernel model (``joulebound.gpumodel``) and fits its shipped
+A100-SXM4 / A40 parameters.
+
 The kernel model (:mod:`joulebound.gpumodel.kernel`, what ``characterize`` and the planner
 use) is fitted **at kernel level**: a stage's time and energy at SM clock ``f`` are the sums over
 the kernels of its analytic per-GPU trace (:func:`~.perseus_stage.stage_trace`: the stage's
@@ -227,7 +230,7 @@ def run(data: Path) -> tuple[list[CheckResult], dict[str, FitResult]]:
 
 
 def draws(data: Path, gpu: str, full: FitResult, n_draws: int = 24, seed: int = 0,
-          progress=None) -> list[dict[str, float]]:  # noqa: ANN001
+          progress=None) -> list[dict[str, float]]:
     """Bootstrap over series (units) around the full fit: the shipped ``draws``."""
     ss = stage_set(data, gpu)
     base = start_params(ss)

@@ -1,5 +1,8 @@
 """Check (b): Perseus measured plans (A100 PCIe, pipeline parallel, real training runs).
 
+SIDE MODEL: checks a pipeline-plan model of its own (its fitted cap clock is also the A100-PCIe
+transfer's, see ``research/write_params.py``), not the product's kernel model.
+
 Data: ``perseus/plans/A100/<model>/N.sched.json.gz`` (the per-instruction SM clock plan of each
 rank) and ``perseus/derived/perseus_{plan,rank}_summary.csv`` (measured iteration time and energy
 of every plan) from the Perseus SOSP'24 artifact (Chung et al., Apache-2.0).

@@ -1,11 +1,14 @@
 """Check (a): Perseus stage profiles — calibrate each stage on 3 clocks, predict the others.
 
+SIDE MODEL: checks the stage model of ``research/stage_model.py``, not the product's kernel
+model.
+
 Data: ``perseus/stage_profile/{gpt3-175b,bloom}+{a100_sxm,a40}_bf16.csv`` (Chung et al., Perseus,
 SOSP'24 artifact; Apache-2.0): forward/backward time (s) and energy (J) of 8 pipeline stages at 38
 (A100-SXM, 855–1410 MHz) or 60 (A40, 855–1740 MHz) SM clocks.
 
 Protocol: per (model, stage, instruction) series the lowest, middle and highest clocks are the
-calibration set; :class:`~joulebound.gpumodel.calibrate.StageModel` is fitted on the calibration
+calibration set; :class:`~research.stage_model.StageModel` is fitted on the calibration
 clocks of *all* series of a GPU (per-stage parameters + the device's V–f curve); every other clock
 is held out and predicted.
 
@@ -25,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from joulebound.gpumodel.calibrate import StageModel, softmin
 from research.result import CheckResult
+from research.stage_model import StageModel, softmin
 
 GPUS = {"a100_sxm": {"label": "A100-SXM4-80GB", "max_mhz": 1410.0, "board_limit_w": 500.0},
         "a40": {"label": "A40", "max_mhz": 1740.0, "board_limit_w": 300.0}}
@@ -199,7 +202,7 @@ def in_sample_floor(sd: StageData) -> np.ndarray:
         def model(x: np.ndarray, f: np.ndarray = f) -> np.ndarray:
             return x[0] + x[1] / softmin(f, x[2], x[3])
 
-        def resid(x: np.ndarray, t: np.ndarray = t, model=model) -> np.ndarray:  # noqa: ANN001
+        def resid(x: np.ndarray, t: np.ndarray = t, model=model) -> np.ndarray:
             return model(x) / t - 1
 
         def jac(x: np.ndarray, f: np.ndarray = f, t: np.ndarray = t) -> np.ndarray:

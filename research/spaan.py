@@ -1,5 +1,7 @@
 """The RTX 3080 Ti calibrated on published per-kernel figures (Spaan et al., arXiv 2601.08539).
 
+PRODUCT: fits and checks the product's RTX 3080 Ti parameters (``joulebound.gpumodel``).
+
 Data: ``spaan2026/table1_forward.csv`` — Table 1 rows 0–18 of Spaan, Chen, Varbanescu,
 *Reducing Compute Waste in LLMs through Kernel-Level DVFS* (ACM Computing Frontiers 2026):
 for every forward kernel of one GPT-3-XL iteration (llm.c, batch 40, sequence 1024) the
@@ -29,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from joulebound.core.clocks import ClockConfig
-from joulebound.gpumodel.characterize import evaluate_work, resolve_clocks, trace_work
+from joulebound.gpumodel.characterize import evaluate, resolve_clocks, trace_work
 from joulebound.gpumodel.fit import FitResult, FreeParam, bootstrap, fit_params
 from joulebound.gpumodel.params import DeviceParams, default_params
 from joulebound.gpumodel.published import (  # noqa: F401  (re-exported for the checks)
@@ -133,8 +135,9 @@ def setup(data: Path, device: str = "rtx3080ti") -> Setup:
 def row_deltas(su: Setup, params: DeviceParams) -> tuple[np.ndarray, np.ndarray]:
     """Modeled Δtime and Δenergy (%) of each row's kernel at its pair vs auto."""
     rc = resolve_clocks(su.spec, su.configs, params)
-    out, inv, _ = evaluate_work(trace_work(su.table_trace, su.spec, params), rc, su.spec, params)
-    t, e = out["time_s"][inv], out["energy_j"][inv]
+    out = evaluate(trace_work(su.table_trace, su.spec, params), rc, su.spec, params,
+                   method="reference")
+    t, e = out.time_s, out.energy_j
     idx = np.arange(len(su.rows))
     dt = 100 * (t[idx, idx + 1] / t[idx, 0] - 1)
     de = 100 * (e[idx, idx + 1] / e[idx, 0] - 1)
@@ -144,9 +147,10 @@ def row_deltas(su: Setup, params: DeviceParams) -> tuple[np.ndarray, np.ndarray]
 def absolute(su: Setup, params: DeviceParams) -> tuple[float, float]:
     """Modeled time (s) and energy (J) of one batch-8 iteration (forward + backward) at auto."""
     rc = resolve_clocks(su.spec, [ClockConfig()], params)
-    out, inv, _ = evaluate_work(trace_work(su.abs_trace, su.spec, params), rc, su.spec, params)
-    return (float(su.abs_counts @ out["time_s"][inv, 0]),
-            float(su.abs_counts @ out["energy_j"][inv, 0]))
+    out = evaluate(trace_work(su.abs_trace, su.spec, params), rc, su.spec, params,
+                   method="reference")
+    return (float(su.abs_counts @ out.time_s[:, 0]),
+            float(su.abs_counts @ out.energy_j[:, 0]))
 
 
 def residuals_fn(su: Setup):  # -> Residuals
@@ -201,7 +205,7 @@ def calibrate(data: Path, device: str = "rtx3080ti") -> tuple[Setup, FitResult]:
 
 
 def draws(su: Setup, full: FitResult, n_draws: int = 24, seed: int = 0,
-          progress=None) -> list[dict[str, float]]:  # noqa: ANN001
+          progress=None) -> list[dict[str, float]]:
     """Bootstrap over the table rows and the (absolute + pass-level) figures as one more unit."""
     base = start(su)
     return bootstrap(base, free_params(su.spec), residuals_fn(su), n_units=len(su.rows) + 1,
@@ -242,8 +246,8 @@ def pass_deltas(su: Setup, params: DeviceParams, configs: list[ClockConfig]
     batch-40 GPT-3-XL iteration (no optimizer), one clock config for the whole pass."""
     tr, counts = su.pass_trace, su.pass_counts
     rc = resolve_clocks(su.spec, [ClockConfig(), *configs], params)
-    out, inv, _ = evaluate_work(trace_work(tr, su.spec, params), rc, su.spec, params)
-    t, e = out["time_s"][inv], out["energy_j"][inv]
+    out = evaluate(trace_work(tr, su.spec, params), rc, su.spec, params, method="reference")
+    t, e = out.time_s, out.energy_j
     res: dict[str, dict[str, tuple[float, float]]] = {}
     for phase in ("forward", "backward"):
         m = np.array([k.phase == phase for k in tr.kernels]) * counts

@@ -1,5 +1,7 @@
 """Check (d): Zeus NSDI'23 power-limit traces — predict lower power limits from the highest one.
 
+SIDE MODEL: checks a power-limit model of its own, not the product's kernel model.
+
 Data: ``zeus_nsdi23/summary_power_{a40,v100,rtx6000,p100}.csv`` (You, Chung, Chowdhury, Zeus,
 NSDI'23; Apache-2.0): time per epoch (s) and average power (W) of 6 workloads × batch sizes ×
 power limits, measured once each.

@@ -30,13 +30,13 @@ class _Outputs:
     def __init__(self) -> None:
         self.out: dict[str, list] = {}
 
-    def __enter__(self):  # noqa: ANN204
+    def __enter__(self):
         from torch.utils._python_dispatch import TorchDispatchMode
 
         rec = self
 
         class M(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 res = func(*args, **(kwargs or {}))
                 rec.out.setdefault(key_str(op_key(func, args)), _shapes(res))
                 return res
@@ -49,7 +49,7 @@ class _Outputs:
         self._m.__exit__(*exc)
 
 
-def _shapes(res):  # noqa: ANN001, ANN202
+def _shapes(res):
     import torch
 
     if isinstance(res, torch.Tensor):
@@ -59,7 +59,7 @@ def _shapes(res):  # noqa: ANN001, ANN202
     return []
 
 
-def _record(step, warm: int = 2):  # noqa: ANN001, ANN202
+def _record(step, warm: int = 2):
     """Trace of one step recorded as `run --record` does (argument specs kept), and the ops'
     output shapes seen while it ran."""
     for _ in range(warm):
@@ -71,7 +71,7 @@ def _record(step, warm: int = 2):  # noqa: ANN001, ANN202
 
 
 @pytest.fixture(scope="module")
-def gpt_step():  # noqa: ANN201
+def gpt_step():
     from joulebound.testing.demo_gpt import TinyGPTConfig, make_step
 
     step, _ = make_step(TinyGPTConfig(hidden=128, batch=8, seq=64, layers=2))
@@ -93,7 +93,7 @@ def _check_every_op_replays(trace: Trace, outputs: dict) -> None:
         assert got == want, f"{op.name}: replay gives {got}, the recording {want}"
 
 
-def test_every_op_of_a_recorded_tiny_gpt_step_is_rebuilt_on_cpu(gpt_step) -> None:  # noqa: ANN001
+def test_every_op_of_a_recorded_tiny_gpt_step_is_rebuilt_on_cpu(gpt_step) -> None:
     trace, outputs = gpt_step
     _check_every_op_replays(trace, outputs)
     rs = replay_set(trace)
@@ -122,7 +122,7 @@ def test_every_op_of_a_recorded_tiny_bert_step_is_rebuilt_on_cpu() -> None:
     _check_every_op_replays(trace, outputs)
 
 
-def test_integer_inputs_stay_in_their_recorded_range(gpt_step) -> None:  # noqa: ANN001
+def test_integer_inputs_stay_in_their_recorded_range(gpt_step) -> None:
     trace, _ = gpt_step
     emb = [o for o in replay_set(trace).ops if o.op == "aten.embedding.default"]
     assert emb
@@ -138,7 +138,7 @@ def test_integer_inputs_stay_in_their_recorded_range(gpt_step) -> None:  # noqa:
 
 # -- the simulated GPU and few-clock calibration ------------------------------------------------
 @pytest.fixture(scope="module")
-def calibrated(gpt_step):  # noqa: ANN001, ANN201
+def calibrated(gpt_step):
     trace, _ = gpt_step
     be = SimulatedBackend(trace, "rtx3080ti", seed=3)
     res = calibrate(trace, "rtx3080ti", be, clocks="3",
@@ -146,7 +146,7 @@ def calibrated(gpt_step):  # noqa: ANN001, ANN201
     return trace, be, res
 
 
-def test_calibration_recovers_the_simulated_kernel_parameters(calibrated) -> None:  # noqa: ANN001
+def test_calibration_recovers_the_simulated_kernel_parameters(calibrated) -> None:
     """Tolerance: every measured kernel's time and energy at every planning config within 1.5 %
     of the simulated truth at the 95th percentile (0.5 % median); for kernels whose work is at
     least half the launch overhead the dominant work part (compute or memory) within 2 % and the
@@ -179,7 +179,7 @@ def test_calibration_recovers_the_simulated_kernel_parameters(calibrated) -> Non
     assert checked >= 10
 
 
-def test_few_clock_plan_is_within_1pct_of_the_full_sweep_plan(calibrated) -> None:  # noqa: ANN001
+def test_few_clock_plan_is_within_1pct_of_the_full_sweep_plan(calibrated) -> None:
     _, _, res = calibrated
     d = res.to_json()
     assert d["pairs_per_kernel_max"] <= 3
@@ -195,7 +195,7 @@ def test_few_clock_plan_is_within_1pct_of_the_full_sweep_plan(calibrated) -> Non
     assert int(char.measured.sum()) == sum(char.kernel_names.count(c.name) for c in res.cells)
 
 
-def test_the_simulated_counter_is_quantized_and_updates_once_per_sensor_period(gpt_step) -> None:  # noqa: ANN001
+def test_the_simulated_counter_is_quantized_and_updates_once_per_sensor_period(gpt_step) -> None:
     trace, _ = gpt_step
     be = SimulatedBackend(trace, "a100-sxm4-80gb", seed=0, sensor_period_s=0.1)
     sim = be.sim
@@ -212,7 +212,7 @@ def test_the_simulated_counter_is_quantized_and_updates_once_per_sensor_period(g
     assert 0 <= sim.energy_j - sim.counter_mj() / 1000 <= 0.1 * p_max + 1e-3
 
 
-def test_without_an_energy_counter_power_readings_are_integrated(gpt_step) -> None:  # noqa: ANN001
+def test_without_an_energy_counter_power_readings_are_integrated(gpt_step) -> None:
     from joulebound.measure.calibrate.measure import SimProbe, measure_cell
 
     trace, _ = gpt_step
@@ -220,7 +220,7 @@ def test_without_an_energy_counter_power_readings_are_integrated(gpt_step) -> No
     gemm = next(o.name for o in replay_set(trace).ops if o.op == "aten.mm.default")
 
     class NoCounter(SimProbe):
-        def energy_mj(self):  # noqa: ANN202
+        def energy_mj(self):
             return None
 
     runner = SimRunner(be.sim, [gemm])
@@ -236,16 +236,16 @@ class _FakeNvmlBackend(NvmlBackend):
     """The nvml backend on a fake NVML in front of the simulated GPU: clocks through the real
     NvmlActuator, readings through the device layer; ops run on the simulated GPU."""
 
-    def __init__(self, sim, fake, **kw) -> None:  # noqa: ANN001
+    def __init__(self, sim, fake, **kw) -> None:
         super().__init__(0, nvml=fake, torch_device="meta", **kw)
         self.sim = sim
 
-    def set_ops(self, ops, calls) -> None:  # noqa: ANN001
+    def set_ops(self, ops, calls) -> None:
         self.runner = SimRunner(self.sim, [o.name for o in ops])
 
 
 @pytest.fixture
-def fake_gpu(gpt_step, tmp_path, monkeypatch):  # noqa: ANN001, ANN201
+def fake_gpu(gpt_step, tmp_path, monkeypatch):
     from joulebound.hw import gpu as gpu_layer
 
     monkeypatch.setenv("JOULEBOUND_LOCK_DIR", str(tmp_path / "locks"))
@@ -260,7 +260,7 @@ def fake_gpu(gpt_step, tmp_path, monkeypatch):  # noqa: ANN001, ANN201
     return trace, sim, fake
 
 
-def test_calibration_through_nvml_locks_one_validated_pair_at_a_time_and_restores(fake_gpu) -> None:  # noqa: ANN001
+def test_calibration_through_nvml_locks_one_validated_pair_at_a_time_and_restores(fake_gpu) -> None:
     trace, sim, fake = fake_gpu
     be = _FakeNvmlBackend(sim, fake)
     res = calibrate(trace, "a100-sxm4-80gb", be, window=WindowSettings(0.1, **FAST))
@@ -276,7 +276,7 @@ def test_calibration_through_nvml_locks_one_validated_pair_at_a_time_and_restore
     assert res.to_json()["clock_switches"] == len({c.config for c in res.cells}) - 1
 
 
-def test_read_only_mode_changes_no_setting_and_reports_the_model_error(fake_gpu) -> None:  # noqa: ANN001
+def test_read_only_mode_changes_no_setting_and_reports_the_model_error(fake_gpu) -> None:
     sys.path.insert(0, "benchmarks")
     from gpu_check import ReadOnlyNVML
 
@@ -295,13 +295,13 @@ def test_read_only_mode_changes_no_setting_and_reports_the_model_error(fake_gpu)
     assert all(c.config.is_auto for c in res.cells)
 
 
-def test_a_failure_mid_calibration_leaves_nothing_locked(fake_gpu) -> None:  # noqa: ANN001
+def test_a_failure_mid_calibration_leaves_nothing_locked(fake_gpu) -> None:
     trace, sim, fake = fake_gpu
     be = _FakeNvmlBackend(sim, fake)
     real_run = sim.run
     n = [0]
 
-    def flaky(*a, **k):  # noqa: ANN002, ANN003, ANN202
+    def flaky(*a, **k):
         n[0] += not fake.is_default(0)
         if n[0] > 500:                    # fails while a pair is locked
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
@@ -315,7 +315,7 @@ def test_a_failure_mid_calibration_leaves_nothing_locked(fake_gpu) -> None:  # n
     assert fake.is_default(0)
 
 
-def test_calibration_through_the_clock_helper_restores_the_defaults(fake_gpu, tmp_path) -> None:  # noqa: ANN001
+def test_calibration_through_the_clock_helper_restores_the_defaults(fake_gpu, tmp_path) -> None:
     from joulebound.runtime.helper import ClockHelper
 
     trace, sim, fake = fake_gpu
@@ -335,7 +335,7 @@ def test_calibration_through_the_clock_helper_restores_the_defaults(fake_gpu, tm
         helper.close()
 
 
-def test_full_mode_measures_every_supported_pair(gpt_step) -> None:  # noqa: ANN001
+def test_full_mode_measures_every_supported_pair(gpt_step) -> None:
     trace, _ = gpt_step
     names = [o.name for o in replay_set(trace).ops if o.op == "aten.mm.default"][:2]
     small = Trace([k for k in trace.kernels if k.name in names][:2], "two-gemms", trace.meta)
@@ -348,7 +348,7 @@ def test_full_mode_measures_every_supported_pair(gpt_step) -> None:  # noqa: ANN
     assert d["gpu_seconds"] == pytest.approx(d["full_sweep_gpu_seconds"], rel=1e-9)
 
 
-def test_pairs_outside_the_supported_table_are_refused_before_any_call(fake_gpu) -> None:  # noqa: ANN001
+def test_pairs_outside_the_supported_table_are_refused_before_any_call(fake_gpu) -> None:
     from joulebound.measure.calibrate.clocks import ClockSession
     from joulebound.runtime.actuators import NvmlActuator
 
@@ -367,7 +367,7 @@ def test_pairs_outside_the_supported_table_are_refused_before_any_call(fake_gpu)
 
 
 # -- bad input ----------------------------------------------------------------------------------
-def test_a_trace_without_replayable_kernels_is_a_clear_error_and_changes_nothing(fake_gpu) -> None:  # noqa: ANN001
+def test_a_trace_without_replayable_kernels_is_a_clear_error_and_changes_nothing(fake_gpu) -> None:
     _, sim, fake = fake_gpu
     tr = Trace([Kernel("aten._local_scalar_dense.default[scalar]float32", "other", "other", None,
                        0, 4), Kernel("nccl:all_reduce", "communication", "backward", None, 0, 1e6),
@@ -409,7 +409,7 @@ def test_a_profiled_kineto_trace_lists_its_kernels_as_not_replayable() -> None:
     assert not rs.ops and rs.skipped and "op stream" in rs.skipped[0].reason
 
 
-def test_a_budget_too_small_for_one_measurement_is_refused_before_anything_runs(fake_gpu) -> None:  # noqa: ANN001
+def test_a_budget_too_small_for_one_measurement_is_refused_before_anything_runs(fake_gpu) -> None:
     trace, sim, fake = fake_gpu
     be = _FakeNvmlBackend(sim, fake)
     with pytest.raises(JouleboundError, match="too small for one measurement.*at least"):
@@ -418,7 +418,7 @@ def test_a_budget_too_small_for_one_measurement_is_refused_before_anything_runs(
     assert sim.t == 0.0 and fake.count("nvmlDeviceSetGpuLockedClocks") == 0
 
 
-def test_the_budget_bounds_the_device_time_and_keeps_the_biggest_kernels(gpt_step) -> None:  # noqa: ANN001
+def test_the_budget_bounds_the_device_time_and_keeps_the_biggest_kernels(gpt_step) -> None:
     trace, _ = gpt_step
     be = SimulatedBackend(trace, "a100-sxm4-80gb", seed=1)
     ws = WindowSettings(be.sensor_period_s, **FAST)
@@ -436,7 +436,7 @@ def test_the_budget_bounds_the_device_time_and_keeps_the_biggest_kernels(gpt_ste
     assert min(share[n] for n in measured) >= max(share[n] for n in res.not_measured_budget)
 
 
-def test_a_helper_that_is_not_running_is_a_clear_error_and_nothing_is_locked(fake_gpu, tmp_path) -> None:  # noqa: ANN001
+def test_a_helper_that_is_not_running_is_a_clear_error_and_nothing_is_locked(fake_gpu, tmp_path) -> None:
     trace, sim, fake = fake_gpu
     be = _FakeNvmlBackend(sim, fake, helper=str(tmp_path / "no-helper.sock"))
     with pytest.raises(JouleboundError, match="no clock helper at .*clock-helper"):
@@ -446,7 +446,7 @@ def test_a_helper_that_is_not_running_is_a_clear_error_and_nothing_is_locked(fak
 
 
 # -- CLI ------------------------------------------------------------------------------------------
-def test_cli_end_to_end_on_the_simulated_gpu_then_plan_uses_it(gpt_step, tmp_path, capsys) -> None:  # noqa: ANN001
+def test_cli_end_to_end_on_the_simulated_gpu_then_plan_uses_it(gpt_step, tmp_path, capsys) -> None:
     from joulebound.cli import main
     from joulebound.gpumodel.characterization import Characterization
 
@@ -473,7 +473,7 @@ def test_cli_end_to_end_on_the_simulated_gpu_then_plan_uses_it(gpt_step, tmp_pat
     assert plan["baseline"]["provenance"] == "modeled"
 
 
-def test_cli_unknown_device_and_bad_clocks_are_clear_errors(gpt_step, tmp_path, capsys) -> None:  # noqa: ANN001
+def test_cli_unknown_device_and_bad_clocks_are_clear_errors(gpt_step, tmp_path, capsys) -> None:
     from joulebound.cli import main
 
     trace, _ = gpt_step

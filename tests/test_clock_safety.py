@@ -96,7 +96,7 @@ def _no_set_after_last_reset(nv: FakeNvml, pid: int) -> bool:
 STOP = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
-def _child_signals(ignore: tuple[signal.Signals, ...] = (), then=None):  # noqa: ANN001, ANN202
+def _child_signals(ignore: tuple[signal.Signals, ...] = (), then=None):
     """``preexec_fn`` for the children whose stop signals a test sends: every stop signal at its
     default, whatever this test run inherited (``nohup`` ignores HUP, a background job INT and
     QUIT -- the guard rightly keeps those ignored), then ``ignore`` ignored, then ``then()``."""
@@ -189,7 +189,7 @@ def _client_loop(path: str, gpu: int, stop_at: float) -> None:
         while time.monotonic() < stop_at and not a.closed:
             a.set_clocks(HI if i % 2 else LO)
             i += 1
-    except Exception:  # noqa: BLE001 - the helper went away: expected
+    except Exception:
         pass
 
 
@@ -409,7 +409,7 @@ def test_sixteen_ranks_times_five_connect_at_once(helper):
         barrier.wait()
         try:
             acts.append(HelperActuator(h.path, gpu=0))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             errors.append(exc)
 
     ts = [threading.Thread(target=connect) for _ in range(80)]

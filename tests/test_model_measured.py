@@ -129,7 +129,7 @@ def test_three_measured_clocks_calibrate_the_rest(tmp_path):
 
 def test_fit_kernel_without_counts_matches_measurements():
     from joulebound.gpumodel import default_params
-    from joulebound.gpumodel.calibrate import fit_kernel
+    from joulebound.gpumodel.fit_measured import fit_kernel
     from joulebound.gpumodel.kernel import KernelWork, kernel_time_energy
 
     spec = ga102_spec()

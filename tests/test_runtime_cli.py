@@ -9,11 +9,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-from joulebound.cli import main  # noqa: E402
-from joulebound.core.clocks import AUTO, ClockConfig  # noqa: E402
-from joulebound.gpumodel.characterization import Characterization  # noqa: E402
-from joulebound.planning.plan import Plan  # noqa: E402
-from joulebound.workload.trace import Trace  # noqa: E402
+from joulebound.cli import main
+from joulebound.core.clocks import AUTO, ClockConfig
+from joulebound.gpumodel.characterization import Characterization
+from joulebound.planning.plan import Plan
+from joulebound.workload.trace import Trace
 
 SCRIPT = """
 import sys

@@ -16,9 +16,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from joulebound.cli import main  # noqa: E402
-from joulebound.hw.latency import device_switch_latency  # noqa: E402
-from joulebound.planning.plan import Plan  # noqa: E402
+from joulebound.cli import main
+from joulebound.hw.latency import device_switch_latency
+from joulebound.planning.plan import Plan
 
 SCRIPT = "import sys\nfrom joulebound.testing.demo_gpt import main\nmain(sys.argv[1:])\n"
 TINY = ["--layers", "1", "--hidden", "32"]

@@ -1,7 +1,7 @@
 """The paths rewritten for scale compute what they computed before.
 
 * ``characterize`` models rows a chunk at a time (and distinct rows in place): cell for cell the
-  figures of the whole-table model (:func:`evaluate_work` expanded) within 1e-7, the same bits
+  figures of the reference method of the one evaluator (:func:`evaluate`, ``method="reference"``) within 1e-7, the same bits
   at any chunk size, on GPT-3-XL × RTX 3080 Ti and on a 10^4-kernel trace with measured
   durations (every row distinct, as imported traces are).
 * ``Trace.save`` writes every field of every kernel, as the dataclass has them.
@@ -16,7 +16,7 @@ import pytest
 
 from joulebound.gpumodel import characterize
 from joulebound.gpumodel.characterize import (
-    evaluate_work,
+    evaluate,
     planning_configs,
     resolve_clocks,
     trace_work,
@@ -28,13 +28,13 @@ from joulebound.workload.trace import Trace
 
 
 def _whole_table(trace: Trace, device: str) -> tuple[np.ndarray, np.ndarray, float]:
-    """The previous implementation: the model over the distinct rows at once, expanded."""
+    """The reference method: the model's formulas over the distinct rows at once, expanded."""
     spec = get_device(device)
     prm = params_for(spec)
     cfgs, _ = planning_configs(spec, prm)
     rc = resolve_clocks(spec, cfgs, prm)
-    out, inverse, _ = evaluate_work(trace_work(trace, spec, prm), rc, spec, prm)
-    return out["time_s"][inverse], out["energy_j"][inverse], float(out["capped"].mean())
+    out = evaluate(trace_work(trace, spec, prm), rc, spec, prm, method="reference")
+    return out.time_s, out.energy_j, out.capped_fraction
 
 
 def _measured_trace(iterations: int) -> Trace:

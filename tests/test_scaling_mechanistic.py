@@ -98,7 +98,7 @@ def test_interval_widens_with_distance_from_the_calibration_domain_and_says_why(
     seen = prm.devices_seen[0]
     unseen = next(d for d in ("h100-sxm", "b200", "t4") if d not in prm.devices_seen)
 
-    def width(job: Job, p=prm) -> tuple[float, list[str]]:  # noqa: ANN001
+    def width(job: Job, p=prm) -> tuple[float, list[str]]:
         r = resolve(job)
         pa = characterize_parts([work_keys(r)])[work_keys(r)]
         st = compose(r, pa, p, fabric_for(r))

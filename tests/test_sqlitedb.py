@@ -208,17 +208,17 @@ def test_both_stores_wait_for_another_writer_instead_of_failing(tmp_path):
         con.close()
 
 
-def _as_reader_without_write_access(fn):  # noqa: ANN001, ANN202
+def _as_reader_without_write_access(fn):
     """Run ``fn()`` where the folder cannot be written: as an unprivileged user (a forked child
     that drops root, no exec needed) or, when not root, after ``chmod 555`` on the folder. Returns
     ``fn``'s result or the text of the exception it raised."""
     import os
     import pickle
 
-    def call():  # noqa: ANN202
+    def call():
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001 - the test looks at the message
+        except Exception as exc:
             return f"error: {exc}"
 
     if os.geteuid() != 0:
@@ -231,7 +231,7 @@ def _as_reader_without_write_access(fn):  # noqa: ANN001, ANN202
             os.setgid(65534)
             os.setuid(65534)
             out = pickle.dumps(call())
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             out = pickle.dumps(f"error: child: {exc}")
         os.write(w, out)
         os._exit(0)

@@ -20,10 +20,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from joulebound.cli import main  # noqa: E402
-from joulebound.jobs.runstore import load_results  # noqa: E402
-from joulebound.measure.sweep.runner import plan_launches, run_sweep  # noqa: E402
-from joulebound.workload.grid import Grid, preset  # noqa: E402
+from joulebound.cli import main
+from joulebound.jobs.runstore import load_results
+from joulebound.measure.sweep.runner import plan_launches, run_sweep
+from joulebound.workload.grid import Grid, preset
 
 RTOL = 1e-5
 

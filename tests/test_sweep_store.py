@@ -123,7 +123,7 @@ def test_results_table_fits_narrow_terminals_and_shows_errors_verbatim():
     bad = {**ok, "config_id": "bert-L1-tp-w2-x", "status": "failed",
            "error": "RuntimeError: tensor [bold] mismatch\ntraceback ..."}
     for width in (80, 140):
-        con = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+        con = Console(width=width, record=True, file=open("/dev/null", "w"))
         con.print(_table_rows([ok, bad], width))
         text = con.export_text()
         assert max(len(line) for line in text.splitlines()) <= width
@@ -143,7 +143,7 @@ def test_results_table_keeps_tiny_config_ids_whole_at_100_columns():
     row = {"config_id": cid, "status": "ok", "error": None, "time_s": 0.015, "tokens": 128,
            "padded_tokens": 128, "throughput_tok_s": 25865.0, "speedup": 1.0, "energy_j": 12.3,
            "energy_provenance": "measured", "peak_mem_bytes": 396 * 2**20}
-    con = Console(width=100, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    con = Console(width=100, record=True, file=open("/dev/null", "w"))
     con.print(_table_rows([row], 100))
     text = con.export_text()
     assert max(len(line) for line in text.splitlines()) <= 100

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from joulebound.gpumodel.calibrate import StageModel
 from research import perseus_stage
+from research.stage_model import StageModel
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def test_reads_real_files_and_holds_out(shared_data):
 
 @pytest.mark.parametrize("n", [3.0, 30.0, 150.0])
 def test_floor_jacobian_equals_numerical_differences(n):
-    from joulebound.gpumodel.calibrate import softmin
+    from research.stage_model import softmin
 
     f = np.linspace(600.0, 1980.0, 40)
     t = 1e-3 * (1 + 1300 / f)

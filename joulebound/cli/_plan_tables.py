@@ -118,7 +118,7 @@ def plans_table(study, lat: float | None, title: str | None = None):
     return t
 
 
-def ranges_table(study, title: str | None = None):  # noqa: ANN001, ANN201 - rich Table
+def ranges_table(study, title: str | None = None):
     """Each plan's energy Δ with its 5-95 % range over parameter draws: the plan re-evaluated
     under each draw, and (switch-free plans) re-planned under each draw; ``None`` without
     draws."""

@@ -114,7 +114,7 @@ def characterize_cmd(
                   + (f"; wrote {csv_out}" if csv_out else ""))
 
 
-def write_csv(char, trace, path: Path) -> None:  # noqa: ANN001
+def write_csv(char, trace, path: Path) -> None:
     """One row per (kernel, config) of ``char`` (columns :data:`CSV_COLUMNS`)."""
     import csv
 

@@ -136,7 +136,7 @@ def demo_command(
     render_demo(study_a, study_b, per_kernel, mem, spec, index, time.perf_counter() - t0)
 
 
-def _memory(trace, spec, optimizer: bool = True) -> dict:  # noqa: ANN001
+def _memory(trace, spec, optimizer: bool = True) -> dict:
     from joulebound.workload.analytic import ModelConfig
     from joulebound.workload.memory import training_memory
 
@@ -144,7 +144,7 @@ def _memory(trace, spec, optimizer: bool = True) -> dict:  # noqa: ANN001
     return training_memory(cfg, optimizer=optimizer, device_bytes=spec.memory_bytes).to_json()
 
 
-def per_kernel_rows(study_a, spec, data: Path | None) -> list[dict] | None:  # noqa: ANN001
+def per_kernel_rows(study_a, spec, data: Path | None) -> list[dict] | None:
     """Spaan et al.'s Table 1 rows beside our model: the published change at the paper's pair,
     ours at the paper's pair, ours at the pair our kernel plan (ε = 0) chose. ``None`` when the
     data folder is absent (the table is third-party data, not shipped)."""
@@ -185,7 +185,7 @@ def per_kernel_rows(study_a, spec, data: Path | None) -> list[dict] | None:  # n
     return out
 
 
-def header_text(study, spec, part: str, what: str) -> str:  # noqa: ANN001
+def header_text(study, spec, part: str, what: str) -> str:
     """What was planned: model, shape, device, kernels × clock configs, the baseline (modeled)."""
     m = study.trace.meta
     shape = ", ".join(x for x in (
@@ -201,7 +201,7 @@ def header_text(study, spec, part: str, what: str) -> str:  # noqa: ANN001
             "baseline; ε = allowed slowdown.")
 
 
-def switch_free_table(study, title: str = "1. Switch-free plans"):  # noqa: ANN001
+def switch_free_table(study, title: str = "1. Switch-free plans"):
     """Granularity rows × ε column groups (energy Δ with its 5–95 % range, time Δ,
     switches), modeled."""
     from rich.table import Table
@@ -244,7 +244,7 @@ PER_KERNEL_NEEDS_DATA = ("3b. (per-kernel comparison with Spaan et al. Table 1 l
                          "the data folder; give --data PATH or set JOULEBOUND_DATA)")
 
 
-def per_kernel_table(rows: list[dict]):  # noqa: ANN201 - rich Table
+def per_kernel_table(rows: list[dict]):
     """Spaan et al.'s Table 1 rows beside ours (published vs modeled columns)."""
     from rich.table import Table
 
@@ -300,7 +300,7 @@ def latency_table(study):
     return t
 
 
-def render_demo(study_a, study_b, per_kernel, mem, spec, index, seconds: float  # noqa: ANN001
+def render_demo(study_a, study_b, per_kernel, mem, spec, index, seconds: float
                 ) -> None:
     """Print the demo for an 80–100 column terminal: part A (the paper's setting, the published
     reference, the per-kernel table), part B (a training step that fits: switch-free and

@@ -256,7 +256,7 @@ def show_command(
     console.print(model_params_table(spec))
 
 
-def _param_value(prm, name: str) -> str:  # noqa: ANN001
+def _param_value(prm, name: str) -> str:
     """A short text of one model parameter's value (see joulebound.gpumodel.params)."""
     v = getattr(prm, name)
     if name == "vf":
@@ -285,7 +285,7 @@ def model_params_json(spec: DeviceSpec) -> dict[str, Any]:
                        for k in PARAMETERS}}
 
 
-def model_params_table(spec: DeviceSpec):  # noqa: ANN201 - rich Table
+def model_params_table(spec: DeviceSpec):
     """The GPU model's parameters for this device: value, source, and 'default' (yellow) for
     those nobody fitted."""
     from rich.table import Table

@@ -92,7 +92,7 @@ GiB. --law prerun: the legacy advisor (keys best/candidates with energy_j, time_
 meets_deadline, state_bytes_per_gpu, fits_memory)."""
 
 
-def _table_console():  # noqa: ANN202
+def _table_console():
     """The terminal's console, or a 132-column one when output is piped (tables stay unwrapped)."""
     from rich.console import Console
 
@@ -279,9 +279,9 @@ _DATA = typer.Option(None, "--data", help="data folder for --law other than prer
                      "../shared/data or $JOULEBOUND_DATA)")
 
 
-def _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,  # noqa: ANN001
+def _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
           dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
-          gpus_per_node, nics_per_node, tokens, **kw) -> dict:  # noqa: ANN003
+          gpus_per_node, nics_per_node, tokens, **kw) -> dict:
     return dict(preset=preset, arch=model, layers=layers, hidden=hidden, heads=heads, seq=seq,
                 batch=batch, global_batch=global_batch, grad_accum=grad_accum, ff=ff, vocab=vocab,
                 dtype=dtype, recompute=recompute, optimizer=optimizer, device=device, clocks=clocks,
@@ -326,7 +326,7 @@ def _fmt_e(j: float) -> str:
     return f"{j / 3.6e9:.3g} MWh"
 
 
-def _print_prediction(p) -> None:  # noqa: ANN001
+def _print_prediction(p) -> None:
     st = p.step
     what = "the job" if p.steps != 1.0 else "one optimizer step"
     console.print(f"job     {p.name or 'job'}: {p.strategy} on {p.gpus}× {p.device} ({p.nodes} node"
@@ -357,7 +357,7 @@ def _print_prediction(p) -> None:  # noqa: ANN001
         console.print(f"[yellow]note:[/] {w}", highlight=False, soft_wrap=True)
 
 
-def _print_law_prediction(p) -> None:  # noqa: ANN001
+def _print_law_prediction(p) -> None:
     """``predict --law NAME``: a law's energy (and time when it predicts one)."""
     lo = "" if p.total_energy_lo_j is None else (f"  (90 % interval {_fmt_e(p.total_energy_lo_j)} – "
                                                  f"{_fmt_e(p.total_energy_hi_j)})")
@@ -536,7 +536,7 @@ def advise(
                       f"{_fmt_e(best.energy_j)}, {_fmt_t(best.time_s)}  \\[modeled]", highlight=False)
 
 
-def _advise_table(path: Path, o: dict, deadline, max_gpus: int, strat: tuple, prm, output, as_json: bool) -> None:  # noqa: ANN001
+def _advise_table(path: Path, o: dict, deadline, max_gpus: int, strat: tuple, prm, output, as_json: bool) -> None:
     from dataclasses import asdict
 
     from joulebound.jobs import advisor, jobtable
@@ -575,7 +575,7 @@ def _advise_table(path: Path, o: dict, deadline, max_gpus: int, strat: tuple, pr
                           f"{'met' if r['meets_deadline'] else 'missed'}  \\[modeled]", highlight=False)
 
 
-def _legacy_advise(law: str, o: dict, deadline, max_gpus: int, strat: tuple, coefficients, as_json: bool) -> None:  # noqa: ANN001
+def _legacy_advise(law: str, o: dict, deadline, max_gpus: int, strat: tuple, coefficients, as_json: bool) -> None:
     from rich.table import Table
 
     from joulebound.jobs import advisor

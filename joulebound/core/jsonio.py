@@ -43,7 +43,7 @@ def write_json(path: str | Path, obj: Any, indent: int | None = 1) -> Path:
         if p.suffix == ".gz":
             fh = gzip.open(p, "wt", encoding="utf-8", compresslevel=6)
         else:
-            fh = open(p, "w", encoding="utf-8")  # noqa: SIM115 - closed by the with below
+            fh = open(p, "w", encoding="utf-8")
         with fh:
             fh.write(text)
     except IsADirectoryError as exc:

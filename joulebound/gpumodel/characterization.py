@@ -130,7 +130,7 @@ class Characterization:
         try:
             z = np.load(p, allow_pickle=False)
             header = json.loads(str(z["header"]))
-        except Exception as exc:  # noqa: BLE001 - any failure means "not our file"
+        except Exception as exc:
             raise SchemaError(p, "<file>", f"not a joulebound characterization (.npz): {exc}") from exc
         header = check_header(header, p, SCHEMA, VERSION)
         try:

@@ -197,7 +197,7 @@ def characterize(trace: Trace, device: str | DeviceSpec,
         params: model parameters (default: shipped calibration for the device, else datasheet
             defaults).
         work: per-kernel compute/memory times and activity (default: from the trace's FLOPs and
-            bytes via :func:`trace_work`; :func:`~joulebound.gpumodel.calibrate.fit_trace_work`
+            bytes via :func:`trace_work`; :func:`~joulebound.gpumodel.fit_measured.fit_trace_work`
             fits them to measured cells).
         allow_untested: with ``configs=None``, also include memory clocks never measured on the
             device's memory technology.
@@ -225,12 +225,13 @@ def characterize(trace: Trace, device: str | DeviceSpec,
     rc = resolve_clocks(spec, cfgs, prm)
     if work is None:
         work = trace_work(trace, spec, prm)
-    time_s, energy_j, n_unique, capped = model_table(work, rc, spec, prm, chunk_cells)
+    table = evaluate(work, rc, spec, prm, chunk_cells=chunk_cells)
+    time_s, energy_j = table.time_s, table.energy_j
     meta = {
         "trace": trace.name, "model": MODEL_VERSION, "params_calibration": prm.calibration,
         "params_sources": prm.sources, "power_limit_w": prm.power_limit_w,
-        "n_unique_kernels": n_unique,
-        "capped_cells_fraction": capped,
+        "n_unique_kernels": table.n_unique,
+        "capped_cells_fraction": table.capped_fraction,
         "untested_mem_mhz_excluded": excluded,
     }
     return Characterization(
@@ -272,21 +273,54 @@ def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, inverse
 
 
-def model_table(work: KernelWork, rc: ResolvedClocks, spec: DeviceSpec, params: DeviceParams,
-                chunk_cells: int = 1 << 15) -> tuple[np.ndarray, np.ndarray, int, float]:
-    """Time (s) and energy (J) of every kernel of ``work`` at the clocks ``rc``: (K, C) each.
+@dataclass
+class ModelTable:
+    """The kernel model over a kernel × config table.
 
-    The model is evaluated by :func:`~.kernel_table.fill_table` (per-config terms computed
-    once, ``chunk_cells`` cells at a time into the result, the power cap solved once per kernel
-    and config group), within 1e-8 relative of :func:`evaluate_work` cell for cell (1e-7
-    pinned by the tests). When most kernels repeat (an analytic trace: every layer and
-    iteration), the distinct rows are modeled once and copied out; when most are distinct (a
-    profiled trace with measured durations), every row is modeled in place, with no second
-    table.
-
-    Returns ``(time_s, energy_j, n_unique, capped_fraction)``: the share of power-capped cells
-    is counted over the distinct rows.
+    Attributes:
+        time_s, energy_j: (K, C) time (s) and energy (J) of every kernel at every config.
+        n_unique: distinct kernel rows modeled (identical rows model identically).
+        capped_fraction: share of the distinct rows' cells the power limit capped.
+        power_w, f_eff_mhz: (K, C) average power (W) and effective core clock (MHz) — from the
+            reference method only (``None`` from the fast one).
     """
+
+    time_s: np.ndarray
+    energy_j: np.ndarray
+    n_unique: int
+    capped_fraction: float
+    power_w: np.ndarray | None = None
+    f_eff_mhz: np.ndarray | None = None
+
+
+#: how :func:`evaluate` computes the table
+METHODS = ("fast", "reference")
+
+
+def evaluate(work: KernelWork, rc: ResolvedClocks, spec: DeviceSpec, params: DeviceParams, *,
+             method: str = "fast", chunk_cells: int = 1 << 15) -> ModelTable:
+    """THE kernel model: time (s) and energy (J) of every kernel of ``work`` at the clocks
+    ``rc`` on ``spec`` with ``params`` — the one entry point every product caller uses.
+
+    Two implementations of one model (:mod:`.kernel`'s formulas):
+
+    * ``method="reference"`` — the specification: :func:`~.kernel.kernel_time_energy`,
+      vectorized numpy formula by formula (a 22-step bisection for power-capped cells), on the
+      distinct kernel rows; also returns power and the effective core clock;
+    * ``method="fast"`` (default) — the compiled path (:func:`~.kernel_table.fill_table`:
+      per-config terms computed once, a tabulated smooth maximum, the power cap solved once per
+      kernel and config group, numba loops), within 1e-8 relative of the reference cell for cell
+      (1e-7 pinned by the tests). When most kernels repeat (an analytic trace: every layer and
+      iteration) the distinct rows are modeled once and copied out; when most are distinct (a
+      profiled trace) every row is modeled in place, with no second table.
+
+    ``chunk_cells``: cells modeled at a time by the fast path (the result does not depend on it).
+    The share of power-capped cells is counted over the distinct rows.
+    """
+    if method == "reference":
+        return _evaluate_reference(work, rc, spec, params)
+    if method != "fast":
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     keys = _work_keys(work, params)
     n, c_n = len(keys), len(rc.core_mhz)
     ct = config_terms(rc.core_mhz, rc.mem_mhz, spec.max_core_mhz, spec.max_mem_mhz, params,
@@ -305,25 +339,21 @@ def model_table(work: KernelWork, rc: ResolvedClocks, spec: DeviceSpec, params: 
         per_row = fill_table(keys, ct, spec.max_core_mhz, spec.max_mem_mhz, params, time_s,
                              energy_j, chunk_cells=chunk_cells)
         capped = int(per_row[first].sum())
-    return time_s, energy_j, n_unique, capped / max(n_unique * c_n, 1)
+    return ModelTable(time_s, energy_j, n_unique, capped / max(n_unique * c_n, 1))
 
 
-def evaluate_work(work: KernelWork, rc: ResolvedClocks, spec: DeviceSpec, params: DeviceParams
-                  ) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
-    """The model on the *distinct* kernels of ``work`` at the clocks ``rc``.
-
-    Returns ``(out, inverse, n_unique)``: :func:`kernel_time_energy` results over unique kernel
-    rows (shape ``(U, C)``), the row of each kernel (``out[...][inverse]`` is per kernel) and
-    ``U``."""
-    n = len(work.tc_max)
-    act = np.ones(n) if work.activity is None else np.asarray(work.activity, float)
-    lam = (np.full(n, params.lam("other")) if work.lam is None
-           else np.asarray(work.lam, float))
-    keys = np.stack([np.asarray(work.tc_max, float), np.asarray(work.tm_max, float), act, lam],
-                    axis=1)
+def _evaluate_reference(work: KernelWork, rc: ResolvedClocks, spec: DeviceSpec,
+                        params: DeviceParams) -> ModelTable:
+    """:func:`evaluate`'s reference method: :func:`kernel_time_energy` on the distinct kernel
+    rows, expanded to every kernel."""
+    keys = _work_keys(work, params)
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
     uw = KernelWork(uniq[:, :1], uniq[:, 1:2], uniq[:, 2:3], uniq[:, 3:4])
     out = kernel_time_energy(uw, rc.core_mhz[None, :], rc.mem_mhz[None, :], spec.max_core_mhz,
                              spec.max_mem_mhz, params, core_auto=rc.core_auto[None, :],
                              mem_auto=rc.mem_auto[None, :])
-    return out, inverse.reshape(-1), int(uniq.shape[0])
+    n_unique = int(uniq.shape[0])
+    return ModelTable(out["time_s"][inverse], out["energy_j"][inverse], n_unique,
+                      float(out["capped"].sum()) / max(out["capped"].size, 1),
+                      out["power_w"][inverse], out["f_eff_mhz"][inverse])

@@ -45,7 +45,7 @@ class KernelWork:
         tm_max: memory time (s) at the top memory clock (DRAM bytes / achieved bandwidth).
         activity: optional per-kernel multiplier (>= 0) of the dynamic (core and memory) power,
             1.0 = the device's calibrated average; fitted from measurements by
-            :func:`joulebound.gpumodel.calibrate.fit_kernel`.
+            :func:`joulebound.gpumodel.fit_measured.fit_kernel`.
         lam: optional per-kernel share of the memory time that follows the core clock
             (default: the parameters' ``core_mem_frac["other"]``).
     """

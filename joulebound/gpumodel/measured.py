@@ -207,7 +207,7 @@ def _overlay(table: dict, p: Path, base: Characterization) -> Characterization:
 def characterize_with_measurements(trace, device, path: str | Path,  # type: ignore[no-untyped-def]
                                    params=None) -> Characterization:
     """Characterize ``trace`` on ``device`` with a measured table: each measured kernel's work
-    and power activity are fitted to its measured cells (:func:`~joulebound.gpumodel.calibrate.
+    and power activity are fitted to its measured cells (:func:`~joulebound.gpumodel.fit_measured.
     fit_trace_work`), every cell is then modeled from the fitted work, and measured cells replace
     the modeled ones (``measured = True``)."""
     from joulebound.gpumodel.characterize import resolve_device
@@ -225,8 +225,8 @@ def characterize_from_table(trace, device, table: dict,  # type: ignore[no-untyp
     :func:`read_table`; ``joulebound calibrate`` measures it): every measured kernel's work and
     activity are fitted to its cells, every cell is modeled from the fitted work, and the measured
     cells replace the modeled ones (``measured = True``)."""
-    from joulebound.gpumodel.calibrate import fit_trace_work
     from joulebound.gpumodel.characterize import characterize, planning_configs, resolve_device
+    from joulebound.gpumodel.fit_measured import fit_trace_work
     from joulebound.gpumodel.params import params_for
 
     spec = resolve_device(device)

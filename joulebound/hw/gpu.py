@@ -118,11 +118,11 @@ def driver_version(nvml: Any = None) -> str | None:
     try:
         nv = load_pynvml(nvml)
         nv.nvmlInit()
-    except Exception:  # noqa: BLE001 - no NVML on this machine
+    except Exception:
         return None
     try:
         return _text(nv.nvmlSystemGetDriverVersion())
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     finally:
         with contextlib.suppress(Exception):
@@ -277,7 +277,7 @@ class Nvml:
         self.nv = nv = load_pynvml(nvml)
         try:
             nv.nvmlInit()
-        except Exception as exc:  # noqa: BLE001 - NVMLError subclasses vary
+        except Exception as exc:
             if nvml_error_is(nv, exc, "NVML_ERROR_NO_PERMISSION"):
                 raise NoPermission("NVML refused access (NVML_ERROR_NO_PERMISSION): this user "
                                    "may not open the NVIDIA driver; run in a container with "
@@ -314,10 +314,10 @@ class Nvml:
                 try:
                     out.append(_text(nv.nvmlDeviceGetUUID(
                         nv.nvmlDeviceGetMigDeviceHandleByIndex(h, k))))
-                except Exception:  # noqa: BLE001 - an unpopulated MIG slot
+                except Exception:
                     continue
             return tuple(out) or ("MIG-enabled",)
-        except Exception:  # noqa: BLE001 - NOT_SUPPORTED before Ampere: no MIG
+        except Exception:
             return ()
 
     def resolve(self, gpu: int | str, env: Mapping[str, str] | None = None) -> PhysicalGpu:
@@ -358,7 +358,7 @@ def open_gpu(nvml: Any, gpu: int | str, env: Mapping[str, str] | None = None
     except JouleboundError:
         session.close()
         raise
-    except Exception as exc:  # noqa: BLE001 - NVMLError subclasses
+    except Exception as exc:
         session.close()
         raise JouleboundError(f"GPU {gpu!r} not found by NVML ({exc}); use --gpu with an index "
                               "or UUID from `nvidia-smi -L`") from exc
@@ -434,11 +434,11 @@ class GpuDevice:
         failed = []
         try:
             self.reset_core()
-        except Exception as exc:  # noqa: BLE001 - reported to the caller
+        except Exception as exc:
             failed.append(f"core clock reset failed: {exc}")
         try:
             self.reset_memory()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if not is_not_supported(self.nv, exc):
                 failed.append(f"memory clock reset failed: {exc}")
         return failed

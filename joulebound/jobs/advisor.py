@@ -79,7 +79,7 @@ def _checked_request(deadline_s: float, strategies: tuple[str, ...]) -> tuple[st
 
 def advise_law(tokens: float, deadline_s: float, max_gpus: int = 8,
                strategies: tuple[str, ...] = ("ddp", "fsdp", "tp"), coefficients: str | None = None,
-               law=None, **config) -> tuple[Candidate, list[Candidate]]:  # noqa: ANN001, ANN003
+               law=None, **config) -> tuple[Candidate, list[Candidate]]:
     """(best, all candidates sorted by energy) by the pre-run law ``law`` (default: the one of
     ``coefficients``, or the built-in one). ``config``: keywords of
     :func:`~joulebound.jobs.design.config_frame` minus gpus/strategy."""
@@ -116,9 +116,9 @@ def check_law(law: str) -> None:
         raise JouleboundError("advise --law supports prerun only (the legacy law with built-in coefficients)")
 
 
-def advise_job(job, deadline_s: float, max_gpus: int = 8,  # noqa: ANN001
+def advise_job(job, deadline_s: float, max_gpus: int = 8,
                strategies: tuple[str, ...] = ("ddp", "fsdp", "tp", "pp"), law: str | None = None,
-               coefficients: str | None = None, prm=None  # noqa: ANN001
+               coefficients: str | None = None, prm=None
                ) -> tuple[Option, list[Option]] | tuple[Candidate, list[Candidate]]:
     """``joulebound advise`` for one job: :func:`advise` (the mechanistic predictor with ``prm``,
     default the calibration at ``coefficients`` or the shipped one), or with ``law`` ``prerun``
@@ -187,7 +187,7 @@ def _micro(per_rank: int, cap: int | None, pp: int) -> int:
     return 1
 
 
-def candidates_for(job, max_gpus: int, strategies: tuple[str, ...]):  # noqa: ANN001, ANN201
+def candidates_for(job, max_gpus: int, strategies: tuple[str, ...]):
     """(strategy, gpus, resolved job or None, reason) for every candidate of :func:`advise`: each
     candidate is resolved here, once (:func:`~joulebound.jobs.job.resolve`)."""
     from dataclasses import replace
@@ -219,8 +219,8 @@ def candidates_for(job, max_gpus: int, strategies: tuple[str, ...]):  # noqa: AN
     return out
 
 
-def advise(job, deadline_s: float, max_gpus: int = 8,  # noqa: ANN001
-           strategies: tuple[str, ...] = ("ddp", "fsdp", "tp", "pp"), prm=None  # noqa: ANN001
+def advise(job, deadline_s: float, max_gpus: int = 8,
+           strategies: tuple[str, ...] = ("ddp", "fsdp", "tp", "pp"), prm=None
            ) -> tuple[Option, list[Option]]:
     """(advice, every candidate sorted by energy) for ``job`` (a :class:`~joulebound.jobs.job.Job`
     whose ``batch``/``global_batch`` fix the global batch and whose ``tokens`` the work)."""

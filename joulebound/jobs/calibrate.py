@@ -608,7 +608,7 @@ def cut_plan(prep: Prepared) -> list[tuple[str, str, np.ndarray]]:
     return [(c, w, t) for c, w, t in plan if t.any() and (c == "in-sample" or (~t).any())]
 
 
-def cuts(prep: Prepared, progress=None) -> list[dict]:  # noqa: ANN001
+def cuts(prep: Prepared, progress=None) -> list[dict]:
     """The mechanistic predictor on every cut of :func:`cut_plan` (fitted on each training side)."""
     rows = []
     for cut, what, test in cut_plan(prep):
@@ -643,7 +643,7 @@ def legacy_frame(prep: Prepared):  # -> pandas.DataFrame
     return pd.DataFrame(rows)
 
 
-def legacy_cuts(prep: Prepared, law: str, progress=None) -> list[dict]:  # noqa: ANN001
+def legacy_cuts(prep: Prepared, law: str, progress=None) -> list[dict]:
     """A legacy energy law (``fit --law NAME``) on the same cuts: energy per step against each
     row's measured energy (its own meter: CodeCarbon for Mayaki, NVML otherwise); the 90 %
     interval is the split-conformal half-width of the training side (pre-run law only)."""
@@ -698,7 +698,7 @@ def mayaki_power_check(data: str | Path) -> dict:
 
 
 def calibrate(data: str | Path, sweep: str | Path | None = None, out: str | Path | None = None,
-              with_cuts: bool = True, progress=None) -> dict:  # noqa: ANN001
+              with_cuts: bool = True, progress=None) -> dict:
     """Fit on all data, write the parameters JSON, return {params, cuts, mayaki_power}."""
     from joulebound.jobs.host import mayaki_host_watts
 

@@ -99,7 +99,7 @@ def scale_shift(df: pd.DataFrame, law: str) -> dict:
 
 
 def evaluate(df: pd.DataFrame, laws: tuple[str, ...] = DEFAULT_LAWS, k: int = 5,
-             progress=None) -> pd.DataFrame:  # noqa: ANN001
+             progress=None) -> pd.DataFrame:
     """The evaluation table for one dataset: one row per law (see module docstring)."""
     d = prepare(df)
     rows = []

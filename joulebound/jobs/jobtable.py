@@ -122,7 +122,7 @@ def read_jobs(path: str | Path, defaults: dict, advise: bool = False
     return out
 
 
-def prediction_row(i: int, p, error: str = "") -> dict:  # noqa: ANN001
+def prediction_row(i: int, p, error: str = "") -> dict:
     """One output row (:data:`PREDICT_COLUMNS`) of a Prediction (or of an error)."""
     if p is None:
         return {"row": i, "error": error, "provenance": MODELED}

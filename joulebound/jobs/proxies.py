@@ -113,7 +113,7 @@ def activation_bytes(B: ArrayLike, S: ArrayLike, d: ArrayLike, L: ArrayLike, h: 
     return S * B * d * L * (34 + 5 * h * S / d) * dtype_bytes(dtype) / 2
 
 
-def add_proxies(df):  # noqa: ANN001, ANN201 (pandas imported lazily)
+def add_proxies(df):
     """Return a copy of a common-schema DataFrame with every proxy as a column.
 
     Adds ``N_paper``, ``C_tok`` (paper), ``M`` (paper), ``tokens`` (B·S), ``F_dense``, ``F_attn``,
@@ -142,7 +142,7 @@ def add_proxies(df):  # noqa: ANN001, ANN201 (pandas imported lazily)
     return out
 
 
-def pd_series(values: np.ndarray, index):  # noqa: ANN001, ANN201
+def pd_series(values: np.ndarray, index):
     import pandas as pd
 
     return pd.Series(np.asarray(values, dtype=float), index=index)

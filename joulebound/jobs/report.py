@@ -22,7 +22,7 @@ from joulebound.jobs.evaluate import DEFAULT_LAWS, PUBLISHED, cross_validate, ev
 log = logging.getLogger("joulebound.jobs.report")  # also when run as __main__
 
 
-def _fmt(v, pct: bool = False) -> str:  # noqa: ANN001
+def _fmt(v, pct: bool = False) -> str:
     if v is None or (isinstance(v, float) and not np.isfinite(v)):
         return "–"
     if isinstance(v, (bool, np.bool_)):
@@ -48,7 +48,7 @@ def eval_table(t: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
-def coef_table(law) -> str:  # noqa: ANN001
+def coef_table(law) -> str:
     t = law.coef_table()
     out = ["| term | coefficient | 95 % CI |", "|---|---|---|"]
     for _, r in t.iterrows():
@@ -179,7 +179,7 @@ def frontier_table() -> tuple[str, str]:
     return "\n".join(out), f"Every estimate is within a factor of {worst:.1f} of the published energy."
 
 
-def prerun_summary(law) -> str:  # noqa: ANN001
+def prerun_summary(law) -> str:
     th = law.eff_.to_json()
     c = dict(zip(law.terms_, law.coef_, strict=True))
     return (f"Fitted on all Mayaki rows, θ = ({th['theta_dense']:.2f}, {th['theta_attn']:.1f}, "
@@ -229,7 +229,7 @@ CUT_HEADER = ["cut", "tested on", "quantity", "n", "MAPE", "ratio", "median abs.
               "within ×2", "90 % coverage", "median interval", "targets"]
 
 
-def mech_figure(prep, img: Path) -> str:  # noqa: ANN001
+def mech_figure(prep, img: Path) -> str:
     """Measured vs predicted (leave-one-data-set-out) time and NVML energy, by data set."""
     import matplotlib
 
@@ -275,7 +275,7 @@ def mech_figure(prep, img: Path) -> str:  # noqa: ANN001
     return "img/scaling_mechanistic_loo.png"
 
 
-def _params_table(prm, shipped) -> str:  # noqa: ANN001
+def _params_table(prm, shipped) -> str:
     """The fitted parameters beside the shipped file's, with what each means."""
     return md_table(["parameter", "value (this run)", "shipped file", "meaning"], [
         ["κ", f"{prm.kappa:.3g}", f"{shipped.kappa:.3g}", "framework factor on kernel time and busy energy"],
@@ -305,7 +305,7 @@ def _mayaki_power_text(mp: dict) -> str:
             "runs: ≈ 270 W per GPU on NVML)")
 
 
-def _targets_summary(cs: list[dict], targets: dict, meets_targets) -> str:  # noqa: ANN001
+def _targets_summary(cs: list[dict], targets: dict, meets_targets) -> str:
     """How many cut × quantity rows meet each accuracy target, and why the others miss."""
     n_cut = sum(1 for c in cs for q in ("time", "energy") if q in c)
     n_met = sum(1 for c in cs for q in ("time", "energy") if q in c and meets_targets(c[q]))

@@ -122,7 +122,7 @@ class TPSpeedup(_SpeedupLaw):
             f, names, pinned = tp_speedup, ("s_inf", "k"), {}
             p0, lo, hi = [max(s_max * 1.2, 1.01), TP_K_PIN], [1.0, 1e-6], [1e3, 50.0]
         else:  # one GPU count above 1: only S_inf is identifiable
-            def f(n, s_inf):  # noqa: ANN001, ANN202
+            def f(n, s_inf):
                 return tp_speedup(n, s_inf, TP_K_PIN)
             names, pinned = ("s_inf",), {"k": TP_K_PIN}
             p0, lo, hi = [max(s_max * 1.2, 1.01)], [1.0], [1e3]
@@ -142,11 +142,11 @@ class AmdahlSpeedup(_SpeedupLaw):
             f = amdahl_speedup
             names, p0, lo, hi, pinned = ("p", "c", "gamma"), [0.95, 0.01, 1.0], [0, 0, 0], [1, 10, 2], {}
         elif n_distinct == 3:
-            def f(n, p, c):  # noqa: ANN001, ANN202
+            def f(n, p, c):
                 return amdahl_speedup(n, p, c, 1.0)
             names, p0, lo, hi, pinned = ("p", "c"), [0.95, 0.01], [0, 0], [1, 10], {"gamma": 1.0}
         else:
-            def f(n, c):  # noqa: ANN001, ANN202
+            def f(n, c):
                 return amdahl_speedup(n, 1.0, c, 1.0)
             names, p0, lo, hi, pinned = ("c",), [0.01], [0], [10], {"p": 1.0, "gamma": 1.0}
         self.fit_ = _curve_fit(self.law, f, names, p0, lo, hi, pinned, n, s)
@@ -176,7 +176,7 @@ def _points(n: ArrayLike, s: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     return n, s
 
 
-def _curve_fit(law, f, names, p0, lo, hi, pinned, n, s) -> SpeedupFit:  # noqa: ANN001
+def _curve_fit(law, f, names, p0, lo, hi, pinned, n, s) -> SpeedupFit:
     """Least-squares fit of ``f(n, *free)`` (free parameters ``names``, start ``p0``, bounds
     ``lo``/``hi``) to the speedups ``s`` at GPU counts ``n``; ``pinned`` holds the fixed ones."""
     from scipy.optimize import curve_fit
@@ -185,7 +185,7 @@ def _curve_fit(law, f, names, p0, lo, hi, pinned, n, s) -> SpeedupFit:  # noqa: 
     return _result(law, names, popt, pcov, n, s, f, pinned)
 
 
-def _result(law, names, popt, pcov, n, s, f, pinned) -> SpeedupFit:  # noqa: ANN001
+def _result(law, names, popt, pcov, n, s, f, pinned) -> SpeedupFit:
     err = np.sqrt(np.clip(np.diag(pcov), 0, None)) if np.all(np.isfinite(pcov)) else [np.nan] * len(popt)
     params = {k: float(v) for k, v in zip(names, popt, strict=True)}
     params.update(pinned)

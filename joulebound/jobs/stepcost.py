@@ -104,7 +104,7 @@ def _masks(kernels: list) -> dict[str, np.ndarray]:
             "opt": opt}
 
 
-def _device_setup(device: str, clocks: str, power_limit_w: float | None):  # noqa: ANN202
+def _device_setup(device: str, clocks: str, power_limit_w: float | None):
     from joulebound.gpumodel import params_for, resolve_device
 
     spec = resolve_device(device)

@@ -49,7 +49,7 @@ class Interval:
 
 
 def draw_characterizations(trace, device, params, configs, n_draws: int | None = None
-                           ) -> list[Characterization]:  # noqa: ANN001
+                           ) -> list[Characterization]:
     """One characterization of ``trace`` per parameter draw (same configs), or ``[]`` when the
     parameters carry no draws (uncalibrated defaults)."""
     from joulebound.gpumodel.characterize import characterize
@@ -72,7 +72,7 @@ def evaluate(plan: Plan, char: Characterization) -> tuple[float, float]:
     return float(e), float(t)
 
 
-def plan_interval(plan: Plan, chars: list[Characterization], replan=None  # noqa: ANN001
+def plan_interval(plan: Plan, chars: list[Characterization], replan=None
                   ) -> Interval | None:
     """The interval of :mod:`this module <joulebound.planning.uncertainty>` for one plan;
     ``replan(char) -> Plan`` adds the re-planned range. ``None`` without draws."""
@@ -89,7 +89,7 @@ def plan_interval(plan: Plan, chars: list[Characterization], replan=None  # noqa
     return out
 
 
-def study_intervals(study, trace, device, params, n_draws: int | None = None,  # noqa: ANN001
+def study_intervals(study, trace, device, params, n_draws: int | None = None,
                     replan: bool = True) -> dict[str, Interval]:
     """Intervals for every row of a planning study (keyed by row label); re-planning for the
     switch-free rows when ``replan``."""
@@ -110,7 +110,7 @@ def study_intervals(study, trace, device, params, n_draws: int | None = None,  #
             obj = r.plan.objective
             eps = (r.slowdown or None) if obj in ("edp", "ed2p") else r.slowdown
 
-            def fn(c, r=r, obj=obj, eps=eps):  # noqa: ANN001, ANN202
+            def fn(c, r=r, obj=obj, eps=eps):
                 # a certified 1 % gap is enough for a range (no exact core re-solve per draw)
                 return solve(c, objective=obj, slowdown=eps, granularity=r.granularity,
                              trace=trace, tol=1e-2)

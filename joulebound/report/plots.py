@@ -20,7 +20,7 @@ _GRAN_COLOR = {"iteration": "tab:blue", "pass": "tab:orange", "layer": "tab:brow
 _PHASE_SHORT = {"forward": "forward", "backward": "backward", "optimizer": "opt."}
 
 
-def pyplot():  # noqa: ANN201 - the matplotlib.pyplot module
+def pyplot():
     """``matplotlib.pyplot`` on the non-interactive Agg backend (reports are files)."""
     import matplotlib
 

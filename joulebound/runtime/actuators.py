@@ -338,7 +338,7 @@ class NvmlActuator(Actuator):
             raise ChannelClosed
         try:
             call(*args)
-        except Exception as exc:  # noqa: BLE001 - NVMLError subclasses
+        except Exception as exc:
             kind = gpu_layer.nvml_error_kind(self.nvml, exc)
             if kind is NoPermission:
                 raise NoPermission(f"{what} was refused: {PERMISSION_HELP}") from exc
@@ -486,7 +486,7 @@ def reset_all_clocks(nvml: Any = None, gpus: Sequence[int | str] | None = None,
             rep = ResetReport(label, phys.uuid, phys.name)
             try:
                 dev = nv.open(phys)
-            except Exception as exc:  # noqa: BLE001 - keep going with the other GPUs
+            except Exception as exc:
                 rep.errors.append(f"cannot open {phys.describe()}: {exc}")
                 reports.append(rep)
                 continue

@@ -111,7 +111,7 @@ class Controller:
             self._fh = None
         elif isinstance(log, str | Path):
             Path(log).parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(log, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            self._fh = open(log, "w", encoding="utf-8")
             self._own_fh = True
         else:
             self._fh = log

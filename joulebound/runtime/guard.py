@@ -230,7 +230,7 @@ class SignalGuard:
         for act in acts:
             try:
                 act.emergency_close(self.timeout_s)
-            except Exception:  # noqa: BLE001 - keep restoring the others
+            except Exception:
                 log.exception("restoring clocks after %s failed", reason)
         self.restored.set()
 

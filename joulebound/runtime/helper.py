@@ -360,7 +360,7 @@ class ClockHelper:
             return True
         try:
             dev.lock_memory(cfg.mem_mhz)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if not gpu_layer.is_not_supported(self.nvml, exc):
                 raise
             return False
@@ -379,7 +379,7 @@ class ClockHelper:
             st = self._state(gpu)
             with st.mu:
                 self._reset(st)
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("reset of %r failed", gpu)
 
     def reset_all(self, timeout_s: float = 10.0) -> None:
@@ -408,7 +408,7 @@ class ClockHelper:
         for uuid, st in self._gpus.items():
             try:
                 sup = {str(m): cs for m, cs in self.supported(uuid).items()}
-            except Exception as exc:  # noqa: BLE001 - the client sees why
+            except Exception as exc:
                 sup = {}
                 log.warning("supported clocks of %s: %s", st.phys.describe(), exc)
             gpus[uuid] = {"index": st.phys.nvml_index, "name": st.phys.name,
@@ -422,7 +422,7 @@ class ClockHelper:
             return self._handle(client, req)
         except _RequestError as exc:
             return {"ok": False, "error": str(exc), "code": exc.code, **exc.extra}
-        except Exception as exc:  # noqa: BLE001 - NVML errors go back to the client
+        except Exception as exc:
             log.exception("request %r failed", req)
             return {"ok": False, "error": f"NVML refused: {exc}", "code": "nvml"}
 

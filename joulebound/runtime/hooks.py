@@ -176,7 +176,7 @@ class OpStream:
         self._tensor = torch.Tensor
 
         class _Mode(base):  # type: ignore[misc, valid-type]
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 if stream._pid == _PID[0]:
                     stream._on_dispatch(func, args, kwargs)
                 return func(*args, **(kwargs or {}))
@@ -298,7 +298,7 @@ class EventAligner:
             try:
                 ev.synchronize()
                 self.apply(cfg)
-            except BaseException as exc:  # noqa: BLE001 - surfaced by close()
+            except BaseException as exc:
                 self.errors.append(exc)
 
     def close(self) -> None:

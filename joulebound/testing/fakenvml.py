@@ -83,27 +83,27 @@ class NVMLError(Exception):
         NVMLError._by_value[code] = cls
 
 
-class NVMLError_Uninitialized(NVMLError, code=NVML_ERROR_UNINITIALIZED):  # noqa: N801
+class NVMLError_Uninitialized(NVMLError, code=NVML_ERROR_UNINITIALIZED):
     """NVML used before ``nvmlInit``."""
 
 
-class NVMLError_InvalidArgument(NVMLError, code=NVML_ERROR_INVALID_ARGUMENT):  # noqa: N801
+class NVMLError_InvalidArgument(NVMLError, code=NVML_ERROR_INVALID_ARGUMENT):
     """Raised for a GPU index or a clock the device does not have."""
 
 
-class NVMLError_NotSupported(NVMLError, code=NVML_ERROR_NOT_SUPPORTED):  # noqa: N801
+class NVMLError_NotSupported(NVMLError, code=NVML_ERROR_NOT_SUPPORTED):
     """Raised for a call the device does not support (memory locks before Ampere, no counter)."""
 
 
-class NVMLError_NoPermission(NVMLError, code=NVML_ERROR_NO_PERMISSION):  # noqa: N801
+class NVMLError_NoPermission(NVMLError, code=NVML_ERROR_NO_PERMISSION):
     """Raised by set/reset calls when not privileged, and by forbidden readings."""
 
 
-class NVMLError_LibraryNotFound(NVMLError, code=NVML_ERROR_LIBRARY_NOT_FOUND):  # noqa: N801
+class NVMLError_LibraryNotFound(NVMLError, code=NVML_ERROR_LIBRARY_NOT_FOUND):
     """Raised by ``nvmlInit`` when there is no driver."""
 
 
-class NVMLError_GpuIsLost(NVMLError, code=NVML_ERROR_GPU_IS_LOST):  # noqa: N801
+class NVMLError_GpuIsLost(NVMLError, code=NVML_ERROR_GPU_IS_LOST):
     """Raised by reads of a GPU that fell off the bus."""
 
 
@@ -317,40 +317,40 @@ class FakeNvml(types.ModuleType):
 
     # -- lifecycle and devices --------------------------------------------------------------
     @_api
-    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's name
+    def nvmlInit(self) -> None:
         if self.init_error is not None:
             raise NVMLError(self.init_error)
         self.initialized = True
 
     @_api
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         self.initialized = False
 
     @_api
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         return self.n_gpus
 
     @_api
-    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+    def nvmlSystemGetDriverVersion(self) -> str:
         return "550.54.15"
 
     @_api
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
         if not 0 <= i < self.n_gpus:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return i
 
     @_api
-    def nvmlDeviceGetUUID(self, h: int | FakeMigHandle) -> str:  # noqa: N802
+    def nvmlDeviceGetUUID(self, h: int | FakeMigHandle) -> str:
         return h.uuid if isinstance(h, FakeMigHandle) else self.gpus[h].uuid
 
     @_api
-    def nvmlDeviceGetName(self, h: int) -> str:  # noqa: N802
+    def nvmlDeviceGetName(self, h: int) -> str:
         return self.gpus[h].name
 
     # -- energy and power -------------------------------------------------------------------
     @_api
-    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:  # noqa: N802
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
         """Energy since the driver loaded, mJ."""
         g = self.gpus[h]
         code = {"unsupported": NVML_ERROR_NOT_SUPPORTED, "noperm": NVML_ERROR_NO_PERMISSION,
@@ -360,7 +360,7 @@ class FakeNvml(types.ModuleType):
         return g.counter_mj()
 
     @_api
-    def nvmlDeviceGetPowerUsage(self, h: int) -> int:  # noqa: N802
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
         """Power, mW."""
         g = self.gpus[h]
         if g.power == "noperm":
@@ -375,12 +375,12 @@ class FakeNvml(types.ModuleType):
     NVML_CLOCK_MEM = 2
 
     @_api
-    def nvmlDeviceGetTemperature(self, h: int, sensor: int = 0) -> int:  # noqa: N802
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int = 0) -> int:
         """GPU temperature, °C."""
         return int(self.gpus[h].temperature_c)
 
     @_api
-    def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int:  # noqa: N802
+    def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int:
         """Current clock (MHz): the locked clock, else the GPU's default (top of the table)."""
         if kind == self.NVML_CLOCK_MEM:
             lock = self._locks("mem_lock")[h]
@@ -396,25 +396,25 @@ class FakeNvml(types.ModuleType):
 
     # -- MIG --------------------------------------------------------------------------------
     @_api
-    def nvmlDeviceGetMigMode(self, h: int) -> list[int]:  # noqa: N802
+    def nvmlDeviceGetMigMode(self, h: int) -> list[int]:
         """``[current, pending]``."""
         return [1, 1] if self.gpus[h].mig else [0, 0]
 
     @_api
-    def nvmlDeviceGetMaxMigDeviceCount(self, h: int) -> int:  # noqa: N802
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: int) -> int:
         return len(self.gpus[h].mig_uuids)
 
     @_api
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: int, k: int) -> FakeMigHandle:  # noqa: N802
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: int, k: int) -> FakeMigHandle:
         return FakeMigHandle(self.gpus[h].mig_uuids[k])
 
     # -- clock tables -----------------------------------------------------------------------
     @_api
-    def nvmlDeviceGetSupportedMemoryClocks(self, h: int) -> list[int]:  # noqa: N802
+    def nvmlDeviceGetSupportedMemoryClocks(self, h: int) -> list[int]:
         return sorted(self.supported, reverse=True)
 
     @_api
-    def nvmlDeviceGetSupportedGraphicsClocks(self, h: int, mem: int) -> list[int]:  # noqa: N802
+    def nvmlDeviceGetSupportedGraphicsClocks(self, h: int, mem: int) -> list[int]:
         if mem not in self.supported:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return list(self.supported[mem])
@@ -435,26 +435,26 @@ class FakeNvml(types.ModuleType):
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
 
     @_api
-    def nvmlDeviceSetGpuLockedClocks(self, h: int, lo: int, hi: int) -> None:  # noqa: N802
+    def nvmlDeviceSetGpuLockedClocks(self, h: int, lo: int, hi: int) -> None:
         self._check_priv()
         self._check_handle(h)
         self._set_lock("core_lock", h, (lo, hi))
 
     @_api
-    def nvmlDeviceResetGpuLockedClocks(self, h: int) -> None:  # noqa: N802
+    def nvmlDeviceResetGpuLockedClocks(self, h: int) -> None:
         self._check_priv()
         self._check_handle(h)
         self._set_lock("core_lock", h, None)
 
     @_api
-    def nvmlDeviceSetMemoryLockedClocks(self, h: int, lo: int, hi: int) -> None:  # noqa: N802
+    def nvmlDeviceSetMemoryLockedClocks(self, h: int, lo: int, hi: int) -> None:
         self._check_priv()
         self._check_memory_locks()
         self._check_handle(h)
         self._set_lock("mem_lock", h, (lo, hi))
 
     @_api
-    def nvmlDeviceResetMemoryLockedClocks(self, h: int) -> None:  # noqa: N802
+    def nvmlDeviceResetMemoryLockedClocks(self, h: int) -> None:
         self._check_priv()
         self._check_memory_locks()
         self._check_handle(h)

@@ -42,15 +42,15 @@ class SimFakeNvml(FakeNvml):
         return ClockConfig(None if core is None else int(core[1]),
                            None if mem is None else int(mem[1]))
 
-    def nvmlDeviceGetPowerUsage(self, h: int) -> int:  # noqa: N802
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
         self.gpus[h].power_mw = self.sim.power_mw()
         return super().nvmlDeviceGetPowerUsage(h)
 
-    def nvmlDeviceGetTemperature(self, h: int, sensor: int = 0) -> int:  # noqa: N802
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int = 0) -> int:
         self.gpus[h].temperature_c = self.sim.temperature()
         return super().nvmlDeviceGetTemperature(h, sensor)
 
-    def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int:  # noqa: N802
+    def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int:
         sm, mem = self.sim.clocks_mhz()
         self.gpus[h].default_clocks = (sm, mem)
         return super().nvmlDeviceGetClockInfo(h, kind)

@@ -80,7 +80,7 @@ def step_memory(*, params: float, layers: int, hidden: int, heads: int, seq: int
     return MemoryEstimate(weights, weights, opt, act, reserve, float(device_bytes or 0))
 
 
-def training_memory(cfg, optimizer: bool = True, device_bytes: float = 0.0  # noqa: ANN001
+def training_memory(cfg, optimizer: bool = True, device_bytes: float = 0.0
                     ) -> MemoryEstimate:
     """One training step of a :class:`~joulebound.workload.analytic.ModelConfig` on one GPU
     (AdamW, or no optimizer state with ``optimizer=False``)."""
@@ -92,7 +92,7 @@ def training_memory(cfg, optimizer: bool = True, device_bytes: float = 0.0  # no
                        recompute=cfg.recompute, device_bytes=device_bytes)
 
 
-def trace_memory_warning(trace, spec) -> str | None:  # noqa: ANN001
+def trace_memory_warning(trace, spec) -> str | None:
     """A warning when an analytic trace's training step needs more than ``spec``'s memory
     (``None`` when it fits, or for a trace that is not analytic)."""
     from joulebound.workload.analytic import ModelConfig

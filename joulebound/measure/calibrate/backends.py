@@ -80,7 +80,7 @@ class NvmlBackend:
         self.session, self.device = gpu_layer.open_gpu(nvml, gpu)
         try:
             self.supported = self.device.supported_clocks()
-        except Exception as exc:  # noqa: BLE001 - NVMLError subclasses
+        except Exception as exc:
             self.session.close()
             raise JouleboundError(f"GPU {gpu!r}: NVML cannot read its clock table ({exc})") from exc
         self.gpu_name = self.device.name

@@ -14,7 +14,7 @@
    card's table, defaults restored on every way out), every kernel that needs it
    (:func:`~.measure.measure_cell`), with a progress callback.
 5. **Fit and write** — each measured kernel's compute/memory work and activity are fitted to its
-   cells (:func:`~joulebound.gpumodel.calibrate.fit_trace_work`), every cell is modeled from the
+   cells (:func:`~joulebound.gpumodel.fit_measured.fit_trace_work`), every cell is modeled from the
    fit, measured cells replace modeled ones (``measured = True``); the rest are
    *modeled-from-fit* (calibrated kernels) or *modeled* (kernels not measured).
 6. **Report** — the model's error at the default clocks per measured kernel (the prior model,

@@ -1,7 +1,7 @@
 """Which clock pairs to measure each kernel at (the experimental design of few-clock calibration).
 
 Three measurements per kernel identify its three free model parameters — compute time, memory
-time (at the top clocks) and power activity (:func:`~joulebound.gpumodel.calibrate.fit_kernel`)
+time (at the top clocks) and power activity (:func:`~joulebound.gpumodel.fit_measured.fit_kernel`)
 — when the pairs move the two clock domains differently:
 
 * **auto**: the default governor (what the kernel runs at today; also the read-only baseline);

@@ -147,7 +147,7 @@ class NvmlProbe:
         self.has_counter = True
         try:
             device.energy_mj()
-        except Exception:  # noqa: BLE001 - NOT_SUPPORTED (pre-Volta) / NO_PERMISSION
+        except Exception:
             self.has_counter = False
 
     def energy_mj(self) -> int | None:
@@ -158,14 +158,14 @@ class NvmlProbe:
     def power_w(self) -> float | None:
         try:
             return self.dev.power_w()
-        except Exception:  # noqa: BLE001
+        except Exception:
             return None
 
     def temperature_c(self) -> float | None:
         try:
             return float(self.nv.nvmlDeviceGetTemperature(
                 self.dev.handle, getattr(self.nv, "NVML_TEMPERATURE_GPU", 0)))
-        except Exception:  # noqa: BLE001
+        except Exception:
             return None
 
     def clocks_mhz(self) -> tuple[int | None, int | None]:
@@ -174,7 +174,7 @@ class NvmlProbe:
             try:
                 out.append(int(self.nv.nvmlDeviceGetClockInfo(self.dev.handle,
                                                               getattr(self.nv, kind))))
-            except Exception:  # noqa: BLE001
+            except Exception:
                 out.append(None)
         return out[0], out[1]
 

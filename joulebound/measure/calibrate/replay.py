@@ -300,7 +300,7 @@ def build_call(rop: ReplayOp, device: Any = "cpu", seed: int = 0) -> Callable[[]
         kwargs = {k: _value(s, device, gen) for k, s in spec.get("kwargs", {}).items()}
     except ReplayError:
         raise
-    except Exception as exc:  # noqa: BLE001 - torch allocation errors, bad specs
+    except Exception as exc:
         raise ReplayError(f"{rop.name}: cannot allocate its inputs ({exc})") from exc
 
     def call() -> Any:
@@ -318,7 +318,7 @@ def check_call(rop: ReplayOp, device: Any = "cpu", seed: int = 0) -> Callable[[]
     try:
         with torch.no_grad():
             call()
-    except Exception as exc:  # noqa: BLE001 - any torch error means "cannot replay"
+    except Exception as exc:
         raise ReplayError(f"{rop.name}: fails when replayed ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0][:200]})") from exc
     return call

@@ -145,21 +145,19 @@ class SimulatedGpu:
     def true_table(self, names: list[str], configs: list[ClockConfig]
                    ) -> tuple[np.ndarray, np.ndarray]:
         """True time (s) and energy (J) per call, shape ``(len(names), len(configs))``."""
-        from joulebound.gpumodel.characterize import resolve_clocks
-        from joulebound.gpumodel.kernel import KernelWork, kernel_time_energy
+        from joulebound.gpumodel.characterize import evaluate, resolve_clocks
+        from joulebound.gpumodel.kernel import KernelWork
 
         try:
             tr = [self.truth[n] for n in names]
         except KeyError as exc:
             raise JouleboundError(f"simulated GPU: unknown kernel {exc.args[0]!r}") from None
-        col = lambda a: np.array(a, float)[:, None]  # noqa: E731
+        col = lambda a: np.array(a, float)  # noqa: E731
         w = KernelWork(col([x.tc_s for x in tr]), col([x.tm_s for x in tr]),
                        col([x.activity for x in tr]), col([x.lam for x in tr]))
         rc = resolve_clocks(self.spec, configs, self.params)
-        out = kernel_time_energy(w, rc.core_mhz[None, :], rc.mem_mhz[None, :],
-                                 self.spec.max_core_mhz, self.spec.max_mem_mhz, self.params,
-                                 core_auto=rc.core_auto[None, :], mem_auto=rc.mem_auto[None, :])
-        return out["time_s"], out["energy_j"]
+        out = evaluate(w, rc, self.spec, self.params, method="reference")   # the spec's truth
+        return out.time_s, out.energy_j
 
     # -- running ----------------------------------------------------------------------------
     def window_noise(self) -> tuple[float, float]:

@@ -266,7 +266,7 @@ def _run_safely(cfg: SweepConfig, rank: int, device: Any, meter: Any
     err: str | None = None
     try:
         mine = run_config(cfg, rank, device, meter)
-    except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
+    except Exception as exc:
         oom = isinstance(exc, torch.OutOfMemoryError)
         err = f"{'out of memory: ' if oom else ''}{type(exc).__name__}: {exc}"
         if os.environ.get("JOULEBOUND_SWEEP_TRACEBACK"):
