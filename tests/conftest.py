@@ -61,14 +61,14 @@ def _private_joulebound_home(tmp_path_factory, monkeypatch):
 #: test_runtime_ddp.py (early here) runs for both (``torchrun_cpu``), so it is not waiting on it.
 #: Order only: nothing is skipped.
 LONG_FIRST = (
-    "test_sweep_run.py", "test_clock_safety.py", "test_calibrate.py", "test_sweep_workload.py",
-    "test_plan_cli.py", "test_scale_paths.py", "test_runtime_ddp.py", "test_validation_checks.py",
-    "test_model_grounding.py", "test_plan_solvers.py", "test_energy_capture.py",
-    "test_scaling_data.py", "test_validation_stage.py", "test_energy_losses.py",
-    "test_report_browser.py", "test_energy_gpu_check.py", "test_logs.py", "test_parser_fuzz.py",
-    "test_scaling_calibration.py", "test_energy_measure.py", "test_energy_trainers.py",
-    "test_runtime_cli.py", "test_runtime_walkthrough.py", "test_simulate.py",
-    "test_packaging.py", "test_trace_flopcounter.py",
+    "test_measure_sweep_run.py", "test_runtime_clock_safety.py", "test_measure_calibrate.py", "test_measure_sweep_workload.py",
+    "test_planning_cli.py", "test_gpumodel_scale_paths.py", "test_runtime_ddp.py", "test_research_checks.py",
+    "test_gpumodel_grounding.py", "test_planning_solvers.py", "test_energy_capture.py",
+    "test_jobs_data.py", "test_research_stage.py", "test_energy_losses.py",
+    "test_report_browser.py", "test_energy_gpu_check.py", "test_core_logs.py", "test_parser_fuzz.py",
+    "test_jobs_calibration.py", "test_energy_measure.py", "test_energy_trainers.py",
+    "test_runtime_cli.py", "test_runtime_walkthrough.py", "test_planning_simulate.py",
+    "test_packaging.py", "test_workload_flopcounter.py",
 )
 
 

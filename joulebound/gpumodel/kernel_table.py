@@ -24,7 +24,7 @@ place into the caller's arrays, a cache-sized chunk of rows at a time by compile
   float64 model. This assumes, as the bisection does, that power rises with the core clock.
 
 Cell for cell the result is within 1e-8 relative of ``kernel_time_energy`` (pinned at 1e-7 in
-``tests/test_characterize_reference.py``). A negative launch overhead (outside the expansion's
+``tests/test_gpumodel_reference.py``). A negative launch overhead (outside the expansion's
 assumptions) falls back to ``kernel_time_energy``. The compiled loops do the numpy
 evaluation's arithmetic operation for operation (it was checked bit for bit on GPT-3-XL tables
 when they replaced it); their first call in a process costs ~1 s of numba start-up.

@@ -162,7 +162,7 @@ def test_user_calibration_from_a_sweep_store_round_trips(tmp_path, capsys):
     import json
 
     from joulebound.cli import main
-    from tests.test_scaling_data import _sweep_db
+    from tests.test_jobs_data import _sweep_db
 
     db = tmp_path / "runs.db"
     _sweep_db(db, energy=True)

@@ -1,13 +1,13 @@
 """``predict --jobs`` batching: a varied table of jobs predicted together gives, row by row, the
 figures pinned in ``tests/data/mech_batch_pin.json`` (within 1e-7 relative: the GPU model's
 table evaluation, ``dvfs.model.kernel_table``, equals the per-cell model it replaced within 1e-8,
-pinned by tests/test_characterize_reference.py).
+pinned by tests/test_gpumodel_reference.py).
 
 The pinned figures were written by the per-shape code path (one analytic trace per job shape,
 characterized on the GPU model) before the op table was vectorized over jobs; a change to the
 batching that moves any prediction fails here. A deliberate change of the *model* (the GPU model,
 the calibration) moves them too: regenerate with
-``python tests/test_scaling_batch_pin.py --regen`` and say so in the commit.
+``python tests/test_jobs_batch_pin.py --regen`` and say so in the commit.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ fit → predict → save → load → the same predictions; ``predict_jobs`` giv
 scikit-learn's ``check_estimator`` runs on the mechanistic predictor with the checks that need no
 data (its inputs are measured training steps and jobs, not numeric arrays: the array checks are
 expected failures with that reason); the laws' own ``check_estimator`` run is in
-test_scaling_sklearn.py.
+test_jobs_sklearn.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from _law_synth import synth
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import check_estimator
-from test_scaling_sklearn import ARRAY_DATA_CHECKS
+from test_jobs_sklearn import ARRAY_DATA_CHECKS
 
 from joulebound.jobs.calibrate import Obs
 from joulebound.jobs.design import EfficiencyModel, prepare
@@ -117,7 +117,7 @@ MUST_PASS = {"check_estimator_cloneable", "check_get_params_invariance", "check_
 @pytest.mark.parametrize("est", [MechanisticPredictor(), TPSpeedup(), AmdahlSpeedup()],
                          ids=lambda e: type(e).__name__)
 def test_the_sklearn_checks_that_apply(est) -> None:
-    """The same expected failures as the laws (test_scaling_sklearn.ARRAY_DATA_CHECKS): the
+    """The same expected failures as the laws (test_jobs_sklearn.ARRAY_DATA_CHECKS): the
     checks that fit or predict on generated numeric arrays. The mechanistic predictor fits on
     measured training steps and predicts jobs; a speedup law fits S(N) on 1-D GPU counts and
     refuses counts below 1 (generated data has them)."""

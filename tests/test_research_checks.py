@@ -29,7 +29,7 @@ def test_json_keys_and_the_selected_checks(rows):
     keys = {"check", "gpu", "workload", "time_mape", "energy_mape", "time_max_err",
             "energy_max_err", "n_points", "provenance", "energy_quantity", "published", "note"}
     assert all(set(r) == keys for r in rows.values())
-    # --only runs just these (the kernel-level checks are pinned in test_model_grounding.py)
+    # --only runs just these (the kernel-level checks are pinned in test_gpumodel_grounding.py)
     assert {k[0] for k in rows} == {"perseus-plans", "guerreiro", "zeus-power-limit"}
 
 
