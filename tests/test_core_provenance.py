@@ -42,7 +42,7 @@ def test_no_provenance_label_is_spelled_out_in_the_package():
     found = []
     for path in sorted(PKG.rglob("*.py")):
         rel = path.relative_to(PKG).as_posix()
-        if rel == "core/provenance.py":
+        if rel in ("core/provenance.py", "core/vocab.py"):   # where the words are defined
             continue
         found += [f"{rel}:{line}: {value!r}" for line, value in _literals(path)
                   if (rel, value) not in NOT_A_LABEL]

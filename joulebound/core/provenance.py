@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from typing import Literal
 
+from joulebound.core.vocab import PROVENANCES
+from joulebound.core.vocab import Provenance as Label
+
 Provenance = Literal["measured", "modeled", "published"]
-MEASURED: Provenance = "measured"
-MODELED: Provenance = "modeled"
-PUBLISHED: Provenance = "published"
-ALL: tuple[Provenance, ...] = (MEASURED, MODELED, PUBLISHED)
+MEASURED: Provenance = Label.MEASURED.value  # type: ignore[assignment]
+MODELED: Provenance = Label.MODELED.value  # type: ignore[assignment]
+PUBLISHED: Provenance = Label.PUBLISHED.value  # type: ignore[assignment]
+ALL: tuple[Provenance, ...] = PROVENANCES  # type: ignore[assignment]
 #: a table (a characterization, a plan's cells) holding both measured and modeled figures
 MEASURED_AND_MODELED = "measured+modeled"
 #: cells "measured" on the simulated GPU (``calibrate --backend simulated``): the device model

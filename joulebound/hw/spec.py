@@ -6,9 +6,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from joulebound.core.clocks import ClockConfig, is_supported
+from joulebound.core.vocab import ALL_DTYPES
 
 #: dtypes that have a peak rate entry; "fp16" and "bf16" are tensor-core dense rates.
-DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+DTYPES = ALL_DTYPES
 
 
 @dataclass

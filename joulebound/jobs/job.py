@@ -23,6 +23,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 
 from joulebound.core.errors import JouleboundError, did_you_mean
+from joulebound.core.vocab import TRAINING_DTYPES
 from joulebound.jobs.strategy import normalize_strategy
 from joulebound.workload.memory import MemoryEstimate, step_memory
 
@@ -30,7 +31,7 @@ from joulebound.workload.memory import MemoryEstimate, step_memory
 ARCHS = {"bert": "bert", "gpt": "gpt", "gpt2": "gpt", "bloom": "gpt", "llama": "gpt", "encoder": "bert",
          "decoder": "gpt"}
 DEFAULT_VOCAB = {"bert": 30522, "gpt": 50257}
-DTYPES = ("fp32", "tf32", "fp16", "bf16")
+DTYPES = TRAINING_DTYPES
 OPTIMIZERS = ("adamw", "sgd")
 #: limits beyond which a figure is refused as absurd (largest published runs are far below)
 LIMITS = {"layers": 4096, "hidden": 131072, "heads": 4096, "seq": 4_194_304, "batch": 1_000_000,

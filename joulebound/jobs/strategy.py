@@ -12,9 +12,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from joulebound.core.errors import JouleboundError, did_you_mean
+from joulebound.core.vocab import JOB_STRATEGIES
 
 #: strategies understood by the job predictors; "single" is one GPU, no parallelism.
-STRATEGIES = ("single", "ddp", "fsdp", "tp", "pp")
+STRATEGIES = JOB_STRATEGIES
 _ALIASES = {"dp": "ddp", "data": "ddp", "zero3": "fsdp", "megatron": "tp", "tensor": "tp",
             "pipeline": "pp", "none": "single", "1gpu": "single"}
 

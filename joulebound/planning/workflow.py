@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from joulebound.core.errors import InputError
+from joulebound.core.vocab import PLAN_GRANULARITIES, PLAN_OBJECTIVES
 from joulebound.planning.plan import Plan
 from joulebound.planning.study import Study
 
 #: granularities a plan can have, finest last
-GRANULARITIES = ("iteration", "pass", "layer", "kernel")
+GRANULARITIES = PLAN_GRANULARITIES
 #: objectives of the clock choice
-OBJECTIVES = ("waste", "relaxed", "edp", "ed2p")
+OBJECTIVES = PLAN_OBJECTIVES
 
 
 @dataclass

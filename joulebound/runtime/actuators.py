@@ -244,18 +244,6 @@ PERMISSION_HELP = (
 )
 
 
-def _has_cap_sys_admin() -> bool:
-    """True when running as root or with CAP_SYS_ADMIN (see
-    :func:`joulebound.hw.gpu.has_clock_privileges`)."""
-    return gpu_layer.has_clock_privileges()
-
-
-def load_nvml(nvml: Any = None) -> Any:
-    """The ``pynvml`` module (nvidia-ml-py) or the given stand-in, initialised (an open
-    :class:`~joulebound.hw.gpu.Nvml` session's module)."""
-    return gpu_layer.Nvml(nvml).nv
-
-
 class ChannelClosed(Exception):
     """The actuator was closed while a switch was on its way: nothing more is done."""
 

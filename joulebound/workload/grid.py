@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from joulebound.core.errors import JouleboundError, SchemaError, did_you_mean
+from joulebound.core.vocab import SWEEP_DTYPES, SWEEP_STRATEGIES
 
-STRATEGIES: tuple[str, ...] = ("single", "ddp", "fsdp", "tp")
+STRATEGIES: tuple[str, ...] = SWEEP_STRATEGIES
 ARCHS: tuple[str, ...] = ("bert", "gpt2")
-DTYPES: tuple[str, ...] = ("fp32", "bf16")
+DTYPES: tuple[str, ...] = SWEEP_DTYPES
 #: strategies that split the global batch across ranks (each rank sees different data)
 DATA_PARALLEL: frozenset[str] = frozenset({"ddp", "fsdp"})
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from joulebound.core.errors import SchemaError
 from joulebound.core.jsonio import Fields, check_header, read_json, write_json
+from joulebound.core.vocab import ALL_DTYPES
 
 Category = Literal["gemm", "attention", "elementwise", "norm", "softmax", "reduction",
                    "embedding", "optimizer", "memcpy", "communication", "other"]
@@ -24,7 +25,7 @@ CATEGORIES: tuple[str, ...] = ("gemm", "attention", "elementwise", "norm", "soft
                                "embedding", "optimizer", "memcpy", "communication", "other")
 Phase = Literal["forward", "backward", "optimizer", "other"]
 PHASES: tuple[str, ...] = ("forward", "backward", "optimizer", "other")
-DTYPES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
+DTYPES: tuple[str, ...] = ALL_DTYPES
 
 SCHEMA = "joulebound.trace"
 VERSION = 1

@@ -21,6 +21,7 @@ import numpy as np
 
 from joulebound.core.errors import JouleboundError
 from joulebound.core.provenance import MEASURED, MODELED
+from joulebound.core.vocab import SOLVER_OBJECTIVES
 from joulebound.gpumodel.characterization import Characterization
 from joulebound.planning.plan import Plan
 from joulebound.planning.solve.hull import pareto_options
@@ -36,7 +37,7 @@ from joulebound.planning.solve.problem import (
 from joulebound.planning.solve.solution import MCKPSolution
 from joulebound.workload.trace import Trace
 
-OBJECTIVES: tuple[str, ...] = ("waste", "relaxed", "edp", "ed2p", "time")
+OBJECTIVES: tuple[str, ...] = SOLVER_OBJECTIVES
 #: relative slack on budgets for float summation order (sums over groups vs. over kernels)
 REL_TOL = 1e-12
 METHODS: tuple[str, ...] = ("fast", "milp")

@@ -9,11 +9,12 @@ from __future__ import annotations
 import numpy as np
 
 from joulebound.core.errors import JouleboundError
+from joulebound.core.vocab import PLAN_GRANULARITIES
 from joulebound.gpumodel.characterization import Characterization
 from joulebound.workload.trace import Trace
 
 #: plan granularities, coarsest first
-GRANULARITIES: tuple[str, ...] = ("iteration", "pass", "layer", "kernel")
+GRANULARITIES: tuple[str, ...] = PLAN_GRANULARITIES
 
 
 def baseline_column(char: Characterization) -> int:
