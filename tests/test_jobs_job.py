@@ -75,3 +75,17 @@ def test_presets_fill_the_shape_and_options_override():
         job_from_options(layers=12, seq=128, batch=8)
     with pytest.raises(JouleboundError, match="unknown model preset"):
         job_from_options(preset="gpt5")
+
+
+def test_the_parameter_count_is_written_once():
+    """The job predictor counts parameters with the training config's formula (issue 29: it was
+    written three times); checked against the closed form on every preset."""
+    from joulebound.jobs.job import model_params
+    from joulebound.workload.analytic import PRESETS
+
+    for name, cfg in PRESETS.items():
+        d, ff, V, S, L = cfg.hidden, cfg.ff, cfg.vocab, cfg.seq, cfg.layers
+        block = 4 * d * d + 2 * d * ff + 9 * d + ff
+        emb = V * d + max(S, 512 if cfg.arch == "bert" else S) * d
+        head = (d * d + 7 * d + V) if cfg.arch == "bert" else 2 * d
+        assert model_params(cfg.arch, L, d, ff, V, S) == cfg.params() == L * block + emb + head, name

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from joulebound.core.errors import JouleboundError, did_you_mean
 from joulebound.core.vocab import TRAINING_DTYPES
 from joulebound.jobs.strategy import normalize_strategy
+from joulebound.workload.analytic import ModelConfig
 from joulebound.workload.memory import MemoryEstimate, step_memory
 
 #: architectures the analytic trace builder models, and aliases
@@ -131,17 +132,17 @@ def _int(name: str, v: object, lo: int = 1) -> int:
     return i
 
 
-def layer_params(hidden: int, ff: int) -> float:
-    """Weights of one transformer block incl. biases and LayerNorms (as the analytic trace)."""
-    d = hidden
-    return 4 * d * d + 2 * d * ff + 9 * d + ff
+def layer_params(hidden: int, ff: int) -> int:
+    """Weights of one transformer block incl. biases and LayerNorms: the training config's one
+    formula (:meth:`joulebound.workload.analytic.ModelConfig.layer_params`)."""
+    return ModelConfig("gpt", 1, hidden, 1, ff).layer_params()
 
 
-def model_params(arch: str, layers: int, hidden: int, ff: int, vocab: int, seq: int) -> float:
-    """All trainable parameters (tied input/output embedding), as the analytic trace counts."""
-    emb = vocab * hidden + max(seq, 512 if arch == "bert" else seq) * hidden
-    extra = (4 * hidden + hidden * hidden + 3 * hidden + vocab) if arch == "bert" else 2 * hidden
-    return layers * layer_params(hidden, ff) + emb + extra
+def model_params(arch: str, layers: int, hidden: int, ff: int, vocab: int, seq: int) -> int:
+    """All trainable parameters (tied input/output embedding): the training config's one
+    formula (:meth:`joulebound.workload.analytic.ModelConfig.params`; the head count does not
+    enter it)."""
+    return ModelConfig(arch, layers, hidden, 1, ff, vocab, seq).params()
 
 
 def resolve(job: Job) -> Resolved:
