@@ -49,7 +49,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all
 
 lint: $(STAMP)
-	$(BIN)/ruff check joulebound tests benchmarks
+	$(BIN)/ruff check joulebound research tests benchmarks
 
 # a wheel in dist/ (what `pip install .` installs), checked to carry the package data
 wheel: $(STAMP)
