@@ -74,6 +74,7 @@ from joulebound.workload.opcost import (
 )
 from joulebound.workload.trace import Kernel, Trace
 
+
 class ModelConfig:
     """The analytic traces' former configuration type, kept as a constructor: it makes the one
     :class:`~joulebound.workload.config.TrainingConfig` from the old positional order
