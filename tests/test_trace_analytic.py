@@ -6,7 +6,7 @@ import pytest
 
 from joulebound.core.errors import JouleboundError
 from joulebound.workload import load_trace
-from joulebound.workload.analytic import PRESETS, ModelConfig, build_trace
+from joulebound.workload.analytic import PRESETS, build_trace
 from joulebound.workload.config import TrainingConfig
 from joulebound.workload.trace import CATEGORIES, PHASES, Trace
 
