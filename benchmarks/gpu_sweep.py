@@ -145,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                      env=row_env)
         row = {"date_utc": date, "gpu": env.get("gpu"), "driver": env.get("driver"),
                "torch": env["torch"], "cuda": env.get("cuda"), "config_id": run.config_id,
-               **{k: getattr(run, k) for k in ("arch", "layers", "hidden", "heads", "ff", "seq",
-                                               "batch", "dtype", "steps")},
+               **{k: run.to_dict()[k] for k in ("arch", "layers", "hidden", "heads", "ff", "seq",
+                                                "batch", "dtype", "steps")},
                "time_s": res["time_s"], "energy_j": w.energy_j, "energy_provenance": prov,
                "avg_power_w": (w.energy_j / res["time_s"]) if w.energy_j is not None else None,
                "j_per_token": (w.energy_j / res["tokens"]) if w.energy_j is not None else None,

@@ -278,12 +278,13 @@ def stage_trace(model: str, stage: int, phase: str, seq: int = 2048):  # -> Trac
     layer's FLOPs and bytes. No communication kernels (the artifact does not describe them)."""
     import dataclasses
 
-    from joulebound.workload.analytic import ModelConfig, build_trace
+    from joulebound.workload.analytic import build_trace
+    from joulebound.workload.config import TrainingConfig
     from joulebound.workload.trace import Trace
 
     c = STAGE_CONFIGS[model]
-    cfg = ModelConfig("gpt", c["last"] if stage == 7 else c["layers"], c["hidden"], c["heads"],
-                      c["ff"], seq=seq, batch=1)
+    cfg = TrainingConfig("gpt", c["last"] if stage == 7 else c["layers"], c["hidden"], c["heads"],
+                         c["ff"], vocab=50257, seq=seq, micro_batch=1, dtype="bf16")
     ks = [dataclasses.replace(k, flops=k.flops / TP, bytes=k.bytes / TP)
           for k in build_trace(cfg).kernels if k.phase == phase and k.layer is not None]
     return Trace(ks, name=f"{model}-stage{stage}-{phase}")

@@ -45,8 +45,8 @@ def test_padding_is_counted_real_vs_padded():
     meter = EnergyMeter("none")
     res = run_config(c, 0, torch.device("cpu"), meter)
     # measured steps only (warm-up excluded): rows warmup*B .. (warmup+steps)*B
-    measured = mask[c.warmup * c.batch:(c.warmup + c.steps) * c.batch]
-    assert res["tokens"] == int(measured.sum()) < res["padded_tokens"] == c.steps * c.batch * c.seq
+    measured = mask[c.warmup * c.global_batch:(c.warmup + c.steps) * c.global_batch]
+    assert res["tokens"] == int(measured.sum()) < res["padded_tokens"] == c.steps * c.global_batch * c.seq
     assert len(res["losses"]) == c.steps and all(math.isfinite(x) for x in res["losses"])
     assert res["window"].energy_j is None and res["time_s"] > 0
     assert res["peak_mem_kind"] == "cpu_rss_after_measured_steps" and res["peak_mem_bytes"] > 10**7
@@ -63,8 +63,8 @@ def test_gpt2_and_bf16_train_on_cpu():
 
 def test_data_parallel_split_covers_each_global_batch_once():
     c = _cfg(strategy="fsdp", world_size=2, batch=4, steps=3, warmup=0)
-    n = c.batch * c.steps
-    per = c.per_rank_batch
+    n = c.global_batch * c.steps
+    per = c.micro_batch
     r0, r1 = batch_indices(c, 0, n), batch_indices(c, 1, n)
     assert per == 2 and not set(r0) & set(r1)
     for k in range(c.steps):

@@ -6,13 +6,14 @@ import pytest
 
 from joulebound.core.errors import JouleboundError
 from joulebound.workload import load_trace
-from joulebound.workload.analytic import PRESETS, ModelConfig, build_trace
+from joulebound.workload.analytic import PRESETS, build_trace
+from joulebound.workload.config import TrainingConfig
 from joulebound.workload.trace import CATEGORIES, PHASES, Trace
 
 
-def textbook_flops(c: ModelConfig) -> float:
+def textbook_flops(c: TrainingConfig) -> float:
     """6·N·T + 12·L·S·d·T, with N = L·(4d² + 2d·ff) + V·d (tied embedding / LM head included)."""
-    d, t = c.hidden, c.batch * c.seq
+    d, t = c.hidden, c.micro_batch * c.seq
     n = c.layers * (4 * d * d + 2 * d * c.ff) + c.vocab * d
     return 6 * n * t + 12 * c.layers * c.seq * d * t
 
@@ -78,7 +79,7 @@ def test_gemm_flops_and_bytes_formula() -> None:
     assert dw.flops == 2 * 4 * d * d * t
     scores = next(k for k in tr if k.name == "attn_scores_gemm")
     assert scores.category == "attention"
-    assert scores.flops == 2 * c.batch * c.heads * c.seq * c.seq * (d // c.heads)
+    assert scores.flops == 2 * c.micro_batch * c.heads * c.seq * c.seq * (d // c.heads)
     gelu = next(k for k in tr if k.name == "gelu")
     assert gelu.bytes == 2 * t * 4 * d * s and gelu.dtype == "fp32"
     # fp32 doubles every activation byte
@@ -142,7 +143,7 @@ def test_trace_round_trips_through_json(tmp_path) -> None:
 
 @pytest.mark.parametrize(("kwargs", "needle"), [
     ({"heads": 7}, "heads=7 does not divide hidden=768"),
-    ({"batch": 0}, "batch must be a positive integer"),
+    ({"batch": 0}, "micro_batch must be a positive integer"),
     ({"seq": -5}, "seq must be a positive integer"),
     ({"layers": 2.5}, "layers must be a positive integer"),
     ({"dtype": "int8"}, "dtype 'int8' is not supported"),

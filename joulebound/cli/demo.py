@@ -137,10 +137,10 @@ def demo_command(
 
 
 def _memory(trace, spec, optimizer: bool = True) -> dict:
-    from joulebound.workload.analytic import ModelConfig
+    from joulebound.workload.config import TrainingConfig
     from joulebound.workload.memory import training_memory
 
-    cfg = ModelConfig(**{k: trace.meta[k] for k in ModelConfig.__dataclass_fields__})
+    cfg = TrainingConfig.from_trace_meta(trace.meta)
     return training_memory(cfg, optimizer=optimizer, device_bytes=spec.memory_bytes).to_json()
 
 

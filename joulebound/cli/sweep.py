@@ -65,7 +65,7 @@ def sweep_command(
     gpus: Annotated[str, typer.Option(help="Comma list of world sizes (GPUs, or CPU ranks).")] = "1,2",
     db: Annotated[str, typer.Option(help="SQLite store (created if missing).")] = "runs.db",
     name: Annotated[str | None, typer.Option(help="Sweep name (default: the grid's name).")] = None,
-    arch: Annotated[str | None, typer.Option(help="Override: bert,gpt2.")] = None,
+    arch: Annotated[str | None, typer.Option(help="Override: bert,gpt (gpt2 accepted).")] = None,
     layers: Annotated[str | None, typer.Option(help="Override: layers, e.g. 2,4.")] = None,
     hidden: Annotated[str | None, typer.Option(help="Override: hidden sizes.")] = None,
     heads: Annotated[str | None, typer.Option(help="Override: heads (default hidden/head-dim).")] = None,

@@ -20,18 +20,17 @@ and activations, Korthikanti et al. 2022 eq. 1–2) against the device memory.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from joulebound.core.errors import JouleboundError, did_you_mean
 from joulebound.core.vocab import TRAINING_DTYPES
 from joulebound.jobs.strategy import normalize_strategy
-from joulebound.workload.analytic import ModelConfig
+from joulebound.workload.config import ARCH_ALIASES, DEFAULT_VOCAB, TrainingConfig, block_params
 from joulebound.workload.memory import MemoryEstimate, step_memory
 
-#: architectures the analytic trace builder models, and aliases
-ARCHS = {"bert": "bert", "gpt": "gpt", "gpt2": "gpt", "bloom": "gpt", "llama": "gpt", "encoder": "bert",
-         "decoder": "gpt"}
-DEFAULT_VOCAB = {"bert": 30522, "gpt": 50257}
+#: architectures the analytic trace builder models, and their accepted spellings
+ARCHS = ARCH_ALIASES
 DTYPES = TRAINING_DTYPES
 OPTIMIZERS = ("adamw", "sgd")
 #: limits beyond which a figure is refused as absurd (largest published runs are far below)
@@ -40,23 +39,32 @@ LIMITS = {"layers": 4096, "hidden": 131072, "heads": 4096, "seq": 4_194_304, "ba
 MAX_TOKENS = 1e16
 MAX_PARAMS = 1e14
 
+#: the job's fields that live in its :class:`TrainingConfig` (``batch`` = ``micro_batch``)
+CONFIG_FIELDS = ("layers", "hidden", "heads", "seq", "arch", "ff", "vocab", "batch",
+                 "global_batch", "grad_accum", "dtype", "recompute", "name")
+#: the fields of the parallel layout and the run
+LAYOUT_FIELDS = ("optimizer", "device", "gpus", "strategy", "tp", "pp", "pp_stages", "clocks",
+                 "power_limit_w", "interconnect", "inter_node", "gpus_per_node", "nics_per_node",
+                 "tokens")
+#: every keyword a :class:`Job` accepts (the columns of a job table), in the old field order
+JOB_FIELDS = CONFIG_FIELDS[:-1] + LAYOUT_FIELDS + ("name",)
+_UNSET: Any = object()
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class Job:
-    """One training job (units: sequences, tokens, W, MHz; see module docstring)."""
+    """One training job: a :class:`~joulebound.workload.config.TrainingConfig` (:attr:`config`:
+    shape, batch, dtype) and its parallel layout and hardware (units: sequences, tokens, W, MHz;
+    see module docstring).
 
-    layers: int
-    hidden: int
-    heads: int
-    seq: int
-    arch: str = "bert"
-    ff: int | None = None
-    vocab: int | None = None
-    batch: int | None = None
-    global_batch: int | None = None
-    grad_accum: int | None = None
-    dtype: str = "fp32"
-    recompute: bool = False
+    Built from keywords as before (``Job(layers=12, hidden=768, heads=12, seq=128, batch=32,
+    gpus=4, strategy="fsdp")``: ``batch`` is the per-GPU micro-batch, ``arch`` defaults to
+    ``"bert"``), or from a config (``Job(config=cfg, gpus=4)``); shape keywords given with
+    ``config`` replace its fields (so :func:`dataclasses.replace` works with either). The shape
+    fields read through to the config (``job.hidden``, ``job.batch`` = ``config.micro_batch``).
+    """
+
+    config: TrainingConfig
     optimizer: str = "adamw"
     device: str = "a100-pcie-80gb"
     gpus: int = 1
@@ -71,35 +79,89 @@ class Job:
     gpus_per_node: int | None = None
     nics_per_node: int = 1
     tokens: float | None = None
-    name: str = ""
+
+    def __init__(self, layers: Any = _UNSET, hidden: Any = _UNSET, heads: Any = _UNSET,
+                 seq: Any = _UNSET, arch: Any = _UNSET, ff: Any = _UNSET, vocab: Any = _UNSET,
+                 batch: Any = _UNSET, global_batch: Any = _UNSET, grad_accum: Any = _UNSET,
+                 dtype: Any = _UNSET, recompute: Any = _UNSET, optimizer: str = "adamw",
+                 device: str = "a100-pcie-80gb", gpus: int = 1, strategy: str = "single",
+                 tp: int | None = None, pp: int | None = None,
+                 pp_stages: tuple[int, ...] | None = None, clocks: str | None = None,
+                 power_limit_w: float | None = None, interconnect: str | None = None,
+                 inter_node: str | None = None, gpus_per_node: int | None = None,
+                 nics_per_node: int = 1, tokens: float | None = None, name: Any = _UNSET, *,
+                 config: TrainingConfig | None = None) -> None:
+        given = {k: v for k, v in dict(layers=layers, hidden=hidden, heads=heads, seq=seq,
+                                       arch=arch, ff=ff, vocab=vocab, micro_batch=batch,
+                                       global_batch=global_batch, grad_accum=grad_accum,
+                                       dtype=dtype, recompute=recompute, name=name).items()
+                 if v is not _UNSET}
+        if config is None:
+            missing = [k for k in ("layers", "hidden", "heads", "seq") if k not in given]
+            if missing:
+                raise TypeError(f"Job() missing the shape field(s) {', '.join(missing)}")
+            given.setdefault("arch", "bert")
+            given.setdefault("name", "")
+            config = TrainingConfig(**given)
+        elif given:
+            config = replace(config, **given)
+        put = object.__setattr__
+        put(self, "config", config)
+        for k, v in dict(optimizer=optimizer, device=device, gpus=gpus, strategy=strategy, tp=tp,
+                         pp=pp, pp_stages=pp_stages, clocks=clocks, power_limit_w=power_limit_w,
+                         interconnect=interconnect, inter_node=inter_node,
+                         gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
+                         tokens=tokens).items():
+            put(self, k, v)
+
+    # the shape, batch and dtype: read through to the config
+    layers = property(lambda self: self.config.layers)
+    hidden = property(lambda self: self.config.hidden)
+    heads = property(lambda self: self.config.heads)
+    seq = property(lambda self: self.config.seq)
+    arch = property(lambda self: self.config.arch)
+    ff = property(lambda self: self.config.ff)
+    vocab = property(lambda self: self.config.vocab)
+    batch = property(lambda self: self.config.micro_batch,
+                     doc="Per-GPU micro-batch (``config.micro_batch``; sequences).")
+    global_batch = property(lambda self: self.config.global_batch)
+    grad_accum = property(lambda self: self.config.grad_accum)
+    dtype = property(lambda self: self.config.dtype)
+    recompute = property(lambda self: self.config.recompute)
+    name = property(lambda self: self.config.name)
 
     def to_json(self) -> dict:
-        d = asdict(self)
+        """The job as flat keywords (:data:`JOB_FIELDS`; ``batch`` = the micro-batch)."""
+        d = {k: getattr(self, k) for k in JOB_FIELDS}
         d["pp_stages"] = list(self.pp_stages) if self.pp_stages else None
         return d
 
 
 @dataclass(frozen=True)
 class Resolved:
-    """A checked job with every derived figure filled in."""
+    """A checked job with every derived figure filled in: :attr:`config` is the job's
+    :class:`TrainingConfig` with the arch and dtype in their one spelling, ``ff`` and ``vocab``
+    filled and the three batch figures derived."""
 
     job: Job
-    arch: str
-    ff: int
-    vocab: int
-    dtype: str
+    config: TrainingConfig
     strategy: str
     dp: int
     tp: int
     pp: int
     sharded: bool
-    micro_batch: int
-    grad_accum: int
-    global_batch: int
     stages: tuple[int, ...]
     params: float
     tokens_per_step: float
     warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    arch = property(lambda self: self.config.arch)
+    ff = property(lambda self: self.config.ff)
+    vocab = property(lambda self: self.config.vocab)
+    dtype = property(lambda self: self.config.dtype)
+    micro_batch = property(lambda self: self.config.micro_batch)
+    grad_accum = property(lambda self: self.config.grad_accum)
+    global_batch = property(lambda self: self.config.global_batch)
 
     @property
     def gpus(self) -> int:
@@ -132,17 +194,16 @@ def _int(name: str, v: object, lo: int = 1) -> int:
     return i
 
 
-def layer_params(hidden: int, ff: int) -> int:
-    """Weights of one transformer block incl. biases and LayerNorms: the training config's one
-    formula (:meth:`joulebound.workload.analytic.ModelConfig.layer_params`)."""
-    return ModelConfig("gpt", 1, hidden, 1, ff).layer_params()
+def layer_params(hidden: int, ff: int) -> float:
+    """Weights of one transformer block incl. biases and LayerNorms
+    (:func:`joulebound.workload.config.block_params`)."""
+    return block_params(hidden, ff)
 
 
-def model_params(arch: str, layers: int, hidden: int, ff: int, vocab: int, seq: int) -> int:
-    """All trainable parameters (tied input/output embedding): the training config's one
-    formula (:meth:`joulebound.workload.analytic.ModelConfig.params`; the head count does not
-    enter it)."""
-    return ModelConfig(arch, layers, hidden, 1, ff, vocab, seq).params()
+def model_params(arch: str, layers: int, hidden: int, ff: int, vocab: int, seq: int) -> float:
+    """All trainable parameters (tied input/output embedding), as the analytic trace counts:
+    :meth:`joulebound.workload.config.TrainingConfig.params`."""
+    return TrainingConfig(arch, layers, hidden, 1, ff, vocab, seq).params()
 
 
 def resolve(job: Job) -> Resolved:
@@ -157,17 +218,19 @@ def resolve(job: Job) -> Resolved:
     b, ga, gb = _batch(job, dp, pp, warn)
     if b > LIMITS["batch"]:
         raise JouleboundError(f"per-GPU micro-batch {b:,} is absurd (limit {LIMITS['batch']:,})")
-    params = model_params(arch, L, d, ff, V, S)
+    cfg = replace(job.config, arch=arch, layers=L, hidden=d, heads=h, seq=S, ff=ff, vocab=V, dtype=dtype, micro_batch=b,
+                  global_batch=gb, grad_accum=ga)
+    params = cfg.params()
     _check_totals(job, params)
     if dp > 1 and gb // dp < 1:
         raise JouleboundError("global batch smaller than the data-parallel ranks")
-    return Resolved(job, arch, ff, V, dtype, strategy if n > 1 else "single", dp, tp, pp, sharded,
-                    b, ga, gb, stages, float(params), float(gb * S), tuple(warn))
+    return Resolved(job, cfg, strategy if n > 1 else "single", dp, tp, pp, sharded, stages,
+                    float(params), float(gb * S), tuple(warn))
 
 
 def _shape(job: Job) -> tuple[str, int, int, int, int, int, int, str]:
     """``(arch, layers, hidden, heads, seq, ff, vocab, dtype)`` checked; the optimizer too."""
-    arch_key = str(job.arch).strip().lower()
+    arch_key = str(job.arch).strip().lower()  # known spellings are canonical already
     if arch_key in ("t5", "encoder-decoder", "bart"):
         raise JouleboundError(f"--model {job.arch}: encoder-decoder models are not modeled by the "
                               "analytic kernel traces (bert = encoder, gpt = decoder); price the encoder "
@@ -299,7 +362,7 @@ def memory(r: Resolved, device_bytes: float) -> MemoryEstimate:
     weights, gradients and optimizer state over dp, TP splits by tp, PP keeps one stage (the
     largest, with the embedding) and min(pp, micro-batches) micro-batches in flight."""
     j = r.job
-    s = 2 if r.dtype in ("fp16", "bf16") else 4
+    s = r.config.dtype_bytes
     per_layer = layer_params(j.hidden, r.ff)
     emb = r.params - j.layers * per_layer
     p_gpu = (r.stages[0] * per_layer + emb) / r.tp  # the first stage (all layers when pp = 1)
@@ -329,7 +392,7 @@ def job_from_options(preset: str | None = None, **opts: object) -> Job:
     ``heads`` and ``seq`` must all be given."""
     from joulebound.workload.analytic import get_preset
 
-    known = {f.name for f in Job.__dataclass_fields__.values()}
+    known = set(JOB_FIELDS)
     unknown = sorted(k for k in opts if k not in known)
     if unknown:
         raise JouleboundError(f"unknown job field(s) {', '.join(unknown)}; fields: {', '.join(sorted(known))}")
@@ -343,7 +406,7 @@ def job_from_options(preset: str | None = None, **opts: object) -> Job:
         base = {"arch": cfg.arch, "layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads,
                 "ff": cfg.ff, "vocab": cfg.vocab, "seq": cfg.seq, "name": cfg.name}
         if "global_batch" not in given:
-            base["batch"] = cfg.batch
+            base["batch"] = cfg.micro_batch
     else:
         missing = [k for k in ("layers", "hidden", "heads", "seq") if k not in given]
         if missing:

@@ -17,20 +17,18 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import fields
 from pathlib import Path
 
 from joulebound.core.errors import JouleboundError, did_you_mean
 from joulebound.core.provenance import MODELED
-from joulebound.jobs.job import Job
+from joulebound.jobs.job import JOB_FIELDS, Job
 
 _INT = {"layers", "hidden", "heads", "seq", "batch", "global_batch", "grad_accum", "ff", "vocab",
         "gpus", "tp", "pp", "gpus_per_node", "nics_per_node", "max_gpus"}
 _FLOAT = {"power_limit_w", "tokens"}
 _ALIAS = {"model": "arch", "power_limit": "power_limit_w", "per_device_train_batch_size": "batch"}
 ADVISE_ONLY = ("deadline", "max_gpus", "strategies")
-JOB_COLUMNS = tuple(sorted({f.name for f in fields(Job)} - {"pp_stages"} | {"model", "preset",
-                                                                            "power_limit"}))
+JOB_COLUMNS = tuple(sorted(set(JOB_FIELDS) - {"pp_stages"} | {"model", "preset", "power_limit"}))
 
 PREDICT_COLUMNS = ("row", "name", "error", "strategy", "gpus", "nodes", "device", "micro_batch",
                    "grad_accum", "global_batch", "tokens_per_step", "steps", "time_s", "time_lo_s",

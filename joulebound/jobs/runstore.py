@@ -191,9 +191,9 @@ class SweepStore:
             raise ValueError(f"status must be 'ok' or 'failed', got {status!r}")
         thr = tokens / time_s if (status == "ok" and tokens and time_s) else None
         row: dict[str, Any] = {
-            "config_id": cfg.config_id, "sweep": sweep, "arch": cfg.arch, "layers": cfg.layers,
+            "config_id": cfg.config_id, "sweep": sweep, "arch": cfg.stored_arch, "layers": cfg.layers,
             "hidden": cfg.hidden, "heads": cfg.heads, "ff": cfg.ff, "seq": cfg.seq,
-            "batch": cfg.batch, "dtype": cfg.dtype, "strategy": cfg.strategy,
+            "batch": cfg.global_batch, "dtype": cfg.dtype, "strategy": cfg.strategy,
             "world_size": cfg.world_size, "steps": cfg.steps, "status": status, "error": error,
             "time_s": time_s, "energy_j": energy_j, "energy_provenance": energy_provenance,
             "tokens": tokens, "padded_tokens": padded_tokens, "throughput_tok_s": thr,

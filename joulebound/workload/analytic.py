@@ -47,12 +47,18 @@ config with many layers.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import fields, replace
 from typing import Any
 
 import numpy as np
 
 from joulebound.core.errors import JouleboundError, did_you_mean
+from joulebound.workload.config import (
+    ARCHS,
+    DEFAULT_DTYPE,
+    DTYPE_BYTES,
+    TrainingConfig,
+)
 from joulebound.workload.opcost import (
     ADAMW_FLOP_PER_PARAM,
     ELEMENTWISE_FLOP,
@@ -68,142 +74,62 @@ from joulebound.workload.opcost import (
 )
 from joulebound.workload.trace import Kernel, Trace
 
-ARCHS = ("gpt", "bert")
-#: bytes per stored element for the supported training dtypes
-DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
 
-
-@dataclass(frozen=True)
 class ModelConfig:
-    """Shape of a transformer and of one training micro-batch.
+    """The analytic traces' former configuration type, kept as a constructor: it makes the one
+    :class:`~joulebound.workload.config.TrainingConfig` from the old positional order
+    ``(arch, layers, hidden, heads, ff, vocab, seq, batch, dtype, recompute, name,
+    max_positions)``, where ``batch`` is the micro-batch (sequences per GPU per iteration,
+    default 1); ``ff`` defaults to ``4·hidden``, ``vocab`` to the arch's, ``dtype`` to
+    :data:`~joulebound.workload.config.DEFAULT_DTYPE`."""
 
-    Attributes:
-        arch: ``"gpt"`` (pre-LN decoder, llm.c layout, tied LM head) or ``"bert"`` (post-LN
-            encoder, Hugging Face ``BertForMaskedLM``: word + position + token-type embeddings,
-            embedding LayerNorm, MLM head over every position; no pooler).
-        layers: number of transformer blocks ``L``.
-        hidden: model width ``d``.
-        heads: attention heads ``h`` (must divide ``d``).
-        ff: MLP inner width (``None`` -> ``4·d``).
-        vocab: vocabulary size ``V``.
-        seq: sequence length ``S`` (tokens per sample).
-        batch: micro-batch size ``B`` (samples per GPU per iteration).
-        dtype: training dtype: ``"bf16"``, ``"fp16"``, ``"tf32"`` or ``"fp32"``.
-        recompute: full activation recompute: each layer's forward kernels run again in the
-            backward pass, right before that layer's backward kernels.
-        name: label used for the trace.
-        max_positions: rows of the position-embedding table (``None``: BERT 512 or ``seq`` when
-            longer, GPT ``seq``); only changes the parameter count.
+    def __new__(cls, arch: str, layers: int, hidden: int, heads: int, ff: int | None = None,  # type: ignore[misc]
+                vocab: int | None = None, seq: int = 1024, batch: int = 1,
+                dtype: str = DEFAULT_DTYPE, recompute: bool = False, name: str = "custom",
+                max_positions: int | None = None) -> TrainingConfig:
+        return TrainingConfig(arch, layers, hidden, heads, ff, vocab, seq, micro_batch=batch,
+                              dtype=dtype, recompute=recompute, name=name,
+                              max_positions=max_positions).filled()
+
+    @staticmethod
+    def from_hf(config: Any, *, seq: int | None = None, batch: int = 1, dtype: str = "bf16",
+                recompute: bool = False, name: str | None = None) -> TrainingConfig:
+        """:func:`config_from_hf` (``batch``: the micro-batch)."""
+        return config_from_hf(config, seq=seq, micro_batch=batch, dtype=dtype,
+                              recompute=recompute, name=name)
+
+
+def config_from_hf(config: Any, *, seq: int | None = None, micro_batch: int = 1,
+                   dtype: str = "bf16", recompute: bool = False,
+                   name: str | None = None) -> TrainingConfig:
+    """The shape of a Hugging Face ``GPT2Config`` or ``BertConfig`` (object or ``dict``) at
+    ``micro_batch`` sequences per GPU, trained in ``dtype`` (bf16 unless given: the mixed
+    precision Hugging Face models are trained in).
+
+    ``seq`` defaults to the config's maximum positions. Only architectures whose kernel
+    sequence this module models are accepted (GPT-2 style decoders, BERT encoders).
     """
-
-    arch: str
-    layers: int
-    hidden: int
-    heads: int
-    ff: int | None = None
-    vocab: int = 50257
-    seq: int = 1024
-    batch: int = 1
-    dtype: str = "bf16"
-    recompute: bool = False
-    name: str = "custom"
-    max_positions: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.ff is None and isinstance(self.hidden, int):
-            object.__setattr__(self, "ff", 4 * self.hidden)
-
-    # -- checks ---------------------------------------------------------------------------------
-    def validate(self) -> ModelConfig:
-        """Raise :class:`JouleboundError` naming the field when the shape is impossible."""
-        if self.arch not in ARCHS:
-            raise JouleboundError(f"model config '{self.name}': arch {self.arch!r} is not "
-                                  f"supported.{did_you_mean(str(self.arch), ARCHS)}")
-        for f in ("layers", "hidden", "heads", "ff", "vocab", "seq", "batch", "max_positions"):
-            v = getattr(self, f)
-            if f == "max_positions" and v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise JouleboundError(f"model config '{self.name}': {f} must be a positive "
-                                      f"integer, got {v!r}")
-        if self.hidden % self.heads:
-            raise JouleboundError(
-                f"model config '{self.name}': heads={self.heads} does not divide "
-                f"hidden={self.hidden} (head size must be an integer); pick heads among "
-                f"{_divisors(self.hidden)}")
-        if self.dtype not in DTYPE_BYTES:
-            raise JouleboundError(f"model config '{self.name}': dtype {self.dtype!r} is not "
-                                  f"supported.{did_you_mean(str(self.dtype), tuple(DTYPE_BYTES))}")
-        return self
-
-    # -- derived sizes --------------------------------------------------------------------------
-    @property
-    def tokens(self) -> int:
-        """Tokens per iteration ``T = B·S``."""
-        return self.batch * self.seq
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
-
-    @property
-    def positions(self) -> int:
-        """Rows of the position-embedding table (default BERT: 512, or S when longer; GPT: S)."""
-        if self.max_positions is not None:
-            return max(self.max_positions, self.seq)
-        return max(self.seq, 512) if self.arch == "bert" else self.seq
-
-    def layer_params(self) -> int:
-        """Parameters of one block: 4 weight matrices, their biases and 2 LayerNorms."""
-        d, f = self.hidden, int(self.ff or 0)
-        return 4 * d * d + 2 * d * f + (3 * d + d + f + d) + 4 * d
-
-    def embedding_head_params(self) -> int:
-        """Parameters outside the blocks (embeddings, final / embedding LN, MLM transform)."""
-        d, v = self.hidden, self.vocab
-        if self.arch == "gpt":
-            return v * d + self.positions * d + 2 * d
-        return (v * d + self.positions * d + 2 * d + 2 * d  # word, position, type, emb LN
-                + d * d + d + 2 * d + v)  # MLM transform dense + LN, decoder bias (tied weight)
-
-    def params(self) -> int:
-        """All trainable parameters (tied input / output embedding counted once)."""
-        return self.layers * self.layer_params() + self.embedding_head_params()
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_hf(cls, config: Any, *, seq: int | None = None, batch: int = 1,
-                dtype: str = "bf16", recompute: bool = False,
-                name: str | None = None) -> ModelConfig:
-        """The shape of a Hugging Face ``GPT2Config`` or ``BertConfig`` (object or ``dict``).
-
-        ``seq`` defaults to the config's maximum positions. Only architectures whose kernel
-        sequence this module models are accepted (GPT-2 style decoders, BERT encoders).
-        """
-        d = config if isinstance(config, dict) else config.to_dict()
-        kind = d.get("model_type")
-        if kind == "gpt2":
-            hidden = d["n_embd"]
-            cfg = cls("gpt", d["n_layer"], hidden, d["n_head"], d.get("n_inner") or 4 * hidden,
-                      d["vocab_size"], seq or d["n_positions"], batch, dtype, recompute,
-                      name or d.get("_name_or_path") or "gpt2", d["n_positions"])
-        elif kind == "bert":
-            cfg = cls("bert", d["num_hidden_layers"], d["hidden_size"],
-                      d["num_attention_heads"], d["intermediate_size"], d["vocab_size"],
-                      seq or d["max_position_embeddings"], batch, dtype, recompute,
-                      name or d.get("_name_or_path") or "bert", d["max_position_embeddings"])
-        else:
-            raise JouleboundError(
-                f"Hugging Face model_type {kind!r} is not modeled analytically (supported: "
-                "'gpt2', 'bert'); profile a training step with torch.profiler and import it "
-                "with load_trace() instead")
-        return cfg.validate()
-
-
-def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, min(n, 128) + 1) if n % k == 0]
+    d = config if isinstance(config, dict) else config.to_dict()
+    kind = d.get("model_type")
+    if kind == "gpt2":
+        hidden = d["n_embd"]
+        cfg = TrainingConfig("gpt", d["n_layer"], hidden, d["n_head"],
+                             d.get("n_inner") or 4 * hidden, d["vocab_size"],
+                             seq or d["n_positions"], micro_batch, dtype=dtype,
+                             recompute=recompute, name=name or d.get("_name_or_path") or "gpt2",
+                             max_positions=d["n_positions"])
+    elif kind == "bert":
+        cfg = TrainingConfig("bert", d["num_hidden_layers"], d["hidden_size"],
+                             d["num_attention_heads"], d["intermediate_size"], d["vocab_size"],
+                             seq or d["max_position_embeddings"], micro_batch, dtype=dtype,
+                             recompute=recompute, name=name or d.get("_name_or_path") or "bert",
+                             max_positions=d["max_position_embeddings"])
+    else:
+        raise JouleboundError(
+            f"Hugging Face model_type {kind!r} is not modeled analytically (supported: "
+            "'gpt2', 'bert'); profile a training step with torch.profiler and import it "
+            "with load_trace() instead")
+    return cfg.validate()
 
 
 #: Presets. GPT-2 shapes from Radford et al. 2019 (context 1024, vocab 50257); GPT-3-XL from
@@ -212,20 +138,28 @@ def _divisors(n: int) -> list[int]:
 #: step). BERT-base/large from Devlin et al. 2019 (vocab 30522); bert-huge is the Perseus
 #: artifact's "bert-huge-uncased" (Merak model loader: bert-large-uncased with hidden 2048 and
 #: intermediate 8192 -> 24 layers, 16 heads, 1276.40 M parameters as BertForMaskedLM). BERT
-#: presets use S=512 (BERT's maximum positions) and B=8 (Perseus' micro-batch size).
-PRESETS: dict[str, ModelConfig] = {
-    "gpt2-small": ModelConfig("gpt", 12, 768, 12, 3072, 50257, 1024, 1, name="gpt2-small"),
-    "gpt2-medium": ModelConfig("gpt", 24, 1024, 16, 4096, 50257, 1024, 1, name="gpt2-medium"),
-    "gpt2-large": ModelConfig("gpt", 36, 1280, 20, 5120, 50257, 1024, 1, name="gpt2-large"),
-    "gpt2-xl": ModelConfig("gpt", 48, 1600, 25, 6400, 50257, 1024, 1, name="gpt2-xl"),
-    "gpt3-xl": ModelConfig("gpt", 24, 2048, 16, 8192, 50257, 1024, 1, name="gpt3-xl"),
-    "bert-base": ModelConfig("bert", 12, 768, 12, 3072, 30522, 512, 8, name="bert-base"),
-    "bert-large": ModelConfig("bert", 24, 1024, 16, 4096, 30522, 512, 8, name="bert-large"),
-    "bert-huge": ModelConfig("bert", 24, 2048, 16, 8192, 30522, 512, 8, name="bert-huge"),
+#: presets use S=512 (BERT's maximum positions) and B=8 (Perseus' micro-batch size). All train in bf16.
+PRESETS: dict[str, TrainingConfig] = {
+    "gpt2-small": TrainingConfig("gpt", 12, 768, 12, 3072, 50257, 1024, micro_batch=1, dtype="bf16",
+                                name="gpt2-small"),
+    "gpt2-medium": TrainingConfig("gpt", 24, 1024, 16, 4096, 50257, 1024, micro_batch=1, dtype="bf16",
+                                 name="gpt2-medium"),
+    "gpt2-large": TrainingConfig("gpt", 36, 1280, 20, 5120, 50257, 1024, micro_batch=1, dtype="bf16",
+                                name="gpt2-large"),
+    "gpt2-xl": TrainingConfig("gpt", 48, 1600, 25, 6400, 50257, 1024, micro_batch=1, dtype="bf16",
+                             name="gpt2-xl"),
+    "gpt3-xl": TrainingConfig("gpt", 24, 2048, 16, 8192, 50257, 1024, micro_batch=1, dtype="bf16",
+                             name="gpt3-xl"),
+    "bert-base": TrainingConfig("bert", 12, 768, 12, 3072, 30522, 512, micro_batch=8, dtype="bf16",
+                               name="bert-base"),
+    "bert-large": TrainingConfig("bert", 24, 1024, 16, 4096, 30522, 512, micro_batch=8, dtype="bf16",
+                                name="bert-large"),
+    "bert-huge": TrainingConfig("bert", 24, 2048, 16, 8192, 30522, 512, micro_batch=8, dtype="bf16",
+                               name="bert-huge"),
 }
 
 
-def get_preset(name: str) -> ModelConfig:
+def get_preset(name: str) -> TrainingConfig:
     """The preset called ``name`` (case-insensitive); unknown names list the choices."""
     key = name.strip().lower()
     if key not in PRESETS:
@@ -237,7 +171,7 @@ def get_preset(name: str) -> ModelConfig:
 class _Builder:
     """Appends kernels with the formulas of the module docstring."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: TrainingConfig) -> None:
         self.cfg = cfg
         self.s = DTYPE_BYTES[cfg.dtype]
         self.mm_dtype = cfg.dtype
@@ -292,7 +226,7 @@ class _Builder:
     def attention(self) -> None:
         c = self.cfg
         t, d, h, s, dh = c.tokens, c.hidden, c.heads, c.seq, c.head_dim
-        bh = c.batch * h
+        bh = c.micro_batch * h
         self.elementwise("permute", 3 * t * d, 1, 1, 0)  # qkv [B,S,3,h,dh] -> q,k,v [B,h,S,dh]
         self.gemm("attn_scores_gemm", s, s, dh, batch=bh, category="attention")
         self.add("softmax", "softmax", SOFTMAX_FLOP * bh * s * s,
@@ -303,7 +237,7 @@ class _Builder:
     def attention_backward(self) -> None:
         c = self.cfg
         t, d, h, s, dh = c.tokens, c.hidden, c.heads, c.seq, c.head_dim
-        bh = c.batch * h
+        bh = c.micro_batch * h
         self.elementwise("unpermute_backward", t * d, 1, 1, 0)
         self.gemm("attn_value_gemm_datt", s, s, dh, batch=bh, category="attention")  # dY·Vᵀ
         self.gemm("attn_value_gemm_dv", s, dh, s, batch=bh, category="attention")  # Pᵀ·dY
@@ -461,27 +395,13 @@ class _Builder:
         return self.kernels
 
 
-@dataclass(frozen=True)
-class _Shapes(ModelConfig):
-    """A :class:`ModelConfig` whose sizes are float arrays over ``n`` shapes (same arch, dtype,
-    recompute and layer count): the builder's formulas then give every shape's FLOPs and bytes
-    at once (exact while the products stay below 2⁵³)."""
-
-    @property
-    def positions(self) -> Any:
-        if self.max_positions is not None:
-            return np.maximum(self.max_positions, self.seq)
-        return np.maximum(self.seq, 512) if self.arch == "bert" else self.seq
-
-    def layer_params(self) -> Any:
-        d, f = self.hidden, self.ff
-        return 4 * d * d + 2 * d * f + (3 * d + d + f + d) + 4 * d
-
-
 class _TableBuilder(_Builder):
-    """:class:`_Builder` over a :class:`_Shapes`: one row of FLOPs and bytes per kernel."""
+    """:class:`_Builder` over a :class:`TrainingConfig` whose sizes are float arrays over ``n``
+    shapes (same arch, dtype, recompute and layer count): the builder's formulas then give every
+    shape's FLOPs and bytes at once (exact while the products stay below 2⁵³); one row of FLOPs
+    and bytes per kernel."""
 
-    def __init__(self, cfg: _Shapes, n: int) -> None:
+    def __init__(self, cfg: TrainingConfig, n: int) -> None:
         super().__init__(cfg)
         self.n = n
         self.flops: list[Any] = []  # per kernel: a scalar or an (n,) array
@@ -506,55 +426,67 @@ def build_table(arch: str, layers: int, dtype: str, recompute: bool, *, hidden: 
                 ff: Any, vocab: Any, seq: Any, batch: Any
                 ) -> tuple[list[Kernel], np.ndarray, np.ndarray, np.ndarray]:
     """The kernels of one training iteration of ``n`` shapes at once (arrays of length ``n``
-    for the sizes; one arch, layer count, dtype and recompute setting), as :func:`build_trace`
+    for the sizes, ``batch`` the micro-batch; one arch, layer count, dtype and recompute setting), as :func:`build_trace`
     would give them one shape at a time.
 
     Returns ``(template, flops, bytes, params)``: the kernel sequence (names, categories, phases,
     layers, math dtypes; its FLOPs and bytes are 0), FLOPs and DRAM bytes of every kernel of
     every shape, shape ``(K, n)``, and each shape's parameter count ``(n,)``. The shapes are not
-    validated: check them with :meth:`ModelConfig.validate` (or :func:`joulebound.jobs.job.resolve`).
+    validated: check them with :meth:`TrainingConfig.validate` (or :func:`joulebound.jobs.job.resolve`).
     """
     arr = {k: np.asarray(v, float).reshape(-1) for k, v in
            dict(hidden=hidden, heads=heads, ff=ff, vocab=vocab, seq=seq, batch=batch).items()}
     n = len(arr["hidden"])
-    cfg = _Shapes(arch, layers, dtype=dtype, recompute=recompute, name="table",
-                  **{k: np.broadcast_to(v, (n,)) for k, v in arr.items()})
+    arr["micro_batch"] = arr.pop("batch")
+    cfg = TrainingConfig(arch, layers, dtype=dtype, recompute=recompute, name="table",
+                         **{k: np.broadcast_to(v, (n,)) for k, v in arr.items()})
     b = _TableBuilder(cfg, n)
     b.build()
     flops, nbytes = b.table()
     return b.kernels, flops, nbytes, np.broadcast_to(np.asarray(cfg.params(), float), (n,))
 
 
-def _make_config(config_or_preset: ModelConfig | str, overrides: dict[str, Any]) -> ModelConfig:
+def _make_config(config_or_preset: TrainingConfig | str,
+                 overrides: dict[str, Any]) -> TrainingConfig:
     cfg = get_preset(config_or_preset) if isinstance(config_or_preset, str) else config_or_preset
-    if not isinstance(cfg, ModelConfig):
-        raise JouleboundError(f"expected a ModelConfig or a preset name, got {cfg!r:.60}")
-    known = {f.name for f in fields(ModelConfig)}
+    if not isinstance(cfg, TrainingConfig):
+        raise JouleboundError(f"expected a TrainingConfig or a preset name, got {cfg!r:.60}")
+    if "batch" in overrides:  # the old spelling: the micro-batch
+        overrides = dict(overrides)
+        b = overrides.pop("batch")
+        overrides.setdefault("micro_batch", b)
+    known = {f.name for f in fields(TrainingConfig)} | {"batch"}
     unknown = [k for k in overrides if k not in known]
     if unknown:
         raise JouleboundError(f"unknown model field(s) {', '.join(unknown)}; "
                               f"fields: {', '.join(sorted(known))}")
     clean = {k: v for k, v in overrides.items() if v is not None}
+    cfg = cfg.filled()
     if "hidden" in clean and "ff" not in clean and cfg.ff == 4 * cfg.hidden:
         clean["ff"] = 4 * clean["hidden"] if isinstance(clean["hidden"], int) else None
-    return replace(cfg, **clean).validate() if clean else cfg.validate()
+    if cfg.micro_batch is None and "micro_batch" not in clean:
+        clean["micro_batch"] = 1  # one sequence per iteration unless given
+    return replace(cfg, **clean).filled().validate() if clean else cfg.validate()
 
 
-def build_trace(config_or_preset: ModelConfig | str, *, iterations: int = 1,
+def build_trace(config_or_preset: TrainingConfig | str, *, iterations: int = 1,
                 optimizer: bool = True, **overrides: Any) -> Trace:
     """Kernel trace of one (or ``iterations``) training iteration(s).
 
     Args:
-        config_or_preset: a :class:`ModelConfig` or a name in :data:`PRESETS`.
+        config_or_preset: a :class:`~joulebound.workload.config.TrainingConfig` or a name in
+            :data:`PRESETS`.
         iterations: number of iterations to concatenate (for large planning problems).
         optimizer: include the optimizer phase (grad norm + AdamW); ``False`` gives the
             forward + backward kernels only, the setting of per-kernel DVFS studies such as
             Spaan et al. (arXiv 2601.08539).
-        **overrides: :class:`ModelConfig` fields to change (``batch=4``, ``seq=2048``, ...);
+        **overrides: :class:`~joulebound.workload.config.TrainingConfig` fields to change
+            (``micro_batch=4``, ``seq=2048``, ...; ``batch`` is read as ``micro_batch``);
             ``None`` values are ignored.
 
     Returns:
-        A :class:`Trace` with ``meta`` holding the config, ``source="analytic"``,
+        A :class:`Trace` with ``meta`` holding the config (:meth:`TrainingConfig.trace_meta`),
+        ``source="analytic"``,
         ``params``, ``tokens`` and ``iterations``.
 
     Raises:
@@ -567,7 +499,7 @@ def build_trace(config_or_preset: ModelConfig | str, *, iterations: int = 1,
     if not optimizer:
         one = [k for k in one if k.phase != "optimizer"]
     kernels = one if iterations == 1 else _repeat(one, iterations)
-    meta = {"source": "analytic", **cfg.to_json(), "params": cfg.params(),
+    meta = {"source": "analytic", **cfg.trace_meta(), "params": cfg.params(),
             "tokens": cfg.tokens, "iterations": iterations, "optimizer": optimizer}
     return Trace(kernels=kernels, name=cfg.name, meta=meta)
 
@@ -580,7 +512,7 @@ def _repeat(one: list[Kernel], n: int) -> list[Kernel]:
     return out
 
 
-def model_flops_estimate(cfg: ModelConfig) -> float:
+def model_flops_estimate(cfg: TrainingConfig) -> float:
     """The textbook estimate ``6·N·T + 12·L·S·d·T`` FLOP per iteration (Kaplan et al. 2020).
 
     ``N`` counts the weights that take part in matrix multiplies, the tied embedding / output
@@ -593,5 +525,6 @@ def model_flops_estimate(cfg: ModelConfig) -> float:
     return 6.0 * n * cfg.tokens + 12.0 * cfg.layers * cfg.seq * d * cfg.tokens
 
 
-__all__: list[str] = ["ARCHS", "DTYPE_BYTES", "ModelConfig", "PRESETS", "build_trace",
+__all__: list[str] = ["ARCHS", "DTYPE_BYTES", "ModelConfig", "PRESETS", "TrainingConfig",
+                      "build_trace", "config_from_hf",
                       "get_preset", "model_flops_estimate"]

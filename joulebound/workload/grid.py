@@ -9,7 +9,8 @@ that lists every problem (which shape, which field, how to fix it).
 
 Conventions:
 
-- ``batch`` is the **global** batch of one optimizer step (sequences). ``single`` and ``tp`` feed
+- ``batch`` (a grid key, and a key of saved configurations) is the **global** batch of one
+  optimizer step (sequences): the model's ``global_batch``. ``single`` and ``tp`` feed
   the whole batch to every rank; ``ddp`` and ``fsdp`` split it across ranks (``batch / world_size``
   sequences per rank). So every strategy does the same work per step as the 1-GPU run of the same
   shape, and the work-normalized speedup is the ratio of throughputs.
@@ -23,38 +24,51 @@ import hashlib
 import itertools
 import json
 import tomllib
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from joulebound.core.errors import JouleboundError, SchemaError, did_you_mean
 from joulebound.core.vocab import SWEEP_DTYPES, SWEEP_STRATEGIES
+from joulebound.workload.config import TrainingConfig, canonical_arch
 
 STRATEGIES: tuple[str, ...] = SWEEP_STRATEGIES
-ARCHS: tuple[str, ...] = ("bert", "gpt2")
+#: architectures a sweep runs, in their one spelling (``gpt2`` is read as ``gpt``)
+ARCHS: tuple[str, ...] = ("bert", "gpt")
 DTYPES: tuple[str, ...] = SWEEP_DTYPES
 #: strategies that split the global batch across ranks (each rank sees different data)
 DATA_PARALLEL: frozenset[str] = frozenset({"ddp", "fsdp"})
+#: the architecture's spelling in config ids, saved plans and sweep stores (unchanged, so old
+#: stores resume and their ids stay stable)
+STORED_ARCH: dict[str, str] = {"gpt": "gpt2", "bert": "bert"}
+#: the keys of a saved configuration (:meth:`SweepConfig.to_dict`), in their stored order
+DICT_KEYS: tuple[str, ...] = ("arch", "layers", "hidden", "heads", "ff", "seq", "batch", "dtype",
+                              "steps", "warmup", "strategy", "world_size", "vocab", "dropout",
+                              "min_fill", "seed", "lr")
+_UNSET: Any = object()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class SweepConfig:
-    """One configuration of a sweep: a model shape, a strategy and a world size.
+    """One configuration of a sweep: a :class:`~joulebound.workload.config.TrainingConfig`
+    (:attr:`model`), the strategy and world size it runs on, and the run settings.
+
+    The model's ``global_batch`` is the batch of one optimizer step (sequences), its
+    ``micro_batch`` what one rank runs per step (``global_batch / world_size`` for ``ddp`` and
+    ``fsdp``, all of it for ``single`` and ``tp``), ``grad_accum`` 1. The architectures are
+    ``"bert"`` (``BertForSequenceClassification``) and ``"gpt"`` (``GPT2LMHeadModel``).
+
+    Built from the former flat keywords (``SweepConfig(arch="gpt2", layers=2, hidden=64,
+    heads=2, ff=256, seq=32, batch=8, strategy="ddp", world_size=2)``: ``batch`` is the global
+    batch; ``dtype`` defaults to fp32, ``vocab`` to 30522) or from ``model=`` and the run
+    fields.
 
     Attributes:
-        arch: ``"bert"`` (``BertForSequenceClassification``) or ``"gpt2"`` (``GPT2LMHeadModel``).
-        layers: transformer layers L.
-        hidden: hidden size d.
-        heads: attention heads h (must divide ``hidden``).
-        ff: feed-forward (intermediate) size.
-        seq: sequence length S (tokens per sequence, padding included).
-        batch: global batch per optimizer step (sequences).
-        dtype: ``"fp32"`` or ``"bf16"`` (bf16 autocast, fp32 master weights).
-        steps: measured optimizer steps.
-        warmup: warm-up steps run before the measured window (excluded from time and energy).
+        model: the training configuration (shape, batches, dtype).
         strategy: ``"single"``, ``"ddp"``, ``"fsdp"`` or ``"tp"``.
         world_size: ranks (GPUs, or CPU processes) the configuration runs on.
-        vocab: vocabulary size of the random token ids.
+        steps: measured optimizer steps.
+        warmup: warm-up steps run before the measured window (excluded from time and energy).
         dropout: hidden and attention dropout probability.
         min_fill: each sequence holds between ``ceil(min_fill * seq)`` and ``seq`` real tokens,
             the rest is padding (1.0 = no padding).
@@ -62,31 +76,71 @@ class SweepConfig:
         lr: AdamW learning rate.
     """
 
-    arch: str
-    layers: int
-    hidden: int
-    heads: int
-    ff: int
-    seq: int
-    batch: int
-    dtype: str = "fp32"
-    steps: int = 10
-    warmup: int = 2
+    model: TrainingConfig
     strategy: str = "single"
     world_size: int = 1
-    vocab: int = 30522
+    steps: int = 10
+    warmup: int = 2
     dropout: float = 0.1
     min_fill: float = 1.0
     seed: int = 0
     lr: float = 5e-5
 
+    def __init__(self, arch: Any = _UNSET, layers: Any = _UNSET, hidden: Any = _UNSET,
+                 heads: Any = _UNSET, ff: Any = _UNSET, seq: Any = _UNSET, batch: Any = _UNSET,
+                 dtype: Any = _UNSET, steps: int = 10, warmup: int = 2, strategy: str = "single",
+                 world_size: int = 1, vocab: Any = _UNSET, dropout: float = 0.1,
+                 min_fill: float = 1.0, seed: int = 0, lr: float = 5e-5, *,
+                 model: TrainingConfig | None = None) -> None:
+        given = {k: v for k, v in dict(arch=arch, layers=layers, hidden=hidden, heads=heads,
+                                       ff=ff, seq=seq, global_batch=batch, dtype=dtype,
+                                       vocab=vocab).items() if v is not _UNSET}
+        if model is None:
+            missing = [k for k in ("arch", "layers", "hidden", "heads", "ff", "seq", "global_batch")
+                       if k not in given]
+            if missing:
+                raise TypeError(f"SweepConfig() missing the field(s) "
+                                f"{', '.join('batch' if m == 'global_batch' else m for m in missing)}")
+            given.setdefault("vocab", 30522)
+            model = TrainingConfig(**given)
+        elif given:
+            model = replace(model, **given)
+        gb = model.global_batch
+        split = strategy in DATA_PARALLEL and isinstance(gb, int) and world_size
+        model = replace(model, micro_batch=gb // world_size if split else gb, grad_accum=1)
+        put = object.__setattr__
+        put(self, "model", model)
+        for k, v in dict(strategy=strategy, world_size=world_size, steps=steps, warmup=warmup,
+                         dropout=dropout, min_fill=min_fill, seed=seed, lr=lr).items():
+            put(self, k, v)
+
+    # the model's fields, read through
+    arch = property(lambda self: self.model.arch)
+    layers = property(lambda self: self.model.layers)
+    hidden = property(lambda self: self.model.hidden)
+    heads = property(lambda self: self.model.heads)
+    ff = property(lambda self: self.model.ff)
+    seq = property(lambda self: self.model.seq)
+    vocab = property(lambda self: self.model.vocab)
+    dtype = property(lambda self: self.model.dtype)
+    global_batch = property(lambda self: self.model.global_batch,
+                            doc="Sequences per optimizer step over all ranks.")
+    micro_batch = property(lambda self: self.model.micro_batch,
+                           doc="Sequences each rank processes per step.")
+
+    @property
+    def stored_arch(self) -> str:
+        """The architecture as config ids and stores spell it (:data:`STORED_ARCH`)."""
+        return STORED_ARCH.get(self.arch, self.arch)
+
     @property
     def config_id(self) -> str:
         """Stable, readable id: the shape, strategy and world size, plus a hash of the rest."""
-        rest = {k: v for k, v in asdict(self).items() if k in _HASHED}
+        rest = {k: getattr(self, k) for k in _HASHED}
         digest = hashlib.sha1(json.dumps(rest, sort_keys=True).encode()).hexdigest()[:8]
-        return (f"{self.arch}-L{self.layers}-d{self.hidden}-h{self.heads}-ff{self.ff}-S{self.seq}"
-                f"-B{self.batch}-{self.dtype}-{self.strategy}-w{self.world_size}-{digest}")
+        return (f"{self.stored_arch}-L{self.layers}-d{self.hidden}-h{self.heads}-ff{self.ff}"
+                f"-S{self.seq}-B{self.global_batch}-{self.dtype}-{self.strategy}"
+                f"-w{self.world_size}-{digest}")
 
     @property
     def baseline(self) -> SweepConfig:
@@ -98,22 +152,23 @@ class SweepConfig:
         """True when ranks see different data (DDP/FSDP split the global batch)."""
         return self.strategy in DATA_PARALLEL
 
-    @property
-    def per_rank_batch(self) -> int:
-        """Sequences each rank processes per step."""
-        return self.batch // self.world_size if self.splits_data else self.batch
-
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict (JSON-ready)."""
-        return asdict(self)
+        """Plain dict (JSON-ready) in the saved format (:data:`DICT_KEYS`: ``batch`` is the
+        global batch, ``arch`` as :attr:`stored_arch`)."""
+        d = {k: getattr(self, k) for k in DICT_KEYS if k not in ("arch", "batch")}
+        d.update(arch=self.stored_arch, batch=self.global_batch)
+        return {k: d[k] for k in DICT_KEYS}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SweepConfig:
-        """Inverse of :meth:`to_dict` (unknown keys are an error)."""
-        names = {f.name for f in fields(cls)}
-        bad = [k for k in d if k not in names]
+        """Inverse of :meth:`to_dict` (unknown keys are an error; ``global_batch`` is read as
+        ``batch``)."""
+        d = dict(d)
+        if "global_batch" in d and "batch" not in d:
+            d["batch"] = d.pop("global_batch")
+        bad = [k for k in d if k not in DICT_KEYS]
         if bad:
-            raise JouleboundError(f"unknown configuration field(s) {bad}.{did_you_mean(bad[0], sorted(names))}")
+            raise JouleboundError(f"unknown configuration field(s) {bad}.{did_you_mean(bad[0], sorted(DICT_KEYS))}")
         return cls(**d)
 
 
@@ -265,7 +320,7 @@ class Grid:
 
 def _check_shape(shape: dict[str, Any], tag: str) -> list[str]:
     p = []
-    if shape["arch"] not in ARCHS:
+    if canonical_arch(shape["arch"]) not in ARCHS:
         p.append(f"{tag}: unknown arch {shape['arch']!r}.{did_you_mean(shape['arch'], ARCHS)}")
     if shape["dtype"] not in DTYPES:
         hint = " (fp16 needs a loss scaler that is not wired for sharded strategies; use bf16)" \
@@ -283,9 +338,9 @@ def _check_shape(shape: dict[str, Any], tag: str) -> list[str]:
 def _check_parallel(cfg: SweepConfig, tag: str) -> list[str]:
     n = cfg.world_size
     p = []
-    if cfg.splits_data and cfg.batch % n:
+    if cfg.splits_data and cfg.global_batch % n:
         p.append(f"{tag}: strategy {cfg.strategy!r} splits the global batch across {n} ranks, "
-                 f"but batch {cfg.batch} is not divisible by {n}; use a batch that is a multiple of {n}")
+                 f"but batch {cfg.global_batch} is not divisible by {n}; use a batch that is a multiple of {n}")
     if cfg.strategy == "tp":
         if cfg.arch != "bert":
             p.append(f"{tag}: strategy 'tp' is implemented for arch 'bert' only (GPT-2 fuses Q/K/V in "

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from joulebound.core.provenance import MODELED
+from joulebound.workload.config import TrainingConfig
 
 #: CUDA context, allocator reserve and workspaces per GPU (bytes; estimate)
 RUNTIME_RESERVE_BYTES = 1.5 * 2**30
@@ -80,35 +81,32 @@ def step_memory(*, params: float, layers: int, hidden: int, heads: int, seq: int
     return MemoryEstimate(weights, weights, opt, act, reserve, float(device_bytes or 0))
 
 
-def training_memory(cfg, optimizer: bool = True, device_bytes: float = 0.0
+def training_memory(cfg: TrainingConfig, optimizer: bool = True, device_bytes: float = 0.0
                     ) -> MemoryEstimate:
-    """One training step of a :class:`~joulebound.workload.analytic.ModelConfig` on one GPU
-    (AdamW, or no optimizer state with ``optimizer=False``)."""
-    from joulebound.workload.analytic import DTYPE_BYTES
-
+    """One training step of a :class:`~joulebound.workload.config.TrainingConfig` (its
+    ``micro_batch`` on one GPU; AdamW, or no optimizer state with ``optimizer=False``)."""
+    cfg = cfg.filled()
     return step_memory(params=float(cfg.params()), layers=cfg.layers, hidden=cfg.hidden,
-                       heads=cfg.heads, seq=cfg.seq, micro_batch=cfg.batch, vocab=cfg.vocab,
-                       dtype_bytes=DTYPE_BYTES[cfg.dtype], optimizer="adamw" if optimizer else None,
+                       heads=cfg.heads, seq=cfg.seq, micro_batch=cfg.micro_batch, vocab=cfg.vocab,
+                       dtype_bytes=cfg.dtype_bytes, optimizer="adamw" if optimizer else None,
                        recompute=cfg.recompute, device_bytes=device_bytes)
 
 
 def trace_memory_warning(trace, spec) -> str | None:
     """A warning when an analytic trace's training step needs more than ``spec``'s memory
     (``None`` when it fits, or for a trace that is not analytic)."""
-    from joulebound.workload.analytic import ModelConfig
-
     m = trace.meta
     if m.get("source") != "analytic" or not spec.memory_bytes:
         return None
     try:
-        cfg = ModelConfig(**{k: m[k] for k in ModelConfig.__dataclass_fields__})
+        cfg = TrainingConfig.from_trace_meta(m)
     except (KeyError, TypeError):
         return None
     est = training_memory(cfg, optimizer=m.get("optimizer", True) is not False,
                           device_bytes=spec.memory_bytes)
     if est.fits:
         return None
-    return (f"{cfg.name} at batch {cfg.batch} x seq {cfg.seq} needs about {est.describe()} "
+    return (f"{cfg.name} at batch {cfg.micro_batch} x seq {cfg.seq} needs about {est.describe()} "
             f"(modeled) but {spec.name} has {spec.memory_bytes / 2**30:.1f} GiB: as one step it "
             "cannot run on this GPU (lower --batch, use activation recompute, or shard it); the "
             "per-kernel figures are still computed, as if each kernel ran alone")

@@ -182,7 +182,7 @@ def run_config(cfg: SweepConfig, rank: int, device: Any, meter: Any) -> dict[str
     n_steps = cfg.warmup + cfg.steps
     data = make_dataset(cfg, n_steps)
     idx = batch_indices(cfg, rank, len(data))
-    per = cfg.per_rank_batch
+    per = cfg.micro_batch
     batches = [data[idx[k * per:(k + 1) * per]] for k in range(n_steps)]
     for k in range(cfg.warmup):
         train_step(model, opt, batches[k], cfg, device)

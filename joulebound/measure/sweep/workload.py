@@ -1,7 +1,7 @@
 """The training workload of a sweep: a Hugging Face model built from a config, random tokens, AdamW.
 
 - ``bert``: ``transformers.BertForSequenceClassification`` (2 labels) from a ``BertConfig`` —
-  BERT fine-tuning as in the paper. ``gpt2``: ``transformers.GPT2LMHeadModel`` from a
+  BERT fine-tuning as in the paper. ``gpt`` (stored as ``gpt2``): ``transformers.GPT2LMHeadModel`` from a
   ``GPT2Config`` (causal LM loss). Weights are randomly initialised from the config's seed; nothing
   is downloaded from the Hugging Face hub.
 - Data: **random token ids** (uniform over the vocabulary, seeded), not text. Energy and time do not
@@ -32,7 +32,7 @@ def model_classes(arch: str) -> tuple[type, type]:
         from transformers import BertConfig, BertForSequenceClassification
 
         return BertConfig, BertForSequenceClassification
-    if arch == "gpt2":
+    if arch in ("gpt", "gpt2"):
         from transformers import GPT2Config, GPT2LMHeadModel
 
         return GPT2Config, GPT2LMHeadModel
@@ -61,7 +61,7 @@ def make_dataset(cfg: SweepConfig, n_steps: int) -> torch.utils.data.TensorDatas
     Sequence ``i`` has ``L_i ~ U{ceil(min_fill·seq), …, seq}`` real tokens, then padding (id 0,
     mask 0). Labels: a class in {0, 1} for BERT; the input ids with padding set to -100 for GPT-2.
     """
-    n = n_steps * cfg.batch
+    n = n_steps * cfg.global_batch
     g = torch.Generator().manual_seed(cfg.seed + 1)
     ids = torch.randint(1, cfg.vocab, (n, cfg.seq), generator=g)
     lo = max(1, math.ceil(cfg.min_fill * cfg.seq))
