@@ -79,3 +79,12 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # every result is written and the group destroyed: leave without the interpreter's C++
+    # teardown, where torch/gloo threads still joinable at exit abort the rank ("terminate
+    # called without an active exception", SIGABRT) on a loaded 2-core machine — seen in 2 of
+    # ~8 suite runs here with every output file complete; the tests then read a failed launch
+    sys.stdout.flush()
+    sys.stderr.flush()
+    import os
+
+    os._exit(0)

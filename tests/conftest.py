@@ -46,6 +46,28 @@ def _private_gpu_lock_dir(tmp_path_factory, monkeypatch):
 USER_STATE_VARS = ("JOULEBOUND_HOME",)
 
 
+def pytest_configure(config):
+    """Before collection and before any session- or module-scoped fixture (the torchrun launch,
+    the demo study): a private empty ``JOULEBOUND_HOME`` for the whole run (children inherit it),
+    removed at the end; each test then gets its own (:func:`_private_joulebound_home`)."""
+    import tempfile
+
+    config._jb_saved_home = os.environ.get("JOULEBOUND_HOME")
+    config._jb_home = tempfile.mkdtemp(prefix="joulebound-test-home-")
+    os.environ["JOULEBOUND_HOME"] = config._jb_home
+
+
+def pytest_unconfigure(config):
+    home = getattr(config, "_jb_home", None)
+    if home is None:
+        return
+    shutil.rmtree(home, ignore_errors=True)
+    if config._jb_saved_home is None:
+        os.environ.pop("JOULEBOUND_HOME", None)
+    else:
+        os.environ["JOULEBOUND_HOME"] = config._jb_saved_home
+
+
 @pytest.fixture(autouse=True)
 def _private_joulebound_home(tmp_path_factory, monkeypatch):
     """Per-test empty ``JOULEBOUND_HOME`` (the user catalog lives in its ``devices/``)."""
