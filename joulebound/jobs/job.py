@@ -1,7 +1,9 @@
-"""A training job as the mechanistic predictor sees it: model shape, batch, parallelism, hardware.
+"""A training job as the mechanistic predictor sees it: a
+:class:`~joulebound.workload.config.TrainingConfig` (model shape, batch, dtype; the one
+training-config type, with the one parameter count) plus its parallelism and hardware.
 
-Batch semantics (as Hugging Face's ``per_device_train_batch_size``): ``batch`` is the **per-GPU
-micro-batch** (sequences one GPU runs through one forward/backward); ``global_batch`` the
+Batch semantics (as Hugging Face's ``per_device_train_batch_size``): ``batch`` (the job keyword
+and CSV column; ``config.micro_batch``) is the **per-GPU micro-batch** (sequences one GPU runs through one forward/backward); ``global_batch`` the
 sequences of one optimizer step over all data-parallel ranks; ``grad_accum`` the micro-batches per
 step (for pipeline parallelism: the micro-batches in flight, Megatron's ``num_microbatches``).
 Give either ``batch`` (then ``global_batch = dp·batch·grad_accum``) or ``global_batch`` (then
