@@ -1,4 +1,5 @@
-"""Provenance labels carried by every number the tool prints (see DESIGN.md, honesty rules).
+"""Provenance labels carried by every number the tool prints (the honesty rules: every figure is
+measured, modeled or published, never unlabeled).
 
 - ``measured``: read from a sensor on real hardware (NVML energy counter, RAPL, a dataset's measured
   column);
