@@ -98,7 +98,7 @@ def _predict_table(n: int, shapes: int) -> Callable[[], object]:
         stepcost._TRACES.clear()
         with contextlib.redirect_stdout(io.StringIO()):
             rc = main(["predict", "--jobs", str(src), "-o", str(out)])
-        assert rc == 0
+        assert rc in (0, 1)          # 1: some rows refused (every row is still written)
         assert out.read_text().count("\n") - 1 == n
     return call
 

@@ -101,9 +101,11 @@ def test_predict_jobs_table_to_csv_and_json(capsys, tmp_path):
                     "bad,12,768,7,128,32,1,single,,1e8\n"
                     ",24,1024,16,512,8,8,tp,a100-sxm4-80gb,\n")
     out = tmp_path / "pred.csv"
-    assert main(["predict", "--jobs", str(jobs), "-o", str(out), "--device", "rtx3090"]) == 0
-    text = capsys.readouterr().out
-    assert "3 predicted, 1 refused" in text
+    # a refused row: the others are predicted and written, and the exit status says so (issue 28
+    # item 11: it was 0 with rows refused)
+    assert main(["predict", "--jobs", str(jobs), "-o", str(out), "--device", "rtx3090"]) == 1
+    cap = capsys.readouterr()
+    assert "3 predicted, 1 refused" in cap.out and "1 of 4 job(s) refused" in cap.err
     rows = list(csv.DictReader(out.open()))
     assert [r["name"] for r in rows] == ["small", "fsdp4", "", "row4"]
     assert rows[0]["device"] == "rtx3090" and rows[1]["device"] == "a40"  # empty cell = option
@@ -112,9 +114,12 @@ def test_predict_jobs_table_to_csv_and_json(capsys, tmp_path):
     for r in (rows[0], rows[1], rows[3]):
         assert float(r["time_lo_s"]) < float(r["time_s"]) < float(r["time_hi_s"])
         assert r["provenance"] == "modeled"
-    assert main(["predict", "--jobs", str(jobs), "--json"]) == 0
+    assert main(["predict", "--jobs", str(jobs), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert len(doc) == 4 and "error" in doc[2] and doc[1]["strategy"] == "fsdp4"
+    jobs.write_text("name,layers,hidden,heads,seq,batch,gpus,strategy,device,tokens\n"
+                    "small,12,768,12,128,32,1,single,,1e8\n")
+    assert main(["predict", "--jobs", str(jobs), "--json"]) == 0   # nothing refused
 
 
 def test_predict_jobs_unknown_column_is_named(capsys, tmp_path):
@@ -235,3 +240,20 @@ def test_folders_for_coefficients_and_save_are_user_errors(capsys, tmp_path):
     assert "is not a file" in capsys.readouterr().err
     assert main(["fit", "--data", str(tmp_path), "--save", str(tmp_path)]) == 2
     assert "--save" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_a_strategy_alias_is_read_with_a_note(capsys):
+    """--strategy zero3 prices FSDP and says so (issue 28 item 11: it was a silent alias)."""
+    import json
+
+    from joulebound.cli import main
+
+    args = ["predict", "--preset", "bert-base", "--seq", "128", "--batch", "32", "--tokens",
+            "1e9", "--gpus", "4", "--device", "a40", "--json"]
+    assert main([*args, "--strategy", "zero3"]) == 0
+    alias = json.loads(capsys.readouterr().out)
+    assert main([*args, "--strategy", "fsdp"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert "strategy 'zero3' read as 'fsdp'" in alias["warnings"]
+    assert not any("read as" in w for w in plain["warnings"])
+    assert alias["time_s"] == plain["time_s"] and alias["strategy"] == plain["strategy"]

@@ -223,3 +223,20 @@ def test_plan_table_reads_at_80_columns(monkeypatch):
     assert rr["phase L=10ms"][3] == "–"      # switch-aware plans are not re-planned per draw
     assert "-14.60 %" not in plans and "-14.60 %" in _section(text, "Published reference",
                                                               "Savings by kernel category")
+
+
+def test_an_infeasible_negative_slowdown_suggests_a_value_that_works(capsys):
+    """--slowdown below the fastest plan: the error names the smallest feasible slowdown and
+    suggests it rounded up to 0.01 % — which then plans (issue 28 item 11: it suggested
+    'pass --slowdown 0.000001 or more' for a feasible range of negative values)."""
+    import re
+
+    from joulebound.cli import main
+
+    base = ["plan", "gpt2-small", "--device", "rtx3080ti", "--granularity", "iteration",
+            "--draws", "0", "--switch-latency", "0"]
+    assert main([*base, "--slowdown", "-5%"]) == 2
+    err = capsys.readouterr().err
+    m = re.search(r"pass --slowdown (-?[0-9.]+)% or more", err)
+    assert m and float(m.group(1)) < 0, err
+    assert main([*base, "--slowdown", f"{m.group(1)}%", "--json"]) == 0

@@ -57,7 +57,9 @@ are refused with the reason (--ignore-memory prices the latter anyway).
 
 --jobs FILE predicts a CSV of jobs, one per row (columns = these options without dashes, e.g.
 layers,hidden,heads,seq,batch,gpus,strategy,device,tokens; empty cells take the command-line
-values); -o FILE writes the predictions as CSV, --json prints them. --law NAME uses a legacy
+values); -o FILE writes the predictions as CSV, --json prints them; a row that cannot be priced
+keeps its reason in the "error" column and the others are still predicted, but the command then
+exits with status 1 (so a script notices). --law NAME uses a legacy
 energy law instead (prerun with its built-in coefficients; the others are fitted on the Mayaki
 data at --data).
 
@@ -443,6 +445,7 @@ def _predict_table(path: Path, defaults: dict, coefficients: Path | None, output
         jobtable.write_csv(output, out)
     if as_json:
         print_json(docs)
+        _exit_if_refused(n_err, len(out))
         return
     tc = _table_console()
     t = Table(title=f"{len(out)} jobs (modeled; 90 % intervals)", pad_edge=False)
@@ -464,6 +467,17 @@ def _predict_table(path: Path, defaults: dict, coefficients: Path | None, output
         console.print(f"first 40 of {len(out)} rows shown" + ("" if output else "; write all with -o FILE.csv"))
     console.print(f"{len(out) - n_err} predicted, {n_err} refused, in {dt:.2f} s"
                   + (f"; wrote {output}" if output else ""), highlight=False)
+    _exit_if_refused(n_err, len(out))
+
+
+def _exit_if_refused(n_err: int, n: int) -> None:
+    """Exit with status 1 (after every output is written) when some rows were refused."""
+    if n_err:
+        from joulebound.cli._common import err_console
+
+        err_console.print(f"[yellow]note:[/] {n_err} of {n} job(s) refused (the reason is in each "
+                          "row's error); exit status 1", highlight=False)
+        raise typer.Exit(1)
 
 
 def advise(

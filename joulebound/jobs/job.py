@@ -27,7 +27,7 @@ from typing import Any
 
 from joulebound.core.errors import JouleboundError, did_you_mean
 from joulebound.core.vocab import TRAINING_DTYPES
-from joulebound.jobs.strategy import normalize_strategy
+from joulebound.jobs.strategy import alias_note, normalize_strategy
 from joulebound.workload.config import ARCH_ALIASES, DEFAULT_VOCAB, TrainingConfig, block_params
 from joulebound.workload.memory import MemoryEstimate, step_memory
 
@@ -262,6 +262,9 @@ def _degrees(job: Job, n: int, L: int, d: int, h: int, ff: int,
     """``(strategy, dp, tp, pp)`` of ``n`` GPUs, checked against the shape (layers ``L``, hidden
     ``d``, heads ``h``, ``ff``); notes go to ``warn``."""
     strategy = normalize_strategy(job.strategy)
+    note = alias_note(job.strategy)
+    if note:
+        warn.append(note)
     tp = _int("tp", job.tp) if job.tp is not None else (n if strategy == "tp" else 1)
     pp = _int("pp", job.pp) if job.pp is not None else (n if strategy == "pp" else 1)
     if n == 1 and strategy != "single" and (tp, pp) == (1, 1):

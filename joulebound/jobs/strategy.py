@@ -20,6 +20,15 @@ _ALIASES = {"dp": "ddp", "data": "ddp", "zero3": "fsdp", "megatron": "tp", "tens
             "pipeline": "pp", "none": "single", "1gpu": "single"}
 
 
+def alias_note(name: str) -> str | None:
+    """A note when ``name`` is an alias of a strategy (``zero3`` -> ``fsdp``), else ``None``: an
+    alias is read, never silently."""
+    key = str(name).strip().lower()
+    if key in _ALIASES and _ALIASES[key] != key:
+        return f"strategy {name!r} read as {_ALIASES[key]!r}"
+    return None
+
+
 def normalize_strategy(name: str) -> str:
     """Canonical strategy name; unknown names raise :class:`JouleboundError` listing choices."""
     key = str(name).strip().lower()

@@ -14,6 +14,7 @@ reference (:mod:`.milp`).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -46,10 +47,13 @@ METHODS: tuple[str, ...] = ("fast", "milp")
 def _infeasible(what: str, need: float, have: float, base: float, granularity: str,
                 flag: str) -> JouleboundError:
     smallest = need / base - 1.0
+    # the suggestion: the smallest feasible value rounded up to 0.01 % (a value that works,
+    # negative too: a plan can be faster than auto)
+    suggest = math.ceil(smallest * 1e4 + 1e-6) / 100
     return JouleboundError(
         f"the {what} {have:.6g} is below the least achievable {need:.6g} at {granularity} "
         f"granularity; the smallest feasible {flag} is {smallest:+.4%} "
-        f"(pass {flag} {max(smallest, 0.0) + 1e-6:.6f} or more).")
+        f"(pass {flag} {suggest:g}% or more).")
 
 
 def plan_provenance(char: Characterization, kernel_choice: np.ndarray) -> str:
