@@ -68,3 +68,22 @@ def test_the_helper_refuses_what_the_rule_refuses(tmp_path, monkeypatch):
             assert "not supported" in str(exc)
             ok = False
         assert ok is is_supported(cfg, table), cfg
+
+
+@pytest.mark.parametrize("bad", [[float("inf"), None], [{}, None], ["x", 1], [True, 1],
+                                 [1.5, 1], [float("nan"), 1]])
+def test_a_plan_file_with_a_bad_clock_is_an_error_naming_the_field(tmp_path, bad):
+    """Fuzzed plan JSON crashed in ClockConfig.from_json (issue 30 item 13: OverflowError /
+    TypeError tracebacks); every bad clock is now a SchemaError naming 'configs'."""
+    import json
+
+    from joulebound.core.errors import SchemaError
+    from joulebound.planning.plan import Plan
+
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"schema": "joulebound.plan", "version": 1, "name": "p",
+                                "kernels": ["a"], "configs": [bad], "choice": [0]}))
+    with pytest.raises(SchemaError, match="configs"):
+        Plan.load(path)
+    assert ClockConfig.from_json([1410, "1593"]) == ClockConfig(1410, 1593)
+    assert ClockConfig.from_json([1410.0, None]) == ClockConfig(1410, None)

@@ -507,3 +507,16 @@ def test_a_simulated_calibration_labels_cells_tables_and_plans_modeled():
     assert real.provenance() == MEASURED and plan_provenance(real, choice) == MEASURED
     assert sim.provenance() == MODELED and plan_provenance(sim, choice) == MODELED
     assert not sim.sensor_measured.any() and sim.measured.all()   # the mask itself is kept
+
+
+@pytest.mark.parametrize("spec", [
+    {"args": [1, "x", None]}, {"args": [{"L": 5}]}, {"args": [{"L": [3, {"dev": "cuda:0"}]}]},
+    {"args": "oops"}, {"kwargs": [1, 2]}, {"args": [{"T": [2, 2]}], "kwargs": {"out": 7}},
+])
+def test_a_damaged_op_spec_is_judged_never_a_traceback(spec):
+    """Fuzzed op-stream JSON crashed the replay check on specs of the wrong form (issue 30 item
+    13: 37 tracebacks at one site); such entries are skipped and the op is judged."""
+    from joulebound.measure.calibrate.replay import why_not_replayable
+
+    why = why_not_replayable("aten.mm.default", "gemm", spec, on_gpu=True)
+    assert why is None or isinstance(why, str)

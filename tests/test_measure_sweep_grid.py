@@ -140,3 +140,12 @@ def test_dry_run_json_lists_launches_with_documented_keys(tmp_path, capsys):
 
     helptext = typer.main.get_command(app).commands["sweep"].help  # type: ignore[attr-defined]
     assert all(f'"{k}"' in helptext for k in out)
+
+
+@pytest.mark.parametrize("head_dim", [0, -64])
+def test_a_head_dim_below_one_is_a_listed_problem_not_a_crash(head_dim):
+    """head_dim = 0 in a grid TOML raised ZeroDivisionError (issue 30 item 13); now it is one of
+    the grid's listed problems."""
+    g = Grid(name="g", layers=[1], hidden=[64], seq=[32], batch=[4], head_dim=head_dim)
+    with pytest.raises(JouleboundError, match="head_dim and ff_mult must be >= 1"):
+        g.plan(strategies=["single"], gpus=[1])

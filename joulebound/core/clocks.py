@@ -84,7 +84,21 @@ class ClockConfig:
         if isinstance(value, str):
             return cls.parse(value)
         if isinstance(value, list | tuple) and len(value) == 2:
-            return cls(*(None if v is None else int(v) for v in value))
+            out = []
+            for v in value:
+                if v is None:
+                    out.append(None)
+                    continue
+                if isinstance(v, str) and v.strip().isdigit():    # "1410", as before
+                    v = int(v)
+                # MHz as a whole number: bool, text, objects, inf/NaN and fractions are refused
+                # with a ValueError the file readers turn into an error naming the field
+                if isinstance(v, bool) or not isinstance(v, int | float) or v != v \
+                        or v in (float("inf"), float("-inf")) or v != int(v):
+                    raise ValueError(f"a clock must be a whole number of MHz or null, got {v!r} "
+                                     f"in {value!r}")
+                out.append(int(v))
+            return cls(*out)
         raise ValueError(f"expected [core_mhz, mem_mhz] or 'auto', got {value!r}")
 
 

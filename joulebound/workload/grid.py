@@ -210,7 +210,9 @@ class Grid:
         out = []
         for arch, L, d, S, B, dt in itertools.product(self.arch, self.layers, self.hidden,
                                                      self.seq, self.batch, self.dtype):
-            for h in (self.heads or [max(1, d // self.head_dim)]):
+            # a head_dim below 1 is reported by _check_scalars with the grid's other problems
+            auto_h = max(1, d // self.head_dim) if self.head_dim >= 1 else 1
+            for h in (self.heads or [auto_h]):
                 for ff in (self.ff or [self.ff_mult * d]):
                     out.append(dict(arch=arch, layers=L, hidden=d, heads=h, ff=ff, seq=S, batch=B,
                                     dtype=dt, steps=self.steps, warmup=self.warmup,

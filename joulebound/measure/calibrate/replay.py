@@ -106,9 +106,28 @@ def _base(op: str) -> str:
     return ".".join(parts[:2]) if len(parts) >= 2 else op
 
 
-def _tensor_devices(spec: dict[str, Any]) -> set[str]:
+def _spec_items(spec: Any) -> list[dict[str, Any]] | None:
+    """The argument records of an op spec (``args`` then ``kwargs`` values), or ``None`` when
+    the spec is not in the op-stream format (a hand-edited or damaged file)."""
+    if not isinstance(spec, dict):
+        return None
+    args, kwargs = spec.get("args", []), spec.get("kwargs", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        return None
+    items = [*args, *kwargs.values()]
+    if not all(isinstance(a, dict) for a in items):
+        return None
+    for a in items:
+        if "L" in a and not (isinstance(a["L"], list) and all(isinstance(t, dict) for t in a["L"])):
+            return None
+    return items
+
+
+def _tensor_devices(items: list[dict[str, Any]]) -> set[str]:
+    """Devices of the tensors in argument records (``{"T": ..., "dev": ...}`` or a list of
+    them under ``"L"``)."""
     out: set[str] = set()
-    for a in [*spec.get("args", []), *spec.get("kwargs", {}).values()]:
+    for a in items:
         for t in ([a] if "T" in a else a.get("L", [])):
             out.add(str(t.get("dev", "?")))
     return out
@@ -125,17 +144,21 @@ def why_not_replayable(op: str, category: str = "", spec: dict[str, Any] | None 
         return "custom kernel (not an ATen op)"
     if _base(op) in DATA_DEPENDENT:
         return "data-dependent output shape or host sync"
-    if spec is not None and on_gpu and _tensor_devices(spec) <= {"cpu"}:
+    if spec is None:
+        return None
+    items = _spec_items(spec)
+    if items is None:
+        return "its recorded arguments are not in the op-stream format (damaged or hand-edited)"
+    if on_gpu and _tensor_devices(items) <= {"cpu"}:
         return "runs on the host (CPU tensors only): no GPU kernel"
-    if spec is not None:
-        for a in [*spec.get("args", []), *spec.get("kwargs", {}).values()]:
-            if "X" in a:
-                return f"argument of type {a['X']} cannot be rebuilt"
-        if _base(op) in ("aten.index", "aten.index_put", "aten.index_put_"):
-            for a in spec.get("args", []):
-                for t in a.get("L", []):
-                    if t.get("T") == "bool":
-                        return "boolean-mask indexing (data-dependent shape)"
+    for a in items:
+        if "X" in a:
+            return f"argument of type {a['X']} cannot be rebuilt"
+    if _base(op) in ("aten.index", "aten.index_put", "aten.index_put_"):
+        for a in spec.get("args", []):
+            for t in a.get("L", []):
+                if t.get("T") == "bool":
+                    return "boolean-mask indexing (data-dependent shape)"
     return None
 
 
@@ -148,7 +171,8 @@ def replay_set(trace: Trace) -> ReplaySet:
         counts[k.name] = counts.get(k.name, 0) + 1
         first.setdefault(k.name, k)
     out = ReplaySet()
-    on_gpu = any("cuda" in _tensor_devices(k.meta["replay"]) for k in first.values()
+    on_gpu = any("cuda" in _tensor_devices(_spec_items(k.meta["replay"]) or [])
+                 for k in first.values()
                  if "replay" in k.meta)
     profiled = trace.meta.get("source") not in (None, "joulebound.runtime.hooks") \
         and not any("replay" in k.meta for k in trace.kernels)
