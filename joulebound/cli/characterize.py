@@ -65,9 +65,7 @@ def characterize_cmd(
     if json_out:
         print_json(res.to_json(output, csv_out))
         return
-    from joulebound.gpumodel import resolve_device
-
-    spec = resolve_device(device)
+    spec = res.spec
     name, best, auto = res.name, res.best, char.auto_index
     it_t = char.time_s.sum(axis=0)
     it_e = char.energy_j.sum(axis=0)

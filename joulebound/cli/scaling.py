@@ -9,6 +9,7 @@ import typer
 from joulebound.cli._common import console, print_json, reflow
 from joulebound.core.errors import JouleboundError
 from joulebound.core.provenance import MODELED
+from joulebound.core.units import parse_duration
 
 FIT_HELP = """Fit an energy law (and speedup laws) to measured data and print the evaluation table.
 
@@ -230,13 +231,6 @@ def fit(
     if save is not None:
         what = "mechanistic calibration" if law.strip().lower() == "mechanistic" else "pre-run law"
         console.print(f"saved the {what} to {save} (use predict/advise --coefficients {save})")
-
-
-def _parse_duration(s: str) -> float:
-    """A deadline in the one duration grammar (:func:`joulebound.core.units.parse_duration`)."""
-    from joulebound.core.units import parse_duration
-
-    return parse_duration(s)
 
 
 # The job options shared by predict and advise (one definition, one help text).
@@ -516,14 +510,15 @@ def advise(
     if deadline is None:
         raise JouleboundError("--deadline is required (seconds or 90m / 12h / 2d)")
     job = job_from_options(**_default_shape(o))
-    best, opts = advisor.advise_job(job, _parse_duration(deadline), max_gpus, strat, prm=prm)
+    deadline_s = parse_duration(deadline)
+    best, opts = advisor.advise_job(job, deadline_s, max_gpus, strat, prm=prm)
     if as_json:
         print_json(advisor.options_json(best, opts))
         return
     from rich.table import Table
 
     t = Table(title=f"strategy × GPU count for {float(job.tokens):.3g} tokens within "
-                    f"{_fmt_t(_parse_duration(deadline))} (modeled, mechanistic; 90 % intervals)",
+                    f"{_fmt_t(deadline_s)} (modeled, mechanistic; 90 % intervals)",
               pad_edge=False)
     for c in ("strategy", "GPUs", "mb×acc", "time", "90 % interval", "energy (GPU+host)", "90 % interval",
               "mem/GPU", "comm", "deadline"):
@@ -569,7 +564,7 @@ def _advise_table(path: Path, o: dict, deadline, max_gpus: int, strat: tuple, pr
                 raise JouleboundError(f"row {i}: no deadline (column 'deadline' or --deadline)")
             mg = int(extra.get("max_gpus", max_gpus))
             st = tuple(s for s in str(extra.get("strategies", ",".join(strat))).replace(";", ",").split(",") if s)
-            best, opts = advisor.advise(job, _parse_duration(dl), mg, st, prm)
+            best, opts = advisor.advise(job, parse_duration(dl), mg, st, prm)
             out.append({"row": i, "name": job.name, "error": "", **{k: v for k, v in asdict(best).items()},
                         "strategy": best.label, "provenance": MODELED,
                         "candidates": [asdict(c) for c in opts]})
@@ -599,7 +594,7 @@ def _legacy_advise(law: str, o: dict, deadline, max_gpus: int, strat: tuple, coe
     if deadline is None:
         raise JouleboundError("--deadline is required (seconds or 90m / 12h / 2d)")
     job = job_from_options(**_default_shape(o))
-    best, cands = advisor.advise_job(job, _parse_duration(deadline), max_gpus, strat, law=law,
+    best, cands = advisor.advise_job(job, parse_duration(deadline), max_gpus, strat, law=law,
                                      coefficients=coefficients)
     if as_json:
         print_json(advisor.to_json(best, cands))

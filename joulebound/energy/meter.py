@@ -405,7 +405,7 @@ class EnergyMeter:
             None if energy is None else _GPU_UNCERTAINTY)
         if len(self._events) > st[1] or self._mig:
             self._event_flags(st, flags)      # appends to res.flags (the same list)
-        if not cancel:
+        if not cancel:                        # _keep, inlined: this is the per-window hot path
             results = self.results
             if len(results) == results.maxlen:
                 self.results_dropped += 1      # the oldest one goes
@@ -413,6 +413,16 @@ class EnergyMeter:
             if self.store is not None:
                 self._commit(res)
         return res
+
+    def _keep(self, res: WindowResult) -> None:
+        """Add a finished window to :attr:`results` (the oldest goes when full, counted) and
+        commit it to the store (what :meth:`end_window` does inline)."""
+        results = self.results
+        if len(results) == results.maxlen:
+            self.results_dropped += 1      # the oldest one goes
+        results.append(res)
+        if self.store is not None:
+            self._commit(res)
 
     def _channel_energies(self, st: _Open, t1: float, dur: float, end: tuple[Any, ...],
                           flags: list[str]
@@ -587,12 +597,7 @@ class EnergyMeter:
                                           f"ended ({type(exc).__name__}: {exc})")
                 continue
             res.flags.append("cut_short")
-            results = self.results
-            if len(results) == results.maxlen:
-                self.results_dropped += 1
-            results.append(res)
-            if self.store is not None:
-                self._commit(res)
+            self._keep(res)
             cut.append(name)
         if cut:
             self.backend.notes.append(

@@ -195,7 +195,7 @@ class CharacterizeResult:
     Attributes:
         char: time and energy of every kernel at every clock config (measured or modeled).
         trace: the trace characterized (``None`` for a measured table alone).
-        device: the device's catalog name.
+        spec: the device (:class:`~joulebound.hw.spec.DeviceSpec`).
         name: the trace's name (or the table's path).
         best: index of the least-energy config of the whole iteration.
         best_energy_delta: its energy vs auto (fraction), ``None`` without an auto column.
@@ -209,7 +209,7 @@ class CharacterizeResult:
 
     char: Any
     trace: Any
-    device: str
+    spec: Any
     name: str
     best: int
     best_energy_delta: float | None
@@ -218,6 +218,11 @@ class CharacterizeResult:
     bytes_sensitivity: dict[str, float] = field(default_factory=dict)
     heldout: dict[str, Any] = field(default_factory=dict)
     memory_warning: str | None = None
+
+    @property
+    def device(self) -> str:
+        """The device's catalog name."""
+        return self.spec.name
 
     def to_json(self, output: str | Path | None = None,
                 csv: str | Path | None = None) -> dict[str, Any]:
@@ -279,7 +284,7 @@ def characterize_target(target: str | Path | None, device: str, *,
     it_e = char.energy_j.sum(axis=0)
     best = int(np.argmin(it_e))
     auto = char.auto_index
-    res = CharacterizeResult(char, tr, spec.name, name, best,
+    res = CharacterizeResult(char, tr, spec, name, best,
                              float(it_e[best] / it_e[auto] - 1) if auto is not None else None,
                              memory_warning=mem_warning)
     if tr is not None and measured is None and auto is not None:
