@@ -28,6 +28,9 @@ What it measures (GPU 0 unless ``--gpu``), results under ``--out`` (default ``$O
 5. ``bert_step``: one BERT-base (MLM, batch 8, seq 512, bf16 autocast, AdamW) training step
    profiled with torch.profiler and turned into a joulebound Trace (saved), with the analytic
    trace's FLOPs beside it; energy per step measured over 20 steps (10 with ``--quick``).
+6. ``mlp`` and ``host_bound`` (:mod:`benchmarks.gpu_physics`): streaming bandwidth vs the number of SMs
+   issuing requests (memory-level parallelism), and eager host-bound ops vs CUDA-graph replay
+   (µs per op, average power, the governor's SM clock) beside idle.
 
 Rehearsal without a GPU: ``--rehearse`` puts :class:`joulebound.testing.fakenvml.FakeNvml` (one
 GPU drawing a steady 150 W) behind the read-only proxy, so the NVML sections (info, update periods,
@@ -438,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="shorter sections (about half the time), for a device budget shared with "
                         "gpu_sweep.py")
     p.add_argument("--skip", action="append", default=[],
-                   help="section(s) to skip: info, periods, idle, load, short, bert, calibrate")
+                   help="section(s) to skip: info, periods, idle, load, short, bert, calibrate, "
+                        "mlp, host_bound")
     p.add_argument("--calibrate-budget-s", type=float, default=None,
                    help="device time for the read-only calibration (s; 120, --quick 60, "
                         "--rehearse 5)")
@@ -455,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if a.rehearse:
         _install_rehearsal_nvml()
-        a.skip += ["load", "periods_load", "short", "bert"]
+        a.skip += ["load", "periods_load", "short", "bert", "mlp", "host_bound"]
     nv = _install_readonly_nvml()
     session = Nvml(nv)
     dev = session.open(int(a.gpu) if a.gpu.isdigit() else a.gpu)
@@ -502,6 +506,10 @@ def main(argv: list[str] | None = None) -> int:
     cal_budget = a.calibrate_budget_s if a.calibrate_budget_s is not None else (
         5.0 if a.rehearse else 60.0 if a.quick else 120.0)
     section("calibrate_auto", calibrate_auto, nv, dev, out, cal_budget, a.rehearse)
+    from benchmarks import gpu_physics  # read-only probes of the kernel model's mechanisms
+
+    section("mlp", gpu_physics.mlp, dev, a.quick)
+    section("host_bound", gpu_physics.host, dev, a.quick)
     session.close()
     print(json.dumps({k: v for k, v in results.items() if k != "info"}, indent=1, default=str))
     return 0

@@ -17,7 +17,8 @@ import pytest
 from joulebound.testing.fakenvml import FakeGPU, FakeNvml
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_check.py"
-SOURCE = SCRIPT.read_text()
+#: the script and the probe module it runs (both read-only)
+SOURCE = SCRIPT.read_text() + (SCRIPT.parent / "gpu_physics.py").read_text()
 
 #: nvidia-smi options that change GPU state (nvidia-smi --help, "Device Modification Options").
 SMI_SETTERS = {"-pm", "--persistence-mode", "-e", "--ecc-config", "-p", "--reset-ecc-errors",

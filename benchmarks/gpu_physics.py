@@ -1,0 +1,181 @@
+"""Read-only probes of two mechanisms of the kernel model, on a lent GPU at its default clocks.
+
+READ-ONLY like :mod:`gpu_check` (which runs these as its ``mlp`` and ``host_bound`` sections): NVML is
+only read (clocks, energy counter) through the read-only proxy ``gpu_check`` installs; no clock
+or power setting is changed. The clocks stay with the GPU's own governor throughout.
+
+1. ``mlp`` — memory-level parallelism. A streaming kernel (Triton, ``y = 2x``, fp32, 2 GiB
+   read + 2 GiB written) launched on ``n`` persistent CTAs (one per SM up to the SM count), each
+   looping over tiles: achieved DRAM bandwidth vs the number of SMs issuing requests, for two
+   warp counts per CTA. Little's law: an SM keeps a bounded number of bytes in flight, so the
+   bandwidth one SM draws is about ``bytes in flight / latency`` and grows with the rate the SM
+   issues requests (its core clock). The SM count at which the curve saturates, ``n_sat``, gives
+   the core clock below which a kernel that uses all SMs can no longer saturate DRAM:
+   ``f_knee ≈ f_now · n_sat / n_SM``. This is what the kernel model's memory-level-parallelism
+   knee (``mlp_knee``) stands for; the clock cannot be lowered here, so the SM count stands in.
+2. ``host_bound`` — host-bound execution. Eager PyTorch ops on tiny tensors (the GPU waits on the
+   host between kernels) vs the same ops replayed from a CUDA graph (no host): wall time per op,
+   the GPU's average power from the energy counter and the SM clock the governor chose, beside
+   the idle power and clock. This is the kernel model's host-dispatch gap and the power the GPU
+   draws in it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+def _sm_clock(dev: Any) -> int | None:
+    try:
+        nv = dev.session.nv
+        return int(nv.nvmlDeviceGetClockInfo(dev.handle, nv.NVML_CLOCK_SM))
+    except Exception:
+        return None
+
+
+def _mem_clock(dev: Any) -> int | None:
+    try:
+        nv = dev.session.nv
+        return int(nv.nvmlDeviceGetClockInfo(dev.handle, nv.NVML_CLOCK_MEM))
+    except Exception:
+        return None
+
+
+def mlp(dev: Any, quick: bool = False) -> dict[str, Any]:
+    """Achieved streaming bandwidth (GB/s) vs the number of CTAs (one per SM) and warps/CTA."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        nprog = tl.num_programs(0)
+        start = pid * BLOCK
+        step = nprog * BLOCK
+        for off in range(start, n, step):
+            idx = off + tl.arange(0, BLOCK)
+            m = idx < n
+            v = tl.load(x_ptr + idx, mask=m)
+            tl.store(y_ptr + idx, v * 2.0, mask=m)
+
+    props = torch.cuda.get_device_properties(0)
+    n_sm = int(props.multi_processor_count)
+    n = (1 << 29) if not quick else (1 << 28)            # fp32 elements: 2 GiB (1 GiB quick)
+    x = torch.ones(n, device="cuda", dtype=torch.float32)
+    y = torch.empty_like(x)
+    counts = sorted({1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, n_sm, 2 * n_sm, 4 * n_sm})
+    rows: list[dict[str, Any]] = []
+    for warps in (4, 8):
+        for block in (1024, 4096):
+            for c in counts:
+                def launch(c: int = c, warps: int = warps, block: int = block) -> None:
+                    scale[(c,)](x, y, n, BLOCK=block, num_warps=warps)
+                launch()
+                torch.cuda.synchronize()
+                reps = 3 if c >= 16 else 1
+                ev0, ev1 = torch.cuda.Event(True), torch.cuda.Event(True)
+                clk = _sm_clock(dev)
+                ev0.record()
+                for _ in range(reps):
+                    launch()
+                ev1.record()
+                ev1.synchronize()
+                t = ev0.elapsed_time(ev1) / 1e3 / reps
+                rows.append({"ctas": c, "warps": warps, "block": block, "time_s": t,
+                             "gbps": 2 * 4 * n / t / 1e9, "sm_clock_mhz": clk,
+                             "sm_clock_after_mhz": _sm_clock(dev), "mem_clock_mhz": _mem_clock(dev)})
+    ref = torch.cuda.Event(True), torch.cuda.Event(True)
+    ref[0].record()
+    y.copy_(x)
+    ref[1].record()
+    ref[1].synchronize()
+    copy_gbps = 2 * 4 * n / (ref[0].elapsed_time(ref[1]) / 1e3) / 1e9
+    summary = {}
+    for warps in (4, 8):
+        for block in (1024, 4096):
+            rs = [r for r in rows if r["warps"] == warps and r["block"] == block]
+            peak = max(r["gbps"] for r in rs)
+            sat = min((r["ctas"] for r in rs if r["gbps"] >= 0.9 * peak), default=None)
+            one = next(r["gbps"] for r in rs if r["ctas"] == 1)
+            summary[f"w{warps}_b{block}"] = {
+                "peak_gbps": peak, "n_sat_90pct": sat, "gbps_one_sm": one,
+                "knee_frac_of_clock": (sat / n_sm) if sat else None}
+    return {"n_sm": n_sm, "bytes_moved": 8 * n, "torch_copy_gbps": copy_gbps,
+            "rows": rows, "summary": summary,
+            "how": "persistent Triton kernel y=2x on n CTAs; time by CUDA events; default clocks"}
+
+
+def _metered(dev: Any, fn: Any, seconds: float) -> dict[str, Any]:
+    """Run ``fn()`` repeatedly for about ``seconds`` s; energy counter, wall time, SM clocks."""
+    import torch
+
+    torch.cuda.synchronize()
+    clocks: list[int] = []
+    e0 = dev.energy_mj()
+    t0 = time.perf_counter()
+    calls = 0
+    while time.perf_counter() - t0 < seconds:
+        ops = fn()
+        calls += ops
+        c = _sm_clock(dev)
+        if c is not None:
+            clocks.append(c)
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    e1 = dev.energy_mj()
+    dt = t1 - t0
+    clocks.sort()
+    return {"seconds": dt, "ops": calls, "us_per_op": 1e6 * dt / max(calls, 1),
+            "avg_power_w": (e1 - e0) / 1e3 / dt,
+            "sm_clock_median_mhz": clocks[len(clocks) // 2] if clocks else None,
+            "sm_clock_min_mhz": clocks[0] if clocks else None,
+            "sm_clock_max_mhz": clocks[-1] if clocks else None}
+
+
+def host(dev: Any, quick: bool = False) -> dict[str, Any]:
+    """Host-bound eager ops vs graph replay: µs per op, average power, the governor's clock."""
+    import torch
+
+    secs = 2.0 if quick else 4.0
+    res: dict[str, Any] = {}
+    per = 200                                    # ops per call
+    time.sleep(1.0)
+    res["idle"] = _metered(dev, lambda: (time.sleep(0.01), 0)[1], secs)
+    for label, numel in (("tiny", 1024), ("small", 1 << 20), ("medium", 1 << 24)):
+        x = torch.zeros(numel, device="cuda", dtype=torch.float32)
+
+        def eager(x: torch.Tensor = x) -> int:
+            for _ in range(per):
+                x.add_(1.0)
+            return per
+
+        eager()
+        res[f"eager_{label}"] = _metered(dev, eager, secs)
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            eager()
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            for _ in range(per):
+                x.add_(1.0)
+
+        def replay(g: Any = g) -> int:
+            g.replay()
+            torch.cuda.synchronize()
+            return per
+
+        replay()
+        res[f"graph_{label}"] = _metered(dev, replay, secs)
+        res[f"graph_{label}"]["bytes_per_op"] = 8 * numel
+        del g, x
+        torch.cuda.empty_cache()
+    time.sleep(1.0)
+    res["idle_after"] = _metered(dev, lambda: (time.sleep(0.01), 0)[1], secs / 2)
+    res["how"] = ("x.add_(1.0) on fp32 tensors of 1 Ki / 1 Mi / 16 Mi elements, 200 ops per "
+                  "call: eager (host launches each) vs a CUDA graph of the same 200 ops; power "
+                  "= energy-counter difference / wall time; SM clock read once per call (NVML)")
+    return res
