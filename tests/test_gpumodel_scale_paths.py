@@ -106,7 +106,7 @@ def test_compiled_vf_curve_is_the_numpy_curve(device) -> None:
 
 def test_fill_table_falls_back_to_the_reference_model() -> None:
     """Parameters outside the fast path (a negative launch overhead): kernel_time_energy."""
-    from joulebound.gpumodel.kernel import KernelWork, kernel_time_energy
+    from joulebound.gpumodel.kernel import kernel_time_energy
     from joulebound.gpumodel.kernel_table import config_terms, fill_table
 
     spec = get_device("rtx3080ti")
@@ -114,14 +114,15 @@ def test_fill_table_falls_back_to_the_reference_model() -> None:
     cfgs, _ = planning_configs(spec, prm)
     rc = resolve_clocks(spec, cfgs, prm)
     w = trace_work(_measured_trace(1), spec, prm)
-    keys = np.stack([w.tc_max, w.tm_max, np.ones(len(w.tc_max)), w.lam], axis=1)
+    from joulebound.gpumodel.characterize import _work_keys
+    from joulebound.gpumodel.kernel_table import keys_work
+
+    keys = _work_keys(w, prm)
     ct = config_terms(rc.core_mhz, rc.mem_mhz, spec.max_core_mhz, spec.max_mem_mhz, prm,
                       rc.core_auto, rc.mem_auto)
     t, e = np.empty((len(keys), len(cfgs))), np.empty((len(keys), len(cfgs)))
     capped = fill_table(keys, ct, spec.max_core_mhz, spec.max_mem_mhz, prm, t, e)
-    ref = kernel_time_energy(KernelWork(w.tc_max[:, None], w.tm_max[:, None], None,
-                                        w.lam[:, None]),
-                             rc.core_mhz[None], rc.mem_mhz[None], spec.max_core_mhz,
+    ref = kernel_time_energy(keys_work(keys), rc.core_mhz[None], rc.mem_mhz[None], spec.max_core_mhz,
                              spec.max_mem_mhz, prm, core_auto=rc.core_auto[None],
                              mem_auto=rc.mem_auto[None])
     assert np.array_equal(t, ref["time_s"]) and np.array_equal(e, ref["energy_j"])

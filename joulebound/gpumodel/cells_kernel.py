@@ -21,13 +21,23 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _uncapped(x_tc: float, x_a: float, x_b: float, core_ratio: float, mem_ratio: float,
-              core_util: float, mem_util: float, g_line: np.ndarray, g_step: np.ndarray,
-              n_tab: float, overhead_s: float) -> tuple[float, float]:
+def _uncapped(x_tc: float, x_a: float, x_b: float, x_kn: float, core_ratio: float,
+              mem_ratio: float, core_util: float, mem_util: float, g_line: np.ndarray,
+              g_step: np.ndarray, n_tab: float, q_line: np.ndarray, q_step: np.ndarray,
+              n_q: float, overhead_s: float) -> tuple[float, float]:
     """One cell, uncapped: time (s) and the activity-scaled part of its energy,
-    ``core_util·tc + mem_util·tm`` (J), before the static and core-base terms."""
+    ``core_util·tc + mem_util·tm`` (J), before the static and core-base terms.
+
+    ``x_kn``: the kernel's memory-level-parallelism knee κ; the memory-clock part of its memory
+    time scales by ``S_q(mem_ratio, κ·core_ratio)`` (the ``q_*`` table; exactly ``mem_ratio``
+    at κ = 0)."""
     t_c = x_tc * core_ratio
-    t_m = x_a * mem_ratio + x_b * core_ratio
+    y = x_kn * core_ratio
+    big_m = max(mem_ratio, y)
+    v = min(mem_ratio, y) / big_m * n_q
+    iv = int(v)
+    mem = (v * q_step[iv] + q_line[iv]) * big_m
+    t_m = x_a * mem + x_b * core_ratio
     e = t_m * mem_util + t_c * core_util
     big = max(t_c, t_m)
     u = min(t_c, t_m) / big * n_tab
@@ -36,23 +46,26 @@ def _uncapped(x_tc: float, x_a: float, x_b: float, core_ratio: float, mem_ratio:
 
 
 @numba.njit(cache=True, nogil=True)
-def fill_rows(tc: np.ndarray, ma: np.ndarray, mb: np.ndarray, act: np.ndarray, lo: int,
-              hi: int, core_ratio: np.ndarray, mem_ratio: np.ndarray, core_util: np.ndarray,
-              mem_util: np.ndarray, static: np.ndarray, core_base: np.ndarray,
-              static_base: np.ndarray, uniform: bool, g_line: np.ndarray, g_step: np.ndarray, n_tab: float,
-              overhead_s: float, near_limit_w: float, time_out: np.ndarray,
+def fill_rows(tc: np.ndarray, ma: np.ndarray, mb: np.ndarray, kn: np.ndarray, act: np.ndarray,
+              lo: int, hi: int, core_ratio: np.ndarray, mem_ratio: np.ndarray,
+              core_util: np.ndarray, mem_util: np.ndarray, static: np.ndarray,
+              core_base: np.ndarray, static_base: np.ndarray, uniform: bool, g_line: np.ndarray,
+              g_step: np.ndarray, n_tab: float, q_line: np.ndarray, q_step: np.ndarray,
+              n_q: float, overhead_s: float, near_limit_w: float, time_out: np.ndarray,
               energy_out: np.ndarray, hot_cell: np.ndarray, hot_power: np.ndarray) -> int:
     """Rows ``lo .. hi-1`` of the table, uncapped, into ``time_out`` / ``energy_out``.
 
     Args:
-        tc, ma, mb, act: per kernel (R,): compute time, memory time following the memory clock,
-            memory time following the core clock (s, at the top clocks), activity.
+        tc, ma, mb, kn, act: per kernel (R,): compute time, memory time following the memory
+            clock, memory time following the core clock (s, at the top clocks), the
+            memory-level-parallelism knee κ (fraction of the top core clock), activity.
         core_ratio, mem_ratio, core_util, mem_util, static, core_base: per configuration (C,),
             as :class:`~joulebound.gpumodel.kernel_table.ConfigTerms` (W for the powers);
             ``static_base = static + core_base``.
         uniform: every activity is 1 (static and core-base power then added as one term).
         g_line, g_step: the smooth-maximum table: ``g = g_line[i] + u·g_step[i]`` on interval
-            ``i = floor(u)``, ``u = n_tab · small/big``.
+            ``i = floor(u)``, ``u = n_tab · small/big``; ``q_line, q_step, n_q``: the same for
+            the knee's exponent ``mlp_q``.
         overhead_s: launch overhead (s); near_limit_w: power (W) from which a cell is listed.
         time_out, energy_out: (R, C) results (s, J).
         hot_cell, hot_power: out: the cells (flat index from row ``lo``) whose power reaches
@@ -64,19 +77,21 @@ def fill_rows(tc: np.ndarray, ma: np.ndarray, mb: np.ndarray, act: np.ndarray, l
     c_n = core_ratio.shape[0]
     n_hot = 0
     for k in range(lo, hi):
-        x_tc, x_a, x_b, x_act = tc[k], ma[k], mb[k], act[k]
+        x_tc, x_a, x_b, x_kn, x_act = tc[k], ma[k], mb[k], kn[k], act[k]
         t_row, e_row = time_out[k], energy_out[k]
         # one loop without branches on the cell (it vectorizes), then the scan for hot cells
         if uniform:
             for j in range(c_n):
-                t, e = _uncapped(x_tc, x_a, x_b, core_ratio[j], mem_ratio[j], core_util[j],
-                                 mem_util[j], g_line, g_step, n_tab, overhead_s)
+                t, e = _uncapped(x_tc, x_a, x_b, x_kn, core_ratio[j], mem_ratio[j],
+                                 core_util[j], mem_util[j], g_line, g_step, n_tab, q_line,
+                                 q_step, n_q, overhead_s)
                 t_row[j] = t
                 e_row[j] = e + t * static_base[j]
         else:
             for j in range(c_n):
-                t, e = _uncapped(x_tc, x_a, x_b, core_ratio[j], mem_ratio[j], core_util[j],
-                                 mem_util[j], g_line, g_step, n_tab, overhead_s)
+                t, e = _uncapped(x_tc, x_a, x_b, x_kn, core_ratio[j], mem_ratio[j],
+                                 core_util[j], mem_util[j], g_line, g_step, n_tab, q_line,
+                                 q_step, n_q, overhead_s)
                 t_row[j] = t
                 e_row[j] = (e + t * core_base[j]) * x_act + t * static[j]
         base = (k - lo) * c_n
@@ -123,19 +138,29 @@ def vf_dynamic_and_slope(f: float, vf: np.ndarray) -> tuple[float, float]:
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def model_state(f: float, tc: float, ma: float, mb: float, act: float, mem_ratio: float,
-                static_w: float, mem_util_w: float, core_w: float, model: np.ndarray,
-                vf: np.ndarray) -> tuple[float, float, float, float]:
+def model_state(f: float, tc: float, ma: float, mb: float, kn: float, act: float,
+                mem_ratio: float, static_w: float, mem_util_w: float, core_w: float,
+                model: np.ndarray, vf: np.ndarray) -> tuple[float, float, float, float]:
     """The float64 kernel model of one cell at core clock ``f`` (MHz): ``(P, t, dP/df, dt/df)``
     in W, s, W/MHz and s/MHz.
 
     Cell inputs as :class:`~joulebound.gpumodel.kernel_table._Cells` (``core_w`` is
-    ``core_dyn_w · gov``); ``model = (f_max MHz, overlap_p, launch_overhead_s,
-    core_base_frac)``; ``vf`` as :func:`vf_dynamic_and_slope`."""
-    f_max, p, overhead, beta = model[0], model[1], model[2], model[3]
+    ``core_dyn_w · gov``; ``kn`` the memory-level-parallelism knee κ); ``model = (f_max MHz,
+    overlap_p, launch_overhead_s, core_base_frac, mlp_q)``; ``vf`` as
+    :func:`vf_dynamic_and_slope`."""
+    f_max, p, overhead, beta, q = model[0], model[1], model[2], model[3], model[4]
     u = f_max / f
     t_c = tc * u
-    t_m = ma * mem_ratio + mb * u
+    y = kn * u
+    if y > 0.0:
+        big_m = max(mem_ratio, y)
+        r = min(mem_ratio, y) / big_m
+        mem = big_m * (1.0 + r ** q) ** (1.0 / q)
+        dmem = -((y / mem) ** (q - 1.0)) * y / f            # d S_q(mem_ratio, κ·f_max/f)/df
+    else:
+        mem = mem_ratio
+        dmem = 0.0
+    t_m = ma * mem + mb * u
     big = t_c if t_c >= t_m else t_m
     small = t_m if t_c >= t_m else t_c
     s = small / big
@@ -151,7 +176,7 @@ def model_state(f: float, tc: float, ma: float, mb: float, act: float, mem_ratio
     # d body = (big/body)^(p-1)·d big + (small/body)^(p-1)·d small, with
     # (big/body)^(p-1) = g/(1 + s^p) and (small/body)^(p-1) = s^(p-1)·g/(1 + s^p)
     dtc = -t_c / f
-    dtm = -mb * u / f
+    dtm = -mb * u / f + ma * dmem
     w_big = g / gp
     w_small = (x / s if s > 0 else 0.0) * w_big
     if t_c >= t_m:
@@ -167,7 +192,7 @@ def model_state(f: float, tc: float, ma: float, mb: float, act: float, mem_ratio
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _newton(a: float, b: float, x: float, f_lo: float, limit_w: float, tc: float, ma: float,
-            mb: float, act: float, mem_ratio: float, static_w: float, mem_util_w: float,
+            mb: float, kn: float, act: float, mem_ratio: float, static_w: float, mem_util_w: float,
             core_w: float, model: np.ndarray, vf: np.ndarray, newton_done_mhz: float,
             out: np.ndarray) -> int:
     """Safeguarded Newton on ``P(f) = limit_w`` for one (kernel, config group), into ``out =
@@ -192,7 +217,7 @@ def _newton(a: float, b: float, x: float, f_lo: float, limit_w: float, tc: float
         x = b
     done = False
     for _ in range(60):
-        pw, t, dpw, dt = model_state(x, tc, ma, mb, act, mem_ratio, static_w, mem_util_w,
+        pw, t, dpw, dt = model_state(x, tc, ma, mb, kn, act, mem_ratio, static_w, mem_util_w,
                                      core_w, model, vf)
         out[1], out[2], out[3], out[4], out[5] = x, pw, t, dpw, dt
         over = pw > limit_w
@@ -221,7 +246,7 @@ def _newton(a: float, b: float, x: float, f_lo: float, limit_w: float, tc: float
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def settle_rows(hot_cell: np.ndarray, hot_power: np.ndarray, lo: int, tc: np.ndarray,
-                ma: np.ndarray, mb: np.ndarray, act: np.ndarray, f_mhz: np.ndarray,
+                ma: np.ndarray, mb: np.ndarray, kn: np.ndarray, act: np.ndarray, f_mhz: np.ndarray,
                 mem_ratio: np.ndarray, static_w: np.ndarray, mem_util_w: np.ndarray,
                 core_w: np.ndarray, group: np.ndarray, below: np.ndarray, f_min: float,
                 iters: int, limit_w: float, band: float, model: np.ndarray, vf: np.ndarray,
@@ -265,8 +290,9 @@ def settle_rows(hot_cell: np.ndarray, hot_power: np.ndarray, lo: int, tc: np.nda
             p_fast = hot_power[i]
             i += 1
             if p_fast <= limit_w * (1.0 + band):        # near the limit: decide in float64
-                pw, t, _, _ = model_state(f_mhz[j], tc[k], ma[k], mb[k], act[k], mem_ratio[j],
-                                          static_w[j], mem_util_w[j], core_w[j], model, vf)
+                pw, t, _, _ = model_state(f_mhz[j], tc[k], ma[k], mb[k], kn[k], act[k],
+                                          mem_ratio[j], static_w[j], mem_util_w[j], core_w[j],
+                                          model, vf)
                 if pw <= limit_w:
                     time_out[k, j] = t
                     energy_out[k, j] = pw * t
@@ -296,12 +322,12 @@ def settle_rows(hot_cell: np.ndarray, hot_power: np.ndarray, lo: int, tc: np.nda
             dyn_hi, _ = vf_dynamic_and_slope(hi, vf)
             want = dyn_hi * (limit_w - static_w[j0]) / (p_hi - static_w[j0])
             x0 = np.interp(want, dyn_grid, grid_mhz)
-            flag = _newton(a, hi, x0, f_min, limit_w, tc[k], ma[k], mb[k], act[k],
+            flag = _newton(a, hi, x0, f_min, limit_w, tc[k], ma[k], mb[k], kn[k], act[k],
                            mem_ratio[j0], static_w[j0], mem_util_w[j0], core_w[j0], model, vf,
                            newton_done_mhz, out)
             if flag == 1:                               # a bracket that was not one
                 b = out[6]
-                flag = _newton(f_min, b, b, f_min, limit_w, tc[k], ma[k], mb[k], act[k],
+                flag = _newton(f_min, b, b, f_min, limit_w, tc[k], ma[k], mb[k], kn[k], act[k],
                                mem_ratio[j0], static_w[j0], mem_util_w[j0], core_w[j0], model,
                                vf, newton_done_mhz, out)
             if flag != 0:

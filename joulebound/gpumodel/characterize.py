@@ -11,8 +11,8 @@ import numpy as np
 from joulebound.core.clocks import ClockConfig
 from joulebound.core.errors import JouleboundError
 from joulebound.gpumodel.characterization import Characterization
-from joulebound.gpumodel.kernel import KernelWork, kernel_time, kernel_time_energy
-from joulebound.gpumodel.kernel_table import config_terms, fill_table
+from joulebound.gpumodel.kernel import KernelWork, kernel_time, kernel_time_energy, mlp_knee
+from joulebound.gpumodel.kernel_table import config_terms, fill_table, keys_work
 from joulebound.gpumodel.params import TENSOR_CATEGORIES, DeviceParams, params_for
 from joulebound.hw import memory
 from joulebound.hw.spec import DeviceSpec
@@ -119,16 +119,22 @@ def dram_bytes(trace: Trace, params: DeviceParams) -> np.ndarray:
 
 
 def trace_work(trace: Trace, spec: DeviceSpec, params: DeviceParams) -> KernelWork:
-    """Compute and memory time (s) of each kernel at the top clocks, and its memory-time share
-    that follows the core clock.
+    """Compute and memory time (s) of each kernel at the top clocks, its memory-time share that
+    follows the core clock, its memory-level-parallelism knee and its host dispatch time.
 
     Tensor-core categories (gemm, attention) use the kernel dtype's dense peak, others the fp32
     rate; compute time is scaled by the category's achieved efficiency, memory time (DRAM bytes
-    of :func:`dram_bytes`) by the category's achieved bandwidth. Kernels with a measured
-    ``duration_s`` have both parts scaled so that the modeled time at the governor's clocks equals
-    the measured duration (the measurement is assumed taken under the default governor). A trace of
-    CPU ops (``meta["kind"] == "cpu"``: profiled without CUDA) has CPU times, which say nothing
-    about GPU kernel time; they are not used.
+    of :func:`dram_bytes`) by the category's achieved bandwidth. The knee ``κ`` is
+    :func:`~.kernel.mlp_knee` of the category's achieved bandwidth, the device's SM count and the
+    category's bytes in flight per SM-cycle. Kernels with a measured ``duration_s`` have both
+    parts scaled so that the modeled time at the governor's clocks equals the measured duration
+    (the measurement is assumed taken under the default governor). A trace of CPU ops
+    (``meta["kind"] == "cpu"``: profiled without CUDA) has CPU times, which say nothing about GPU
+    kernel time; they are not used.
+
+    Host dispatch time per kernel (:func:`host_times`): from a measured timeline, the interval
+    the host took to launch the next kernel where the GPU waited for it; else the trace's
+    ``meta["host_dispatch_s"]`` (the framework's cost per kernel launch, s); else 0.
     """
     codes, kinds = _kinds(trace)
     peak = _per_kind(lambda c, d: spec.peak(d if c in TENSOR_CATEGORIES else "fp32"), kinds,
@@ -136,6 +142,9 @@ def trace_work(trace: Trace, spec: DeviceSpec, params: DeviceParams) -> KernelWo
     eff = _per_kind(lambda c, d: params.eff(c), kinds, codes)
     bw = _per_kind(lambda c, d: params.bw(c), kinds, codes)
     lam = _per_kind(lambda c, d: params.lam(c), kinds, codes)
+    knee = _per_kind(lambda c, d: float(mlp_knee(params.bw(c) * spec.mem_bandwidth_bps,
+                                                 spec.sm_count, spec.max_core_mhz,
+                                                 params.mlp(c))), kinds, codes)
     flops = trace.flops()
     tc = flops / (peak * eff)
     tm = _dram_bytes(trace, flops, params, codes, kinds) / (bw * spec.mem_bandwidth_bps)
@@ -143,9 +152,9 @@ def trace_work(trace: Trace, spec: DeviceSpec, params: DeviceParams) -> KernelWo
     known = np.isfinite(dur) & (trace.meta.get("kind") != "cpu")
     if known.any():
         f_auto = governor_core_mhz(spec, params, spec.max_mem_mhz)
-        t, _, _ = kernel_time(KernelWork(tc[known], tm[known], lam=lam[known]), f_auto,
-                              spec.max_mem_mhz, spec.max_core_mhz, spec.max_mem_mhz, params,
-                              mem_auto=True)
+        t, _, _ = kernel_time(KernelWork(tc[known], tm[known], lam=lam[known], knee=knee[known]),
+                              f_auto, spec.max_mem_mhz, spec.max_core_mhz, spec.max_mem_mhz,
+                              params, mem_auto=True)
         body = np.maximum(t - params.launch_overhead_s, 1e-12)
         target = np.maximum(dur[known] - params.launch_overhead_s, 0.0)
         scale = np.where((tc[known] + tm[known]) > 0, target / body, 0.0)
@@ -155,7 +164,27 @@ def trace_work(trace: Trace, spec: DeviceSpec, params: DeviceParams) -> KernelWo
         empty = known.copy()
         empty[known] = (tc[known] + tm[known]) == 0
         tm[empty] = np.maximum(dur[empty] - params.launch_overhead_s, 0.0)
-    return KernelWork(tc, tm, lam=lam)
+    host = host_times(trace)
+    return KernelWork(tc, tm, lam=lam, knee=knee, host_s=host if host.any() else None)
+
+
+def host_times(trace: Trace) -> np.ndarray:
+    """Host dispatch time (s) of each kernel, 0 where the GPU did not wait for the host.
+
+    A kernel profiled with the GPU idle after it (``meta["gap_after_s"]``, from the timeline:
+    the next kernel started that long after every earlier one had ended) took the host its
+    measured duration plus that gap to follow; at other clocks its wall time is at least that.
+    Otherwise the trace's ``meta["host_dispatch_s"]`` (s per kernel launch: the framework's
+    dispatch cost) applies to every kernel; else 0 (kernels back to back, as measured alone in a
+    loop)."""
+    n = len(trace.kernels)
+    dispatch = float(trace.meta.get("host_dispatch_s") or 0.0)
+    out = np.full(n, dispatch if np.isfinite(dispatch) and dispatch > 0 else 0.0)
+    for i, k in enumerate(trace.kernels):
+        gap = k.meta.get("gap_after_s") if k.meta else None
+        if isinstance(gap, int | float) and gap > 0 and k.duration_s is not None:
+            out[i] = max(out[i], float(k.duration_s) + float(gap))
+    return out
 
 
 def planning_configs(spec: DeviceSpec, params: DeviceParams, include_auto: bool = True,
@@ -241,18 +270,22 @@ def characterize(trace: Trace, device: str | DeviceSpec,
 
 
 def _work_keys(work: KernelWork, params: DeviceParams) -> np.ndarray:
-    """(K, 4) model inputs per kernel: compute time, memory time, activity, memory-time share
-    following the core clock (identical rows model identically)."""
+    """(K, 6) model inputs per kernel (:data:`~.kernel_table.KEY_COLUMNS`): compute time, memory
+    time, activity, memory-time share following the core clock, memory-level-parallelism knee,
+    host dispatch time (identical rows model identically)."""
     n = len(work.tc_max)
-    act = np.ones(n) if work.activity is None else np.asarray(work.activity, float)
-    lam = (np.full(n, params.lam("other")) if work.lam is None
-           else np.asarray(work.lam, float))
-    return np.stack([np.asarray(work.tc_max, float), np.asarray(work.tm_max, float), act, lam],
-                    axis=1)
+
+    def col(a: np.ndarray | None, default: float) -> np.ndarray:
+        return np.full(n, default) if a is None else np.asarray(a, float).reshape(-1)
+
+    return np.stack([np.asarray(work.tc_max, float).reshape(-1),
+                     np.asarray(work.tm_max, float).reshape(-1), col(work.activity, 1.0),
+                     col(work.lam, params.lam("other")), col(work.knee, 0.0),
+                     col(work.host_s, 0.0)], axis=1)
 
 
 def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(first, inverse)`` of the distinct rows of ``keys`` (K, 4), bit for bit: the index of
+    """``(first, inverse)`` of the distinct rows of ``keys`` (K, n), bit for bit: the index of
     each distinct row's first occurrence, and each row's distinct-row number.
 
     Rows are hashed to one 64-bit word and the words deduplicated (a sort of K integers instead
@@ -349,7 +382,7 @@ def _evaluate_reference(work: KernelWork, rc: ResolvedClocks, spec: DeviceSpec,
     keys = _work_keys(work, params)
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
-    uw = KernelWork(uniq[:, :1], uniq[:, 1:2], uniq[:, 2:3], uniq[:, 3:4])
+    uw = keys_work(uniq)
     out = kernel_time_energy(uw, rc.core_mhz[None, :], rc.mem_mhz[None, :], spec.max_core_mhz,
                              spec.max_mem_mhz, params, core_auto=rc.core_auto[None, :],
                              mem_auto=rc.mem_auto[None, :])

@@ -6,11 +6,30 @@ Everything broadcasts: pass per-kernel arrays of shape ``(K, 1)`` and per-config
 Time (roofline with partial overlap)::
 
     tc = tc_max · f_max/f                                        compute part, core clock
-    tm = tm_max · ((1-λ) · m_max/(η_m·m) + λ · f_max/f)           memory part (λ per category)
+    tm = tm_max · ((1-λ) · S_q(m_max/(η_m·m), κ·f_max/f) + λ · f_max/f)   memory part
     t  = overhead + (tc**p + tm**p)**(1/p)                       smooth max = overlap
+    wall = max(t, h)                                             host dispatch (idle gap)
 
 ``η_m`` is the memory governor's effective speed when the memory clock is left to it (auto),
-1.0 for a locked memory clock.
+1.0 for a locked memory clock. ``λ`` (per category) is the share of the memory time that
+follows the core clock in any case (L2 / load-store issue in the core domain).
+
+**Memory-level parallelism** (``S_q(a, b) = (a**q + b**q)**(1/q)``, a smooth maximum): the SMs
+keep a bounded number of bytes in flight each, issued at the core clock (Little's law), so the
+bandwidth they can draw is ``n_SM · B · f`` for ``B`` bytes per SM per cycle (per category,
+``mlp_bytes_per_cycle``). ``κ = f_knee/f_max`` with ``f_knee = achieved DRAM bandwidth /
+(n_SM · B)`` is the core clock below which the SMs, not the DRAM, limit a streaming kernel:
+above it the memory time follows the memory clock, below it the core clock (a kernel's time then
+rises as the core clock falls). ``κ = 0`` (no ``B``) is the linear-λ model.
+
+**Host dispatch**: ``h`` is the time the host needs to launch the kernel (per kernel, from the
+framework's dispatch cost or a measured timeline). When the GPU finishes first it idles for
+``h - t`` at the idle power of its clocks::
+
+    P_gap = idle + mem_static · Vm(m)² m/m_max + idle_clk · V(f)² f/f_max
+
+(``idle_clk_w``: the clock tree of an idle GPU, measured per locked clock on A100/H100). The
+kernel itself is modeled as if back to back (``h = 0``) unless ``h`` is given.
 
 Power::
 
@@ -23,7 +42,8 @@ curve, ``Vm`` the memory technology's voltage curve and ``δ_auto`` the core gov
 power when the core clock is left to it.
 
 Power cap: when ``P(f) > limit`` the GPU runs at the highest clock ``f_eff < f`` with
-``P(f_eff) = limit`` (vectorized bisection) — for locked and governed clocks alike. Energy = P·t.
+``P(f_eff) = limit`` (vectorized bisection) — for locked and governed clocks alike. Energy =
+P·t + P_gap·(wall - t).
 """
 
 from __future__ import annotations
@@ -48,19 +68,44 @@ class KernelWork:
             :func:`joulebound.gpumodel.fit_measured.fit_kernel`.
         lam: optional per-kernel share of the memory time that follows the core clock
             (default: the parameters' ``core_mem_frac["other"]``).
+        knee: optional per-kernel memory-level-parallelism knee ``κ = f_knee/f_max`` (fraction;
+            default 0 = none): below ``κ·f_max`` the SMs cannot keep DRAM busy at the top memory
+            clock (:func:`mlp_knee`).
+        host_s: optional per-kernel host dispatch time (s; default 0): the kernel's wall time is
+            at least this, the GPU idling for the rest.
     """
 
     tc_max: np.ndarray
     tm_max: np.ndarray
     activity: np.ndarray | None = None
     lam: np.ndarray | None = None
+    knee: np.ndarray | None = None
+    host_s: np.ndarray | None = None
 
     def take(self, idx: np.ndarray) -> KernelWork:
         """The kernels at ``idx`` (same shape conventions)."""
         def pick(a: np.ndarray | None) -> np.ndarray | None:
             return None if a is None else np.asarray(a)[idx]
         return KernelWork(pick(self.tc_max), pick(self.tm_max), pick(self.activity),
-                          pick(self.lam))
+                          pick(self.lam), pick(self.knee), pick(self.host_s))
+
+
+def mlp_knee(bw_bps: np.ndarray | float, sm_count: int, f_max_mhz: float,
+             bytes_per_cycle: np.ndarray | float) -> np.ndarray:
+    """``κ = f_knee / f_max``: the core clock (as a fraction of the top one) below which ``sm_count``
+    SMs keeping ``bytes_per_cycle`` bytes each in flight per core cycle draw less than the achieved
+    DRAM bandwidth ``bw_bps`` (B/s). 0 where ``bytes_per_cycle`` or ``sm_count`` is 0 (no knee)."""
+    b = np.asarray(bytes_per_cycle, float)
+    ok = (b > 0) & (sm_count > 0)
+    return np.where(ok, np.asarray(bw_bps, float)
+                    / np.where(ok, sm_count * b * f_max_mhz * 1e6, 1.0), 0.0)
+
+
+def smooth_max(a: np.ndarray, b: np.ndarray, q: float) -> np.ndarray:
+    """``(a**q + b**q)**(1/q)`` for ``a, b >= 0``, as ``big·(1 + (small/big)**q)**(1/q)``."""
+    big = np.maximum(a, b)
+    safe = np.where(big > 0, big, 1.0)
+    return np.where(big > 0, safe * (1.0 + (np.minimum(a, b) / safe) ** q) ** (1.0 / q), 0.0)
 
 
 def memory_scale(m_mhz: np.ndarray, m_max: float, params: DeviceParams) -> np.ndarray:
@@ -71,6 +116,18 @@ def memory_scale(m_mhz: np.ndarray, m_max: float, params: DeviceParams) -> np.nd
 
 def _lam(work: KernelWork, params: DeviceParams) -> np.ndarray | float:
     return params.lam("other") if work.lam is None else np.asarray(work.lam, float)
+
+
+def _knee(work: KernelWork) -> np.ndarray | float:
+    return 0.0 if work.knee is None else np.asarray(work.knee, float)
+
+
+def gap_power(f_mhz: np.ndarray, m_mhz: np.ndarray, m_max: float, params: DeviceParams
+              ) -> np.ndarray:
+    """Board power (W) of an idle GPU at core clock ``f_mhz`` and memory clock ``m_mhz`` (MHz):
+    what it draws while it waits for the host between kernels."""
+    return (params.idle_w + params.mem_static_w * memory_scale(m_mhz, m_max, params)
+            + params.idle_clk_w * params.vf.dynamic_scale(np.asarray(f_mhz, float)))
 
 
 def kernel_time(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: float,
@@ -87,7 +144,12 @@ def kernel_time(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: f
     lam = _lam(work, params)
     m_eff = np.where(mem_auto, params.auto_mem_eff, 1.0) * m
     tc = work.tc_max * (f_max / f)
-    tm = work.tm_max * ((1.0 - lam) * (m_max / m_eff) + lam * (f_max / f))
+    mem = m_max / m_eff
+    knee = _knee(work)
+    if np.any(np.asarray(knee) > 0):
+        mem = smooth_max(np.broadcast_to(mem, np.broadcast(mem, f, knee).shape),
+                         knee * (f_max / f), params.mlp_q)
+    tm = work.tm_max * ((1.0 - lam) * mem + lam * (f_max / f))
     p = params.overlap_p
     big = np.maximum(tc, tm)
     safe = np.where(big > 0, big, 1.0)
@@ -151,7 +213,8 @@ def kernel_time_energy(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f
         lam = _lam(work, params)
         sub = KernelWork(np.broadcast_to(work.tc_max, t.shape)[capped],
                          np.broadcast_to(work.tm_max, t.shape)[capped],
-                         lam=np.broadcast_to(lam, t.shape)[capped])
+                         lam=np.broadcast_to(lam, t.shape)[capped],
+                         knee=np.broadcast_to(_knee(work), t.shape)[capped])
         ac = np.broadcast_to(act, t.shape)[capped]
         mc, cac, mac = m[capped], ca[capped], ma[capped]
         for _ in range(iters):
@@ -167,4 +230,11 @@ def kernel_time_energy(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f
         tt, cc, mm = kernel_time(sub, lo, mc, f_max, m_max, params, mac)
         t[capped] = tt
         p[capped] = kernel_power(tt, cc, mm, lo, mc, f_max, m_max, params, ac, cac)
-    return {"time_s": t, "energy_j": p * t, "power_w": p, "f_eff_mhz": f_eff, "capped": capped}
+    energy = p * t
+    if work.host_s is not None and np.any(np.asarray(work.host_s) > 0):
+        wall = np.maximum(t, np.asarray(work.host_s, float))
+        pg = gap_power(f_req, m, m_max, params)
+        energy = energy + pg * (wall - t)
+        p = energy / wall
+        t = wall
+    return {"time_s": t, "energy_j": energy, "power_w": p, "f_eff_mhz": f_eff, "capped": capped}

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from joulebound.gpumodel.kernel import KernelWork, kernel_time_energy, memory_scale
+from joulebound.gpumodel.kernel import KernelWork, gap_power, kernel_time_energy, memory_scale
 from joulebound.gpumodel.params import DeviceParams
 
 log = logging.getLogger(__name__)
@@ -136,31 +136,60 @@ def config_terms(f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: float, m_max: floa
         mem_util_w=params.mem_dyn_w * ms, gov=gov, group=group, below=below)
 
 
+#: columns of the per-kernel model inputs (``characterize._work_keys``)
+KEY_COLUMNS = ("tc_max", "tm_max", "activity", "lam", "knee", "host_s")
+
+
 @dataclass
 class _Rows:
     """Per-kernel inputs of the fast path: compute time, memory time split into the part that
-    follows the memory clock (``a``) and the part that follows the core clock (``b``), activity."""
+    follows the memory clock (``a``) and the part that follows the core clock (``b``), the
+    memory-level-parallelism knee, activity, host dispatch time (s)."""
 
     tc: np.ndarray
     a: np.ndarray
     b: np.ndarray
+    kn: np.ndarray
     act: np.ndarray
+    host: np.ndarray
 
 
 def _rows(keys: np.ndarray) -> _Rows:
-    tc, tm, act, lam = (np.ascontiguousarray(keys[:, i], float) for i in range(4))
+    tc, tm, act, lam, kn, host = (np.ascontiguousarray(keys[:, i], float) for i in range(6))
     a, b = tm * (1.0 - lam), tm * lam
     a[(tc == 0) & (tm == 0)] = TINY_S      # no work: a vanishing memory time keeps s = 0/big
-    return _Rows(tc, a, b, act)
+    return _Rows(tc, a, b, kn, act, host)
+
+
+def keys_work(keys: np.ndarray) -> KernelWork:
+    """The :class:`~.kernel.KernelWork` of per-kernel model inputs ``keys`` (R, 6), as (R, 1)
+    columns to broadcast against (1, C) configs."""
+    return KernelWork(*(keys[:, i:i + 1] for i in range(len(KEY_COLUMNS))))
+
+
+def add_host_gaps(host_s: np.ndarray, ct: ConfigTerms, m_max: float, params: DeviceParams,
+                  time_out: np.ndarray, energy_out: np.ndarray) -> None:
+    """In place: where a kernel's host dispatch time ``host_s`` (R,) exceeds its modeled time, its
+    time becomes ``host_s`` and the GPU's idle power at the config's clocks
+    (:func:`~.kernel.gap_power`) is paid for the difference."""
+    rows = np.flatnonzero(host_s > 0)
+    if not len(rows):
+        return
+    pg = gap_power(ct.f_mhz, ct.m_mhz, m_max, params)
+    t = time_out[rows]
+    wall = np.maximum(t, host_s[rows, None])
+    energy_out[rows] += pg[None, :] * (wall - t)
+    time_out[rows] = wall
 
 
 def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
                params: DeviceParams, time_out: np.ndarray, energy_out: np.ndarray,
                f_min: float | None = None, iters: int = 22, chunk_cells: int = 1 << 15
                ) -> np.ndarray:
-    """Time (s) and energy (J) of kernels ``keys`` (R, 4: compute time, memory time, activity,
-    core-following memory share, as ``characterize._work_keys``) at configs ``ct``, written into
-    ``time_out`` and ``energy_out`` (C-contiguous (R, C) float64).
+    """Time (s) and energy (J) of kernels ``keys`` (R, 6: compute time, memory time, activity,
+    core-following memory share, memory-level-parallelism knee, host dispatch time, as
+    ``characterize._work_keys``) at configs ``ct``, written into ``time_out`` and
+    ``energy_out`` (C-contiguous (R, C) float64).
 
     Args:
         f_max, m_max: the GPU's top core and memory clocks (MHz).
@@ -195,8 +224,12 @@ def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
     g_tab, g_step = smooth_max_table(params.overlap_p)
     n_tab = float(len(g_tab) - 1)
     g_line = g_tab - np.arange(len(g_tab)) * g_step        # interval i: g = g_line[i] + u·g_step[i]
+    q_tab, q_step = smooth_max_table(params.mlp_q)
+    n_q = float(len(q_tab) - 1)
+    q_line = q_tab - np.arange(len(q_tab)) * q_step
     vf = params.vf
-    model = np.array([f_max, params.overlap_p, params.launch_overhead_s, params.core_base_frac])
+    model = np.array([f_max, params.overlap_p, params.launch_overhead_s, params.core_base_frac,
+                      params.mlp_q])
     vf_t = vf_terms(vf.knee_mhz, vf.v_min, vf.max_mhz, vf.smooth_mhz)
     core_w = params.core_dyn_w * ct.gov
     static_base = ct.static_w + ct.core_base_w
@@ -206,19 +239,20 @@ def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
     n_bad = 0
     for lo in range(0, n, per):
         hi = min(n, lo + per)
-        n_hot = fill_rows(rows.tc, rows.a, rows.b, rows.act, lo, hi, ct.core_ratio,
+        n_hot = fill_rows(rows.tc, rows.a, rows.b, rows.kn, rows.act, lo, hi, ct.core_ratio,
                           ct.mem_ratio, ct.core_util_w, ct.mem_util_w, ct.static_w,
                           ct.core_base_w, static_base, uniform, g_line, g_step, n_tab,
-                          float(params.launch_overhead_s), limit * (1.0 - BAND), time_out,
-                          energy_out, hot_cell, hot_power)
+                          q_line, q_step, n_q, float(params.launch_overhead_s),
+                          limit * (1.0 - BAND), time_out, energy_out, hot_cell, hot_power)
         if n_hot:      # the chunk's rows are still in cache
             n_bad += settle_rows(hot_cell[:n_hot], hot_power[:n_hot], lo, rows.tc, rows.a,
-                                 rows.b, rows.act, ct.f_mhz, ct.mem_ratio, ct.static_w,
+                                 rows.b, rows.kn, rows.act, ct.f_mhz, ct.mem_ratio, ct.static_w,
                                  ct.mem_util_w, core_w, ct.group, ct.below, f_min, iters,
                                  limit, BAND, model, vf_t, dyn_grid, DYN_GRID_MHZ,
                                  NEWTON_DONE_MHZ, time_out, energy_out, capped_rows)
     if n_bad:
         log.warning("power-cap solve: %d kernel/config groups not converged in 60 steps", n_bad)
+    add_host_gaps(rows.host, ct, m_max, params, time_out, energy_out)
     return capped_rows
 
 
@@ -230,8 +264,7 @@ def _fill_reference(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: floa
     per = max(1, int(chunk_cells) // max(c_n, 1))
     capped_rows = np.zeros(n, np.int64)
     for lo in range(0, n, per):
-        k = keys[lo:lo + per]
-        w = KernelWork(k[:, :1], k[:, 1:2], k[:, 2:3], k[:, 3:4])
+        w = keys_work(keys[lo:lo + per])
         out = kernel_time_energy(w, ct.f_mhz[None, :], ct.m_mhz[None, :], f_max, m_max, params,
                                  f_min=f_min, iters=iters, core_auto=ct.core_auto[None, :],
                                  mem_auto=ct.mem_auto[None, :])

@@ -53,6 +53,16 @@ DEFAULT_CORE_MEM_FRAC: dict[str, float] = {
     "reduction": 0.10, "embedding": 0.0, "optimizer": 0.0, "memcpy": 0.0,
     "communication": 0.0, "other": 0.10,
 }
+#: bytes each SM keeps streaming per core cycle (memory-level parallelism), per category: the
+#: SMs then draw at most ``n_SM · B · f`` from DRAM (see :mod:`.kernel`). 0 = no limit. Default
+#: from joulebound's read-only probe on an H200 (2026-12-04, ``benchmarks/gpu_physics.py``): one
+#: 8-warp CTA per SM streaming 16 KiB tiles drew 27-31 B per SM-cycle at 1980 MHz; tiled GEMMs
+#: keep more in flight (asynchronous copies).
+DEFAULT_MLP_BYTES_PER_CYCLE: dict[str, float] = {
+    "gemm": 64.0, "attention": 64.0, "elementwise": 32.0, "norm": 32.0, "softmax": 32.0,
+    "reduction": 32.0, "embedding": 32.0, "optimizer": 32.0, "memcpy": 32.0,
+    "communication": 0.0, "other": 32.0,
+}
 #: categories whose FLOPs run on tensor cores at the kernel's dtype; the rest use the fp32 rate.
 TENSOR_CATEGORIES = frozenset({"gemm", "attention"})
 #: default effective reuse tile of tensor-core GEMMs (elements): DRAM traffic beyond the
@@ -72,6 +82,10 @@ PARAMETERS: dict[str, str] = {
     "compute_eff": "achieved fraction of peak FLOP/s, per kernel category",
     "bw_eff": "achieved fraction of DRAM bandwidth, per kernel category",
     "core_mem_frac": "share of memory time that follows the core clock, per category",
+    "mlp_bytes_per_cycle": "B per SM per core cycle kept in flight (memory-level parallelism), "
+                           "per category; 0 = no knee",
+    "mlp_q": "exponent of the memory-level-parallelism knee (smooth maximum)",
+    "idle_clk_w": "W, idle clock-tree power at the top core clock (scales as V(f)^2 f)",
     "gemm_tile": "elements, GEMM reuse tile: DRAM bytes = compulsory + size x FLOP / tile",
     "overlap_p": "exponent of the compute/memory overlap (smooth maximum)",
     "launch_overhead_s": "s, fixed time per kernel",
@@ -79,6 +93,10 @@ PARAMETERS: dict[str, str] = {
     "auto_mem_eff": "effective memory speed under the memory governor (auto), fraction",
     "auto_power_frac": "extra core dynamic power under the core governor (auto), fraction",
 }
+
+
+#: per-category parameter tables (addressed as ``"table.category"``)
+_TABLES = ("compute_eff", "bw_eff", "core_mem_frac", "mlp_bytes_per_cycle")
 
 
 @dataclass
@@ -91,6 +109,11 @@ class DeviceParams:
         vf: the core voltage–frequency curve.
         power_limit_w: enforced board power limit (W); above it the GPU lowers its core clock.
         compute_eff, bw_eff, core_mem_frac: per kernel category (``"other"`` is the fallback).
+        mlp_bytes_per_cycle: per category, bytes per SM per core cycle in flight (empty = no
+            memory-level-parallelism knee: the linear-λ model of files written before it).
+        mlp_q: softness exponent of that knee.
+        idle_clk_w: idle clock-tree power (W) at the top core clock, scaling as ``V(f)²·f``:
+            what an idle GPU at a locked clock draws above ``idle_w`` (0 = clock-independent).
         gemm_tile: effective GEMM reuse tile (elements); ``0`` = compulsory bytes only.
         overlap_p: exponent of ``(tc**p + tm**p)**(1/p)``; large p = perfect overlap.
         launch_overhead_s: fixed time per kernel (s).
@@ -119,6 +142,9 @@ class DeviceParams:
     compute_eff: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_COMPUTE_EFF))
     bw_eff: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_BW_EFF))
     core_mem_frac: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_CORE_MEM_FRAC))
+    mlp_bytes_per_cycle: dict[str, float] = field(default_factory=dict)
+    mlp_q: float = 4.0
+    idle_clk_w: float = 0.0
     gemm_tile: float = DEFAULT_GEMM_TILE
     overlap_p: float = 4.0
     launch_overhead_s: float = 4e-6
@@ -152,11 +178,14 @@ class DeviceParams:
     def lam(self, category: str) -> float:
         return self._cat(self.core_mem_frac, category)
 
+    def mlp(self, category: str) -> float:
+        return self._cat(self.mlp_bytes_per_cycle, category)
+
     # -- parameter paths ---------------------------------------------------------------------
     def get(self, path: str) -> float:
         """The value at ``path`` (see module docstring)."""
         head, _, tail = path.partition(".")
-        if head in ("compute_eff", "bw_eff", "core_mem_frac"):
+        if head in _TABLES:
             return self._cat(getattr(self, head), tail)
         if head == "vf":
             return float(getattr(self.vf, tail))
@@ -172,7 +201,7 @@ class DeviceParams:
         upd: dict[str, Any] = {}
         vf = self.vf.to_json()
         mem_v = [list(p) for p in self.mem_v]
-        tables = {k: dict(getattr(self, k)) for k in ("compute_eff", "bw_eff", "core_mem_frac")}
+        tables = {k: dict(getattr(self, k)) for k in _TABLES}
         for path, value in values.items():
             head, _, tail = path.partition(".")
             if head in tables:
@@ -237,6 +266,13 @@ class DeviceParams:
         return cls(**d)
 
 
+#: idle clock-tree power at the top clock as a share of the board power limit: the measured idle
+#: power rises by 22 W on an A100-SXM4-80GB (400 W), 23 W on an A100-PCIe-40GB (250 W) and
+#: 48 W on an H100 (700 W) from the lowest to the top core clock (EnergAIzer device files,
+#: ``energaizer_device/``): 5.5-9 %, 7 % taken.
+IDLE_CLK_FRAC = 0.07
+
+
 def default_params(spec: DeviceSpec) -> DeviceParams:
     """Uncalibrated but physical parameters from the datasheet figures in ``spec``.
 
@@ -267,6 +303,8 @@ def default_params(spec: DeviceSpec) -> DeviceParams:
         core_dyn_w=0.80 * budget, core_base_frac=0.25,
         mem_static_w=0.06 * budget, mem_dyn_w=0.25 * budget,
         vf=vf, power_limit_w=spec.power_limit_default_w,
+        mlp_bytes_per_cycle=dict(DEFAULT_MLP_BYTES_PER_CYCLE),
+        idle_clk_w=IDLE_CLK_FRAC * spec.power_limit_default_w,
         memory_type=mt.name, mem_v=[list(p) for p in mt.v_points],
         tested_mem_fracs=list(mt.tested_fracs),
         calibration="none", sources=sources,

@@ -569,7 +569,21 @@ def _gpu_kernels(gpu: list[_Ev], launches: dict[Any, _Ev], flows: dict[Any, _Ev]
         kernels.append(Kernel(ev.name, category, phase, None, flops, nbytes,
                               _math_dtype(category, dtype), max(ev.end - ev.ts, 0.0) * 1e-6,
                               _clean(meta)))
+    _mark_idle_gaps(gpu, kernels)
     return kernels
+
+
+def _mark_idle_gaps(gpu: list[_Ev], kernels: list[Kernel]) -> None:
+    """``meta["gap_after_s"]`` (s) on each device event after which the GPU sat idle: the next
+    event started that long after every earlier one had ended (events in start order; all
+    streams of the trace together). The GPU was waiting for the host there (a launch, a copy
+    from the host, a synchronization): the kernel model keeps that wait when clocks change."""
+    end = -math.inf
+    for i in range(len(gpu) - 1):
+        end = max(end, gpu[i].end)
+        gap = gpu[i + 1].ts - end
+        if gap > 0:
+            kernels[i].meta["gap_after_s"] = gap * 1e-6
 
 
 def _clean(v: Any) -> Any:
