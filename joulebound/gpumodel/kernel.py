@@ -42,7 +42,12 @@ curve, ``Vm`` the memory technology's voltage curve and ``δ_auto`` the core gov
 power when the core clock is left to it.
 
 Power cap: when ``P(f) > limit`` the GPU runs at the highest clock ``f_eff < f`` with
-``P(f_eff) = limit`` (vectorized bisection) — for locked and governed clocks alike. Energy =
+``P(f_eff) = limit`` (vectorized bisection) — for locked and governed clocks alike. A device may
+also have a core-rail limit (``core_limit_w``): the core side alone (idle + core dynamic power)
+may not exceed it, whatever the memory draws — GA102 GeForce boards sustain the same boost
+clock on a GEMM whatever the memory clock (Spaan et al.'s Table 1: lowering the memory clock
+saves 15 % of a GEMM's energy and does not raise its clock), which a board limit alone cannot
+give. The capped clock is the lower of the two. Energy =
 P·t + P_gap·(wall - t).
 """
 
@@ -163,17 +168,35 @@ def kernel_time(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: f
 def kernel_power(t: np.ndarray, tc: np.ndarray, tm: np.ndarray, f_mhz: np.ndarray,
                  m_mhz: np.ndarray, f_max: float, m_max: float,
                  params: DeviceParams, activity: np.ndarray | float = 1.0,
-                 core_auto: np.ndarray | bool = False) -> np.ndarray:
+                 core_auto: np.ndarray | bool = False, memory: bool = True) -> np.ndarray:
     """Average board power (W) while a kernel with parts ``(t, tc, tm)`` runs (uncapped);
-    ``activity`` scales the dynamic terms; ``core_auto`` marks a governed core clock."""
+    ``activity`` scales the dynamic terms; ``core_auto`` marks a governed core clock.
+    ``memory=False``: the core side alone (idle + core dynamic, no memory terms), the power the
+    core-rail limit ``core_limit_w`` applies to."""
     f = np.asarray(f_mhz, float)
     u_c = np.clip(tc / t, 0.0, 1.0)
-    u_m = np.clip(tm / t, 0.0, 1.0)
     gov = 1.0 + np.where(core_auto, params.auto_power_frac, 0.0)
     core = params.core_dyn_w * (params.core_base_frac + (1 - params.core_base_frac) * u_c) \
         * params.vf.dynamic_scale(f) * gov
+    if not memory:
+        return params.idle_w + activity * core
+    u_m = np.clip(tm / t, 0.0, 1.0)
     ms = memory_scale(m_mhz, m_max, params)
     return params.idle_w + params.mem_static_w * ms + activity * (core + params.mem_dyn_w * u_m * ms)
+
+
+def _over_limit(t: np.ndarray, tc: np.ndarray, tm: np.ndarray, f: np.ndarray, m: np.ndarray,
+                f_max: float, m_max: float, params: DeviceParams, act: np.ndarray | float,
+                core_auto: np.ndarray, board_w: np.ndarray | None = None) -> np.ndarray:
+    """Where the board power exceeds ``power_limit_w`` or, with a core-rail limit
+    (``core_limit_w > 0``), the core side exceeds it."""
+    if board_w is None:
+        board_w = kernel_power(t, tc, tm, f, m, f_max, m_max, params, act, core_auto)
+    over = board_w > params.power_limit_w
+    if params.core_limit_w > 0:
+        over = over | (kernel_power(t, tc, tm, f, m, f_max, m_max, params, act, core_auto,
+                                    memory=False) > params.core_limit_w)
+    return over
 
 
 def kernel_time_energy(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: float,
@@ -205,7 +228,8 @@ def kernel_time_energy(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f
     p = kernel_power(t, tc, tm, f_req, m, f_max, m_max, params, act, ca)
     f_req, m, t, ca, ma = np.broadcast_arrays(f_req, m, t, ca, ma)
     p = np.broadcast_to(p, t.shape)
-    capped = p > params.power_limit_w
+    capped = np.broadcast_to(_over_limit(t, tc, tm, f_req, m, f_max, m_max, params, act, ca,
+                                         board_w=p), t.shape)
     f_eff = np.array(f_req, dtype=float)
     if capped.any():
         lo = np.full(int(capped.sum()), f_min if f_min is not None else 0.2 * f_max)
@@ -220,8 +244,7 @@ def kernel_time_energy(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f
         for _ in range(iters):
             mid = 0.5 * (lo + hi)
             tt, cc, mm = kernel_time(sub, mid, mc, f_max, m_max, params, mac)
-            over = kernel_power(tt, cc, mm, mid, mc, f_max, m_max, params, ac, cac) \
-                > params.power_limit_w
+            over = _over_limit(tt, cc, mm, mid, mc, f_max, m_max, params, ac, cac)
             hi = np.where(over, mid, hi)
             lo = np.where(over, lo, mid)
         f_eff[capped] = lo

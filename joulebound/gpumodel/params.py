@@ -79,6 +79,7 @@ PARAMETERS: dict[str, str] = {
     "vf": "core voltage-frequency curve (knee MHz, floor voltage)",
     "mem_v": "relative memory voltage vs memory clock (per memory technology)",
     "power_limit_w": "W, enforced board power limit",
+    "core_limit_w": "W, core-rail power limit (idle + core dynamic power); 0 = none",
     "compute_eff": "achieved fraction of peak FLOP/s, per kernel category",
     "bw_eff": "achieved fraction of DRAM bandwidth, per kernel category",
     "core_mem_frac": "share of memory time that follows the core clock, per category",
@@ -108,6 +109,8 @@ class DeviceParams:
         idle_w, core_dyn_w, core_base_frac, mem_static_w, mem_dyn_w: power terms (W, fraction).
         vf: the core voltage–frequency curve.
         power_limit_w: enforced board power limit (W); above it the GPU lowers its core clock.
+        core_limit_w: core-rail power limit (W, idle + core dynamic power; 0 = none): the GPU
+            also lowers its core clock where the core side alone would exceed it.
         compute_eff, bw_eff, core_mem_frac: per kernel category (``"other"`` is the fallback).
         mlp_bytes_per_cycle: per category, bytes per SM per core cycle in flight (empty = no
             memory-level-parallelism knee: the linear-λ model of files written before it).
@@ -139,6 +142,7 @@ class DeviceParams:
     mem_dyn_w: float
     vf: VFCurve
     power_limit_w: float
+    core_limit_w: float = 0.0
     compute_eff: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_COMPUTE_EFF))
     bw_eff: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_BW_EFF))
     core_mem_frac: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_CORE_MEM_FRAC))
