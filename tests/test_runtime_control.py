@@ -53,6 +53,19 @@ def test_lookahead_keeps_a_phase_that_lasts_the_latency_despite_dispatch_roundin
     assert lookahead_commands(choice, t2, 2.4).tolist() == [0] * 6
 
 
+
+def test_lookahead_switches_into_a_one_op_phase_that_follows_a_short_op():
+    """The switch for a phase is issued at the last op that starts at least L before the phase:
+    here op 0 (0 s) for phase 1 (op 3 alone, 2 s, from 1.125 s; L = 1 s). The rule that
+    commanded, at each op, the clocks of the first op a switch issued then could reach never
+    commanded phase 1: only a dispatch within op 2's 0.125 s before 0.125 s could reach op 3
+    first, and none falls there (op 0 reaches op 2, op 1 reaches op 4), so op 3 ran at the
+    clocks of phase 0 ([0, 2, 2, 2, 2, 0]). A one-op phase after a short op (a long matmul after
+    a tiny elementwise op) is how the shipped GPT-2 plans at 1 ms lost a switch."""
+    choice = np.array([0, 0, 0, 1, 2, 2])
+    t = np.array([0.5, 0.5, 0.125, 2.0, 1.0, 1.0])
+    assert lookahead_commands(choice, t, 1.0).tolist() == [1, 1, 1, 2, 2, 0]
+
 def _plan(names, choice):
     return Plan(device="test", kernel_names=names, configs=[AUTO, A, B], choice=choice)
 
