@@ -39,19 +39,32 @@ def test_lookahead_switches_latency_early_and_wraps():
     assert lookahead_commands(np.array([0, 1, 2, 0]), t, 1.0).tolist() == [1, 2, 0, 0]
 
 
-def test_lookahead_keeps_a_phase_that_lasts_the_latency_despite_dispatch_rounding():
-    """Phase 1 (ops 2-3, 2.5 s) lasts the 2.4 s latency, but switches are issued at op
-    dispatches: the switch into it is issued at op 5 of the iteration before (5.5 s) and the
-    one back is due at op 1 (7.5 s), 2.0 s later, before the first has landed. The phase is
-    kept and the switch back waits: issued at op 2 (8.5 s), it lands at 10.9 s, before op 4
-    (11 s), so ops 2 and 3 run at their clocks (the rule that dropped such a phase lost it)."""
+def test_lookahead_keeps_a_phase_that_lasts_the_latency():
+    """Phase 1 (ops 2-3, 2.5 s) lasts the 2.4 s latency. Its switch is issued at op 5 of the
+    iteration before (5.5 s: the last op that starts 2.4 s before op 2 at 8.5 s), the switch
+    back at op 2 (8.5 s: the last op 2.4 s before op 4 at 11 s), 3 s later: both land on time,
+    so ops 2 and 3 run at their clocks. (The rule that commanded the clocks of the first op a
+    switch could reach issued the switch back at op 1, 7.5 s, only 2 s after the first, and
+    dropped the phase.)"""
     choice = np.array([0, 0, 1, 1, 0, 0])
     t = np.array([1.0, 1.0, 0.5, 2.0, 1.0, 1.0])
     assert lookahead_commands(choice, t, 2.4).tolist() == [1, 1, 0, 0, 0, 1]
-    # the same phase 0.2 s shorter than the latency is still skipped over
+    # the same phase 0.2 s shorter than the latency is skipped over
     t2 = np.array([1.0, 1.0, 0.3, 1.9, 1.0, 1.0])
     assert lookahead_commands(choice, t2, 2.4).tolist() == [0] * 6
 
+
+def test_serialize_keeps_a_phase_that_lasts_the_latency_when_its_run_comes_out_a_hair_short():
+    """The guard against float rounding of the start times: a commanded run a hair shorter than
+    the latency is kept when its planned phase lasts the latency (the next switch waits for it
+    to land) and dropped when the phase is shorter."""
+    from joulebound.runtime.lookahead import _serialize
+
+    starts = np.arange(16.0)                  # four iterations of four 1 s ops
+    lat = 1.0 + 1e-12
+    cmd = np.array([0, 1, 0, 0])
+    assert _serialize(cmd, np.array([2.0, lat, 2.0, 2.0]), starts, lat).tolist() == [0, 1, 1, 0]
+    assert _serialize(cmd, np.array([2.0, 0.5, 2.0, 2.0]), starts, lat).tolist() == [0, 0, 0, 0]
 
 
 def test_lookahead_switches_into_a_one_op_phase_that_follows_a_short_op():

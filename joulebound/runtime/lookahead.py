@@ -26,11 +26,12 @@ def lookahead_commands(choice: Sequence[int], kernel_time_s: Sequence[float],
     whose first op is reachable from no dispatch — a one-op phase after an op shorter than the
     gap between two dispatches.) With zero latency this is the plan itself.
 
-    Switches are serial. A planned phase shorter than the latency is skipped over (it keeps the
-    clocks before it): such kernels cannot get their own clocks. A phase that lasts the latency
-    but whose commanded run is shorter (switches are issued at op dispatches, so a run can lose
-    up to an op's duration to the rounding) keeps its clocks until its switch has landed: the
-    next switch waits for it and lands late by less than an op, instead of being dropped.
+    Switches are serial. A planned phase shorter than the latency is skipped over when the
+    switch out of it is due less than the latency after the switch into it (it keeps the clocks
+    before it): such kernels cannot get their own clocks. A phase that lasts the latency always
+    gets them: its switch is issued at least the latency before it starts and the next one no
+    earlier than its start (should float rounding of the start times make the two a hair closer,
+    the next switch waits for the first to land instead of dropping it).
 
     Args:
         choice: config index per kernel (K,).
@@ -74,9 +75,10 @@ def _serialize(cmd: np.ndarray, phase_s: np.ndarray, starts: np.ndarray,
     Clock switches are serial (one NVML call at a time, ``lat`` each): a switch issued less than
     ``lat`` after the previous one would queue behind it and land late. When a commanded run is
     shorter than ``lat``: if its planned phase (``phase_s``, s, per command) is shorter too, the
-    run is dropped (the short phase keeps the previous clocks); otherwise it lost only the
-    rounding to op dispatches, so it is kept and the next switch waits until it has landed.
-    Walks three iterations and returns the middle (steady-state) one."""
+    run is dropped (the short phase keeps the previous clocks); otherwise (with the issue rule of
+    :func:`lookahead_commands` only by float rounding of ``starts``) it is kept and the next
+    switch waits until it has landed. Walks three iterations and returns the middle
+    (steady-state) one."""
     k = len(cmd)
     n = 3 * k
     c3 = np.tile(cmd, 3)
