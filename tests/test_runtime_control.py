@@ -79,6 +79,40 @@ def test_lookahead_switches_into_a_one_op_phase_that_follows_a_short_op():
     t = np.array([0.5, 0.5, 0.125, 2.0, 1.0, 1.0])
     assert lookahead_commands(choice, t, 1.0).tolist() == [1, 1, 1, 2, 2, 0]
 
+
+def _run_configs(cmd: np.ndarray) -> list[int]:
+    """Configs of the cyclic runs of ``cmd``, starting at its first change (rotation-free)."""
+    cuts = np.flatnonzero(cmd != np.roll(cmd, 1))
+    return [int(cmd[c]) for c in cuts]
+
+
+def test_lookahead_commands_every_switch_of_random_plans_whose_phases_last_the_latency():
+    """Random op times (tiny elementwise ops among long matmuls) and plans whose phases, the
+    cyclic wrap included, all last >= L: the commands switch into every phase, in the plan's
+    order (the rule that commanded the first reachable op's clocks lost phases here)."""
+    rng = np.random.default_rng(26)
+    for _ in range(300):
+        k = int(rng.integers(8, 60))
+        t = np.where(rng.random(k) < 0.4, rng.uniform(1e-5, 1e-4, k), rng.uniform(1e-4, 5e-3, k))
+        lat = float(rng.uniform(1e-4, 8e-3))
+        choice = np.empty(k, np.int64)
+        cfg, acc = 0, 0.0
+        for j in range(k):
+            if acc >= lat:                       # the phase lasts L: start the next one
+                cfg, acc = (cfg + int(rng.integers(1, 3))) % 3, 0.0
+            choice[j] = cfg
+            acc += t[j]
+        last = np.flatnonzero(choice != choice[-1])
+        if acc < lat and len(last):              # a short last phase joins the one before
+            choice[last[-1] + 1:] = choice[last[-1]]
+        phases = _run_configs(choice)
+        if len(phases) < 2:
+            continue
+        cmd = lookahead_commands(choice, t, lat)
+        got = _run_configs(cmd)
+        assert len(got) == len(phases), (t.tolist(), choice.tolist(), lat)
+        assert any(got[i:] + got[:i] == phases for i in range(len(got))), (got, phases)
+
 def _plan(names, choice):
     return Plan(device="test", kernel_names=names, configs=[AUTO, A, B], choice=choice)
 
