@@ -39,19 +39,79 @@ def test_lookahead_switches_latency_early_and_wraps():
     assert lookahead_commands(np.array([0, 1, 2, 0]), t, 1.0).tolist() == [1, 2, 0, 0]
 
 
-def test_lookahead_keeps_a_phase_that_lasts_the_latency_despite_dispatch_rounding():
-    """Phase 1 (ops 2-3, 2.5 s) lasts the 2.4 s latency, but switches are issued at op
-    dispatches: the switch into it is issued at op 5 of the iteration before (5.5 s) and the
-    one back is due at op 1 (7.5 s), 2.0 s later, before the first has landed. The phase is
-    kept and the switch back waits: issued at op 2 (8.5 s), it lands at 10.9 s, before op 4
-    (11 s), so ops 2 and 3 run at their clocks (the rule that dropped such a phase lost it)."""
+def test_lookahead_keeps_a_phase_that_lasts_the_latency():
+    """Phase 1 (ops 2-3, 2.5 s) lasts the 2.4 s latency. Its switch is issued at op 5 of the
+    iteration before (5.5 s: the last op that starts 2.4 s before op 2 at 8.5 s), the switch
+    back at op 2 (8.5 s: the last op 2.4 s before op 4 at 11 s), 3 s later: both land on time,
+    so ops 2 and 3 run at their clocks. (The rule that commanded the clocks of the first op a
+    switch could reach issued the switch back at op 1, 7.5 s, only 2 s after the first, and
+    dropped the phase.)"""
     choice = np.array([0, 0, 1, 1, 0, 0])
     t = np.array([1.0, 1.0, 0.5, 2.0, 1.0, 1.0])
     assert lookahead_commands(choice, t, 2.4).tolist() == [1, 1, 0, 0, 0, 1]
-    # the same phase 0.2 s shorter than the latency is still skipped over
+    # the same phase 0.2 s shorter than the latency is skipped over
     t2 = np.array([1.0, 1.0, 0.3, 1.9, 1.0, 1.0])
     assert lookahead_commands(choice, t2, 2.4).tolist() == [0] * 6
 
+
+def test_serialize_keeps_a_phase_that_lasts_the_latency_when_its_run_comes_out_a_hair_short():
+    """The guard against float rounding of the start times: a commanded run a hair shorter than
+    the latency is kept when its planned phase lasts the latency (the next switch waits for it
+    to land) and dropped when the phase is shorter."""
+    from joulebound.runtime.lookahead import _serialize
+
+    starts = np.arange(16.0)                  # four iterations of four 1 s ops
+    lat = 1.0 + 1e-12
+    cmd = np.array([0, 1, 0, 0])
+    assert _serialize(cmd, np.array([2.0, lat, 2.0, 2.0]), starts, lat).tolist() == [0, 1, 1, 0]
+    assert _serialize(cmd, np.array([2.0, 0.5, 2.0, 2.0]), starts, lat).tolist() == [0, 0, 0, 0]
+
+
+def test_lookahead_switches_into_a_one_op_phase_that_follows_a_short_op():
+    """The switch for a phase is issued at the last op that starts at least L before the phase:
+    here op 0 (0 s) for phase 1 (op 3 alone, 2 s, from 1.125 s; L = 1 s). The rule that
+    commanded, at each op, the clocks of the first op a switch issued then could reach never
+    commanded phase 1: only a dispatch within op 2's 0.125 s before 0.125 s could reach op 3
+    first, and none falls there (op 0 reaches op 2, op 1 reaches op 4), so op 3 ran at the
+    clocks of phase 0 ([0, 2, 2, 2, 2, 0]). A one-op phase after a short op (a long matmul after
+    a tiny elementwise op) is how the shipped GPT-2 plans at 1 ms lost a switch."""
+    choice = np.array([0, 0, 0, 1, 2, 2])
+    t = np.array([0.5, 0.5, 0.125, 2.0, 1.0, 1.0])
+    assert lookahead_commands(choice, t, 1.0).tolist() == [1, 1, 1, 2, 2, 0]
+
+
+def _run_configs(cmd: np.ndarray) -> list[int]:
+    """Configs of the cyclic runs of ``cmd``, starting at its first change (rotation-free)."""
+    cuts = np.flatnonzero(cmd != np.roll(cmd, 1))
+    return [int(cmd[c]) for c in cuts]
+
+
+def test_lookahead_commands_every_switch_of_random_plans_whose_phases_last_the_latency():
+    """Random op times (tiny elementwise ops among long matmuls) and plans whose phases, the
+    cyclic wrap included, all last >= L: the commands switch into every phase, in the plan's
+    order (the rule that commanded the first reachable op's clocks lost phases here)."""
+    rng = np.random.default_rng(26)
+    for _ in range(300):
+        k = int(rng.integers(8, 60))
+        t = np.where(rng.random(k) < 0.4, rng.uniform(1e-5, 1e-4, k), rng.uniform(1e-4, 5e-3, k))
+        lat = float(rng.uniform(1e-4, 8e-3))
+        choice = np.empty(k, np.int64)
+        cfg, acc = 0, 0.0
+        for j in range(k):
+            if acc >= lat:                       # the phase lasts L: start the next one
+                cfg, acc = (cfg + int(rng.integers(1, 3))) % 3, 0.0
+            choice[j] = cfg
+            acc += t[j]
+        last = np.flatnonzero(choice != choice[-1])
+        if acc < lat and len(last):              # a short last phase joins the one before
+            choice[last[-1] + 1:] = choice[last[-1]]
+        phases = _run_configs(choice)
+        if len(phases) < 2:
+            continue
+        cmd = lookahead_commands(choice, t, lat)
+        got = _run_configs(cmd)
+        assert len(got) == len(phases), (t.tolist(), choice.tolist(), lat)
+        assert any(got[i:] + got[:i] == phases for i in range(len(got))), (got, phases)
 
 def _plan(names, choice):
     return Plan(device="test", kernel_names=names, configs=[AUTO, A, B], choice=choice)

@@ -16,14 +16,22 @@ def lookahead_commands(choice: Sequence[int], kernel_time_s: Sequence[float],
                        switch_latency_s: float) -> np.ndarray:
     """Config index to command when op ``j`` is dispatched, for a cyclic iteration.
 
-    ``command[j] = choice[s]`` where ``s`` is the first op (cyclically, in later iterations too)
-    that starts at least ``switch_latency_s`` after op ``j`` starts, i.e. the first op that a
-    switch issued at ``j`` can still reach. With zero latency this is the plan itself. Switches
-    are serial. A planned phase shorter than the latency is skipped over (it keeps the clocks
-    before it): such kernels cannot get their own clocks. A phase that lasts the latency but
-    whose commanded run is shorter (switches are issued at op dispatches, so a run can lose up
-    to an op's duration to the rounding) keeps its clocks until its switch has landed: the next
-    switch waits for it and lands late by less than an op, instead of being dropped.
+    The switch for a phase that starts at op ``s`` is issued at the last op that starts at least
+    ``switch_latency_s`` before ``s`` (cyclically, in the iteration before for the first phase),
+    so it lands before the phase starts; the ops between the landing and ``s`` (less than an op
+    dispatch apart) already run at the new clocks. So ``command[j] = choice[m]`` where ``m`` is
+    the last op that starts less than ``switch_latency_s`` after op ``j + 1`` starts: the last
+    op whose phase must be switched to no later than at ``j``. (Commanding instead the first op
+    a switch issued at ``j`` can reach makes every phase start late, and never commands a phase
+    whose first op is reachable from no dispatch — a one-op phase after an op shorter than the
+    gap between two dispatches.) With zero latency this is the plan itself.
+
+    Switches are serial. A planned phase shorter than the latency is skipped over when the
+    switch out of it is due less than the latency after the switch into it (it keeps the clocks
+    before it): such kernels cannot get their own clocks. A phase that lasts the latency always
+    gets them: its switch is issued at least the latency before it starts and the next one no
+    earlier than its start (should float rounding of the start times make the two a hair closer,
+    the next switch waits for the first to land instead of dropping it).
 
     Args:
         choice: config index per kernel (K,).
@@ -43,8 +51,9 @@ def lookahead_commands(choice: Sequence[int], kernel_time_s: Sequence[float],
     period = float(t.sum())
     reps = 3 + (int(np.ceil(lat / period)) if period > 0 else 1)
     starts = np.concatenate([[0.0], np.cumsum(np.tile(t, reps))])[:-1]
-    s = np.searchsorted(starts, starts[:k] + lat - 1e-15, side="left")
-    s = np.minimum(s, len(starts) - 1)
+    # last op starting before (start of op j + 1) + L: a switch issued at j + 1 would land after
+    # it started, so its phase is switched to at j at the latest
+    s = np.searchsorted(starts, starts[1:k + 1] + lat - 1e-15, side="left") - 1
     cmd = choice[s % k]
     # duration of the planned phase (cyclic: the last one joins the first when they match) that
     # each command is for
@@ -66,9 +75,10 @@ def _serialize(cmd: np.ndarray, phase_s: np.ndarray, starts: np.ndarray,
     Clock switches are serial (one NVML call at a time, ``lat`` each): a switch issued less than
     ``lat`` after the previous one would queue behind it and land late. When a commanded run is
     shorter than ``lat``: if its planned phase (``phase_s``, s, per command) is shorter too, the
-    run is dropped (the short phase keeps the previous clocks); otherwise it lost only the
-    rounding to op dispatches, so it is kept and the next switch waits until it has landed.
-    Walks three iterations and returns the middle (steady-state) one."""
+    run is dropped (the short phase keeps the previous clocks); otherwise (with the issue rule of
+    :func:`lookahead_commands` only by float rounding of ``starts``) it is kept and the next
+    switch waits until it has landed. Walks three iterations and returns the middle
+    (steady-state) one."""
     k = len(cmd)
     n = 3 * k
     c3 = np.tile(cmd, 3)
