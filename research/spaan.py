@@ -96,6 +96,7 @@ def free_params(spec: DeviceSpec) -> list[FreeParam]:
         *(FreeParam(f"mlp_bytes_per_cycle.{c}", 4.0, 512.0, prior=32.0, prior_sd=0.7)
           for c in ("elementwise", "norm", "softmax", "embedding")),
         FreeParam("mlp_q", 1.0, 16.0, prior=4.0, prior_sd=0.5),
+        FreeParam("auto_mem_power_frac", 0.0, 0.5, prior=0.02, prior_sd=1.5, transform="logit"),
     ]
 
 
@@ -103,7 +104,7 @@ def free_params(spec: DeviceSpec) -> list[FreeParam]:
 FITTED = ("auto_core_mhz", "auto_mem_eff", "auto_power_frac", "power_limit_w", "vf",
           "core_dyn_w", "core_base_frac", "idle_w", "mem_static_w", "mem_dyn_w", "mem_v",
           "compute_eff", "bw_eff", "core_mem_frac", "gemm_tile", "overlap_p",
-          "mlp_bytes_per_cycle", "mlp_q")
+          "mlp_bytes_per_cycle", "mlp_q", "auto_mem_power_frac")
 #: the published choices as constraints: the regret of the published pair in the model (pp of
 #: the row's auto energy) beyond this allowance is a residual of scale SIGMA_CHOICE_PP (the
 #: table's own scatter is ~1 pp: a pair the solver picked may be a near-tie)
@@ -219,7 +220,7 @@ def start(su: Setup) -> DeviceParams:
 
 #: multi-start grid (governor ceiling MHz, core dynamic power W): the fit has local minima with
 #: and without the GEMMs at the power cap under auto
-STARTS = ((2100.0, 300.0), (1950.0, 450.0), (1800.0, 600.0), (1700.0, 600.0))
+STARTS = ((2100.0, 300.0), (1950.0, 450.0), (1880.0, 450.0), (1880.0, 300.0), (1800.0, 600.0))
 
 
 def calibrate(data: Path, device: str = "rtx3080ti") -> tuple[Setup, FitResult]:
