@@ -9,6 +9,10 @@ Training processes ask it for switches over a Unix-domain socket:
   mode and group, then renamed into place, so it never exists with the wrong permissions;
 * **one helper per socket**: a second helper on the same path (a live socket, or a helper holding
   ``<socket>.lock``) refuses to start instead of taking over; a stale socket file is replaced;
+* **nothing written through a planted link**: the socket folder must belong to the helper's user
+  (or root) and be writable by nobody else (:func:`helper_folder`), and ``<socket>.lock`` is
+  opened with ``O_NOFOLLOW``/``O_EXCL`` and checked before a byte is written
+  (:func:`~joulebound.hw.gpu.open_lock_file`);
 * **GPUs are addressed by UUID** (``"gpu": "GPU-..."``; an NVML index is accepted too). The client
   resolves its own CUDA numbering (``CUDA_VISIBLE_DEVICES``) to a UUID from the helper's ``hello``;
 * **every request is validated** strictly (``bool`` is not an index, MHz are positive integers)
@@ -17,7 +21,8 @@ Training processes ask it for switches over a Unix-domain socket:
 * a GPU is **owned** by the client that first locked it, for as long as that client stays connected
   (a reset to the defaults keeps ownership; ``release`` gives it up); others get "busy". The
   helper also holds the GPU's :class:`~joulebound.hw.gpu.GpuLock`, so an in-process
-  ``--actuator nvml`` and the helper never control one GPU together;
+  ``--actuator nvml`` and the helper never control one GPU together. A ``joulebound run`` told
+  "busy" trains on without changing clocks (:class:`HelperActuator`, ``skip_when_busy``);
 * **rate-limited per GPU** (token bucket: ``burst`` switches, refilled one per
   ``min_interval_s``), whoever asks and however often they reconnect; resets are never throttled.
   A throttled switch is answered ``"code": "rate_limited"`` with ``retry_after_s``: the client
@@ -288,7 +293,8 @@ class ClockHelper:
     """The helper daemon's state and socket server.
 
     Args:
-        socket_path: where to create the Unix socket (its directory must exist).
+        socket_path: where to create the Unix socket; its folder must exist, belong to the
+            helper's user or root and be writable by nobody else (:func:`helper_folder`).
         nvml: NVML module (default ``pynvml``; tests pass :class:`FakeNvml`).
         mode: socket file permissions (who may connect), octal string or int.
         group: group name or gid to own the socket (``None``: the helper's group).
