@@ -43,7 +43,7 @@ Protocol: one JSON object per line, one reply per request::
     {"op": "reset", "gpu": "GPU-..."}       default clocks, ownership kept
     {"op": "release", "gpu": "GPU-..."}     default clocks, ownership given up
     replies: {"ok": true} | {"ok": false, "error": "...", "code": "invalid" | "busy" |
-             "rate_limited" | "nvml" | "stopping", "retry_after_s": s}
+             "rate_limited" | "nvml" | "lock" | "stopping", "retry_after_s": s}
 
 Run: ``sudo joulebound clock-helper --socket /run/joulebound/clocks.sock --group users``
 (or ``python -m joulebound.runtime.helper ...``). Client side: :class:`HelperActuator`.
@@ -318,6 +318,7 @@ class ClockHelper:
             raise JouleboundError("the clock helper must start with root or CAP_SYS_ADMIN "
                                   "(e.g. `sudo joulebound clock-helper ...`)")
         self.path = helper_folder(Path(socket_path).parent) / Path(socket_path).name
+        gpu_layer.lock_dir()      # the machine's GPU lock folder is usable: fail now, not later
         self.burst = int(burst)
         self.min_interval_s = float(min_interval_s)
         self.max_clients = int(max_clients)
@@ -493,6 +494,8 @@ class ClockHelper:
                     lk.acquire()
                 except gpu_layer.GpuBusy as exc:
                     raise _RequestError(str(exc), "busy") from None
+                except JouleboundError as exc:     # the lock folder or file is not safe
+                    raise _RequestError(str(exc), "lock") from None
                 st.owner, st.lock = client, lk
             if op == "set" and not st.bucket.take():
                 self.rate_limited += 1
