@@ -223,7 +223,8 @@ def test_an_unprivileged_user_cannot_block_clock_control_with_a_read_lock(tmp_pa
         locks = _lock_dir(monkeypatch, base / "locks")
         gpu_layer.GpuLock("GPU-fake-0", owner="joulebound clock-helper").acquire().release()
         lock_file = locks / "GPU-fake-0.lock"
-        p = subprocess.Popen(["/usr/bin/python3", "-I", "-c", _ATTACK, str(lock_file)],
+        py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+        p = subprocess.Popen([py, "-I", "-c", _ATTACK, str(lock_file)],
                              stdout=subprocess.PIPE, text=True, preexec_fn=_as_nobody)
         try:
             line = p.stdout.readline().split()

@@ -947,8 +947,8 @@ class HelperActuator(Actuator):
         return (f"{self.phys.describe()} was busy when this run first switched clocks (at op "
                 f"{self._busy_first_op:,}): {self._busy_why}. Training went on without changing "
                 f"clocks (at the defaults or the other owner's); {self.skipped:,} switch(es) "
-                f"skipped, the GPU asked for again every {BUSY_RETRY_S:g}-{BUSY_RETRY_MAX_S:g} s; "
-                f"{then}")
+                f"skipped while it was asked for again with backoff ({BUSY_RETRY_S:g} s doubling "
+                f"to {BUSY_RETRY_MAX_S:g} s); {then}")
 
     def _shutdown_socket(self) -> None:
         with contextlib.suppress(OSError):
