@@ -35,8 +35,15 @@ def shared_data() -> Path:
 @pytest.fixture(autouse=True)
 def _private_gpu_lock_dir(tmp_path_factory, monkeypatch):
     """Per-test GPU lock folder (joulebound.hw.gpu.GpuLock): fake GPUs share UUIDs across
-    tests and across the test runs of other checkouts on this machine."""
-    monkeypatch.setenv("JOULEBOUND_LOCK_DIR", str(tmp_path_factory.mktemp("gpu-locks")))
+    tests and across the test runs of other checkouts on this machine. The library reads no
+    environment variable for it (one folder per machine, ``gpu.LOCK_DIR``): this process's is
+    set here, and children started through ``tests/_fake_nvml_cli.py`` take theirs from
+    ``$JOULEBOUND_TEST_LOCK_DIR`` (read by that test runner only)."""
+    from joulebound.hw import gpu as gpu_layer
+
+    d = tmp_path_factory.mktemp("gpu-locks") / "locks"
+    monkeypatch.setattr(gpu_layer, "LOCK_DIR", d)
+    monkeypatch.setenv("JOULEBOUND_TEST_LOCK_DIR", str(d))
 
 
 #: the user's own state the package reads: the device catalog under $JOULEBOUND_HOME (default

@@ -248,7 +248,7 @@ class _FakeNvmlBackend(NvmlBackend):
 def fake_gpu(gpt_step, tmp_path, monkeypatch):
     from joulebound.hw import gpu as gpu_layer
 
-    monkeypatch.setenv("JOULEBOUND_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setattr(gpu_layer, "LOCK_DIR", tmp_path / "locks")
     monkeypatch.setattr(gpu_layer, "has_clock_privileges", lambda: True)
     trace, _ = gpt_step
     # the clock-locking tests need a few replayable kernels, not the step's ~100: its first 16

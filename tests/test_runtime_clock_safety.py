@@ -41,11 +41,9 @@ print("done", flush=True)
 def _env(tmp: Path, name: str, **cfg) -> tuple[dict[str, str], FakeNvml]:
     state = tmp / f"{name}.nvml.json"
     locks = tmp / f"{name}.locks"
-    locks.mkdir(exist_ok=True)
-    cfg = {"state": str(state), **cfg}
+    cfg = {"state": str(state), "locks": str(locks), **cfg}
     nv = FakeNvml(n_gpus=int(cfg.get("n_gpus", 1)), state_path=state)
-    env = {**os.environ, "JOULEBOUND_TEST_FAKE_NVML": json.dumps(cfg),
-           "JOULEBOUND_LOCK_DIR": str(locks), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "JOULEBOUND_TEST_FAKE_NVML": json.dumps(cfg), "PYTHONUNBUFFERED": "1"}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     return env, nv
 

@@ -22,7 +22,9 @@ It owns clock control and listens on a Unix socket; users who can open the socke
 GPU (--burst switches, then one per --min-interval s; a throttled switch is deferred by the
 client, never fatal; resets are never throttled). A client owns the GPUs it set until it
 disconnects; they are reset to the defaults when it disconnects or dies. A second helper on a live
-socket refuses to start; a world-writable --mode needs --insecure. SIGTERM, SIGINT, SIGHUP and
+socket refuses to start; a world-writable --mode needs --insecure. The socket's folder must belong
+to the helper's user (or root) and be writable by nobody else (e.g. `sudo mkdir -p /run/joulebound`);
+per-GPU locks live in /run/joulebound/locks (0700). See docs/runtime.md, Threat model. SIGTERM, SIGINT, SIGHUP and
 SIGQUIT stop it: it closes every client, then resets every GPU it touched."""
 
 

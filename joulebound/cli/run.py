@@ -28,7 +28,7 @@ The plan's kernel names must be op keys: record them first with
 plan over that trace, then run with --plan.
 
 --json (the script's own stdout then goes to stderr) keys: command, exit_code, actuator, duration_s (measured), ops, planned_ops, safe_ops,
-switches, switch_log, predictor_accuracy, period_ops, modeled_time_s, modeled_energy_j,
+switches, skipped_switches, switch_log, predictor_accuracy, period_ops, modeled_time_s, modeled_energy_j,
 modeled_iteration_energy_j, unknown_ops, baseline_time_s, baseline_energy_j (the same ops at
 the default clocks), modeled_energy_delta, modeled_time_delta (simulated only; modeled),
 plan_summary {baseline_time_s, baseline_energy_j, time_s, energy_j, energy_delta, time_delta,
@@ -38,7 +38,11 @@ null), duration_provenance, modeled_provenance.
 
 Recording needs at least 3 optimizer steps. With --actuator nvml/helper a plan whose phases are
 shorter than the switch latency (--switch-latency, else the GPU's catalog latency) is refused
-unless --force.
+unless --force, and every clock pair the plan commands is checked against the live GPU's clock
+table before the script starts: unsupported pairs are named and the plan refused, or mapped to the
+nearest supported pair with --snap (a note lists them). Through the helper, a GPU another client
+holds is not an error: training goes on without changing clocks (skipped_switches in --json and a
+note say how many switches were skipped).
 Switch log (JSON lines): t_s, op, label (plan position, -1 unknown), config, reason
 (plan | unknown-op | low-confidence | unexpected-future | close), key.
 
@@ -68,6 +72,9 @@ def run_command(
     force: Annotated[bool, typer.Option(
         "--force", help="Apply a plan with phases shorter than the GPU's switch latency "
         "(nvml/helper actuators).")] = False,
+    snap: Annotated[bool, typer.Option(
+        "--snap", help="Map clock pairs the GPU does not support to the nearest supported pair "
+        "(with a note) instead of refusing the plan (nvml/helper actuators).")] = False,
 ) -> None:
     from joulebound.cli._common import console, fmt_pct, print_json
     from joulebound.core.errors import JouleboundError, did_you_mean
@@ -92,7 +99,7 @@ def run_command(
     res = run(cmd, p, actuator, char=char, switch_log=switch_log, switch_latency_s=lat,
               min_confidence=min_confidence, socket_path=socket,
               gpu=int(gpu) if gpu.strip().isdigit() else gpu.strip(), record_path=record,
-              quiet_stdout=as_json, force=force)
+              quiet_stdout=as_json, force=force, snap=snap)
     if as_json:
         print_json(res.to_json())
     else:

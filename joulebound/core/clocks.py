@@ -121,3 +121,30 @@ def is_supported(config: ClockConfig, supported: Mapping[int, Sequence[int]]) ->
         return True
     mems = [config.mem_mhz] if config.mem_mhz is not None else list(supported)
     return any(config.core_mhz in supported[m] for m in mems)
+
+
+def nearest_supported(config: ClockConfig,
+                      supported: Mapping[int, Sequence[int]]) -> ClockConfig | None:
+    """The supported pair (:func:`is_supported`) nearest to ``config``: a fixed memory clock
+    goes to the nearest memory clock in the table, then a fixed core clock to the nearest core
+    clock listed at that memory clock (at any memory clock when memory is left to the governor);
+    ties go to the higher clock (the smaller slowdown). A clock left to the governor stays so.
+
+    ``None`` when there is nothing sensible to map to: an empty table, or a clock of 0 MHz or
+    less (not a clock at all, whatever the table)."""
+    if is_supported(config, supported):
+        return config
+    if not supported or any(v is not None and v <= 0 for v in (config.core_mhz, config.mem_mhz)):
+        return None
+
+    def near(value: int, options: Sequence[int]) -> int:
+        return min(options, key=lambda o: (abs(o - value), -o))
+
+    mem = None if config.mem_mhz is None else near(config.mem_mhz, list(supported))
+    if config.core_mhz is None:
+        return ClockConfig(None, mem)
+    cores = list(supported[mem]) if mem is not None else [c for cs in supported.values()
+                                                          for c in cs]
+    if not cores:
+        return None
+    return ClockConfig(near(config.core_mhz, cores), mem)

@@ -18,8 +18,14 @@ Every part of joulebound that touches NVML goes through this module: the energy 
   ``flock`` on ``<lock dir>/<UUID>.lock``), taken by every in-process clock actuator and by the
   clock helper for each GPU a client controls; a second owner — another ``joulebound run``, the
   helper, or a second actuator in the same process — is refused with a message naming the holder.
-  The lock dir is ``$JOULEBOUND_LOCK_DIR``, else ``/run/joulebound/locks`` where it can be created
-  (root), else ``<tmp>/joulebound-gpu-locks``.
+  There is **one lock folder per machine**, :data:`LOCK_DIR` (``/run/joulebound/locks``),
+  whatever the caller's environment (``TMPDIR``, ``HOME``, any variable) and privileges (root or
+  ``CAP_SYS_ADMIN``): two owners can never use two folders. Nobody outside the folder's owner
+  and group can open, and so ``flock``, a lock file (folder 0700, or 0770 for a group of
+  privileged users; files 0600/0660), and every file is opened with ``O_NOFOLLOW`` in a folder
+  held open by descriptor, created with ``O_EXCL`` and checked (a regular file with one link,
+  owned by root, this user or the folder's owner) before anything is written to it
+  (:func:`open_lock_folder`, :func:`open_lock_file`). See docs/runtime.md, *Threat model*.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import errno
 import fcntl
 import json
 import os
-import tempfile
+import stat
 import threading
 import time
 import weakref
@@ -445,24 +451,151 @@ class GpuDevice:
 
 
 # -- one owner per GPU --------------------------------------------------------------------------
+#: THE folder of the per-GPU lock files on every machine (see the module docs). No environment
+#: variable moves it; the test suite points it at a private folder in-process (its fake GPUs
+#: share UUIDs across tests).
+LOCK_DIR = Path("/run/joulebound/locks")
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_FOLDER_HELP = ("create it once as root: `sudo install -d -m 0700 {d}` (or `-m 0770 -g GROUP` "
+                "for non-root processes with CAP_SYS_ADMIN in GROUP), or let training use the "
+                "clock helper (`--actuator helper`)")
+
+
 def lock_dir() -> Path:
-    """Where per-GPU lock files live (see the module docs); created when missing."""
-    env = os.environ.get("JOULEBOUND_LOCK_DIR")
-    shared_tmp = Path(tempfile.gettempdir()) / "joulebound-gpu-locks"
-    candidates = [Path(env)] if env else [Path("/run/joulebound/locks"), shared_tmp]
-    last: OSError | None = None
-    for d in candidates:
+    """The machine's GPU lock folder, :data:`LOCK_DIR` (checked and created as
+    :func:`open_lock_folder` does)."""
+    fd = open_lock_folder()
+    os.close(fd)
+    return LOCK_DIR
+
+
+def _owner_ok(uid: int, *extra: int) -> bool:
+    return uid in (0, os.geteuid(), *extra)
+
+
+def open_lock_folder(folder: Path | None = None) -> int:
+    """Open the lock folder (default :data:`LOCK_DIR`) as a directory descriptor, creating it
+    (mode 0700) when missing; file names are then opened relative to the descriptor, so the
+    folder cannot be swapped between the check and the use.
+
+    The folder must be a real directory (``O_NOFOLLOW``: not a symlink), owned by root or this
+    user, and not writable by others; its parent not writable by others (unless sticky). A
+    folder that others may enter (0755, as earlier versions made it) is tightened to 0700 when
+    this process owns it (or is root), else refused.
+
+    Raises:
+        JouleboundError: what is wrong with the folder and how to fix it.
+    """
+    d = Path(LOCK_DIR if folder is None else folder)
+    try:
+        parent = os.stat(d.parent)
+    except FileNotFoundError:
+        parent = None
+    if parent is not None and parent.st_mode & stat.S_IWOTH and not parent.st_mode & stat.S_ISVTX:
+        raise JouleboundError(f"GPU lock folder {d}: its parent {d.parent} is writable by every "
+                              "user (not sticky), so anyone could replace the lock folder; "
+                              + _FOLDER_HELP.format(d=d))
+    try:
+        if parent is None:
+            os.makedirs(d.parent, mode=0o755, exist_ok=True)
+        os.mkdir(d, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise JouleboundError(f"GPU lock folder {d} does not exist and this process (uid "
+                              f"{os.geteuid()}) cannot create it ({exc.strerror}). Clock control "
+                              "takes a per-GPU lock there, one folder per machine: "
+                              + _FOLDER_HELP.format(d=d)) from None
+    try:
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    except OSError as exc:
+        why = ("is a symbolic link" if exc.errno == errno.ELOOP or os.path.islink(d) else
+               "is not a directory" if exc.errno == errno.ENOTDIR else f"({exc.strerror})")
+        raise JouleboundError(f"GPU lock folder {d} {why}: refusing to use it; "
+                              + _FOLDER_HELP.format(d=d)) from None
+    try:
+        st = os.fstat(fd)
+        if not _owner_ok(st.st_uid):
+            raise JouleboundError(f"GPU lock folder {d} belongs to uid {st.st_uid}, not to root "
+                                  "or this user: refusing to use it; " + _FOLDER_HELP.format(d=d))
+        if st.st_mode & stat.S_IWOTH:
+            raise JouleboundError(f"GPU lock folder {d} is writable by every user (mode "
+                                  f"{stat.S_IMODE(st.st_mode):o}): refusing to use it; "
+                                  + _FOLDER_HELP.format(d=d))
+        if st.st_mode & 0o007:
+            # others could enter it and open (so flock) a lock file: close it to them
+            try:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~0o007)
+            except OSError:
+                raise JouleboundError(f"GPU lock folder {d} is open to every user (mode "
+                                      f"{stat.S_IMODE(st.st_mode):o}), who could block clock "
+                                      "control by locking a file in it; "
+                                      + _FOLDER_HELP.format(d=d)) from None
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_lock_file(dir_fd: int, name: str, what: str) -> int:
+    """Open (create) lock file ``name`` in the folder ``dir_fd`` read-write, safely.
+
+    ``O_NOFOLLOW`` (a planted symlink is refused, never followed), ``O_EXCL`` when creating
+    (mode 0600; 0660 and the folder's group when the folder is group-writable), and before
+    anything is written: a regular file with one link, owned by root, this user or the folder's
+    owner (or, in a group-writable folder, of the folder's group), not open to others. ``what``
+    names the file in messages.
+
+    Raises:
+        JouleboundError: a symlink, a hard link, someone else's file, an unopenable file.
+    """
+    dst = os.fstat(dir_fd)
+    shared = bool(dst.st_mode & stat.S_IWGRP)
+    want = 0o660 if shared else 0o600
+    rw = os.O_RDWR | _NOFOLLOW | _CLOEXEC
+    created = False
+    try:
+        fd = os.open(name, rw | os.O_CREAT | os.O_EXCL, want, dir_fd=dir_fd)
+        created = True
+    except FileExistsError:
         try:
-            d.mkdir(parents=True, exist_ok=True)
-            if d == shared_tmp and d.stat().st_uid == os.getuid():
-                os.chmod(d, 0o1777)  # shared like /tmp: every user may create lock files
+            fd = os.open(name, rw, dir_fd=dir_fd)
         except OSError as exc:
-            last = exc
-            continue
-        if os.access(d, os.W_OK | os.X_OK):
-            return d
-    raise JouleboundError(f"no usable GPU lock directory ({last}); set JOULEBOUND_LOCK_DIR to a "
-                          "folder every clock-changing process can write")
+            if exc.errno == errno.ELOOP:
+                raise JouleboundError(f"{what} is a symbolic link: refusing to follow it (someone "
+                                      "may be trying to make this process overwrite the file it "
+                                      "points to); remove it and make sure only root or the "
+                                      "clock group can write its folder") from None
+            raise JouleboundError(f"cannot open {what} ({exc.strerror}): it belongs to another "
+                                  "user; remove it, or run as that user or root") from None
+    try:
+        st = os.fstat(fd)
+        if created:
+            os.fchmod(fd, want)
+            if shared and st.st_gid != dst.st_gid:
+                with contextlib.suppress(OSError):
+                    os.fchown(fd, -1, dst.st_gid)
+            return fd
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            raise JouleboundError(f"{what} is not a plain file with one link (a hard link or a "
+                                  "device planted there?): refusing to write to it; remove it")
+        if not (_owner_ok(st.st_uid, dst.st_uid) or (shared and st.st_gid == dst.st_gid)):
+            raise JouleboundError(f"{what} belongs to uid {st.st_uid}, not to root, this user or "
+                                  "the folder's owner or group: refusing to use it; remove it")
+        if st.st_mode & 0o007 or (st.st_mode & 0o070 and not shared):
+            try:
+                os.fchmod(fd, want)
+            except OSError:
+                raise JouleboundError(f"{what} can be opened by other users (mode "
+                                      f"{stat.S_IMODE(st.st_mode):o}), who could block it with a "
+                                      "lock of their own; remove it (it is recreated 0600)") \
+                    from None
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 #: every GpuLock held by this process (closed in forked children; they must not keep it)
@@ -480,7 +613,10 @@ class GpuLock:
     def __init__(self, uuid: str, owner: str = "joulebound") -> None:
         self.uuid = uuid
         self.owner = owner
-        self.path = lock_dir() / f"{uuid.replace('/', '_')}.lock"
+        self.name = f"{uuid.replace('/', '_').replace(chr(0), '_')}.lock"
+        if self.name.startswith("."):
+            self.name = "_" + self.name
+        self.path = LOCK_DIR / self.name
         self._fd: int | None = None
         self._mu = threading.Lock()
 
@@ -489,38 +625,58 @@ class GpuLock:
         return self._fd is not None
 
     def holder(self) -> str:
-        """Who holds the lock, as the holder wrote it (best effort)."""
+        """Who holds the lock, as the holder wrote it (best effort; never follows a link)."""
         try:
-            info = json.loads(self.path.read_text(encoding="utf-8") or "{}")
-            return f"{info.get('owner', '?')} (pid {info.get('pid', '?')})"
-        except (OSError, ValueError):
+            fd = os.open(self.path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+        except OSError:
+            return "another process"
+        try:
+            return self._holder_of(fd)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _holder_of(fd: int) -> str:
+        try:
+            info = json.loads(os.pread(fd, 4096, 0).decode("utf-8", "replace") or "{}")
+            return f"{str(info.get('owner', '?'))[:80]} (pid {int(info.get('pid', -1))})"
+        except (OSError, ValueError, TypeError, AttributeError):
             return "another process"
 
     def acquire(self) -> GpuLock:
-        """Take the lock now or raise :class:`GpuBusy` (never waits)."""
+        """Take the lock now or raise :class:`GpuBusy` (never waits).
+
+        The lock file is ``<LOCK_DIR>/<UUID>.lock``, opened as :func:`open_lock_file` does
+        (never through a symlink, only a plain file of root, this user or the folder's
+        owner/group), in the folder :func:`open_lock_folder` checked.
+
+        Raises:
+            GpuBusy: another owner holds it.
+            JouleboundError: the folder or the file is not safe to use (what and how to fix).
+        """
         with self._mu:
             if self._fd is not None:
                 return self
-            flags = os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+            dfd = open_lock_folder(self.path.parent)
             try:
-                fd = os.open(self.path, os.O_RDWR | flags, 0o644)
-            except PermissionError:
-                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC |
-                             getattr(os, "O_NOFOLLOW", 0))
+                fd = open_lock_file(dfd, self.name, f"GPU lock file {self.path}")
+            finally:
+                os.close(dfd)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
+                who = self._holder_of(fd)
                 os.close(fd)
                 if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise GpuBusy(f"GPU {self.uuid} is already controlled by {self.holder()}: one "
+                    raise GpuBusy(f"GPU {self.uuid} is already controlled by {who}: one "
                                   "owner per GPU. Wait for it to finish (or stop it), use another "
                                   "GPU, or `--actuator dry-run` to try a plan without "
                                   "changing clocks") from None
                 raise
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
-                os.write(fd, json.dumps({"owner": self.owner, "pid": os.getpid(),
-                                         "since": time.time()}).encode())
+                os.pwrite(fd, json.dumps({"owner": self.owner, "pid": os.getpid(),
+                                          "since": time.time()}).encode(), 0)
             self._fd = fd
             _HELD.add(self)
             return self

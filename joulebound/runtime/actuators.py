@@ -63,6 +63,8 @@ class Actuator:
         self._closed = False
         self.n_ops = 0
         self._pid = os.getpid()
+        #: switches asked for but not made because another owner held the GPU
+        self.skipped = 0
 
     @property
     def in_owner_process(self) -> bool:
@@ -85,6 +87,15 @@ class Actuator:
 
     def _apply(self, config: ClockConfig) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
+
+    def supported_clocks(self) -> dict[int, list[int]] | None:
+        """The live GPU's clock table (memory MHz -> core MHz), ``None`` for actuators with no
+        GPU (dry-run, simulated) or when it cannot be read."""
+        return None
+
+    def describe_gpu(self) -> str:
+        """The GPU this actuator drives, in words."""
+        return "the GPU"
 
     def on_op(self, label: int) -> None:
         """An op ran (``label``: plan position or -1). Only the simulator uses it."""
@@ -319,6 +330,18 @@ class NvmlActuator(Actuator):
         except ChannelClosed:
             return False
 
+    def supported_clocks(self) -> dict[int, list[int]] | None:
+        """The GPU's clock table as NVML lists it now (``None`` when it cannot be read)."""
+        try:
+            return self.device.supported_clocks() or None
+        except Exception as exc:
+            self.notes.append(f"the supported clocks of {self.device.describe()} could not be "
+                              f"read ({exc})")
+            return None
+
+    def describe_gpu(self) -> str:
+        return self.device.describe()
+
     def _call(self, what: str, call: Any, *args: Any) -> None:
         """``call(*args)`` (a :class:`~joulebound.hw.gpu.GpuDevice` clock method), its NVML
         error turned into the typed error of its return code (``what`` says what was tried)."""
@@ -489,7 +512,7 @@ def reset_all_clocks(nvml: Any = None, gpus: Sequence[int | str] | None = None,
             except gpu_layer.GpuBusy:
                 rep.note = (f"controlled by {lk.holder()}: its clocks were reset, but that owner "
                             "may lock them again")
-            except OSError:
-                pass
+            except (OSError, JouleboundError):
+                pass      # no usable lock folder: nobody can hold the GPU through it
             reports.append(rep)
     return reports

@@ -9,6 +9,10 @@ Training processes ask it for switches over a Unix-domain socket:
   mode and group, then renamed into place, so it never exists with the wrong permissions;
 * **one helper per socket**: a second helper on the same path (a live socket, or a helper holding
   ``<socket>.lock``) refuses to start instead of taking over; a stale socket file is replaced;
+* **nothing written through a planted link**: the socket folder must belong to the helper's user
+  (or root) and be writable by nobody else (:func:`helper_folder`), and ``<socket>.lock`` is
+  opened with ``O_NOFOLLOW``/``O_EXCL`` and checked before a byte is written
+  (:func:`~joulebound.hw.gpu.open_lock_file`);
 * **GPUs are addressed by UUID** (``"gpu": "GPU-..."``; an NVML index is accepted too). The client
   resolves its own CUDA numbering (``CUDA_VISIBLE_DEVICES``) to a UUID from the helper's ``hello``;
 * **every request is validated** strictly (``bool`` is not an index, MHz are positive integers)
@@ -17,7 +21,8 @@ Training processes ask it for switches over a Unix-domain socket:
 * a GPU is **owned** by the client that first locked it, for as long as that client stays connected
   (a reset to the defaults keeps ownership; ``release`` gives it up); others get "busy". The
   helper also holds the GPU's :class:`~joulebound.hw.gpu.GpuLock`, so an in-process
-  ``--actuator nvml`` and the helper never control one GPU together;
+  ``--actuator nvml`` and the helper never control one GPU together. A ``joulebound run`` told
+  "busy" trains on without changing clocks (:class:`HelperActuator`, ``skip_when_busy``);
 * **rate-limited per GPU** (token bucket: ``burst`` switches, refilled one per
   ``min_interval_s``), whoever asks and however often they reconnect; resets are never throttled.
   A throttled switch is answered ``"code": "rate_limited"`` with ``retry_after_s``: the client
@@ -38,7 +43,7 @@ Protocol: one JSON object per line, one reply per request::
     {"op": "reset", "gpu": "GPU-..."}       default clocks, ownership kept
     {"op": "release", "gpu": "GPU-..."}     default clocks, ownership given up
     replies: {"ok": true} | {"ok": false, "error": "...", "code": "invalid" | "busy" |
-             "rate_limited" | "nvml" | "stopping", "retry_after_s": s}
+             "rate_limited" | "nvml" | "lock" | "stopping", "retry_after_s": s}
 
 Run: ``sudo joulebound clock-helper --socket /run/joulebound/clocks.sock --group users``
 (or ``python -m joulebound.runtime.helper ...``). Client side: :class:`HelperActuator`.
@@ -65,7 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from joulebound.core.clocks import AUTO, ClockConfig, is_supported
-from joulebound.core.errors import JouleboundError
+from joulebound.core.errors import GpuBusy, JouleboundError
 from joulebound.hw import gpu as gpu_layer
 from joulebound.runtime.actuators import PERMISSION_HELP, Actuator, ChannelClosed, SwitchRecord
 from joulebound.runtime.guard import STOP_SIGNALS, guard
@@ -80,6 +85,10 @@ MAX_DEPTH = 4
 BACKLOG = 128
 #: longest integer literal accepted (digits)
 MAX_INT_DIGITS = 12
+#: a client told "busy" asks for the GPU again after this long (s), doubling each time ...
+BUSY_RETRY_S = 1.0
+#: ... up to this (s)
+BUSY_RETRY_MAX_S = 30.0
 
 
 class _Bucket:
@@ -232,6 +241,39 @@ def resolve_group(group: str | int | None) -> int | None:
     return gid
 
 
+def helper_folder(folder: Path) -> Path:
+    """The socket folder, resolved, if the helper may work in it: it must exist, belong to root
+    or this user and be writable by nobody else (so no other user can plant a symlink or a file
+    at ``<socket>.lock`` or at the socket's temporary name, or rename them), and no folder above
+    it may be writable by every user unless sticky (``/tmp``). Returns the real path (symlinks
+    resolved once: everything after uses it).
+
+    Raises:
+        JouleboundError: what is wrong and how to fix it.
+    """
+    if not folder.is_dir():
+        raise JouleboundError(f"--socket folder {folder} does not exist (create it, e.g. "
+                              "`sudo mkdir -p /run/joulebound`)")
+    real = Path(os.path.realpath(folder))
+    st = os.stat(real)
+    fix = (f"use a folder only the helper's user can write, e.g. `sudo mkdir -p /run/joulebound` "
+           f"(root, mode 755), or `chmod go-w {real}`")
+    if st.st_uid not in (0, os.geteuid()):
+        raise JouleboundError(f"--socket folder {real} belongs to uid {st.st_uid}, not to the "
+                              f"helper's user (uid {os.geteuid()}) or root: its owner could "
+                              f"plant files the helper writes through; {fix}")
+    if st.st_mode & 0o022:
+        raise JouleboundError(f"--socket folder {real} is writable by other users (mode "
+                              f"{stat.S_IMODE(st.st_mode):o}): they could plant a symlink at the "
+                              f"helper's lock file or socket; {fix}")
+    for up in real.parents:
+        ust = os.stat(up)
+        if ust.st_mode & stat.S_IWOTH and not ust.st_mode & stat.S_ISVTX:
+            raise JouleboundError(f"--socket folder {real}: {up} above it is writable by every "
+                                  f"user (not sticky), so anyone could swap the folder; {fix}")
+    return real
+
+
 class _Server(socketserver.ThreadingUnixStreamServer):
     request_queue_size = BACKLOG
     daemon_threads = True
@@ -251,7 +293,8 @@ class ClockHelper:
     """The helper daemon's state and socket server.
 
     Args:
-        socket_path: where to create the Unix socket (its directory must exist).
+        socket_path: where to create the Unix socket; its folder must exist, belong to the
+            helper's user or root and be writable by nobody else (:func:`helper_folder`).
         nvml: NVML module (default ``pynvml``; tests pass :class:`FakeNvml`).
         mode: socket file permissions (who may connect), octal string or int.
         group: group name or gid to own the socket (``None``: the helper's group).
@@ -274,10 +317,8 @@ class ClockHelper:
         if check_privileges and not gpu_layer.has_clock_privileges():
             raise JouleboundError("the clock helper must start with root or CAP_SYS_ADMIN "
                                   "(e.g. `sudo joulebound clock-helper ...`)")
-        self.path = Path(socket_path)
-        if not self.path.parent.is_dir():
-            raise JouleboundError(f"--socket {self.path}: folder {self.path.parent} does not "
-                                  "exist (create it, e.g. `sudo mkdir -p /run/joulebound`)")
+        self.path = helper_folder(Path(socket_path).parent) / Path(socket_path).name
+        gpu_layer.lock_dir()      # the machine's GPU lock folder is usable: fail now, not later
         self.burst = int(burst)
         self.min_interval_s = float(min_interval_s)
         self.max_clients = int(max_clients)
@@ -453,6 +494,8 @@ class ClockHelper:
                     lk.acquire()
                 except gpu_layer.GpuBusy as exc:
                     raise _RequestError(str(exc), "busy") from None
+                except JouleboundError as exc:     # the lock folder or file is not safe
+                    raise _RequestError(str(exc), "lock") from None
                 st.owner, st.lock = client, lk
             if op == "set" and not st.bucket.take():
                 self.rate_limited += 1
@@ -546,7 +589,14 @@ class ClockHelper:
     def _take_path(self) -> None:
         """Refuse to start on a live socket; replace a stale one."""
         lock_path = self.path.with_name(self.path.name + ".lock")
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        # never through a symlink, only our own plain file, in the folder checked at start
+        dfd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW |
+                      os.O_CLOEXEC)
+        try:
+            fd = gpu_layer.open_lock_file(dfd, lock_path.name, f"the helper's lock file "
+                                          f"{lock_path}")
+        finally:
+            os.close(dfd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -557,7 +607,7 @@ class ClockHelper:
         self._lockfd = fd
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
-            os.write(fd, str(os.getpid()).encode())
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
         if self.path.exists() or self.path.is_symlink():
             if not stat.S_ISSOCK(os.lstat(self.path).st_mode):
                 self._drop_lock()
@@ -686,6 +736,12 @@ class HelperActuator(Actuator):
         timeout_s: per-request timeout (s).
         connect_timeout_s: how long to keep trying while the helper's backlog is full (s).
         env: environment for ``CUDA_VISIBLE_DEVICES`` (default ``os.environ``).
+        skip_when_busy: when another owner holds the GPU (the helper answers ``busy``), skip the
+            switch instead of raising :class:`~joulebound.core.errors.GpuBusy`: training goes on
+            without changing clocks, the GPU is asked for again after a backoff
+            (:data:`BUSY_RETRY_S`, doubling up to :data:`BUSY_RETRY_MAX_S`), and :attr:`skipped`
+            / :attr:`notes` say how many switches were skipped (``joulebound run`` sets it;
+            calibration, which must not measure at clocks it did not set, keeps the error).
 
     A switch the helper's rate limit refuses is **deferred**, not an error: it is retried once the
     helper says a token is back (at the next op or switch), a newer switch replaces it, and
@@ -696,9 +752,15 @@ class HelperActuator(Actuator):
 
     def __init__(self, socket_path: str | Path, gpu: int | str = 0, timeout_s: float = 5.0,
                  connect_timeout_s: float = 30.0, env: dict[str, str] | None = None,
-                 install_signal_handlers: bool = True) -> None:
+                 install_signal_handlers: bool = True, skip_when_busy: bool = False) -> None:
         super().__init__()
         self._closed = True
+        self.skip_when_busy = bool(skip_when_busy)
+        self._busy_until = 0.0             # monotonic s: do not ask for the GPU before this
+        self._busy_wait = BUSY_RETRY_S
+        self._busy_why: str | None = None
+        self._busy_first_op = -1
+        self._owned_after_busy = False
         self.socket_path = str(socket_path)
         self.sock = self._connect(self.socket_path, timeout_s, connect_timeout_s)
         self._rf = self.sock.makefile("rb")
@@ -785,9 +847,22 @@ class HelperActuator(Actuator):
                 raise ChannelClosed
             raise JouleboundError("the clock helper closed the connection")
         resp = json.loads(line)
+        if not resp.get("ok") and resp.get("code") == "busy" and req.get("op") == "set":
+            if self.skip_when_busy:
+                return resp
+            raise GpuBusy(f"clock helper refused {req}: {resp.get('error')}")
         if not resp.get("ok") and resp.get("code") != "rate_limited":
             raise JouleboundError(f"clock helper refused {req}: {resp.get('error')}")
         return resp
+
+    def supported_clocks(self) -> dict[int, list[int]] | None:
+        """The GPU's live clock table as the helper read it from NVML (memory MHz -> core MHz),
+        ``None`` when the helper could not read it."""
+        sup = self.hello["gpus"].get(self.uuid, {}).get("supported") or {}
+        return {int(m): [int(c) for c in cs] for m, cs in sup.items()} or None
+
+    def describe_gpu(self) -> str:
+        return self.phys.describe()
 
     def _parting_words(self) -> str | None:
         """The error the helper sent before closing the connection, if any."""
@@ -803,6 +878,9 @@ class HelperActuator(Actuator):
         if config == self.current:
             self._pending = None          # already there: a deferred switch is moot
             return False
+        if self._busy_until and time.monotonic() < self._busy_until:
+            self.skipped += 1             # another owner has the GPU: ask again later
+            return False
         if self._pending is not None:
             if config != self._pending:
                 self.superseded += 1
@@ -813,7 +891,7 @@ class HelperActuator(Actuator):
             return super().set_clocks(config)
         except ChannelClosed:
             return False
-        except _Deferred:
+        except (_Deferred, _Skipped):
             return False
 
     def on_op(self, label: int) -> None:
@@ -829,7 +907,21 @@ class HelperActuator(Actuator):
                                   "mem": config.mem_mhz})
         if resp.get("ok"):
             self._pending = None
+            if self._busy_until:
+                self._busy_until = 0.0
+                self._owned_after_busy = True
             return
+        if resp.get("code") == "busy":   # another owner: skip, ask again after a backoff
+            self._pending = None
+            self.skipped += 1
+            if self._busy_why is None:
+                self._busy_why = str(resp.get("error"))
+                self._busy_first_op = self.n_ops
+                log.warning("clock helper: %s; training goes on without changing clocks",
+                            self._busy_why)
+            self._busy_until = time.monotonic() + self._busy_wait
+            self._busy_wait = min(self._busy_wait * 2, BUSY_RETRY_MAX_S)
+            raise _Skipped
         # rate limited: defer (resets are never limited)
         if self._pending is None or self._pending != config:
             self.deferred += 1
@@ -845,6 +937,18 @@ class HelperActuator(Actuator):
         return (f"clock helper rate limit (burst {lim.get('burst')}, then one switch per "
                 f"{lim.get('min_interval_s')} s per GPU): {self.deferred} switch(es) deferred, "
                 f"{self.superseded} replaced by a newer one before they could be applied")
+
+    def busy_note(self) -> str | None:
+        """What a busy GPU did to this run, in words (``None`` when it never was)."""
+        if self._busy_why is None:
+            return None
+        then = ("the GPU was obtained later and the plan applied from then on"
+                if self._owned_after_busy else "this run never obtained it")
+        return (f"{self.phys.describe()} was busy when this run first switched clocks (at op "
+                f"{self._busy_first_op:,}): {self._busy_why}. Training went on without changing "
+                f"clocks (at the defaults or the other owner's); {self.skipped:,} switch(es) "
+                f"skipped while it was asked for again with backoff ({BUSY_RETRY_S:g} s doubling "
+                f"to {BUSY_RETRY_MAX_S:g} s); {then}")
 
     def _shutdown_socket(self) -> None:
         with contextlib.suppress(OSError):
@@ -870,9 +974,9 @@ class HelperActuator(Actuator):
     def close(self) -> None:
         if self._closed or not self.in_owner_process:
             return
-        note = self.rate_limit_note()
-        if note and note not in self.notes:
-            self.notes.append(note)
+        for note in (self.rate_limit_note(), self.busy_note()):
+            if note and note not in self.notes:
+                self.notes.append(note)
         try:
             if self.current != AUTO:
                 with contextlib.suppress(ChannelClosed, JouleboundError):
@@ -887,6 +991,10 @@ class HelperActuator(Actuator):
 
 class _Deferred(Exception):
     """A switch the helper's rate limit deferred."""
+
+
+class _Skipped(Exception):
+    """A switch skipped: another owner holds the GPU."""
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -50,6 +50,8 @@ class RunResult:
     planned_ops: int = 0
     safe_ops: int = 0
     switches: int = 0
+    #: switches the actuator could not make because another owner held the GPU
+    skipped_switches: int = 0
     switch_log: str | None = None
     predictor_accuracy: float | None = None
     period_ops: int | None = None
@@ -201,7 +203,8 @@ def make_actuator(name: str, *, char: Any = None, switch_latency_s: float = 0.0,
 
         if not socket_path:
             raise JouleboundError("--actuator helper needs --socket PATH (the clock helper's)")
-        return HelperActuator(socket_path, gpu=gpu)
+        # a GPU another client holds: train on without changing clocks (skipped switches)
+        return HelperActuator(socket_path, gpu=gpu, skip_when_busy=True)
     from joulebound.core.errors import did_you_mean
 
     raise JouleboundError(f"unknown actuator {name!r}.{did_you_mean(name, ACTUATORS)}")
@@ -247,17 +250,64 @@ _DTYPE_SUFFIXES = ("float32", "float16", "bfloat16", "float64", "int64", "int32"
                    "float8_e4m3fn", "float8_e5m2", "int8", "uint8", "complex64")
 
 
+def check_plan_clocks(plan: Plan, supported: dict[int, list[int]], gpu: str,
+                      snap: bool = False) -> tuple[Plan, str | None]:
+    """Check every clock pair the plan commands against the live GPU's table (``supported``:
+    memory MHz -> core MHz, :func:`~joulebound.core.clocks.is_supported`), before the first step.
+
+    Returns the plan (with ``snap``: a copy whose unsupported pairs are mapped to the nearest
+    supported ones, :func:`~joulebound.core.clocks.nearest_supported`; the kernels keep their
+    positions) and a note saying what was mapped (``None`` when nothing was).
+
+    Raises:
+        UnsupportedGPU: pairs the GPU does not support (all named), without ``snap``; with it,
+            pairs that cannot be mapped (0 MHz or less).
+    """
+    from dataclasses import replace
+
+    from joulebound.core.clocks import is_supported, nearest_supported
+    from joulebound.core.errors import UnsupportedGPU
+
+    used = [plan.configs[int(i)] for i in np.unique(plan.choice)]
+    bad = list(dict.fromkeys(c for c in used if not is_supported(c, supported)))
+    if not bad:
+        return plan, None
+    mems = sorted(supported, reverse=True)
+    table = "; ".join(f"memory {m} MHz: core {min(supported[m])}-{max(supported[m])} MHz "
+                      f"({len(supported[m])} clocks)" for m in mems)
+    names = ", ".join(c.label for c in bad)
+    if not snap:
+        raise UnsupportedGPU(
+            f"the plan commands {len(bad)} clock pair(s) (core/memory MHz) that {gpu} does not "
+            f"support: {names}. Its table: {table}. Nothing was changed and the script was not "
+            "started. Make the plan for this GPU (`joulebound plan TRACE -d DEVICE`), or pass "
+            "--snap to map each pair to the nearest supported one")
+    mapping = {c: nearest_supported(c, supported) for c in bad}
+    lost = [c.label for c, m in mapping.items() if m is None]
+    if lost:
+        raise UnsupportedGPU(f"the plan commands clock pair(s) {', '.join(lost)} that are not "
+                             f"clocks (0 MHz or less) and cannot be mapped onto {gpu}'s table "
+                             "even with --snap; fix the plan file")
+    configs = [mapping.get(c) or c for c in plan.configs]
+    note = (f"--snap: {len(bad)} clock pair(s) of the plan that {gpu} does not support were "
+            "mapped to the nearest supported pair: "
+            + ", ".join(f"{c.label} -> {m.label}" for c, m in mapping.items() if m is not None)
+            + "; the plan's modeled figures are for the unmapped pairs")
+    return replace(plan, configs=configs), note
+
+
 def build_controller(plan: Plan | str | Path, actuator: str = "dry-run", *, char: Any = None,
                      switch_log: str | None = None, switch_latency_s: float | None = None,
                      min_confidence: float = 0.75, socket_path: str | None = None,
                      gpu: int | str = 0, notes: list[str] | None = None,
-                     force: bool = False) -> Any:
+                     force: bool = False, snap: bool = False) -> Any:
     """A :class:`Controller` set up as ``joulebound run`` sets it up (actuator, kernel times,
     CUDA-event alignment for real actuators when CUDA is available).
 
     With a real actuator (``nvml``, ``helper``) a plan whose phases are shorter than the switch
     latency (``switch_latency_s``, else the device's catalog latency) is refused unless
-    ``force``."""
+    ``force``, and the plan's clock pairs are checked against the live GPU's table before
+    anything runs (:func:`check_plan_clocks`; ``snap`` maps unsupported ones)."""
     from joulebound.gpumodel.characterization import Characterization
     from joulebound.runtime.controller import Controller
 
@@ -285,6 +335,18 @@ def build_controller(plan: Plan | str | Path, actuator: str = "dry-run", *, char
             check_phase_lengths(plan, ktime, check_lat, what)
     act = make_actuator(actuator, char=char, switch_latency_s=lat, socket_path=socket_path,
                         gpu=gpu)
+    try:
+        table = act.supported_clocks()
+        if table:
+            plan, note = check_plan_clocks(plan, table, act.describe_gpu(), snap)
+            if note:
+                notes.append(note)
+        elif actuator in REAL_ACTUATORS:
+            notes.append(f"the clock table of {act.describe_gpu()} could not be read: the plan's "
+                         "clock pairs were not checked before the run")
+    except BaseException:
+        act.close()
+        raise
     aligner = None
     if actuator != "simulated":
         import torch
@@ -343,7 +405,7 @@ def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
         char: Any = None, switch_log: str | None = None, switch_latency_s: float | None = None,
         min_confidence: float = 0.75, socket_path: str | None = None, gpu: int | str = 0,
         record_path: str | None = None, quiet_stdout: bool = False,
-        force: bool = False) -> RunResult:
+        force: bool = False, snap: bool = False) -> RunResult:
     """Run ``cmd`` (a Python script) under the controller; see the module docstring.
 
     SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the script (unless inherited as ignored): the clocks
@@ -353,7 +415,7 @@ def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
         return _run(cmd, plan, actuator, char=char, switch_log=switch_log,
                     switch_latency_s=switch_latency_s, min_confidence=min_confidence,
                     socket_path=socket_path, gpu=gpu, record_path=record_path,
-                    quiet_stdout=quiet_stdout, force=force)
+                    quiet_stdout=quiet_stdout, force=force, snap=snap)
 
 
 def _run_stoppable(res: RunResult, kind: str, target: str, argv: list[str],
@@ -376,7 +438,7 @@ def _run_stoppable(res: RunResult, kind: str, target: str, argv: list[str],
 def _run(cmd: Sequence[str], plan: Plan | None, actuator: str, *, char: Any,
          switch_log: str | None, switch_latency_s: float | None, min_confidence: float,
          socket_path: str | None, gpu: int | str, record_path: str | None,
-         quiet_stdout: bool, force: bool = False) -> RunResult:
+         quiet_stdout: bool, force: bool = False, snap: bool = False) -> RunResult:
     kind, target, argv = split_command(cmd)
     res = RunResult(command=list(cmd), exit_code=0, actuator=actuator, duration_s=0.0,
                     switch_log=switch_log)
@@ -388,7 +450,8 @@ def _run(cmd: Sequence[str], plan: Plan | None, actuator: str, *, char: Any,
 
     ctl = build_controller(plan, actuator, char=char, switch_log=switch_log,
                            switch_latency_s=switch_latency_s, min_confidence=min_confidence,
-                           socket_path=socket_path, gpu=gpu, notes=res.notes, force=force)
+                           socket_path=socket_path, gpu=gpu, notes=res.notes, force=force,
+                           snap=snap)
     res.plan_summary = plan_summary(plan)
     act = ctl.actuator
     try:
@@ -406,6 +469,7 @@ def _run(cmd: Sequence[str], plan: Plan | None, actuator: str, *, char: Any,
     st = ctl.stats
     res.ops, res.planned_ops, res.safe_ops, res.switches = (st.ops, st.planned_ops, st.safe_ops,
                                                            st.switches)
+    res.skipped_switches = int(getattr(act, "skipped", 0))
     res.predictor_accuracy = ctl.predictor.stats.accuracy if st.ops else None
     res.period_ops = ctl.predictor.period
     if actuator == "simulated":
