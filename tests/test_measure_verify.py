@@ -76,6 +76,34 @@ def test_block_length_rule_and_order():
         stats.t.ppf(0.95, n - 2) * 0.02 / np.sqrt(n - 1)
 
 
+def test_a_held_controller_keeps_the_default_clocks_and_resumes_the_plan():
+    from joulebound.core.clocks import AUTO, ClockConfig
+    from joulebound.planning.plan import Plan
+    from joulebound.runtime.actuators import DryRunActuator
+    from joulebound.runtime.controller import Controller
+
+    low = ClockConfig(1005, 1593)
+    names = [f"op{i}" for i in range(10)]
+    act = DryRunActuator()
+    ctl = Controller(Plan(device="test", kernel_names=names, configs=[AUTO, low],
+                          choice=np.ones(10, int)), act)
+    ids = [ctl.interner.intern(n) for n in names]
+    for _ in range(3):
+        for k in ids:
+            ctl.on_op(k)
+    assert act.current == low
+    ctl.hold()                                  # switched at once, not at the next op
+    assert act.current == AUTO and ctl.log[-1]["reason"] == "hold" and ctl.held
+    for _ in range(2):
+        for k in ids:
+            ctl.on_op(k)
+    assert act.current == AUTO and ctl.stats.held_ops == 20
+    ctl.hold(False)
+    ctl.on_op(ids[0])                           # the predictor kept up: the plan resumes at once
+    assert act.current == low and ctl.log[-1]["reason"] == "plan"
+    ctl.close()
+
+
 # -- end to end on the fakes ---------------------------------------------------------------------
 torch = pytest.importorskip("torch")
 

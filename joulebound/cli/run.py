@@ -34,13 +34,13 @@ the default clocks), modeled_energy_delta, modeled_time_delta (simulated only; m
 plan_summary {baseline_time_s, baseline_energy_j, time_s, energy_j, energy_delta, time_delta,
 switches, phases, switch_latency_s, granularity, provenance} (the plan file's figures per
 iteration), recorded_trace, recorded_ops, recorded_steps, notes, stopped_by (signal name or
-null), duration_provenance, modeled_provenance.
+null), verify (with --verify, below), duration_provenance, modeled_provenance.
 
 Recording needs at least 3 optimizer steps. With --actuator nvml/helper a plan whose phases are
 shorter than the switch latency (--switch-latency, else the GPU's catalog latency) is refused
 unless --force.
 Switch log (JSON lines): t_s, op, label (plan position, -1 unknown), config, reason
-(plan | unknown-op | low-confidence | unexpected-future | close), key.
+(plan | unknown-op | low-confidence | unexpected-future | hold | close), key.
 
 --verify (with --plan, on a GPU you own: --actuator nvml or helper) measures the saving: the run
 alternates blocks of optimizer steps at the default clocks (auto) and under the plan, in ABBA order

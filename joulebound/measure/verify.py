@@ -585,7 +585,13 @@ def run_verified(cmd: Sequence[str], plan: Any, actuator: str = "nvml", *,
     finally:
         if own:
             meter.close()
-    res.verify = ver.report(plan_summary(plan))
+    try:
+        res.verify = ver.report(plan_summary(plan))
+    except JouleboundError as exc:
+        if not res.stopped_by:
+            raise
+        res.notes.append(f"{exc} (the run was stopped by {res.stopped_by})")
+        return res
     m = res.verify["measured"]
     if actuator == "dry-run":
         res.notes.append("--verify with --actuator dry-run: no clock was changed, both arms ran at "
