@@ -228,7 +228,7 @@ def _verify_sentence(v: dict[str, Any]) -> str:
     """One sentence: the measured saving with its interval beside the modeled one."""
     m, mod = v["measured"], v["modeled"]
     lo, hi = m["energy_ci90_pct"]
-    src = ("on this GPU (its energy counter)" if m["provenance"] == "measured"
+    src = ("on this GPU (its energy counter)" if m["provenance"] == MEASURED
            else f"({m['provenance']})")
     s = (f"Measured {src}: energy per step {m['energy_delta_pct']:+.2f} % "
          f"(90 % CI {lo:+.2f} to {hi:+.2f} %), time per step {m['time_delta_pct']:+.2f} % "

@@ -45,9 +45,12 @@ from typing import Any
 import numpy as np
 
 from joulebound.core.errors import JouleboundError
+from joulebound.core.provenance import MEASURED, MODELED
 
 AUTO_ARM = "auto"
 PLAN_ARM = "plan"
+#: the role of a block that is one of a pair (the warm-up blocks' role is "warmup")
+PAIRED = "paired"
 #: measured-block order after the two warm-up blocks, repeated
 ORDER = (AUTO_ARM, PLAN_ARM, PLAN_ARM, AUTO_ARM)
 #: sensor updates a metered block must span (block-length rule)
@@ -180,7 +183,7 @@ class Block:
     Attributes:
         index: block number (0 and 1 are the warm-up blocks).
         arm: ``"auto"`` or ``"plan"``.
-        role: ``"warmup"`` or ``"measured"``.
+        role: ``"warmup"`` (discarded) or ``"paired"`` (one of a pair of blocks).
         steps: metered steps (the window's), after ``settle`` unmetered ones.
         settle: unmetered steps at the block's start.
         label: the meter window's name.
@@ -325,15 +328,15 @@ class ABVerifier:
                               self._label(i, "warmup", PLAN_ARM)))
             return
         m = i - 2                  # the next measured block's number
-        if done.role == "measured" and (m % 2 == 0):      # a pair was just completed
+        if done.role == PAIRED and (m % 2 == 0):      # a pair was just completed
             if self._should_stop(i):
                 if self._ctl is not None:
                     self._ctl.hold(False)     # the rest of the run under the plan
                 return
         arm = measured_block_arm(m)
         assert self.block_steps is not None
-        self._begin(Block(i, arm, "measured", self.block_steps, self.settle,
-                          self._label(i, "measured", arm)))
+        self._begin(Block(i, arm, PAIRED, self.block_steps, self.settle,
+                          self._label(i, PAIRED, arm)))
 
     def _should_stop(self, blocks_run: int) -> bool:
         pairs = blocks_run // 2 - 1
@@ -352,8 +355,8 @@ class ABVerifier:
 
     # -- results --------------------------------------------------------------------------
     def pairs(self) -> list[tuple[Block, Block]]:
-        """``(auto block, plan block)`` of every complete pair of measured blocks."""
-        meas = [b for b in self.blocks if b.role == "measured" and b.complete]
+        """``(auto block, plan block)`` of every complete pair of paired blocks."""
+        meas = [b for b in self.blocks if b.role == PAIRED and b.complete]
         out = []
         for j in range(len(meas) // 2):
             x, y = meas[2 * j], meas[2 * j + 1]
@@ -441,7 +444,7 @@ class ABVerifier:
             "steps_seen": self.steps_seen,
             "held_ops": int(getattr(getattr(self._ctl, "stats", None), "held_ops", 0)),
             "method": self.method(),
-            "provenance": getattr(self.meter.backend, "provenance", "measured"),
+            "provenance": getattr(self.meter.backend, "provenance", MEASURED),
             "windows": [b.to_json() for b in self.blocks],
         }
         out: dict[str, Any] = {"measured": meas, "modeled": None}
@@ -449,7 +452,7 @@ class ABVerifier:
             out["modeled"] = {
                 "energy_delta_pct": _pct(modeled.get("energy_delta")),
                 "time_delta_pct": _pct(modeled.get("time_delta")),
-                "provenance": modeled.get("provenance", "modeled"),
+                "provenance": modeled.get("provenance", MODELED),
                 "source": "the plan file's prediction per iteration against the default clocks",
             }
         return out
