@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -34,7 +34,7 @@ the default clocks), modeled_energy_delta, modeled_time_delta (simulated only; m
 plan_summary {baseline_time_s, baseline_energy_j, time_s, energy_j, energy_delta, time_delta,
 switches, phases, switch_latency_s, granularity, provenance} (the plan file's figures per
 iteration), recorded_trace, recorded_ops, recorded_steps, notes, stopped_by (signal name or
-null), duration_provenance, modeled_provenance.
+null), verify (with --verify, below), duration_provenance, modeled_provenance.
 
 Recording needs at least 3 optimizer steps. With --actuator nvml/helper a plan whose phases are
 shorter than the switch latency (--switch-latency, else the GPU's catalog latency) is refused
@@ -44,7 +44,20 @@ nearest supported pair with --snap (a note lists them). Through the helper, a GP
 holds is not an error: training goes on without changing clocks (skipped_switches in --json and a
 note say how many switches were skipped).
 Switch log (JSON lines): t_s, op, label (plan position, -1 unknown), config, reason
-(plan | unknown-op | low-confidence | unexpected-future | close), key.
+(plan | unknown-op | low-confidence | unexpected-future | hold | close), key.
+
+--verify (with --plan, on a GPU you own: --actuator nvml or helper) measures the saving: the run
+alternates blocks of optimizer steps at the default clocks (auto) and under the plan, in ABBA order
+after one discarded warm-up block per arm, meters each block with the GPU's energy counter (NVML),
+and prints the MEASURED change of energy and time per step with its 90 % confidence interval beside
+the plan's MODELED one. Block length: each metered block spans >= 100 energy-counter updates
+(--verify-block-steps to set it); blocks are added until the energy interval is within +-1 pp
+(checked after every ABBA group, from 4 pairs on) or --verify-max-blocks; the rest of the run is
+under the plan. Give the script enough steps (the warm-up alone takes 2 blocks; an error says how
+many when it had too few). --actuator dry-run --verify is an A/A check (no clock changes): its
+interval is the noise floor. --json adds verify {measured {energy_delta_pct, energy_ci90_pct,
+time_delta_pct, time_ci90_pct, pairs, blocks, steps_per_block, target_reached, method, windows,
+...}, modeled {energy_delta_pct, time_delta_pct}}.
 
 Example: joulebound run --plan plan.json --actuator dry-run --switch-log sw.jsonl -- python train.py"""
 
@@ -75,6 +88,16 @@ def run_command(
     snap: Annotated[bool, typer.Option(
         "--snap", help="Map clock pairs the GPU does not support to the nearest supported pair "
         "(with a note) instead of refusing the plan (nvml/helper actuators).")] = False,
+    verify: Annotated[bool, typer.Option(
+        "--verify", help="Measure the plan's saving: alternate blocks of steps at auto and under "
+        "the plan (ABBA), meter each, print the measured saving with its 90 % interval beside "
+        "the modeled one (needs --plan and a readable GPU energy counter).")] = False,
+    verify_block_steps: Annotated[int | None, typer.Option(
+        help="--verify: metered optimizer steps per block (default: enough for 100 "
+        "energy-counter updates).", show_default=False)] = None,
+    verify_max_blocks: Annotated[int, typer.Option(
+        help="--verify: most blocks (2 warm-up included) before the alternation stops even if "
+        "the +-1 pp target is not reached.")] = 40,
 ) -> None:
     from joulebound.cli._common import console, fmt_pct, print_json
     from joulebound.core.errors import JouleboundError, did_you_mean
@@ -94,12 +117,32 @@ def run_command(
             from joulebound.cli._common import err_console
 
             err_console.print(f"[yellow]warning:[/] {warn}", highlight=False)
+    if verify:
+        from joulebound.measure.verify import check_options
+
+        if plan is None:
+            raise JouleboundError("--verify compares the plan against the default clocks: give "
+                                  "--plan PLAN.json (record and plan first, see --help)")
+        if record is not None:
+            raise JouleboundError("--verify and --record cannot be combined: record first, "
+                                  "plan, then run --plan PLAN.json --verify")
+        check_options(block_steps=verify_block_steps, max_blocks=verify_max_blocks)
+    elif verify_block_steps is not None or verify_max_blocks != 40:
+        raise JouleboundError("--verify-block-steps / --verify-max-blocks only apply with "
+                              "--verify")
     p = Plan.load(plan) if plan else None
     char = Characterization.load(characterization) if characterization else None
-    res = run(cmd, p, actuator, char=char, switch_log=switch_log, switch_latency_s=lat,
+    kw = dict(char=char, switch_log=switch_log, switch_latency_s=lat,
               min_confidence=min_confidence, socket_path=socket,
               gpu=int(gpu) if gpu.strip().isdigit() else gpu.strip(), record_path=record,
               quiet_stdout=as_json, force=force, snap=snap)
+    if verify:
+        from joulebound.measure.verify import run_verified
+
+        res = run_verified(cmd, p, actuator, block_steps=verify_block_steps,
+                           max_blocks=verify_max_blocks, **kw)
+    else:
+        res = run(cmd, p, actuator, **kw)
     if as_json:
         print_json(res.to_json())
     else:
@@ -148,7 +191,11 @@ def run_command(
                           f"{res.modeled_iteration_energy_j:.4f} J", MODELED)
         if res.switch_log:
             t.add_row("switch log", res.switch_log, "")
+        if res.verify is not None:
+            _verify_rows(t, res.verify)
         console.print(t)
+        if res.verify is not None:
+            console.print(_verify_sentence(res.verify), highlight=False)
         if res.modeled_energy_delta is not None:
             saved = -res.modeled_energy_delta
             console.print(f"Modeled saving on this run: {fmt_pct(saved, signed=False)} of the GPU "
@@ -164,6 +211,40 @@ def run_command(
         for n in res.notes:
             console.print(f"note: {n}", highlight=False)
     raise SystemExit(res.exit_code)
+
+
+def _ci(lo_hi: list[float]) -> str:
+    return f"[{lo_hi[0]:+.2f}, {lo_hi[1]:+.2f}] %"
+
+
+def _verify_rows(t: Any, v: dict[str, Any]) -> None:
+    """The measured A/B rows of the run table (the plan's modeled rows are already in it)."""
+    m = v["measured"]
+    prov = m["provenance"]
+    t.add_row("verify: energy per step change", f"{m['energy_delta_pct']:+.2f} % "
+              f"{_ci(m['energy_ci90_pct'])} (90 % CI)", prov)
+    t.add_row("verify: time per step change", f"{m['time_delta_pct']:+.2f} % "
+              f"{_ci(m['time_ci90_pct'])} (90 % CI)", prov)
+    t.add_row("verify: ops held at auto (auto blocks)", f"{m['held_ops']:,}", "")
+    t.add_row("verify: pairs x steps per block", f"{m['pairs']} x {m['steps_per_block']} "
+              f"({m['blocks']} blocks, ABBA; target +-{m['target_half_width_pp']:g} pp "
+              f"{'reached' if m['target_reached'] else 'NOT reached'})", "")
+
+
+def _verify_sentence(v: dict[str, Any]) -> str:
+    """One sentence: the measured saving with its interval beside the modeled one."""
+    m, mod = v["measured"], v["modeled"]
+    lo, hi = m["energy_ci90_pct"]
+    src = ("on this GPU (its energy counter)" if m["provenance"] == MEASURED
+           else f"({m['provenance']})")
+    s = (f"Measured {src}: energy per step {m['energy_delta_pct']:+.2f} % "
+         f"(90 % CI {lo:+.2f} to {hi:+.2f} %), time per step {m['time_delta_pct']:+.2f} % "
+         f"({m['time_ci90_pct'][0]:+.2f} to {m['time_ci90_pct'][1]:+.2f} %) under the plan vs "
+         f"the default clocks, from {m['pairs']} pairs of {m['steps_per_block']}-step blocks.")
+    if mod is not None and mod["energy_delta_pct"] is not None:
+        s += (f" Modeled (the plan's prediction): {mod['energy_delta_pct']:+.2f} % energy, "
+              f"{mod['time_delta_pct']:+.2f} % time.")
+    return s
 
 
 def register(app: typer.Typer) -> None:

@@ -1,2 +1,3 @@
 """Measuring on real GPUs: calibration of the GPU model from a few measured clock pairs
-(``calibrate``) and training sweeps over shapes, strategies and GPU counts (``sweep``)."""
+(``calibrate``), training sweeps over shapes, strategies and GPU counts (``sweep``), and the
+measured A/B saving of a clock plan at run time (``verify``, ``joulebound run --verify``)."""

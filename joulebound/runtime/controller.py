@@ -51,6 +51,7 @@ class ControllerStats:
     planned_ops: int = 0       # ops for which the plan's command was followed
     safe_ops: int = 0          # ops run under the safe pair (unknown / low confidence)
     switches: int = 0
+    held_ops: int = 0          # ops run at the safe pair while held (:meth:`Controller.hold`)
 
 
 class Controller:
@@ -100,7 +101,8 @@ class Controller:
         self.keys = [self.interner.intern(n) for n in plan.kernel_names]
         self.predictor = predictor if predictor is not None else NextKernelPredictor()
         self.predictor.prime(self.keys)
-        self._n_ops = self._n_planned = self._n_safe = self._n_switches = 0
+        self._n_ops = self._n_planned = self._n_safe = self._n_switches = self._n_held = 0
+        self._held = False
         self.commanded: ClockConfig = canon.get(actuator.current, actuator.current)
         # bounded in memory (long runs); the file log (``log=``) keeps everything
         self._log: deque[tuple[float, int, int, ClockConfig, str, int]] = deque(
@@ -137,7 +139,11 @@ class Controller:
         self._last_label = label
         self._n_ops += 1
         # configs are canonical objects, so identity is equality here
-        if label >= 0 and pred._nc >= self.min_confidence:
+        if self._held:
+            self._n_held += 1
+            if self.safe is not self.commanded:
+                self._switch(self.safe, "hold", label, key)
+        elif label >= 0 and pred._nc >= self.min_confidence:
             target = self._cmd_cfg[label]
             if target is self.commanded:
                 self._n_planned += 1
@@ -158,7 +164,24 @@ class Controller:
     @property
     def stats(self) -> ControllerStats:
         """Counts since the controller started."""
-        return ControllerStats(self._n_ops, self._n_planned, self._n_safe, self._n_switches)
+        return ControllerStats(self._n_ops, self._n_planned, self._n_safe, self._n_switches,
+                               self._n_held)
+
+    def hold(self, on: bool = True) -> None:
+        """Hold the safe pair (``on``) or follow the plan again (``False``).
+
+        While held every op runs at the safe pair (the GPU's default, ``auto``) and the switch
+        to it is issued at once (reason ``hold``); the predictor keeps observing, so the plan
+        resumes at the next op after ``hold(False)``. ``joulebound run --verify`` holds the
+        controller for its *auto* blocks."""
+        self._held = bool(on)
+        if on and self.safe is not self.commanded:
+            self._switch(self.safe, "hold", UNKNOWN, UNKNOWN)
+
+    @property
+    def held(self) -> bool:
+        """True while :meth:`hold` keeps the safe pair."""
+        return self._held
 
     def _future_ok(self, label: int) -> bool:
         """The predicted next ``horizon`` ops are the plan's next positions."""

@@ -70,6 +70,9 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     #: the signal that stopped the script (INT, TERM, HUP, QUIT), if any
     stopped_by: str | None = None
+    #: ``run --verify``: the measured A/B saving and the modeled one
+    #: (:func:`joulebound.measure.verify.run_verified`); ``None`` otherwise
+    verify: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -405,8 +408,13 @@ def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
         char: Any = None, switch_log: str | None = None, switch_latency_s: float | None = None,
         min_confidence: float = 0.75, socket_path: str | None = None, gpu: int | str = 0,
         record_path: str | None = None, quiet_stdout: bool = False,
-        force: bool = False, snap: bool = False) -> RunResult:
+        force: bool = False, snap: bool = False, observer: Any = None) -> RunResult:
     """Run ``cmd`` (a Python script) under the controller; see the module docstring.
+
+    ``observer`` (optional) follows the run step by step: ``observer.start(controller)`` before
+    the script, ``observer.step(controller)`` after every ``torch.optim`` optimizer step and
+    ``observer.finish(controller)`` after the script, before the clocks are reset (``run
+    --verify``'s block schedule, :class:`joulebound.measure.verify.ABVerifier`).
 
     SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the script (unless inherited as ignored): the clocks
     are restored at once by the guard's restorer thread, the switch log is closed and the result
@@ -415,7 +423,7 @@ def run(cmd: Sequence[str], plan: Plan | None, actuator: str = "dry-run", *,
         return _run(cmd, plan, actuator, char=char, switch_log=switch_log,
                     switch_latency_s=switch_latency_s, min_confidence=min_confidence,
                     socket_path=socket_path, gpu=gpu, record_path=record_path,
-                    quiet_stdout=quiet_stdout, force=force, snap=snap)
+                    quiet_stdout=quiet_stdout, force=force, snap=snap, observer=observer)
 
 
 def _run_stoppable(res: RunResult, kind: str, target: str, argv: list[str],
@@ -438,7 +446,8 @@ def _run_stoppable(res: RunResult, kind: str, target: str, argv: list[str],
 def _run(cmd: Sequence[str], plan: Plan | None, actuator: str, *, char: Any,
          switch_log: str | None, switch_latency_s: float | None, min_confidence: float,
          socket_path: str | None, gpu: int | str, record_path: str | None,
-         quiet_stdout: bool, force: bool = False, snap: bool = False) -> RunResult:
+         quiet_stdout: bool, force: bool = False, snap: bool = False,
+         observer: Any = None) -> RunResult:
     kind, target, argv = split_command(cmd)
     res = RunResult(command=list(cmd), exit_code=0, actuator=actuator, duration_s=0.0,
                     switch_log=switch_log)
@@ -455,8 +464,16 @@ def _run(cmd: Sequence[str], plan: Plan | None, actuator: str, *, char: Any,
     res.plan_summary = plan_summary(plan)
     act = ctl.actuator
     try:
-        with ctl.hook():
-            _run_stoppable(res, kind, target, argv, quiet_stdout)
+        if observer is None:
+            with ctl.hook():
+                _run_stoppable(res, kind, target, argv, quiet_stdout)
+        else:
+            try:
+                observer.start(ctl)
+                with _optimizer_steps(lambda: observer.step(ctl)), ctl.hook():
+                    _run_stoppable(res, kind, target, argv, quiet_stdout)
+            finally:
+                observer.finish(ctl)
     finally:
         ctl.close()
     res.duration_s = time.monotonic() - t0
