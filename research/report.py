@@ -11,7 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from research import gpuptx, guerreiro, perseus_kernel, perseus_plans, perseus_stage, spaan, zeus
+from research import (
+    energaizer,
+    gpuptx,
+    guerreiro,
+    perseus_kernel,
+    perseus_plans,
+    perseus_stage,
+    spaan,
+    zeus,
+)
 from research.result import CheckResult
 
 
@@ -23,7 +32,7 @@ class ValidationRun:
 
 #: check names in run order (``validate --only`` takes a comma list of these)
 CHECKS = ("perseus-stage", "perseus-kernel", "perseus-plans", "guerreiro", "zeus-power-limit",
-          "gpuptx", "spaan-table1")
+          "gpuptx", "spaan-table1", "spaan-totals", "energaizer-idle")
 
 
 def run_all(data: Path, progress: Callable[[str], None] | None = None,
@@ -75,6 +84,15 @@ def run_all(data: Path, progress: Callable[[str], None] | None = None,
         res, sp = spaan.run(data)
         out += res
         extras["spaan"] = sp
+        extras["spaan_choices"] = spaan.choices(sp[0], sp[1].params)
+    if "spaan-totals" in want:
+        say("(g) RTX 3080 Ti plans vs Spaan et al.'s published totals (held out)")
+        out += spaan.totals_check()
+    if "energaizer-idle" in want:
+        say("(h) idle power and voltage per locked clock, A100 / H100 (EnergAIzer)")
+        res, idle = energaizer.run(data)
+        out += res
+        extras["idle_fits"] = idle
     return ValidationRun(out, extras)
 
 

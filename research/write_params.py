@@ -11,7 +11,7 @@ from pathlib import Path
 
 from joulebound.gpumodel import shipping
 from joulebound.hw.catalog import get_device
-from research import perseus_kernel, spaan
+from research import energaizer, perseus_kernel, spaan
 
 
 def write_params(run, n_draws: int = 24,  # type: ignore[no-untyped-def]
@@ -32,6 +32,9 @@ def write_params(run, n_draws: int = 24,  # type: ignore[no-untyped-def]
 
     for key, label in (("a100_sxm", "A100-SXM4-80GB"), ("a40", "A40")):
         full = run.extras["kernel_fits"][key]
+        if key == "a100_sxm":      # idle clock-tree power measured per locked clock (GA100)
+            _, clk = energaizer.clock_power_for(data, full.params.vf)
+            full.params = full.params.set({"idle_clk_w": clk})
         r = res[("perseus-kernel", label, "kernel model, held-out model and clocks")]
         draws = perseus_kernel.draws(
             data, key, full, n_draws=n_draws,
@@ -40,6 +43,10 @@ def write_params(run, n_draws: int = 24,  # type: ignore[no-untyped-def]
             full.params, perseus_kernel.FITTED,
             f"Perseus stage profiles ({key}), kernel-level fit, joulebound validate",
             heldout(r), draws)
+        if key == "a100_sxm":
+            p.sources["idle_clk_w"] = ("EnergAIzer A100-SXM4-80GB idle power per locked core clock "
+                                       "(energaizer_device/netsres117), against the shipped V-f "
+                                       "curve (research/energaizer.py)")
         fitted[key] = p
         written.append(shipping.write(p))
     r = res[("perseus-plans", "A100-PCIe-80GB", "all 4 workloads")]

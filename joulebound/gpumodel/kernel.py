@@ -39,15 +39,11 @@ Power::
 
 with ``a`` the kernel's activity (1 = the device's calibrated average), ``V`` the core V–f
 curve, ``Vm`` the memory technology's voltage curve and ``δ_auto`` the core governor's extra
-power when the core clock is left to it.
+power when the core clock is left to it; where the memory clock is left to its governor both
+memory terms are ``1 + δ_mem`` times larger (``auto_mem_power_frac``).
 
 Power cap: when ``P(f) > limit`` the GPU runs at the highest clock ``f_eff < f`` with
-``P(f_eff) = limit`` (vectorized bisection) — for locked and governed clocks alike. A device may
-also have a core-rail limit (``core_limit_w``): the core side alone (idle + core dynamic power)
-may not exceed it, whatever the memory draws — GA102 GeForce boards sustain the same boost
-clock on a GEMM whatever the memory clock (Spaan et al.'s Table 1: lowering the memory clock
-saves 15 % of a GEMM's energy and does not raise its clock), which a board limit alone cannot
-give. The capped clock is the lower of the two. Energy =
+``P(f_eff) = limit`` (vectorized bisection) — for locked and governed clocks alike. Energy =
 P·t + P_gap·(wall - t).
 """
 
@@ -113,10 +109,15 @@ def smooth_max(a: np.ndarray, b: np.ndarray, q: float) -> np.ndarray:
     return np.where(big > 0, safe * (1.0 + (np.minimum(a, b) / safe) ** q) ** (1.0 / q), 0.0)
 
 
-def memory_scale(m_mhz: np.ndarray, m_max: float, params: DeviceParams) -> np.ndarray:
-    """``Vm(m)² · m/m_max``: memory power at clock ``m`` relative to the top memory clock."""
+def memory_scale(m_mhz: np.ndarray, m_max: float, params: DeviceParams,
+                 mem_auto: np.ndarray | bool = False) -> np.ndarray:
+    """``Vm(m)² · m/m_max``: memory power at clock ``m`` relative to the top memory clock, times
+    ``1 + auto_mem_power_frac`` where the memory clock is left to its governor."""
     frac = np.asarray(m_mhz, float) / m_max
-    return memory.relative_voltage(params.mem_v, frac) ** 2 * frac
+    ms = memory.relative_voltage(params.mem_v, frac) ** 2 * frac
+    if params.auto_mem_power_frac:
+        ms = ms * (1.0 + np.where(mem_auto, params.auto_mem_power_frac, 0.0))
+    return ms
 
 
 def _lam(work: KernelWork, params: DeviceParams) -> np.ndarray | float:
@@ -127,11 +128,11 @@ def _knee(work: KernelWork) -> np.ndarray | float:
     return 0.0 if work.knee is None else np.asarray(work.knee, float)
 
 
-def gap_power(f_mhz: np.ndarray, m_mhz: np.ndarray, m_max: float, params: DeviceParams
-              ) -> np.ndarray:
+def gap_power(f_mhz: np.ndarray, m_mhz: np.ndarray, m_max: float, params: DeviceParams,
+              mem_auto: np.ndarray | bool = False) -> np.ndarray:
     """Board power (W) of an idle GPU at core clock ``f_mhz`` and memory clock ``m_mhz`` (MHz):
     what it draws while it waits for the host between kernels."""
-    return (params.idle_w + params.mem_static_w * memory_scale(m_mhz, m_max, params)
+    return (params.idle_w + params.mem_static_w * memory_scale(m_mhz, m_max, params, mem_auto)
             + params.idle_clk_w * params.vf.dynamic_scale(np.asarray(f_mhz, float)))
 
 
@@ -168,35 +169,18 @@ def kernel_time(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: f
 def kernel_power(t: np.ndarray, tc: np.ndarray, tm: np.ndarray, f_mhz: np.ndarray,
                  m_mhz: np.ndarray, f_max: float, m_max: float,
                  params: DeviceParams, activity: np.ndarray | float = 1.0,
-                 core_auto: np.ndarray | bool = False, memory: bool = True) -> np.ndarray:
+                 core_auto: np.ndarray | bool = False,
+                 mem_auto: np.ndarray | bool = False) -> np.ndarray:
     """Average board power (W) while a kernel with parts ``(t, tc, tm)`` runs (uncapped);
-    ``activity`` scales the dynamic terms; ``core_auto`` marks a governed core clock.
-    ``memory=False``: the core side alone (idle + core dynamic, no memory terms), the power the
-    core-rail limit ``core_limit_w`` applies to."""
+    ``activity`` scales the dynamic terms; ``core_auto`` / ``mem_auto`` mark governed clocks."""
     f = np.asarray(f_mhz, float)
     u_c = np.clip(tc / t, 0.0, 1.0)
     gov = 1.0 + np.where(core_auto, params.auto_power_frac, 0.0)
     core = params.core_dyn_w * (params.core_base_frac + (1 - params.core_base_frac) * u_c) \
         * params.vf.dynamic_scale(f) * gov
-    if not memory:
-        return params.idle_w + activity * core
     u_m = np.clip(tm / t, 0.0, 1.0)
-    ms = memory_scale(m_mhz, m_max, params)
+    ms = memory_scale(m_mhz, m_max, params, mem_auto)
     return params.idle_w + params.mem_static_w * ms + activity * (core + params.mem_dyn_w * u_m * ms)
-
-
-def _over_limit(t: np.ndarray, tc: np.ndarray, tm: np.ndarray, f: np.ndarray, m: np.ndarray,
-                f_max: float, m_max: float, params: DeviceParams, act: np.ndarray | float,
-                core_auto: np.ndarray, board_w: np.ndarray | None = None) -> np.ndarray:
-    """Where the board power exceeds ``power_limit_w`` or, with a core-rail limit
-    (``core_limit_w > 0``), the core side exceeds it."""
-    if board_w is None:
-        board_w = kernel_power(t, tc, tm, f, m, f_max, m_max, params, act, core_auto)
-    over = board_w > params.power_limit_w
-    if params.core_limit_w > 0:
-        over = over | (kernel_power(t, tc, tm, f, m, f_max, m_max, params, act, core_auto,
-                                    memory=False) > params.core_limit_w)
-    return over
 
 
 def kernel_time_energy(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: float,
@@ -225,11 +209,10 @@ def kernel_time_energy(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f
     ma = np.asarray(mem_auto, bool)
     t, tc, tm = kernel_time(work, f_req, m, f_max, m_max, params, ma)
     act = 1.0 if work.activity is None else np.asarray(work.activity, float)
-    p = kernel_power(t, tc, tm, f_req, m, f_max, m_max, params, act, ca)
+    p = kernel_power(t, tc, tm, f_req, m, f_max, m_max, params, act, ca, mem_auto=ma)
     f_req, m, t, ca, ma = np.broadcast_arrays(f_req, m, t, ca, ma)
     p = np.broadcast_to(p, t.shape)
-    capped = np.broadcast_to(_over_limit(t, tc, tm, f_req, m, f_max, m_max, params, act, ca,
-                                         board_w=p), t.shape)
+    capped = p > params.power_limit_w
     f_eff = np.array(f_req, dtype=float)
     if capped.any():
         lo = np.full(int(capped.sum()), f_min if f_min is not None else 0.2 * f_max)
@@ -244,7 +227,8 @@ def kernel_time_energy(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f
         for _ in range(iters):
             mid = 0.5 * (lo + hi)
             tt, cc, mm = kernel_time(sub, mid, mc, f_max, m_max, params, mac)
-            over = _over_limit(tt, cc, mm, mid, mc, f_max, m_max, params, ac, cac)
+            over = kernel_power(tt, cc, mm, mid, mc, f_max, m_max, params, ac, cac,
+                                mem_auto=mac) > params.power_limit_w
             hi = np.where(over, mid, hi)
             lo = np.where(over, lo, mid)
         f_eff[capped] = lo
@@ -252,11 +236,12 @@ def kernel_time_energy(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f
         p = np.array(p)
         tt, cc, mm = kernel_time(sub, lo, mc, f_max, m_max, params, mac)
         t[capped] = tt
-        p[capped] = kernel_power(tt, cc, mm, lo, mc, f_max, m_max, params, ac, cac)
+        p[capped] = kernel_power(tt, cc, mm, lo, mc, f_max, m_max, params, ac, cac,
+                                 mem_auto=mac)
     energy = p * t
     if work.host_s is not None and np.any(np.asarray(work.host_s) > 0):
         wall = np.maximum(t, np.asarray(work.host_s, float))
-        pg = gap_power(f_req, m, m_max, params)
+        pg = gap_power(f_req, m, m_max, params, ma)
         energy = energy + pg * (wall - t)
         p = energy / wall
         t = wall

@@ -116,7 +116,7 @@ def config_terms(f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: float, m_max: floa
     ma = np.broadcast_to(np.asarray(mem_auto, bool), f.shape).copy()
     gov = 1.0 + np.where(ca, params.auto_power_frac, 0.0)
     dyn = params.core_dyn_w * params.vf.dynamic_scale(f) * gov
-    ms = memory_scale(m, m_max, params)
+    ms = memory_scale(m, m_max, params, ma)
     m_eff = np.where(ma, params.auto_mem_eff, 1.0) * m
     _, first, inv = np.unique(np.stack([m, ca, ma], axis=1), axis=0, return_index=True,
                               return_inverse=True)
@@ -175,7 +175,7 @@ def add_host_gaps(host_s: np.ndarray, ct: ConfigTerms, m_max: float, params: Dev
     rows = np.flatnonzero(host_s > 0)
     if not len(rows):
         return
-    pg = gap_power(ct.f_mhz, ct.m_mhz, m_max, params)
+    pg = gap_power(ct.f_mhz, ct.m_mhz, m_max, params, ct.mem_auto)
     t = time_out[rows]
     wall = np.maximum(t, host_s[rows, None])
     energy_out[rows] += pg[None, :] * (wall - t)

@@ -79,7 +79,6 @@ PARAMETERS: dict[str, str] = {
     "vf": "core voltage-frequency curve (knee MHz, floor voltage)",
     "mem_v": "relative memory voltage vs memory clock (per memory technology)",
     "power_limit_w": "W, enforced board power limit",
-    "core_limit_w": "W, core-rail power limit (idle + core dynamic power); 0 = none",
     "compute_eff": "achieved fraction of peak FLOP/s, per kernel category",
     "bw_eff": "achieved fraction of DRAM bandwidth, per kernel category",
     "core_mem_frac": "share of memory time that follows the core clock, per category",
@@ -93,6 +92,7 @@ PARAMETERS: dict[str, str] = {
     "auto_core_mhz": "MHz, sustained boost ceiling of the core governor (auto)",
     "auto_mem_eff": "effective memory speed under the memory governor (auto), fraction",
     "auto_power_frac": "extra core dynamic power under the core governor (auto), fraction",
+    "auto_mem_power_frac": "extra memory power under the memory governor (auto), fraction",
 }
 
 
@@ -109,8 +109,6 @@ class DeviceParams:
         idle_w, core_dyn_w, core_base_frac, mem_static_w, mem_dyn_w: power terms (W, fraction).
         vf: the core voltage–frequency curve.
         power_limit_w: enforced board power limit (W); above it the GPU lowers its core clock.
-        core_limit_w: core-rail power limit (W, idle + core dynamic power; 0 = none): the GPU
-            also lowers its core clock where the core side alone would exceed it.
         compute_eff, bw_eff, core_mem_frac: per kernel category (``"other"`` is the fallback).
         mlp_bytes_per_cycle: per category, bytes per SM per core cycle in flight (empty = no
             memory-level-parallelism knee: the linear-λ model of files written before it).
@@ -124,7 +122,9 @@ class DeviceParams:
         mem_v: ``[[clock fraction, relative voltage], ...]`` memory voltage curve.
         tested_mem_fracs: memory-clock fractions measured on this device's memory technology.
         auto_core_mhz: the core governor's sustained ceiling (MHz); ``None`` = top of the table.
-        auto_mem_eff, auto_power_frac: governor inefficiencies (1.0 and 0.0 = none).
+        auto_mem_eff, auto_power_frac, auto_mem_power_frac: governor inefficiencies (1.0, 0.0
+            and 0.0 = none): the memory governor's effective speed, the core governor's extra
+            core power and the memory governor's extra memory power.
         provenance: always ``"modeled"``: every model output is modeled.
         calibration: ``"none"`` (datasheet defaults), ``"fit"`` (fitted on measurements),
             ``"transfer"`` (moved from another GPU) or ``"published"`` (calibrated on published
@@ -142,7 +142,6 @@ class DeviceParams:
     mem_dyn_w: float
     vf: VFCurve
     power_limit_w: float
-    core_limit_w: float = 0.0
     compute_eff: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_COMPUTE_EFF))
     bw_eff: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_BW_EFF))
     core_mem_frac: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_CORE_MEM_FRAC))
@@ -158,6 +157,7 @@ class DeviceParams:
     auto_core_mhz: float | None = None
     auto_mem_eff: float = 1.0
     auto_power_frac: float = 0.0
+    auto_mem_power_frac: float = 0.0
     provenance: str = MODELED
     calibration: str = "none"
     sources: dict[str, str] = field(default_factory=dict)

@@ -14,7 +14,8 @@ profiler-trace importer, are in :mod:`~joulebound.workload.opcost`):
   Weight-gradient GEMMs write the gradient (β = 0; gradient accumulation is not modeled).
 * Elementwise over ``n`` elements with ``r`` input and ``w`` output tensors: ``(r + w)·n·s``
   bytes and ``c·n`` FLOP, ``c`` per kernel: residual add 1, GELU (tanh form) 8, GELU backward 16,
-  permute / unpermute 0.
+  permute / unpermute: their integer index arithmetic (24 / 70 operations per element: llm.c
+  splits each flat index with three divisions by runtime sizes), counted with the FLOPs.
 * LayerNorm forward over ``(T, d)``: 8 FLOP per element; reads ``x`` and γ, β; writes ``y`` and the
   fp32 mean and 1/σ (``2·T·4`` bytes). Backward: 13 FLOP per element; reads ``dy``, ``x``, γ,
   mean, 1/σ; writes ``dx`` and fp32 ``dγ``, ``dβ``.
@@ -66,10 +67,12 @@ from joulebound.workload.opcost import (
     GELU_FLOP,
     LAYERNORM_BACKWARD_FLOP,
     LAYERNORM_FLOP,
+    PERMUTE_INDEX_OPS,
     SOFTMAX_BACKWARD_FLOP,
     SOFTMAX_BACKWARD_PASSES,
     SOFTMAX_FLOP,
     SOFTMAX_PASSES,
+    UNPERMUTE_INDEX_OPS,
     gemm_flops,
 )
 from joulebound.workload.trace import Kernel, Trace
@@ -227,25 +230,26 @@ class _Builder:
         c = self.cfg
         t, d, h, s, dh = c.tokens, c.hidden, c.heads, c.seq, c.head_dim
         bh = c.micro_batch * h
-        self.elementwise("permute", 3 * t * d, 1, 1, 0)  # qkv [B,S,3,h,dh] -> q,k,v [B,h,S,dh]
+        # qkv [B,S,3,h,dh] -> q,k,v [B,h,S,dh]
+        self.elementwise("permute", 3 * t * d, 1, 1, PERMUTE_INDEX_OPS)
         self.gemm("attn_scores_gemm", s, s, dh, batch=bh, category="attention")
         self.add("softmax", "softmax", SOFTMAX_FLOP * bh * s * s,
                  SOFTMAX_PASSES * bh * s * s * self.s)
         self.gemm("attn_value_gemm", s, dh, s, batch=bh, category="attention")
-        self.elementwise("unpermute", t * d, 1, 1, 0)
+        self.elementwise("unpermute", t * d, 1, 1, UNPERMUTE_INDEX_OPS)
 
     def attention_backward(self) -> None:
         c = self.cfg
         t, d, h, s, dh = c.tokens, c.hidden, c.heads, c.seq, c.head_dim
         bh = c.micro_batch * h
-        self.elementwise("unpermute_backward", t * d, 1, 1, 0)
+        self.elementwise("unpermute_backward", t * d, 1, 1, UNPERMUTE_INDEX_OPS)
         self.gemm("attn_value_gemm_datt", s, s, dh, batch=bh, category="attention")  # dY·Vᵀ
         self.gemm("attn_value_gemm_dv", s, dh, s, batch=bh, category="attention")  # Pᵀ·dY
         self.add("softmax_backward", "softmax", SOFTMAX_BACKWARD_FLOP * bh * s * s,
                  SOFTMAX_BACKWARD_PASSES * bh * s * s * self.s)
         self.gemm("attn_scores_gemm_dq", s, dh, s, batch=bh, category="attention")  # dP·K
         self.gemm("attn_scores_gemm_dk", s, dh, s, batch=bh, category="attention")  # dPᵀ·Q
-        self.elementwise("permute_backward", 3 * t * d, 1, 1, 0)
+        self.elementwise("permute_backward", 3 * t * d, 1, 1, PERMUTE_INDEX_OPS)
 
     def mlp(self) -> None:
         c = self.cfg

@@ -49,6 +49,15 @@ SOFTMAX_BACKWARD_PASSES = 3
 LAYERNORM_FLOP = 8
 #: LayerNorm backward, FLOP/element
 LAYERNORM_BACKWARD_FLOP = 13
+#: llm.c ``permute_kernel`` (qkv -> q, k, v): integer index arithmetic per element moved. Each
+#: thread splits its flat index into (batch, head, position, channel) with three divisions by
+#: runtime sizes and their remainders (~20 instructions per 32-bit division on NVIDIA GPUs) and
+#: moves 3 elements: ~70 operations a thread, ~24 an element. Counted as CUDA-core operations:
+#: they make the kernel's time follow the core clock below some clock, as measured (Spaan et
+#: al. chose 1680 MHz for it where GELU went to 630 MHz).
+PERMUTE_INDEX_OPS = 24
+#: llm.c ``unpermute_kernel``: the same index arithmetic for one element per thread
+UNPERMUTE_INDEX_OPS = 70
 #: GELU (tanh form) forward, FLOP/element
 GELU_FLOP = 8
 #: GELU backward, FLOP/element
