@@ -1,8 +1,10 @@
 """Workloads: analytic transformer kernel traces, torch.profiler capture and Kineto import.
 
 :func:`load_trace` is the one entry point the other stages use: it takes a preset name
-(``"gpt3-xl"``), a joulebound trace file (``trace.json`` written by :meth:`Trace.save`) or a
-torch.profiler / Kineto Chrome-trace export and returns a :class:`~joulebound.workload.trace.Trace`.
+(``"gpt3-xl"``), a Hugging Face ``config.json`` (an analytic trace of that model), a joulebound
+trace file (``trace.json`` written by :meth:`Trace.save`) or a torch.profiler / Kineto
+Chrome-trace export and returns a :class:`~joulebound.workload.trace.Trace`.
+:func:`model_config` says which model a preset name or ``config.json`` describes.
 """
 
 from __future__ import annotations
@@ -12,7 +14,32 @@ from pathlib import Path
 from joulebound.core.errors import JouleboundError, did_you_mean
 from joulebound.workload.trace import CATEGORIES, PHASES, Kernel, Trace
 
-__all__ = ["CATEGORIES", "PHASES", "Kernel", "Trace", "load_trace"]
+__all__ = ["CATEGORIES", "PHASES", "Kernel", "Trace", "load_trace", "model_config"]
+
+
+def model_config(spec: str | Path):
+    """The :class:`~joulebound.workload.config.TrainingConfig` that ``spec`` names — a preset
+    (case-insensitive) or a Hugging Face ``config.json`` file (or its folder) — or ``None`` when
+    it is neither (a trace file, or nothing that exists). A file that is a Hugging Face config
+    but cannot be modeled raises :class:`JouleboundError` naming the key."""
+    from joulebound.workload.analytic import PRESETS
+    from joulebound.workload.config import is_hf_config, load_hf_config
+
+    text = str(spec).strip()
+    if text.lower() in PRESETS:
+        return PRESETS[text.lower()]
+    path = Path(text)
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"
+    if not path.is_file() or path.suffix.lower() != ".json":
+        return None
+    from joulebound.core.jsonio import read_json
+
+    try:
+        doc = read_json(path)
+    except JouleboundError:
+        return None
+    return load_hf_config(path) if is_hf_config(doc) else None
 
 
 def load_trace(spec: str | Path | Trace, batch: int | None = None, seq: int | None = None) -> Trace:
@@ -20,10 +47,11 @@ def load_trace(spec: str | Path | Trace, batch: int | None = None, seq: int | No
 
     Args:
         spec: preset name (see :data:`joulebound.workload.analytic.PRESETS`, case-insensitive),
-            a path to a joulebound trace (``.json`` / ``.json.gz``), a path to a
+            a Hugging Face ``config.json`` (llama, mistral, qwen2, gpt2, bert; micro-batch 1
+            unless ``batch``), a path to a joulebound trace (``.json`` / ``.json.gz``), a path to a
             torch.profiler ``export_chrome_trace`` file, or a ``Trace`` (returned as is).
-        batch: micro-batch size override (presets only).
-        seq: sequence length override (presets only).
+        batch: micro-batch size override (presets and Hugging Face configs only).
+        seq: sequence length override (presets and Hugging Face configs only).
 
     Raises:
         JouleboundError: unknown preset and no such file; ``batch``/``seq`` given for a file;
@@ -39,6 +67,9 @@ def load_trace(spec: str | Path | Trace, batch: int | None = None, seq: int | No
     text = str(spec)
     if text.strip().lower() in PRESETS:
         return build_trace(text.strip().lower(), batch=batch, seq=seq)
+    cfg = model_config(text)
+    if cfg is not None:  # a Hugging Face config.json
+        return build_trace(cfg, batch=batch, seq=seq)
     path = Path(text)
     if not path.exists():
         raise JouleboundError(

@@ -189,6 +189,8 @@ class _Builder:
         self.frozen = bool(cfg.lora_rank)  # LoRA: base weights get no gradients
         self.targets = tuple(cfg.lora_targets) if cfg.lora_rank else ()
         self.req = _ALL_GRADS
+        # grouped-query attention (Hugging Face's repeat_kv); one answer for all shapes of a table
+        self.gqa = bool(cfg.modern and np.all(np.asarray(cfg.kv) != np.asarray(cfg.heads)))
 
     def add(self, name: str, category: str, flops: float, nbytes: float, math: str = "fp32",
             **meta: Any) -> None:
@@ -301,7 +303,7 @@ class _Builder:
         self.elementwise("permute", qkv, 1, 1, 0)  # qkv [B,S,3,h,dh] -> q,k,v [B,h,S,dh]
         if c.modern and c.rope:
             self.elementwise("rope", t * (d + c.kv_dim), 1, 1, ROPE_FLOP)  # q and k
-        if c.modern and c.kv != h:  # Hugging Face's repeat_kv: k, v copied to every query head
+        if self.gqa:  # Hugging Face's repeat_kv: k, v copied to every query head
             self.add("repeat_kv", "elementwise", 0, 2 * t * (c.kv_dim + d) * self.s)
         self.gemm("attn_scores_gemm", s, s, dh, batch=bh, category="attention")
         self.add("softmax", "softmax", SOFTMAX_FLOP * bh * s * s,
@@ -331,7 +333,7 @@ class _Builder:
                 self.elementwise("permute_backward", 3 * t * d, 1, 1, 0)
             return
         n_kv = int(g["k"]) + int(g["v"])
-        if c.kv != h and n_kv:  # the gradients of the repeated k, v summed per key/value head
+        if self.gqa and n_kv:  # the gradients of the repeated k, v summed per key/value head
             self.add("repeat_kv_backward", "reduction", n_kv * t * d,
                      n_kv * t * (d + c.kv_dim) * self.s)
         if c.rope and (g["q"] or g["k"]):
@@ -487,10 +489,11 @@ class _Builder:
         if c.arch == "bert":
             self.layernorm_backward("embedding_ln_backward")
         ids = t * 4 * (2 if c.arch == "bert" else 1)
-        pos = 0 if (c.modern and c.rope) else 2 * c.seq * d
+        rope = c.modern and c.rope  # no position table
+        pos = 0 if rope else 2 * c.seq * d
         # read dout, read-modify-write the gathered rows of dwte and the position rows of dwpe
         nbytes = ids + (t * d + 2 * t * d + pos) * self.s
-        self.add("embedding_backward", "embedding", (1 if pos == 0 else 2) * t * d, nbytes)
+        self.add("embedding_backward", "embedding", (1 if rope else 2) * t * d, nbytes)
 
     def head(self) -> None:
         c = self.cfg
@@ -593,11 +596,14 @@ class _TableBuilder(_Builder):
 
 
 def build_table(arch: str, layers: int, dtype: str, recompute: bool, *, hidden: Any, heads: Any,
-                ff: Any, vocab: Any, seq: Any, batch: Any
+                ff: Any, vocab: Any, seq: Any, batch: Any, components: Any = ()
                 ) -> tuple[list[Kernel], np.ndarray, np.ndarray, np.ndarray]:
     """The kernels of one training iteration of ``n`` shapes at once (arrays of length ``n``
     for the sizes, ``batch`` the micro-batch; one arch, layer count, dtype and recompute setting), as :func:`build_trace`
-    would give them one shape at a time.
+    would give them one shape at a time. ``components``: the modern-decoder / LoRA fields the
+    shapes share (:meth:`TrainingConfig.components`, e.g. ``(("kv_heads", 8), ("mlp",
+    "swiglu"))``); with ``kv_heads`` given, either every shape has fewer key/value heads than
+    heads or none has.
 
     Returns ``(template, flops, bytes, params)``: the kernel sequence (names, categories, phases,
     layers, math dtypes; its FLOPs and bytes are 0), FLOPs and DRAM bytes of every kernel of
@@ -609,7 +615,8 @@ def build_table(arch: str, layers: int, dtype: str, recompute: bool, *, hidden: 
     n = len(arr["hidden"])
     arr["micro_batch"] = arr.pop("batch")
     cfg = TrainingConfig(arch, layers, dtype=dtype, recompute=recompute, name="table",
-                         **{k: np.broadcast_to(v, (n,)) for k, v in arr.items()})
+                         **{k: np.broadcast_to(v, (n,)) for k, v in arr.items()},
+                         **dict(components))
     b = _TableBuilder(cfg, n)
     b.build()
     flops, nbytes = b.table()
@@ -657,7 +664,8 @@ def build_trace(config_or_preset: TrainingConfig | str, *, iterations: int = 1,
     Returns:
         A :class:`Trace` with ``meta`` holding the config (:meth:`TrainingConfig.trace_meta`),
         ``source="analytic"``,
-        ``params``, ``tokens`` and ``iterations``.
+        ``params`` (the base model's), ``tokens`` and ``iterations``; with LoRA also
+        ``trainable_params`` (the adapters').
 
     Raises:
         JouleboundError: unknown preset or field, impossible shape.
@@ -671,6 +679,8 @@ def build_trace(config_or_preset: TrainingConfig | str, *, iterations: int = 1,
     kernels = one if iterations == 1 else _repeat(one, iterations)
     meta = {"source": "analytic", **cfg.trace_meta(), "params": cfg.params(),
             "tokens": cfg.tokens, "iterations": iterations, "optimizer": optimizer}
+    if cfg.lora_rank:
+        meta["trainable_params"] = cfg.trainable_params()
     return Trace(kernels=kernels, name=cfg.name, meta=meta)
 
 

@@ -202,11 +202,12 @@ class TrainingConfig:
         if self.dtype not in DTYPE_BYTES:
             raise JouleboundError(f"model config '{self.name}': dtype {self.dtype!r} is not "
                                   f"supported.{did_you_mean(str(self.dtype), tuple(DTYPE_BYTES))}")
-        self._validate_components()
+        self.validate_components()
         return self
 
-    def _validate_components(self) -> None:
-        """The checks of the modern-decoder and LoRA fields."""
+    def validate_components(self) -> None:
+        """Raise :class:`JouleboundError` naming the field when a modern-decoder or LoRA field
+        is impossible (the job predictor checks the rest of the shape itself)."""
         who = f"model config '{self.name}'"
         for f, allowed in (("mlp", MLPS), ("norm", NORMS), ("bias", BIASES)):
             v = getattr(self, f)
@@ -277,6 +278,19 @@ class TrainingConfig:
         """Rows of the position-embedding table (default BERT: 512, or S when longer; GPT: S)."""
         return position_rows(self.arch, self.seq, self.max_positions)
 
+    def components(self) -> tuple[tuple[str, Any], ...]:
+        """The component fields (:data:`SHAPE_DEFAULTS`) that differ from their defaults, as
+        ``((field, value), ...)`` (hashable; ``lora_targets`` whenever LoRA is on)."""
+        out = []
+        for k, default in SHAPE_DEFAULTS.items():
+            v = getattr(self, k)
+            if k == "lora_targets":
+                if self.lora_rank:
+                    out.append((k, v))
+            elif v != default:
+                out.append((k, v))
+        return tuple(out)
+
     def layer_params(self) -> Any:
         """Parameters of one block (weights of the base model; LoRA adapters not included):
         the attention and MLP matrices, their biases and 2 norms."""
@@ -331,13 +345,8 @@ class TrainingConfig:
                 "heads": self.heads, "ff": self.ff, "vocab": self.vocab, "seq": self.seq,
                 "batch": self.micro_batch, "dtype": self.dtype, "recompute": self.recompute,
                 "name": self.name, "max_positions": self.max_positions}
-        for k, default in SHAPE_DEFAULTS.items():
-            v = getattr(self, k)
-            if k == "lora_targets":
-                if self.lora_rank:
-                    meta[k] = list(v)
-            elif v != default:
-                meta[k] = v
+        for k, v in self.components():
+            meta[k] = list(v) if k == "lora_targets" else v
         return meta
 
     @classmethod
@@ -385,11 +394,11 @@ def embedding_head_params(arch: str, hidden: Any, vocab: Any, positions: Any) ->
 
 
 def parse_lora_targets(spec: Any, mlp: str = "swiglu") -> tuple[str, ...]:
-    """LoRA target modules from ``"q,v"``, ``"q_proj,v_proj"``, a list of names, ``"attn"``
+    """LoRA target modules from ``"q,v"`` (or ``"q;v"``), ``"q_proj,v_proj"``, a list of names, ``"attn"``
     (q, k, v, o) or ``"all"`` (every linear of a block: q, k, v, o, gate, up, down; no gate for
     a GELU ``mlp``), in :data:`LORA_TARGETS` order; unknown names are an error that lists the
     choices."""
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    items = spec.replace(";", ",").split(",") if isinstance(spec, str) else list(spec)
     out: set[str] = set()
     for raw in items:
         key = str(raw).strip().lower()
