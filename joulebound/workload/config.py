@@ -413,9 +413,8 @@ def parse_lora_targets(spec: Any, mlp: str = "swiglu") -> tuple[str, ...]:
         base = key[:-5] if key.endswith("_proj") else key
         if base not in LORA_TARGETS:
             raise JouleboundError(
-                f"unknown LoRA target {raw!r}: choose among {', '.join(LORA_TARGETS)} (or "
-                f"their PEFT names q_proj, ..., down_proj), 'attn' or 'all'."
-                f"{did_you_mean(base, LORA_TARGETS)}")
+                f"unknown LoRA target {raw!r} (PEFT's names such as q_proj work too, as do "
+                f"'attn' for q,k,v,o and 'all').{did_you_mean(base, LORA_TARGETS)}")
         out.add(base)
     if not out:
         raise JouleboundError("no LoRA target given: name the adapted linears, e.g. q,v "
