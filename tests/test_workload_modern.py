@@ -401,3 +401,20 @@ def test_cli_predict_and_trace_take_hf_config_and_lora(tmp_path, capsys) -> None
     bad = write(tmp_path, {**QWEN, "model_type": "t5"}, "t5.json")
     assert main(["predict", "--hf-config", str(bad)]) == 2
     assert "model_type 't5' is not modeled" in capsys.readouterr().err
+
+
+def test_load_trace_reads_a_config_json_or_its_folder(tmp_path) -> None:
+    """Wherever a preset is accepted as PRESET|FILE (trace, characterize, plan) a Hugging Face
+    config.json is too."""
+    from joulebound.workload import load_trace, model_config
+
+    p = write(tmp_path, QWEN)
+    tr = load_trace(p, batch=2, seq=256)
+    assert tr.meta["source"] == "analytic" and tr.meta["params"] == PUBLISHED["qwen2-0.5b"]
+    assert (tr.meta["batch"], tr.meta["seq"]) == (2, 256)
+    assert load_trace(tmp_path).meta["seq"] == 4096
+    assert model_config(p) == model_config(tmp_path) == load_hf_config(p)
+    assert model_config("LLaMA3-8B") is PRESETS["llama3-8b"]
+    assert model_config(tmp_path / "absent.json") is None
+    with pytest.raises(JouleboundError, match="model_type 'mixtral' is not modeled"):
+        load_trace(write(tmp_path, {**QWEN, "model_type": "mixtral"}, "m.json"))

@@ -17,6 +17,10 @@ from joulebound.workload.trace import CATEGORIES, PHASES, Kernel, Trace
 __all__ = ["CATEGORIES", "PHASES", "Kernel", "Trace", "load_trace", "model_config"]
 
 
+#: larger JSON files are not taken for a Hugging Face config.json by :func:`model_config`
+_HF_MAX_BYTES = 1 << 20
+
+
 def model_config(spec: str | Path):
     """The :class:`~joulebound.workload.config.TrainingConfig` that ``spec`` names — a preset
     (case-insensitive) or a Hugging Face ``config.json`` file (or its folder) — or ``None`` when
@@ -31,7 +35,8 @@ def model_config(spec: str | Path):
     path = Path(text)
     if path.is_dir() and (path / "config.json").is_file():
         path = path / "config.json"
-    if not path.is_file() or path.suffix.lower() != ".json":
+    # a config.json is a few kB; trace exports are not read twice
+    if not path.is_file() or path.suffix.lower() != ".json" or path.stat().st_size > _HF_MAX_BYTES:
         return None
     from joulebound.core.jsonio import read_json
 
@@ -67,21 +72,23 @@ def load_trace(spec: str | Path | Trace, batch: int | None = None, seq: int | No
     text = str(spec)
     if text.strip().lower() in PRESETS:
         return build_trace(text.strip().lower(), batch=batch, seq=seq)
-    cfg = model_config(text)
-    if cfg is not None:  # a Hugging Face config.json
-        return build_trace(cfg, batch=batch, seq=seq)
     path = Path(text)
+    if path.is_dir() and (path / "config.json").is_file():  # a Hugging Face model folder
+        path = path / "config.json"
     if not path.exists():
         raise JouleboundError(
             f"{text!r} is neither a model preset nor an existing trace file.{did_you_mean(text, tuple(PRESETS))} "
             "Or pass the path of a trace JSON (joulebound trace -o, or torch.profiler "
             "export_chrome_trace).")
-    if batch is not None or seq is not None:
-        raise JouleboundError(f"{path}: --batch/--seq apply only to model presets; a trace file "
-                              "already fixes the shapes")
     from joulebound.core.jsonio import read_json
+    from joulebound.workload.config import is_hf_config, load_hf_config
 
     doc = read_json(path)
+    if is_hf_config(doc):  # a Hugging Face config.json: its analytic trace
+        return build_trace(load_hf_config(path), batch=batch, seq=seq)
+    if batch is not None or seq is not None:
+        raise JouleboundError(f"{path}: --batch/--seq apply only to model presets and Hugging "
+                              "Face config.json files; a trace file already fixes the shapes")
     if isinstance(doc, dict) and doc.get("schema") == "joulebound.trace":
         from joulebound.core.jsonio import check_header
         from joulebound.workload.trace import SCHEMA, VERSION
