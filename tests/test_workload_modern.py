@@ -398,6 +398,9 @@ def test_cli_predict_and_trace_take_hf_config_and_lora(tmp_path, capsys) -> None
     assert "kv_heads=32" in capsys.readouterr().out
     assert main(["predict", "--preset", "llama2-7b", "--lora-targets", "q"]) == 2
     assert "--lora-targets needs --lora-rank" in capsys.readouterr().err
+    assert main(["predict", "--preset", "llama2-7b", "--lora-rank", "8", "--law", "prerun",
+                 "--tokens", "1e9"]) == 2
+    assert "legacy laws price the GPT-2 / BERT layout" in capsys.readouterr().err
     bad = write(tmp_path, {**QWEN, "model_type": "t5"}, "t5.json")
     assert main(["predict", "--hf-config", str(bad)]) == 2
     assert "model_type 't5' is not modeled" in capsys.readouterr().err

@@ -73,6 +73,9 @@ BIASES: tuple[str, ...] = ("all", "none", "qkv")
 LORA_TARGETS: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
 #: the default LoRA targets (PEFT's for Llama-style models)
 DEFAULT_LORA_TARGETS: tuple[str, ...] = ("q", "v")
+#: the canonical spellings (subsets of LORA_TARGETS in its order), for a fast check
+_CANONICAL_TARGETS: frozenset[tuple[str, ...]] = frozenset(
+    tuple(t for i, t in enumerate(LORA_TARGETS) if m >> i & 1) for m in range(1, 1 << 7))
 
 
 def canonical_arch(arch: Any) -> Any:
@@ -150,9 +153,9 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "arch", canonical_arch(self.arch))
-        if not isinstance(self.lora_targets, tuple) or "all" in self.lora_targets:
-            object.__setattr__(self, "lora_targets",
-                               parse_lora_targets(self.lora_targets, self.mlp))
+        t = self.lora_targets
+        if t is not DEFAULT_LORA_TARGETS and not (isinstance(t, tuple) and t in _CANONICAL_TARGETS):
+            object.__setattr__(self, "lora_targets", parse_lora_targets(t, self.mlp))
 
     @property
     def modern(self) -> bool:
