@@ -56,6 +56,13 @@ Hugging Face's per_device_train_batch_size); --global-batch is the alternative (
 optimizer step over all GPUs). Impossible or absurd jobs and jobs that do not fit in GPU memory
 are refused with the reason (--ignore-memory prices the latter anyway).
 
+The model: --preset (GPT-2, BERT, and Llama / Mistral / Qwen2 shapes: grouped-query attention,
+SwiGLU, RMSNorm, RoPE, untied head), --hf-config FILE (any Hugging Face config.json of the
+llama, mistral, qwen2, gpt2 or bert families), or --layers/--hidden/--heads/--seq. --lora-rank R
+(--lora-targets, default q,v) prices LoRA / PEFT fine-tuning: frozen base weights (no
+weight-gradient kernels, no gradients or optimizer state), adapter kernels, adapter gradients and
+optimizer state only.
+
 --jobs FILE predicts a CSV of jobs, one per row (columns = these options without dashes, e.g.
 layers,hidden,heads,seq,batch,gpus,strategy,device,tokens; empty cells take the command-line
 values); -o FILE writes the predictions as CSV, --json prints them; a row that cannot be priced
@@ -382,7 +389,7 @@ def _print_law_prediction(p) -> None:
 
 
 def predict(
-    preset: str = _PRESET, model: str = _MODEL, layers: int = _LAYERS, hidden: int = _HIDDEN,
+    preset: str = _PRESET, hf_config: Path = _HF, model: str = _MODEL, layers: int = _LAYERS, hidden: int = _HIDDEN,
     heads: int = _HEADS, seq: int = _SEQ, batch: int = _BATCH, global_batch: int = _GBATCH,
     grad_accum: int = _GACC, tokens: float = _TOKENS,
     gpus: int = typer.Option(1, "--gpus", help="number of GPUs N = dp·tp·pp"),
@@ -391,14 +398,14 @@ def predict(
     tp: int = typer.Option(None, "--tp", help="tensor-parallel degree (Megatron)"),
     pp: int = typer.Option(None, "--pp", help="pipeline stages (1F1B)"),
     device: str = _DEVICE, dtype: str = _DTYPE, ff: int = _FF, vocab: int = _VOCAB,
-    recompute: bool = _RECOMP, optimizer: str = _OPTIM, clocks: str = _CLOCKS,
+    recompute: bool = _RECOMP, lora_rank: int = _LORA, lora_targets: str = _LORA_T,
+    optimizer: str = _OPTIM, clocks: str = _CLOCKS,
     power_limit: float = _PLIM, interconnect: str = _LINK, inter_node: str = _INTER,
     gpus_per_node: int = _GPN, nics_per_node: int = _NICS,
     ignore_memory: bool = typer.Option(False, "--ignore-memory", help="price a job that does not fit "
                                        "in GPU memory instead of refusing it"),
     jobs: Path = _JOBS, output: Path = _OUT, law: str = _LAW, coefficients: Path = _COEFFICIENTS,
-    data: Path = _DATA, as_json: bool = _JSON, hf_config: Path = _HF, lora_rank: int = _LORA,
-    lora_targets: str = _LORA_T,
+    data: Path = _DATA, as_json: bool = _JSON,
 ) -> None:
     from joulebound.jobs import predict as jp
     from joulebound.jobs.job import job_from_options
@@ -491,7 +498,7 @@ def _exit_if_refused(n_err: int, n: int) -> None:
 
 
 def advise(
-    preset: str = _PRESET, model: str = _MODEL, layers: int = _LAYERS, hidden: int = _HIDDEN,
+    preset: str = _PRESET, hf_config: Path = _HF, model: str = _MODEL, layers: int = _LAYERS, hidden: int = _HIDDEN,
     heads: int = _HEADS, seq: int = _SEQ, batch: int = _BATCH, global_batch: int = _GBATCH,
     grad_accum: int = _GACC, tokens: float = _TOKENS,
     deadline: str = typer.Option(None, "--deadline", help="wall-time budget: seconds or 90m / 12h / 2d"),
@@ -499,12 +506,12 @@ def advise(
     strategies: str = typer.Option("ddp,fsdp,tp,pp", "--strategies", help="comma-separated strategies "
                                    "(ddp, fsdp, tp, pp) tried at every GPU count > 1"),
     device: str = _DEVICE, dtype: str = _DTYPE, ff: int = _FF, vocab: int = _VOCAB,
-    recompute: bool = _RECOMP, optimizer: str = _OPTIM, clocks: str = _CLOCKS,
+    recompute: bool = _RECOMP, lora_rank: int = _LORA, lora_targets: str = _LORA_T,
+    optimizer: str = _OPTIM, clocks: str = _CLOCKS,
     power_limit: float = _PLIM, interconnect: str = _LINK, inter_node: str = _INTER,
     gpus_per_node: int = _GPN, nics_per_node: int = _NICS,
     jobs: Path = _JOBS, output: Path = _OUT, law: str = _LAW, coefficients: Path = _COEFFICIENTS,
-    as_json: bool = _JSON, hf_config: Path = _HF, lora_rank: int = _LORA,
-    lora_targets: str = _LORA_T,
+    as_json: bool = _JSON,
 ) -> None:
     from joulebound.jobs import advisor
     from joulebound.jobs.job import job_from_options

@@ -240,8 +240,6 @@ def resolve(job: Job) -> Resolved:
     cfg = replace(job.config, arch=arch, layers=L, hidden=d, heads=h, seq=S, ff=ff, vocab=V, dtype=dtype, micro_batch=b,
                   global_batch=gb, grad_accum=ga)
     params = cfg.params()
-    if cfg.lora_rank and job.optimizer == "sgd":
-        warn.append("LoRA with SGD: the adapters' momentum only")
     _check_totals(job, params)
     if dp > 1 and gb // dp < 1:
         raise JouleboundError("global batch smaller than the data-parallel ranks")
