@@ -380,6 +380,19 @@ def test_jobs_carry_the_modern_shape_and_lora(tmp_path) -> None:
         job_from_options(preset="gpt2-small", hf_config=str(tmp_path / "config.json"))
 
 
+def test_ddp_all_reduces_only_the_adapters_gradients() -> None:
+    from joulebound.jobs.mechanistic import predict_steps
+
+    job = dict(preset="llama2-7b", device="h100-sxm", dtype="bf16", gpus=4, strategy="ddp")
+    from joulebound.jobs.job import job_from_options
+
+    (_, full, _, _), (r, lora, _, _) = predict_steps([job_from_options(**job),
+                                                      job_from_options(**job, lora_rank=16)])
+    assert full.comm_detail["dp_grad_bytes"] == pytest.approx(PUBLISHED["llama2-7b"] * 4)
+    assert lora.comm_detail["dp_grad_bytes"] == pytest.approx(r.config.trainable_params() * 4)
+    assert lora.comm_s < full.comm_s
+
+
 def test_cli_predict_and_trace_take_hf_config_and_lora(tmp_path, capsys) -> None:
     from joulebound.cli import main
 
