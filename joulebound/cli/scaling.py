@@ -56,6 +56,13 @@ Hugging Face's per_device_train_batch_size); --global-batch is the alternative (
 optimizer step over all GPUs). Impossible or absurd jobs and jobs that do not fit in GPU memory
 are refused with the reason (--ignore-memory prices the latter anyway).
 
+The model: --preset (GPT-2, BERT, and Llama / Mistral / Qwen2 shapes: grouped-query attention,
+SwiGLU, RMSNorm, RoPE, untied head), --hf-config FILE (any Hugging Face config.json of the
+llama, mistral, qwen2, gpt2 or bert families), or --layers/--hidden/--heads/--seq. --lora-rank R
+(--lora-targets, default q,v) prices LoRA / PEFT fine-tuning: frozen base weights (no
+weight-gradient kernels, no gradients or optimizer state), adapter kernels, adapter gradients and
+optimizer state only.
+
 --jobs FILE predicts a CSV of jobs, one per row (columns = these options without dashes, e.g.
 layers,hidden,heads,seq,batch,gpus,strategy,device,tokens; empty cells take the command-line
 values); -o FILE writes the predictions as CSV, --json prints them; a row that cannot be priced
@@ -235,7 +242,15 @@ def fit(
 
 # The job options shared by predict and advise (one definition, one help text).
 _PRESET = typer.Option(None, "--preset", help="model preset for the shape and micro-batch: bert-base, "
-                       "bert-large, gpt2-small, gpt3-xl, ... (options below override it)")
+                       "bert-large, gpt2-small, gpt3-xl, llama2-7b, llama3-8b, mistral-7b, qwen2-7b, "
+                       "... (options below override it)")
+_HF = typer.Option(None, "--hf-config", help="a Hugging Face config.json (or its model folder) for "
+                   "the shape: llama, mistral, qwen2, gpt2, bert (instead of --preset; micro-batch 1 "
+                   "unless --batch)")
+_LORA = typer.Option(None, "--lora-rank", help="LoRA / PEFT fine-tuning with adapters of rank R: "
+                     "frozen base weights (no weight gradients, no optimizer state), adapters trained")
+_LORA_T = typer.Option(None, "--lora-targets", help="LoRA's adapted linears, comma-separated among "
+                       "q,k,v,o,gate,up,down (or attn, all) [default q,v]")
 _MODEL = typer.Option(None, "--model", help="architecture: bert (encoder) | gpt (decoder) [default bert]")
 _LAYERS = typer.Option(None, "--layers", help="transformer layers L")
 _HIDDEN = typer.Option(None, "--hidden", help="hidden size d")
@@ -277,8 +292,14 @@ _DATA = typer.Option(None, "--data", help="data folder for --law other than prer
 
 def _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
           dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
-          gpus_per_node, nics_per_node, tokens, **kw) -> dict:
-    return dict(preset=preset, arch=model, layers=layers, hidden=hidden, heads=heads, seq=seq,
+          gpus_per_node, nics_per_node, tokens, hf_config=None, lora_rank=None, lora_targets=None,
+          **kw) -> dict:
+    if lora_targets is not None and not lora_rank:
+        raise JouleboundError("--lora-targets needs --lora-rank R (R >= 1: LoRA fine-tuning)")
+    model_opts = {k: v for k, v in dict(hf_config=None if hf_config is None else str(hf_config),
+                                        lora_rank=lora_rank, lora_targets=lora_targets).items()
+                  if v is not None}
+    return dict(preset=preset, **model_opts, arch=model, layers=layers, hidden=hidden, heads=heads, seq=seq,
                 batch=batch, global_batch=global_batch, grad_accum=grad_accum, ff=ff, vocab=vocab,
                 dtype=dtype, recompute=recompute, optimizer=optimizer, device=device, clocks=clocks,
                 power_limit_w=power_limit, interconnect=interconnect, inter_node=inter_node,
@@ -287,7 +308,8 @@ def _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_a
 
 def _default_shape(o: dict) -> dict:
     """No shape and no preset given: BERT-base, said on stderr."""
-    if o.get("preset") is None and all(o.get(k) is None for k in ("layers", "hidden", "heads", "seq")):
+    if o.get("preset") is None and o.get("hf_config") is None and \
+            all(o.get(k) is None for k in ("layers", "hidden", "heads", "seq")):
         from joulebound.jobs.job import DEFAULT_PRESET
 
         console.print(f"[dim]no model shape given: the {DEFAULT_PRESET} preset (give --preset or "
@@ -367,7 +389,7 @@ def _print_law_prediction(p) -> None:
 
 
 def predict(
-    preset: str = _PRESET, model: str = _MODEL, layers: int = _LAYERS, hidden: int = _HIDDEN,
+    preset: str = _PRESET, hf_config: Path = _HF, model: str = _MODEL, layers: int = _LAYERS, hidden: int = _HIDDEN,
     heads: int = _HEADS, seq: int = _SEQ, batch: int = _BATCH, global_batch: int = _GBATCH,
     grad_accum: int = _GACC, tokens: float = _TOKENS,
     gpus: int = typer.Option(1, "--gpus", help="number of GPUs N = dp·tp·pp"),
@@ -376,7 +398,8 @@ def predict(
     tp: int = typer.Option(None, "--tp", help="tensor-parallel degree (Megatron)"),
     pp: int = typer.Option(None, "--pp", help="pipeline stages (1F1B)"),
     device: str = _DEVICE, dtype: str = _DTYPE, ff: int = _FF, vocab: int = _VOCAB,
-    recompute: bool = _RECOMP, optimizer: str = _OPTIM, clocks: str = _CLOCKS,
+    recompute: bool = _RECOMP, lora_rank: int = _LORA, lora_targets: str = _LORA_T,
+    optimizer: str = _OPTIM, clocks: str = _CLOCKS,
     power_limit: float = _PLIM, interconnect: str = _LINK, inter_node: str = _INTER,
     gpus_per_node: int = _GPN, nics_per_node: int = _NICS,
     ignore_memory: bool = typer.Option(False, "--ignore-memory", help="price a job that does not fit "
@@ -389,7 +412,7 @@ def predict(
 
     o = _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
-              gpus_per_node, nics_per_node, tokens)
+              gpus_per_node, nics_per_node, tokens, hf_config, lora_rank, lora_targets)
     is_law = jp.law_name(law, coefficients) is not None  # a law file selects prerun
     if jobs is not None:
         if is_law:
@@ -475,7 +498,7 @@ def _exit_if_refused(n_err: int, n: int) -> None:
 
 
 def advise(
-    preset: str = _PRESET, model: str = _MODEL, layers: int = _LAYERS, hidden: int = _HIDDEN,
+    preset: str = _PRESET, hf_config: Path = _HF, model: str = _MODEL, layers: int = _LAYERS, hidden: int = _HIDDEN,
     heads: int = _HEADS, seq: int = _SEQ, batch: int = _BATCH, global_batch: int = _GBATCH,
     grad_accum: int = _GACC, tokens: float = _TOKENS,
     deadline: str = typer.Option(None, "--deadline", help="wall-time budget: seconds or 90m / 12h / 2d"),
@@ -483,7 +506,8 @@ def advise(
     strategies: str = typer.Option("ddp,fsdp,tp,pp", "--strategies", help="comma-separated strategies "
                                    "(ddp, fsdp, tp, pp) tried at every GPU count > 1"),
     device: str = _DEVICE, dtype: str = _DTYPE, ff: int = _FF, vocab: int = _VOCAB,
-    recompute: bool = _RECOMP, optimizer: str = _OPTIM, clocks: str = _CLOCKS,
+    recompute: bool = _RECOMP, lora_rank: int = _LORA, lora_targets: str = _LORA_T,
+    optimizer: str = _OPTIM, clocks: str = _CLOCKS,
     power_limit: float = _PLIM, interconnect: str = _LINK, inter_node: str = _INTER,
     gpus_per_node: int = _GPN, nics_per_node: int = _NICS,
     jobs: Path = _JOBS, output: Path = _OUT, law: str = _LAW, coefficients: Path = _COEFFICIENTS,
@@ -496,7 +520,7 @@ def advise(
 
     o = _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
-              gpus_per_node, nics_per_node, tokens)
+              gpus_per_node, nics_per_node, tokens, hf_config, lora_rank, lora_targets)
     strat = tuple(s.strip() for s in strategies.split(",") if s.strip())
     if law is None and is_law_file(coefficients):
         law = "prerun"

@@ -19,8 +19,12 @@ HELP = """Summarize the kernels of one training iteration: kernels per phase and
 DRAM bytes, arithmetic intensity, and (with --device) whether each category is compute- or
 memory-bound at the device's roofline ridge point.
 
-PRESET|FILE is a model preset (gpt3-xl, gpt2-small/medium/large/xl, bert-base/large/huge), a trace file
-written by `joulebound trace -o`, or a torch.profiler export_chrome_trace JSON.
+PRESET|FILE is a model preset (gpt3-xl, gpt2-small/medium/large/xl, bert-base/large/huge,
+llama2-7b/13b/70b, llama3-8b/70b, mistral-7b, qwen2-0.5b/7b, tinyllama-1.1b), a Hugging Face
+config.json (llama, mistral, qwen2, gpt2, bert; or the model folder holding it), a trace file
+written by `joulebound trace -o`, or a torch.profiler export_chrome_trace JSON. --lora-rank R
+(with --lora-targets, default q,v) models LoRA / PEFT fine-tuning of a preset or config: frozen
+base weights (no weight-gradient GEMMs, no optimizer state), adapter GEMMs and their gradients.
 
 FLOPs and bytes of presets are modeled (closed-form formulas per kernel); roofline times are
 modeled lower bounds; durations of imported traces are measured.
@@ -37,6 +41,8 @@ intensity, dtype, ridge, bound, compute_bound_kernels, roofline_time_s, measured
 roofline_time_s, measured_time_s}). Units: FLOP, bytes, FLOP/byte, s.
 
 Examples: `joulebound trace gpt3-xl --device rtx3080ti`;
+`joulebound trace llama3-8b --lora-rank 16 --lora-targets all --device h100-sxm`;
+`joulebound trace ./Qwen2-7B/config.json --seq 2048`;
 `joulebound trace bert-huge --batch 4 --seq 256 --json`;
 `joulebound trace step.json --device h100-sxm` (a torch.profiler export).
 """
@@ -78,11 +84,16 @@ def render_summary(summary: RooflineSummary, trace: Trace, device: DeviceSpec | 
     meta = trace.meta
     src = summary.source or "file"
     if src == "analytic":
+        modern = "".join(f", {k}={meta[k]}" for k in ("kv_heads", "mlp", "norm", "bias")
+                         if k in meta) + (", rope" if meta.get("rope") else "") + \
+            (", untied head" if meta.get("tied") is False else "")
+        lora = (f"; LoRA r={meta['lora_rank']} on {','.join(meta.get('lora_targets') or ())}: "
+                f"{si(meta.get('trainable_params'))} trainable" if meta.get("lora_rank") else "")
         head = (f"[bold]{trace.name}[/] — analytic trace ({meta.get('arch')}, L={meta.get('layers')}, "
                 f"d={meta.get('hidden')}, heads={meta.get('heads')}, ff={meta.get('ff')}, "
                 f"S={meta.get('seq')}, B={meta.get('batch')}, {meta.get('dtype')}"
-                f"{', recompute' if meta.get('recompute') else ''}); "
-                f"{si(meta.get('params'))} params, {meta.get('tokens')} tokens/iteration")
+                f"{', recompute' if meta.get('recompute') else ''}{modern}); "
+                f"{si(meta.get('params'))} params{lora}, {meta.get('tokens')} tokens/iteration")
     else:
         head = f"[bold]{trace.name}[/] — imported trace (source: {src})"
     console.print(head, highlight=False)
@@ -198,8 +209,8 @@ def summary_json(summary: RooflineSummary, trace: Trace) -> dict[str, Any]:
 
 
 def trace_command(
-    spec: Annotated[str, typer.Argument(help="Model preset, trace file or Kineto JSON.",
-                                        metavar="PRESET|FILE")],
+    spec: Annotated[str, typer.Argument(help="Model preset, Hugging Face config.json, trace file "
+                                             "or Kineto JSON.", metavar="PRESET|FILE")],
     batch: Annotated[int | None, typer.Option(help="Micro-batch size (presets only).")] = None,
     seq: Annotated[int | None, typer.Option(help="Sequence length (presets only).")] = None,
     device: Annotated[str | None, typer.Option(
@@ -214,6 +225,12 @@ def trace_command(
     vocab: Annotated[int | None, typer.Option(help="Presets: vocabulary size.")] = None,
     recompute: Annotated[bool, typer.Option(
         help="Presets: full activation recompute (forward again in backward).")] = False,
+    lora_rank: Annotated[int | None, typer.Option(
+        "--lora-rank", help="Presets: LoRA / PEFT fine-tuning with adapters of this rank (frozen "
+        "base: no weight gradients, optimizer over the adapters only).")] = None,
+    lora_targets: Annotated[str | None, typer.Option(
+        "--lora-targets", help="Presets: the adapted linears, comma-separated among q,k,v,o,gate,"
+        "up,down (or attn, all) [default q,v].")] = None,
     iterations: Annotated[int, typer.Option(
         help="Presets: concatenate this many iterations (large planning problems).")] = 1,
     top: Annotated[int, typer.Option(
@@ -227,20 +244,23 @@ def trace_command(
 
     from joulebound.cli._common import console, print_json
     from joulebound.core.errors import JouleboundError
-    from joulebound.workload import load_trace
+    from joulebound.workload import load_trace, model_config
     from joulebound.workload.analytic import PRESETS, build_trace
     from joulebound.workload.roofline import summarize, top_kernels
 
-    is_preset = spec.strip().lower() in PRESETS
+    model = model_config(spec)  # a preset or a Hugging Face config.json
     shape = {"layers": layers, "hidden": hidden, "heads": heads, "ff": ff, "vocab": vocab,
-             "dtype": dtype}
-    if not is_preset and (any(v is not None for v in shape.values()) or recompute
+             "dtype": dtype, "lora_rank": lora_rank, "lora_targets": lora_targets}
+    if model is None and (any(v is not None for v in shape.values()) or recompute
                           or iterations != 1):
         raise JouleboundError(
-            "--layers/--hidden/--heads/--ff/--vocab/--dtype/--recompute/--iterations apply only "
-            f"to model presets ({', '.join(PRESETS)}), not to the trace file {spec!r}")
-    if is_preset:
-        tr = build_trace(spec.strip().lower(), batch=batch, seq=seq, recompute=recompute or None,
+            "--layers/--hidden/--heads/--ff/--vocab/--dtype/--recompute/--iterations/--lora-rank/"
+            "--lora-targets apply only to model presets and Hugging Face config.json files "
+            f"({', '.join(PRESETS)}), not to the trace file {spec!r}")
+    if lora_targets is not None and not lora_rank:
+        raise JouleboundError("--lora-targets needs --lora-rank R (R >= 1: LoRA fine-tuning)")
+    if model is not None:
+        tr = build_trace(model, batch=batch, seq=seq, recompute=recompute or None,
                          iterations=iterations, **shape)
     else:
         tr = load_trace(spec, batch=batch, seq=seq)

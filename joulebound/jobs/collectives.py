@@ -206,6 +206,8 @@ def job_collectives(r: Resolved, fabric: Fabric, per_layer: float, emb_params: f
         bw, lat, _ = fabric.group(r.dp, r.tp)
         # PyTorch AMP + DDP reduces fp32 gradients; Megatron-style tp/pp frameworks half ones
         g = max(stage_params) / r.tp * (4 if (r.tp, r.pp) == (1, 1) else b)
+        if r.config.lora_rank:  # DDP buckets hold the parameters that get gradients: the adapters
+            g = max(r.stages) * float(r.config.lora_layer_params()) / r.tp * (4 if (r.tp, r.pp) == (1, 1) else b)
         nb = max(1, math.ceil(g / DDP_BUCKET_BYTES))
         c = allreduce(g / nb, r.dp, bw, lat)
         kw.update(dp_bucket_s=c, dp_buckets=nb, dp_allreduce_s=nb * c, dp_grad_bytes=g)

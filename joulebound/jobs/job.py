@@ -28,8 +28,15 @@ from typing import Any
 from joulebound.core.errors import JouleboundError, did_you_mean
 from joulebound.core.vocab import TRAINING_DTYPES
 from joulebound.jobs.strategy import alias_note, normalize_strategy
-from joulebound.workload.config import ARCH_ALIASES, DEFAULT_VOCAB, TrainingConfig, block_params
-from joulebound.workload.memory import MemoryEstimate, step_memory
+from joulebound.workload.config import (
+    ARCH_ALIASES,
+    DEFAULT_VOCAB,
+    SHAPE_DEFAULTS,
+    TrainingConfig,
+    block_params,
+    load_hf_config,
+)
+from joulebound.workload.memory import MemoryEstimate, layer_activation_elements, step_memory
 
 #: architectures the analytic trace builder models, and their accepted spellings
 ARCHS = ARCH_ALIASES
@@ -50,6 +57,9 @@ LAYOUT_FIELDS = ("optimizer", "device", "gpus", "strategy", "tp", "pp", "pp_stag
                  "tokens")
 #: every keyword a :class:`Job` accepts (the columns of a job table), in the old field order
 JOB_FIELDS = CONFIG_FIELDS[:-1] + LAYOUT_FIELDS + ("name",)
+#: the config's modern-decoder and LoRA fields (:data:`~joulebound.workload.config.SHAPE_DEFAULTS`),
+#: also :class:`Job` keywords; :meth:`Job.to_json` lists those that differ from their defaults
+MODEL_FIELDS = tuple(SHAPE_DEFAULTS)
 _UNSET: Any = object()
 
 
@@ -92,11 +102,15 @@ class Job:
                  power_limit_w: float | None = None, interconnect: str | None = None,
                  inter_node: str | None = None, gpus_per_node: int | None = None,
                  nics_per_node: int = 1, tokens: float | None = None, name: Any = _UNSET, *,
-                 config: TrainingConfig | None = None) -> None:
+                 config: TrainingConfig | None = None, **model: Any) -> None:
+        unknown = sorted(set(model) - set(MODEL_FIELDS))
+        if unknown:
+            raise TypeError(f"Job() got unexpected keyword(s) {', '.join(unknown)}")
         given = {k: v for k, v in dict(layers=layers, hidden=hidden, heads=heads, seq=seq,
                                        arch=arch, ff=ff, vocab=vocab, micro_batch=batch,
                                        global_batch=global_batch, grad_accum=grad_accum,
-                                       dtype=dtype, recompute=recompute, name=name).items()
+                                       dtype=dtype, recompute=recompute, name=name,
+                                       **model).items()
                  if v is not _UNSET}
         if config is None:
             missing = [k for k in ("layers", "hidden", "heads", "seq") if k not in given]
@@ -133,9 +147,12 @@ class Job:
     name = property(lambda self: self.config.name)
 
     def to_json(self) -> dict:
-        """The job as flat keywords (:data:`JOB_FIELDS`; ``batch`` = the micro-batch)."""
+        """The job as flat keywords (:data:`JOB_FIELDS`; ``batch`` = the micro-batch), then the
+        model fields (:data:`MODEL_FIELDS`) that differ from their defaults."""
         d = {k: getattr(self, k) for k in JOB_FIELDS}
         d["pp_stages"] = list(self.pp_stages) if self.pp_stages else None
+        for k, v in self.config.components():
+            d[k] = list(v) if k == "lora_targets" else v
         return d
 
 
@@ -249,6 +266,7 @@ def _shape(job: Job) -> tuple[str, int, int, int, int, int, int, str]:
     if d % h:
         raise JouleboundError(f"--heads {h} does not divide --hidden {d} (head size must be an "
                               f"integer); pick heads among {[k for k in range(1, min(d, 128) + 1) if d % k == 0][:12]}")
+    replace(job.config, arch=arch, heads=h).validate_components()
     dtype = str(job.dtype).strip().lower()
     if dtype not in DTYPES:
         raise JouleboundError(f"unknown --dtype {job.dtype!r}." + did_you_mean(dtype, DTYPES))
@@ -285,6 +303,11 @@ def _degrees(job: Job, n: int, L: int, d: int, h: int, ff: int,
                                   f"{[k for k in range(1, h + 1) if h % k == 0 and k <= 64]}")
         if ff % tp or d % tp:
             raise JouleboundError(f"tp={tp} must divide --hidden {d} and --ff {ff}")
+        kv = job.config.kv_heads
+        if kv is not None and kv % tp:
+            raise JouleboundError(f"tensor parallelism tp={tp} must divide the {kv} key/value heads "
+                                  f"(grouped-query attention splits them across GPUs); use tp in "
+                                  f"{[k for k in range(1, kv + 1) if kv % k == 0]}")
         if tp > 8:
             warn.append(f"tp={tp} beyond one 8-GPU node: every layer's all-reduces cross nodes")
     if pp > L:
@@ -366,17 +389,23 @@ def memory(r: Resolved, device_bytes: float) -> MemoryEstimate:
     :func:`joulebound.workload.memory.step_memory`: DDP / 1 GPU hold everything, FSDP shards
     weights, gradients and optimizer state over dp, TP splits by tp, PP keeps one stage (the
     largest, with the embedding) and min(pp, micro-batches) micro-batches in flight."""
-    j = r.job
-    s = r.config.dtype_bytes
-    per_layer = layer_params(j.hidden, r.ff)
+    j, c = r.job, r.config
+    s = c.dtype_bytes
+    per_layer = float(c.layer_params())
     emb = r.params - j.layers * per_layer
     p_gpu = (r.stages[0] * per_layer + emb) / r.tp  # the first stage (all layers when pp = 1)
+    train = None
+    if c.lora_rank:  # frozen base: gradients and optimizer state of the adapters only
+        train = r.stages[0] * float(c.lora_layer_params()) / r.tp
+        p_gpu += train
+    act = layer_activation_elements(c, r.tp)
     return step_memory(params=p_gpu, layers=r.stages[0] if r.pp > 1 else j.layers,
                        hidden=j.hidden, heads=j.heads, seq=j.seq, micro_batch=r.micro_batch,
                        vocab=r.vocab, dtype_bytes=s, optimizer=j.optimizer, tp=r.tp,
                        shard=r.dp if r.sharded else 1, recompute=j.recompute,
                        in_flight=min(r.pp, r.grad_accum) if r.pp > 1 else 1,
-                       device_bytes=device_bytes)
+                       device_bytes=device_bytes, trainable=train,
+                       layer_activation_bytes=None if act is None else act * s)
 
 
 def with_overrides(job: Job, **kw: object) -> Job:
@@ -389,34 +418,44 @@ _SHAPE = ("arch", "layers", "hidden", "heads", "ff", "vocab", "seq")
 DEFAULT_PRESET = "bert-base"
 
 
-def job_from_options(preset: str | None = None, **opts: object) -> Job:
+def job_from_options(preset: str | None = None, hf_config: Any = None, **opts: object) -> Job:
     """A :class:`Job` from command-line style options (``None`` = not given).
 
-    ``preset`` (a name of :data:`joulebound.workload.analytic.PRESETS`) fills the shape and the
-    per-GPU micro-batch; explicit options override it. Without a preset, ``layers``, ``hidden``,
-    ``heads`` and ``seq`` must all be given."""
+    ``preset`` (a name of :data:`joulebound.workload.analytic.PRESETS`) or ``hf_config`` (the
+    path of a Hugging Face ``config.json``, read by
+    :func:`~joulebound.workload.config.load_hf_config`) fills the shape (and a preset the
+    per-GPU micro-batch); explicit options override it. Without either, ``layers``, ``hidden``,
+    ``heads`` and ``seq`` must all be given. ``lora_rank`` / ``lora_targets`` (and the other
+    :data:`MODEL_FIELDS`) are options too."""
     from joulebound.workload.analytic import get_preset
 
-    known = set(JOB_FIELDS)
+    known = set(JOB_FIELDS) | set(MODEL_FIELDS)
     unknown = sorted(k for k in opts if k not in known)
     if unknown:
         raise JouleboundError(f"unknown job field(s) {', '.join(unknown)}; fields: {', '.join(sorted(known))}")
     given = {k: v for k, v in opts.items() if v is not None and v != ""}
     base: dict = {}
-    if preset:
-        try:
-            cfg = get_preset(str(preset))
-        except JouleboundError as exc:
-            raise JouleboundError(f"--preset: {exc}") from None
+    if preset and hf_config:
+        raise JouleboundError("give --preset or --hf-config, not both (both describe the model)")
+    if preset or hf_config:
+        if hf_config:
+            cfg = load_hf_config(str(hf_config))
+        else:
+            try:
+                cfg = get_preset(str(preset))
+            except JouleboundError as exc:
+                raise JouleboundError(f"--preset: {exc}") from None
         base = {"arch": cfg.arch, "layers": cfg.layers, "hidden": cfg.hidden, "heads": cfg.heads,
-                "ff": cfg.ff, "vocab": cfg.vocab, "seq": cfg.seq, "name": cfg.name}
+                "ff": cfg.ff, "vocab": cfg.vocab, "seq": cfg.seq, "name": cfg.name,
+                **dict(cfg.components())}
         if "global_batch" not in given:
-            base["batch"] = cfg.micro_batch
+            base["batch"] = cfg.micro_batch  # a Hugging Face config: 1
     else:
         missing = [k for k in ("layers", "hidden", "heads", "seq") if k not in given]
         if missing:
             raise JouleboundError(f"give the model shape: {', '.join('--' + m for m in missing)} missing "
-                                  "(or --preset NAME, e.g. bert-base, gpt2-small, gpt3-xl)")
+                                  "(or --preset NAME, e.g. bert-base, gpt2-small, llama3-8b, or "
+                                  "--hf-config config.json)")
     base.update(given)
     if "batch" not in base and "global_batch" not in base:
         raise JouleboundError("give --batch (sequences per GPU per micro-batch, as Hugging Face's "

@@ -5,7 +5,8 @@ Input CSV: one job per row; the columns are the single-job options without the l
 ``seq``, ``batch`` (per GPU), ``global_batch``, ``grad_accum``, ``ff``, ``vocab``, ``dtype``,
 ``recompute``, ``optimizer``, ``device``, ``gpus``, ``strategy``, ``tp``, ``pp``, ``clocks``,
 ``power_limit`` (W), ``interconnect``, ``inter_node``, ``gpus_per_node``, ``nics_per_node``,
-``tokens``, ``name``; for ``advise`` also ``deadline`` (s or 90m/12h/2d), ``max_gpus``,
+``tokens``, ``name``, ``hf_config`` (a Hugging Face ``config.json`` path), ``kv_heads``,
+``lora_rank``, ``lora_targets`` (``q;v``); for ``advise`` also ``deadline`` (s or 90m/12h/2d), ``max_gpus``,
 ``strategies`` (``ddp;fsdp``). An empty cell (or a missing column) takes the value of the command
 line option. A row that is wrong gets its error in the ``error`` column; the other rows are
 still predicted.
@@ -24,11 +25,13 @@ from joulebound.core.provenance import MODELED
 from joulebound.jobs.job import JOB_FIELDS, Job
 
 _INT = {"layers", "hidden", "heads", "seq", "batch", "global_batch", "grad_accum", "ff", "vocab",
-        "gpus", "tp", "pp", "gpus_per_node", "nics_per_node", "max_gpus"}
+        "gpus", "tp", "pp", "gpus_per_node", "nics_per_node", "max_gpus", "kv_heads", "lora_rank"}
 _FLOAT = {"power_limit_w", "tokens"}
 _ALIAS = {"model": "arch", "power_limit": "power_limit_w", "per_device_train_batch_size": "batch"}
 ADVISE_ONLY = ("deadline", "max_gpus", "strategies")
-JOB_COLUMNS = tuple(sorted(set(JOB_FIELDS) - {"pp_stages"} | {"model", "preset", "power_limit"}))
+JOB_COLUMNS = tuple(sorted(set(JOB_FIELDS) - {"pp_stages"} | {"model", "preset", "power_limit",
+                                                              "hf_config", "kv_heads",
+                                                              "lora_rank", "lora_targets"}))
 
 PREDICT_COLUMNS = ("row", "name", "error", "strategy", "gpus", "nodes", "device", "micro_batch",
                    "grad_accum", "global_batch", "tokens_per_step", "steps", "time_s", "time_lo_s",

@@ -53,7 +53,7 @@ import numpy as np
 from joulebound.core.errors import JouleboundError
 from joulebound.jobs.collectives import DDP_BUCKET_BYTES, Fabric, JobComm, job_collectives
 from joulebound.jobs.host import DEFAULT_HOST, HostPower
-from joulebound.jobs.job import Job, MemoryEstimate, Resolved, layer_params, memory, resolve
+from joulebound.jobs.job import Job, MemoryEstimate, Resolved, memory, resolve
 from joulebound.jobs.prediction import JobPrediction
 from joulebound.jobs.stepcost import Parts, WorkKey, characterize_parts, prime_part_sums
 
@@ -185,7 +185,8 @@ def work_keys(r: Resolved) -> WorkKey:
     j = r.job
     return WorkKey(r.arch, j.hidden, j.heads, r.ff, r.vocab, j.seq, r.micro_batch, r.dtype,
                    bool(j.recompute), r.tp, _device_name(j.device), (j.clocks or "auto"),
-                   None if j.power_limit_w is None else float(j.power_limit_w))
+                   None if j.power_limit_w is None else float(j.power_limit_w),
+                   r.config.components())
 
 
 @lru_cache(maxsize=512)
@@ -262,7 +263,7 @@ def _stage_params(r: Resolved) -> tuple[float, float, list[float]]:
     """``(params per layer, embedding params, params per stage)``; with pp > 1 the last stage
     holds its own copy of the tied output embedding."""
     j = r.job
-    per_layer = layer_params(j.hidden, r.ff)
+    per_layer = float(r.config.layer_params())
     emb_params = r.params - j.layers * per_layer
     stage_params = [ell * per_layer + (emb_params if s == 0 else 0.0) for s, ell in enumerate(r.stages)]
     if r.pp > 1:

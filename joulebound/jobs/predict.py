@@ -47,7 +47,11 @@ def predict_job(job: Job, law: str | None = None, coefficients: str | Path | Non
         return predict_jobs([job], load_params(coefficients), allow_oom)[0]
     from joulebound.jobs.predictors import fitted_predictor
 
-    resolve(job)  # an impossible job is refused before anything is fitted
+    r = resolve(job)  # an impossible job is refused before anything is fitted
+    if r.config.modern or r.config.lora_rank:
+        raise JouleboundError(f"--law {name}: the legacy laws price the GPT-2 / BERT layout under "
+                              "full fine-tuning only; drop --law to price a Llama-style shape or "
+                              "LoRA with the mechanistic predictor")
     if not job.tokens:
         raise JouleboundError("--law needs --tokens (the legacy laws price whole jobs)")
     return fitted_predictor(name, coefficients, data).predict_jobs([job])[0]

@@ -35,9 +35,12 @@ import numpy as np
 from joulebound.core.clocks import ClockConfig
 from joulebound.core.errors import JouleboundError
 
-#: kernel-name prefixes that Megatron tensor parallelism splits across the tp GPUs
+#: kernel-name prefixes that Megatron tensor parallelism splits across the tp GPUs (the
+#: Llama-layout projections, SiLU, RoPE and repeat_kv too; LoRA adapters stay whole)
 TP_SPLIT = ("qkv", "attproj", "fc", "permute", "unpermute", "attn_", "softmax", "gelu",
-            "logits_gemm", "fused_classifier", "mlm_decoder", "cross_entropy")
+            "logits_gemm", "fused_classifier", "mlm_decoder", "cross_entropy", "q_proj",
+            "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "silu", "rope",
+            "repeat_kv")
 PARTS = ("layer_f", "layer_b", "pre_f", "pre_b", "post_f", "post_b")
 
 
@@ -58,6 +61,9 @@ class WorkKey:
     device: str
     clocks: str
     power_limit_w: float | None
+    #: the modern-decoder / LoRA fields (:meth:`TrainingConfig.components
+    #: <joulebound.workload.config.TrainingConfig.components>`; empty for GPT-2 / BERT)
+    components: tuple = ()
 
 
 @dataclass
@@ -123,7 +129,14 @@ def _device_setup(device: str, clocks: str, power_limit_w: float | None):
 
 
 def _shape(k: WorkKey) -> tuple:
-    return (k.arch, k.hidden, k.heads, k.ff, k.vocab, k.seq, k.micro_batch, k.dtype, k.recompute, k.tp)
+    return (k.arch, k.hidden, k.heads, k.ff, k.vocab, k.seq, k.micro_batch, k.dtype, k.recompute, k.tp,
+            k.components)
+
+
+def _gqa(sh: tuple) -> bool:
+    """Whether a shape has fewer key/value heads than heads (a separate kernel sequence)."""
+    kv = dict(sh[10]).get("kv_heads")
+    return kv is not None and kv != sh[2]
 
 
 def _build_shapes(shapes: Sequence[tuple]) -> None:
@@ -136,15 +149,16 @@ def _build_shapes(shapes: Sequence[tuple]) -> None:
 
     groups: dict[tuple, list[tuple]] = {}
     for sh in shapes:
-        groups.setdefault((sh[0], sh[7], sh[8]), []).append(sh)
-    for (arch, dtype, rec), shs in groups.items():
+        groups.setdefault((sh[0], sh[7], sh[8], sh[10], _gqa(sh)), []).append(sh)
+    for (arch, dtype, rec, comp, _), shs in groups.items():
         a = np.array([sh[1:7] + (sh[9],) for sh in shs], float)
         tpl, flops, nbytes, n_params = build_table(arch, 1, dtype, rec, hidden=a[:, 0], heads=a[:, 1],
-                                                   ff=a[:, 2], vocab=a[:, 3], seq=a[:, 4], batch=a[:, 5])
+                                                   ff=a[:, 2], vocab=a[:, 3], seq=a[:, 4], batch=a[:, 5],
+                                                   components=comp)
         split = np.array([k.name.startswith(TP_SPLIT) for k in tpl])[:, None]
         flops = np.where(split, flops / a[:, 6], flops)
         nbytes = np.where(split, nbytes / a[:, 6], nbytes)
-        sig = (arch, rec, len(tpl))
+        sig = (arch, rec, len(tpl), comp)
         if sig not in _STRUCTURES:  # same architecture: the same kernel sequence
             _STRUCTURES[sig] = _masks(tpl)
         opt = np.flatnonzero(_STRUCTURES[sig]["opt"])

@@ -1,8 +1,10 @@
 """Workloads: analytic transformer kernel traces, torch.profiler capture and Kineto import.
 
 :func:`load_trace` is the one entry point the other stages use: it takes a preset name
-(``"gpt3-xl"``), a joulebound trace file (``trace.json`` written by :meth:`Trace.save`) or a
-torch.profiler / Kineto Chrome-trace export and returns a :class:`~joulebound.workload.trace.Trace`.
+(``"gpt3-xl"``), a Hugging Face ``config.json`` (an analytic trace of that model), a joulebound
+trace file (``trace.json`` written by :meth:`Trace.save`) or a torch.profiler / Kineto
+Chrome-trace export and returns a :class:`~joulebound.workload.trace.Trace`.
+:func:`model_config` says which model a preset name or ``config.json`` describes.
 """
 
 from __future__ import annotations
@@ -12,7 +14,37 @@ from pathlib import Path
 from joulebound.core.errors import JouleboundError, did_you_mean
 from joulebound.workload.trace import CATEGORIES, PHASES, Kernel, Trace
 
-__all__ = ["CATEGORIES", "PHASES", "Kernel", "Trace", "load_trace"]
+__all__ = ["CATEGORIES", "PHASES", "Kernel", "Trace", "load_trace", "model_config"]
+
+
+#: larger JSON files are not taken for a Hugging Face config.json by :func:`model_config`
+_HF_MAX_BYTES = 1 << 20
+
+
+def model_config(spec: str | Path):
+    """The :class:`~joulebound.workload.config.TrainingConfig` that ``spec`` names — a preset
+    (case-insensitive) or a Hugging Face ``config.json`` file (or its folder) — or ``None`` when
+    it is neither (a trace file, or nothing that exists). A file that is a Hugging Face config
+    but cannot be modeled raises :class:`JouleboundError` naming the key."""
+    from joulebound.workload.analytic import PRESETS
+    from joulebound.workload.config import is_hf_config, load_hf_config
+
+    text = str(spec).strip()
+    if text.lower() in PRESETS:
+        return PRESETS[text.lower()]
+    path = Path(text)
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"
+    # a config.json is a few kB; trace exports are not read twice
+    if not path.is_file() or path.suffix.lower() != ".json" or path.stat().st_size > _HF_MAX_BYTES:
+        return None
+    from joulebound.core.jsonio import read_json
+
+    try:
+        doc = read_json(path)
+    except JouleboundError:
+        return None
+    return load_hf_config(path) if is_hf_config(doc) else None
 
 
 def load_trace(spec: str | Path | Trace, batch: int | None = None, seq: int | None = None) -> Trace:
@@ -20,10 +52,11 @@ def load_trace(spec: str | Path | Trace, batch: int | None = None, seq: int | No
 
     Args:
         spec: preset name (see :data:`joulebound.workload.analytic.PRESETS`, case-insensitive),
-            a path to a joulebound trace (``.json`` / ``.json.gz``), a path to a
+            a Hugging Face ``config.json`` (llama, mistral, qwen2, gpt2, bert; micro-batch 1
+            unless ``batch``), a path to a joulebound trace (``.json`` / ``.json.gz``), a path to a
             torch.profiler ``export_chrome_trace`` file, or a ``Trace`` (returned as is).
-        batch: micro-batch size override (presets only).
-        seq: sequence length override (presets only).
+        batch: micro-batch size override (presets and Hugging Face configs only).
+        seq: sequence length override (presets and Hugging Face configs only).
 
     Raises:
         JouleboundError: unknown preset and no such file; ``batch``/``seq`` given for a file;
@@ -40,17 +73,22 @@ def load_trace(spec: str | Path | Trace, batch: int | None = None, seq: int | No
     if text.strip().lower() in PRESETS:
         return build_trace(text.strip().lower(), batch=batch, seq=seq)
     path = Path(text)
+    if path.is_dir() and (path / "config.json").is_file():  # a Hugging Face model folder
+        path = path / "config.json"
     if not path.exists():
         raise JouleboundError(
             f"{text!r} is neither a model preset nor an existing trace file.{did_you_mean(text, tuple(PRESETS))} "
             "Or pass the path of a trace JSON (joulebound trace -o, or torch.profiler "
             "export_chrome_trace).")
-    if batch is not None or seq is not None:
-        raise JouleboundError(f"{path}: --batch/--seq apply only to model presets; a trace file "
-                              "already fixes the shapes")
     from joulebound.core.jsonio import read_json
+    from joulebound.workload.config import is_hf_config, load_hf_config
 
     doc = read_json(path)
+    if is_hf_config(doc):  # a Hugging Face config.json: its analytic trace
+        return build_trace(load_hf_config(path), batch=batch, seq=seq)
+    if batch is not None or seq is not None:
+        raise JouleboundError(f"{path}: --batch/--seq apply only to model presets and Hugging "
+                              "Face config.json files; a trace file already fixes the shapes")
     if isinstance(doc, dict) and doc.get("schema") == "joulebound.trace":
         from joulebound.core.jsonio import check_header
         from joulebound.workload.trace import SCHEMA, VERSION

@@ -59,6 +59,7 @@ from joulebound.workload.config import (
     DEFAULT_DTYPE,
     DTYPE_BYTES,
     TrainingConfig,
+    config_from_hf,
 )
 from joulebound.workload.opcost import (
     ADAMW_FLOP_PER_PARAM,
@@ -68,6 +69,9 @@ from joulebound.workload.opcost import (
     LAYERNORM_BACKWARD_FLOP,
     LAYERNORM_FLOP,
     PERMUTE_INDEX_OPS,
+    ROPE_FLOP,
+    SILU_BACKWARD_FLOP,
+    SILU_FLOP,
     SOFTMAX_BACKWARD_FLOP,
     SOFTMAX_BACKWARD_PASSES,
     SOFTMAX_FLOP,
@@ -102,39 +106,6 @@ class ModelConfig:
                               recompute=recompute, name=name)
 
 
-def config_from_hf(config: Any, *, seq: int | None = None, micro_batch: int = 1,
-                   dtype: str = "bf16", recompute: bool = False,
-                   name: str | None = None) -> TrainingConfig:
-    """The shape of a Hugging Face ``GPT2Config`` or ``BertConfig`` (object or ``dict``) at
-    ``micro_batch`` sequences per GPU, trained in ``dtype`` (bf16 unless given: the mixed
-    precision Hugging Face models are trained in).
-
-    ``seq`` defaults to the config's maximum positions. Only architectures whose kernel
-    sequence this module models are accepted (GPT-2 style decoders, BERT encoders).
-    """
-    d = config if isinstance(config, dict) else config.to_dict()
-    kind = d.get("model_type")
-    if kind == "gpt2":
-        hidden = d["n_embd"]
-        cfg = TrainingConfig("gpt", d["n_layer"], hidden, d["n_head"],
-                             d.get("n_inner") or 4 * hidden, d["vocab_size"],
-                             seq or d["n_positions"], micro_batch, dtype=dtype,
-                             recompute=recompute, name=name or d.get("_name_or_path") or "gpt2",
-                             max_positions=d["n_positions"])
-    elif kind == "bert":
-        cfg = TrainingConfig("bert", d["num_hidden_layers"], d["hidden_size"],
-                             d["num_attention_heads"], d["intermediate_size"], d["vocab_size"],
-                             seq or d["max_position_embeddings"], micro_batch, dtype=dtype,
-                             recompute=recompute, name=name or d.get("_name_or_path") or "bert",
-                             max_positions=d["max_position_embeddings"])
-    else:
-        raise JouleboundError(
-            f"Hugging Face model_type {kind!r} is not modeled analytically (supported: "
-            "'gpt2', 'bert'); profile a training step with torch.profiler and import it "
-            "with load_trace() instead")
-    return cfg.validate()
-
-
 #: Presets. GPT-2 shapes from Radford et al. 2019 (context 1024, vocab 50257); GPT-3-XL from
 #: Brown et al. 2020 Table 2.1 (L=24, d=2048, 16 heads) at S=1024 as in the kernel-level DVFS
 #: study (Spaan et al.); micro-batch B=1 per GPU is joulebound's choice (llm.c-style single-GPU
@@ -162,6 +133,36 @@ PRESETS: dict[str, TrainingConfig] = {
 }
 
 
+def _modern(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ff: int, vocab: int,
+            seq: int, max_positions: int, *, tied: bool = False, bias: str = "none"
+            ) -> TrainingConfig:
+    """A Llama-style decoder preset: SwiGLU, RMSNorm, RoPE, GQA; micro-batch 1, bf16."""
+    return TrainingConfig("gpt", layers, hidden, heads, ff, vocab, seq, micro_batch=1,
+                          dtype="bf16", name=name, max_positions=max_positions,
+                          kv_heads=kv_heads, mlp="swiglu", norm="rmsnorm", rope=True,
+                          tied=tied, bias=bias)
+
+
+#: Modern decoders, shapes from the models' published Hugging Face ``config.json`` (parameter
+#: counts equal ``sum(p.numel())`` of the transformers models built from them): Llama 2
+#: (Touvron et al. 2023), Llama 3 (Meta 2024), Mistral 7B v0.1 (Jiang et al. 2023; sliding
+#: window 4096 = the preset's S, so full attention), Qwen2 (Yang et al. 2024; q/k/v biases,
+#: 0.5B ties its head), TinyLlama 1.1B (Zhang et al. 2024). S is the pre-training context (Llama 3:
+#: 8192; Qwen2: 4096 before its long-context stage); micro-batch 1; bf16.
+PRESETS.update({
+    "llama2-7b": _modern("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096, 4096),
+    "llama2-13b": _modern("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096, 4096),
+    "llama2-70b": _modern("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096, 4096),
+    "llama3-8b": _modern("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 8192),
+    "llama3-70b": _modern("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, 8192),
+    "mistral-7b": _modern("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 4096, 32768),
+    "qwen2-0.5b": _modern("qwen2-0.5b", 24, 896, 14, 2, 4864, 151936, 4096, 32768, tied=True,
+                          bias="qkv"),
+    "qwen2-7b": _modern("qwen2-7b", 28, 3584, 28, 4, 18944, 152064, 4096, 131072, bias="qkv"),
+    "tinyllama-1.1b": _modern("tinyllama-1.1b", 22, 2048, 32, 4, 5632, 32000, 2048, 2048),
+})
+
+
 def get_preset(name: str) -> TrainingConfig:
     """The preset called ``name`` (case-insensitive); unknown names list the choices."""
     key = name.strip().lower()
@@ -171,6 +172,12 @@ def get_preset(name: str) -> TrainingConfig:
 
 
 # -- the builder ---------------------------------------------------------------------------------
+#: which tensors of a block need a gradient (see :meth:`_Builder.grads`); all of them unless
+#: LoRA freezes the block's input (its first block)
+_ALL_GRADS = {"x": True, "q": True, "k": True, "v": True, "p": True, "att": True, "h1": True,
+              "up": True, "gate": True, "prod": True}
+
+
 class _Builder:
     """Appends kernels with the formulas of the module docstring."""
 
@@ -182,6 +189,11 @@ class _Builder:
         self.phase = "forward"
         self.layer: int | None = None
         self.recomputing = False
+        self.frozen = bool(cfg.lora_rank)  # LoRA: base weights get no gradients
+        self.targets = tuple(cfg.lora_targets) if cfg.lora_rank else ()
+        self.req = _ALL_GRADS
+        # grouped-query attention (Hugging Face's repeat_kv); one answer for all shapes of a table
+        self.gqa = bool(cfg.modern and np.all(np.asarray(cfg.kv) != np.asarray(cfg.heads)))
 
     def add(self, name: str, category: str, flops: float, nbytes: float, math: str = "fp32",
             **meta: Any) -> None:
@@ -202,10 +214,17 @@ class _Builder:
 
     def layernorm(self, name: str) -> None:
         t, d = self.cfg.tokens, self.cfg.hidden
+        if self.cfg.norm == "rmsnorm":  # weight only; one fp32 statistic (1/rms) per token
+            self.add(name, "norm", LAYERNORM_FLOP * t * d, (2 * t * d + d) * self.s + t * 4)
+            return
         self.add(name, "norm", LAYERNORM_FLOP * t * d, (2 * t * d + 2 * d) * self.s + 2 * t * 4)
 
     def layernorm_backward(self, name: str) -> None:
         t, d = self.cfg.tokens, self.cfg.hidden
+        if self.cfg.norm == "rmsnorm":
+            self.add(name, "norm", LAYERNORM_BACKWARD_FLOP * t * d,
+                     (3 * t * d + d) * self.s + t * 4 + d * 4)
+            return
         self.add(name, "norm", LAYERNORM_BACKWARD_FLOP * t * d,
                  (3 * t * d + d) * self.s + 2 * t * 4 + 2 * d * 4)
 
@@ -213,74 +232,204 @@ class _Builder:
         t = self.cfg.tokens
         self.add(name, "reduction", t * n, t * n * self.s + n * 4)
 
-    def linear(self, tag: str, d_in: int, d_out: int, bias: bool = True) -> None:
-        """Forward ``y[T, d_out] = x[T, d_in]·Wᵀ + b``."""
+    def linear(self, tag: str, d_in: int, d_out: int, bias: bool = True,
+               lora: tuple[tuple[str, Any], ...] = ()) -> None:
+        """Forward ``y[T, d_out] = x[T, d_in]·Wᵀ + b``, plus the LoRA adapters of the targets in
+        ``lora`` (``(target, its output width)``; the fused q/k/v GEMM has three)."""
         self.gemm(f"{tag}_gemm", self.cfg.tokens, d_out, d_in, bias)
+        for t, n_out in self._adapted(lora):
+            self.lora_forward(t, d_in, n_out)
 
-    def linear_backward(self, tag: str, d_in: int, d_out: int, bias: bool = True) -> None:
-        """``dx = dy·W`` ([T,d_out]x[d_out,d_in]), ``dW = dyᵀ·x`` ([d_out,T]x[T,d_in]), ``db``."""
+    def linear_backward(self, tag: str, d_in: int, d_out: int, bias: bool = True,
+                        lora: tuple[tuple[str, Any], ...] = (), dx: bool = True) -> None:
+        """``dx = dy·W`` ([T,d_out]x[d_out,d_in]), ``dW = dyᵀ·x`` ([d_out,T]x[T,d_in]), ``db``;
+        ``dx`` only when the input needs a gradient, ``dW`` and ``db`` only for trainable
+        weights (not under LoRA), the adapters' gradients first."""
         t = self.cfg.tokens
-        self.gemm(f"{tag}_gemm_dinp", t, d_in, d_out)
-        self.gemm(f"{tag}_gemm_dweight", d_out, d_in, t)
-        if bias:
-            self.bias_grad(f"{tag}_bias_grad", d_out)
+        for tgt, n_out in reversed(self._adapted(lora)):
+            self.lora_backward(tgt, d_in, n_out, dx)
+        if dx:
+            self.gemm(f"{tag}_gemm_dinp", t, d_in, d_out)
+        if not self.frozen:
+            self.gemm(f"{tag}_gemm_dweight", d_out, d_in, t)
+            if bias:
+                self.bias_grad(f"{tag}_bias_grad", d_out)
+
+    def _adapted(self, lora: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, Any], ...]:
+        return tuple((t, n) for t, n in lora if t in self.targets)
+
+    def lora_forward(self, t: str, d_in: Any, d_out: Any) -> None:
+        """PEFT's ``y += B(A(x))·scale``: ``A[r, d_in]``, ``B[d_out, r]`` (no dropout)."""
+        c, r = self.cfg, self.cfg.lora_rank
+        self.gemm(f"lora_{t}_a_gemm", c.tokens, r, d_in)
+        self.gemm(f"lora_{t}_b_gemm", c.tokens, d_out, r)
+        self.elementwise(f"lora_{t}_scale", c.tokens * d_out, 1, 1, ELEMENTWISE_FLOP)
+        self.elementwise(f"lora_{t}_add", c.tokens * d_out, 2, 1, ELEMENTWISE_FLOP)
+
+    def lora_backward(self, t: str, d_in: Any, d_out: Any, dx: bool) -> None:
+        """The adapters' gradients (``dB``, ``dA``) and their share of ``dx``."""
+        c, r = self.cfg, self.cfg.lora_rank
+        self.elementwise(f"lora_{t}_scale_backward", c.tokens * d_out, 1, 1, ELEMENTWISE_FLOP)
+        self.gemm(f"lora_{t}_b_gemm_dinp", c.tokens, r, d_out)
+        self.gemm(f"lora_{t}_b_gemm_dweight", d_out, r, c.tokens)
+        self.gemm(f"lora_{t}_a_gemm_dweight", r, d_in, c.tokens)
+        if dx:
+            self.gemm(f"lora_{t}_a_gemm_dinp", c.tokens, d_in, r)
+            self.elementwise(f"lora_{t}_grad_add", c.tokens * d_in, 2, 1, ELEMENTWISE_FLOP)
+
+    # which tensors need gradients ----------------------------------------------------------------
+    def grads(self, first: bool) -> dict[str, bool]:
+        """Which tensors of a block need a gradient: all of them, except in the first block
+        under LoRA, whose input comes from the frozen embedding: there a tensor needs one only
+        downstream of an adapter (``x`` the block input, ``q``/``k``/``v`` the projections,
+        ``p`` the attention probabilities, ``att`` the attention output, ``h1`` the residual
+        stream after attention, ``up``/``gate``/``prod`` the MLP's inner tensors)."""
+        if not (self.frozen and first):
+            return _ALL_GRADS
+        t = set(self.targets)
+        if self.cfg.modern:
+            q, k, v = "q" in t, "k" in t, "v" in t
+        else:  # llm.c's fused q/k/v GEMM: one output tensor
+            q = k = v = bool(t & {"q", "k", "v"})
+        att = q or k or v
+        h1 = att or "o" in t
+        up, gate = h1 or "up" in t, h1 or "gate" in t
+        return {"x": False, "q": q, "k": k, "v": v, "p": q or k, "att": att, "h1": h1,
+                "up": up, "gate": gate, "prod": up or gate}
 
     # blocks ------------------------------------------------------------------------------------
     def attention(self) -> None:
         c = self.cfg
         t, d, h, s, dh = c.tokens, c.hidden, c.heads, c.seq, c.head_dim
         bh = c.micro_batch * h
-        # qkv [B,S,3,h,dh] -> q,k,v [B,h,S,dh]
-        self.elementwise("permute", 3 * t * d, 1, 1, PERMUTE_INDEX_OPS)
+        qkv = 3 * t * d if not c.modern else t * (d + 2 * c.kv_dim)
+        # qkv [B,S,3,h,dh] -> q,k,v [B,h,S,dh]; llm.c's index arithmetic (PyTorch's copy
+        # kernels divide by precomputed magic numbers: cheap, not counted)
+        idx_ops = 0 if c.modern else PERMUTE_INDEX_OPS
+        self.elementwise("permute", qkv, 1, 1, idx_ops)
+        if c.modern and c.rope:
+            self.elementwise("rope", t * (d + c.kv_dim), 1, 1, ROPE_FLOP)  # q and k
+        if self.gqa:  # Hugging Face's repeat_kv: k, v copied to every query head
+            self.add("repeat_kv", "elementwise", 0, 2 * t * (c.kv_dim + d) * self.s)
         self.gemm("attn_scores_gemm", s, s, dh, batch=bh, category="attention")
         self.add("softmax", "softmax", SOFTMAX_FLOP * bh * s * s,
                  SOFTMAX_PASSES * bh * s * s * self.s)
         self.gemm("attn_value_gemm", s, dh, s, batch=bh, category="attention")
-        self.elementwise("unpermute", t * d, 1, 1, UNPERMUTE_INDEX_OPS)
+        self.elementwise("unpermute", t * d, 1, 1, 0 if c.modern else UNPERMUTE_INDEX_OPS)
 
     def attention_backward(self) -> None:
-        c = self.cfg
+        c, g = self.cfg, self.req
         t, d, h, s, dh = c.tokens, c.hidden, c.heads, c.seq, c.head_dim
         bh = c.micro_batch * h
-        self.elementwise("unpermute_backward", t * d, 1, 1, UNPERMUTE_INDEX_OPS)
-        self.gemm("attn_value_gemm_datt", s, s, dh, batch=bh, category="attention")  # dY·Vᵀ
-        self.gemm("attn_value_gemm_dv", s, dh, s, batch=bh, category="attention")  # Pᵀ·dY
-        self.add("softmax_backward", "softmax", SOFTMAX_BACKWARD_FLOP * bh * s * s,
-                 SOFTMAX_BACKWARD_PASSES * bh * s * s * self.s)
-        self.gemm("attn_scores_gemm_dq", s, dh, s, batch=bh, category="attention")  # dP·K
-        self.gemm("attn_scores_gemm_dk", s, dh, s, batch=bh, category="attention")  # dPᵀ·Q
-        self.elementwise("permute_backward", 3 * t * d, 1, 1, PERMUTE_INDEX_OPS)
+        if g["att"]:
+            self.elementwise("unpermute_backward", t * d, 1, 1,
+                             0 if c.modern else UNPERMUTE_INDEX_OPS)
+        if g["p"]:
+            self.gemm("attn_value_gemm_datt", s, s, dh, batch=bh, category="attention")  # dY·Vᵀ
+        if g["v"]:
+            self.gemm("attn_value_gemm_dv", s, dh, s, batch=bh, category="attention")  # Pᵀ·dY
+        if g["p"]:
+            self.add("softmax_backward", "softmax", SOFTMAX_BACKWARD_FLOP * bh * s * s,
+                     SOFTMAX_BACKWARD_PASSES * bh * s * s * self.s)
+        if g["q"]:
+            self.gemm("attn_scores_gemm_dq", s, dh, s, batch=bh, category="attention")  # dP·K
+        if g["k"]:
+            self.gemm("attn_scores_gemm_dk", s, dh, s, batch=bh, category="attention")  # dPᵀ·Q
+        if not c.modern:
+            if g["att"]:
+                self.elementwise("permute_backward", 3 * t * d, 1, 1, PERMUTE_INDEX_OPS)
+            return
+        n_kv = int(g["k"]) + int(g["v"])
+        if self.gqa and n_kv:  # the gradients of the repeated k, v summed per key/value head
+            self.add("repeat_kv_backward", "reduction", n_kv * t * d,
+                     n_kv * t * (d + c.kv_dim) * self.s)
+        if c.rope and (g["q"] or g["k"]):
+            n = t * ((d if g["q"] else 0) + (c.kv_dim if g["k"] else 0))
+            self.elementwise("rope_backward", n, 1, 1, ROPE_FLOP)
+        if g["att"]:
+            self.elementwise("permute_backward", t * (d + 2 * c.kv_dim), 1, 1, 0)
 
     def mlp(self) -> None:
         c = self.cfg
-        self.linear("fc", c.hidden, c.ff)
+        b = c.bias == "all"
+        if c.mlp == "swiglu":
+            self.linear("gate_proj", c.hidden, c.ff, b, (("gate", c.ff),))
+            self.linear("up_proj", c.hidden, c.ff, b, (("up", c.ff),))
+            self.elementwise("silu", c.tokens * c.ff, 1, 1, SILU_FLOP)
+            self.elementwise("silu_mul", c.tokens * c.ff, 2, 1, ELEMENTWISE_FLOP)
+            self.linear("down_proj", c.ff, c.hidden, b, (("down", c.hidden),))
+            return
+        self.linear("fc", c.hidden, c.ff, b, (("up", c.ff),))
         self.elementwise("gelu", c.tokens * c.ff, 1, 1, GELU_FLOP)
-        self.linear("fcproj", c.ff, c.hidden)
+        self.linear("fcproj", c.ff, c.hidden, b, (("down", c.hidden),))
 
     def mlp_backward(self) -> None:
-        c = self.cfg
-        self.linear_backward("fcproj", c.ff, c.hidden)
-        self.elementwise("gelu_backward", c.tokens * c.ff, 2, 1, GELU_BACKWARD_FLOP)
-        self.linear_backward("fc", c.hidden, c.ff)
+        c, g = self.cfg, self.req
+        b = c.bias == "all"
+        if c.mlp == "swiglu":
+            self.linear_backward("down_proj", c.ff, c.hidden, b, (("down", c.hidden),),
+                                 dx=g["prod"])
+            if g["prod"]:  # d(gate act) = dy·up, d(up) = dy·act
+                n = int(g["gate"]) + int(g["up"])
+                self.elementwise("silu_mul_backward", n * c.tokens * c.ff, 2, 1,
+                                 ELEMENTWISE_FLOP)
+            if g["gate"]:
+                self.elementwise("silu_backward", c.tokens * c.ff, 2, 1, SILU_BACKWARD_FLOP)
+            self.linear_backward("up_proj", c.hidden, c.ff, b, (("up", c.ff),), dx=g["h1"])
+            self.linear_backward("gate_proj", c.hidden, c.ff, b, (("gate", c.ff),), dx=g["h1"])
+            if g["h1"]:  # autograd sums the two input gradients
+                self.residual("mlp_grad_add")
+            return
+        self.linear_backward("fcproj", c.ff, c.hidden, b, (("down", c.hidden),), dx=g["up"])
+        if g["up"]:
+            self.elementwise("gelu_backward", c.tokens * c.ff, 2, 1, GELU_BACKWARD_FLOP)
+        self.linear_backward("fc", c.hidden, c.ff, b, (("up", c.ff),), dx=g["h1"])
 
     def residual(self, name: str) -> None:
         self.elementwise(name, self.cfg.tokens * self.cfg.hidden, 2, 1, ELEMENTWISE_FLOP)
 
+    def qkv(self) -> None:
+        c = self.cfg
+        d = c.hidden
+        if not c.modern:
+            self.linear("qkv", d, 3 * d, True, (("q", d), ("k", d), ("v", d)))
+            return
+        b = c.bias != "none"
+        self.linear("q_proj", d, d, b, (("q", d),))
+        self.linear("k_proj", d, c.kv_dim, b, (("k", c.kv_dim),))
+        self.linear("v_proj", d, c.kv_dim, b, (("v", c.kv_dim),))
+
+    def qkv_backward(self) -> None:
+        c, g = self.cfg, self.req
+        d = c.hidden
+        if not c.modern:
+            self.linear_backward("qkv", d, 3 * d, True, (("q", d), ("k", d), ("v", d)), dx=g["x"])
+            return
+        b = c.bias != "none"
+        self.linear_backward("q_proj", d, d, b, (("q", d),), dx=g["x"])
+        self.linear_backward("k_proj", d, c.kv_dim, b, (("k", c.kv_dim),), dx=g["x"])
+        self.linear_backward("v_proj", d, c.kv_dim, b, (("v", c.kv_dim),), dx=g["x"])
+        if g["x"]:  # the three input gradients summed
+            self.elementwise("qkv_grad_add", c.tokens * d, 3, 1, 2 * ELEMENTWISE_FLOP)
+
     def layer_forward(self) -> None:
-        d = self.cfg.hidden
-        if self.cfg.arch == "gpt":  # pre-LN: x + attn(ln1(x)); then + mlp(ln2(.))
-            self.layernorm("ln1")
-            self.linear("qkv", d, 3 * d)
+        c = self.cfg
+        d = c.hidden
+        o_bias = c.bias == "all"
+        n1, n2 = ("rmsnorm1", "rmsnorm2") if c.norm == "rmsnorm" else ("ln1", "ln2")
+        if c.arch == "gpt":  # pre-LN: x + attn(ln1(x)); then + mlp(ln2(.))
+            self.layernorm(n1)
+            self.qkv()
             self.attention()
-            self.linear("attproj", d, d)
+            self.linear("o_proj" if c.modern else "attproj", d, d, o_bias, (("o", d),))
             self.residual("residual1")
-            self.layernorm("ln2")
+            self.layernorm(n2)
             self.mlp()
             self.residual("residual2")
         else:  # post-LN: ln1(x + attn(x)); then ln2(. + mlp(.))
-            self.linear("qkv", d, 3 * d)
+            self.qkv()
             self.attention()
-            self.linear("attproj", d, d)
+            self.linear("attproj", d, d, True, (("o", d),))
             self.residual("residual1")
             self.layernorm("ln1")
             self.mlp()
@@ -288,33 +437,50 @@ class _Builder:
             self.layernorm("ln2")
 
     def layer_backward(self) -> None:
-        d = self.cfg.hidden
-        if self.cfg.recompute:
+        c = self.cfg
+        d = c.hidden
+        if c.recompute:
             self.recomputing = True
             self.layer_forward()
             self.recomputing = False
-        if self.cfg.arch == "gpt":
+        self.req = g = self.grads(self.layer == 0)
+        o_tag = "o_proj" if c.modern else "attproj"
+        n1, n2 = ("rmsnorm1", "rmsnorm2") if c.norm == "rmsnorm" else ("ln1", "ln2")
+        if c.arch == "gpt":
             self.mlp_backward()
-            self.layernorm_backward("ln2_backward")
-            self.residual("residual2_grad_add")  # autograd sums the two gradients of x1
-            self.linear_backward("attproj", d, d)
+            if g["h1"]:
+                self.layernorm_backward(f"{n2}_backward")
+                self.residual("residual2_grad_add")  # autograd sums the two gradients of x1
+            self.linear_backward(o_tag, d, d, c.bias == "all", (("o", d),), dx=g["att"])
             self.attention_backward()
-            self.linear_backward("qkv", d, 3 * d)
-            self.layernorm_backward("ln1_backward")
-            self.residual("residual1_grad_add")
+            self.qkv_backward()
+            if g["x"]:
+                self.layernorm_backward(f"{n1}_backward")
+                self.residual("residual1_grad_add")
         else:
-            self.layernorm_backward("ln2_backward")
+            if g["prod"]:
+                self.layernorm_backward("ln2_backward")
             self.mlp_backward()
-            self.residual("residual2_grad_add")
-            self.layernorm_backward("ln1_backward")
-            self.linear_backward("attproj", d, d)
+            if g["h1"]:
+                self.residual("residual2_grad_add")
+                self.layernorm_backward("ln1_backward")
+            self.linear_backward("attproj", d, d, True, (("o", d),), dx=g["att"])
             self.attention_backward()
-            self.linear_backward("qkv", d, 3 * d)
-            self.residual("residual1_grad_add")
+            self.qkv_backward()
+            if g["x"]:
+                self.residual("residual1_grad_add")
+        self.req = _ALL_GRADS
 
     def embedding(self) -> None:
         c = self.cfg
         t, d = c.tokens, c.hidden
+        if c.modern:
+            learned = not c.rope
+            rows = t * d + (c.seq * d if learned else 0)
+            # the rotary cos / sin tables (an outer product of S·dh/2, once) are not counted
+            self.add("embedding_forward", "embedding", t * d if learned else 0,
+                     t * 4 + (rows + t * d) * self.s)
+            return
         ids = t * 4 * (2 if c.arch == "bert" else 1)  # int32 token (+ token-type) ids
         rows = t * d + c.seq * d + (2 * d if c.arch == "bert" else 0)
         adds = 2 if c.arch == "bert" else 1
@@ -324,19 +490,23 @@ class _Builder:
 
     def embedding_backward(self) -> None:
         c = self.cfg
+        if self.frozen:  # LoRA: the embedding is frozen and the token ids need no gradient
+            return
         t, d = c.tokens, c.hidden
         if c.arch == "bert":
             self.layernorm_backward("embedding_ln_backward")
         ids = t * 4 * (2 if c.arch == "bert" else 1)
+        rope = c.modern and c.rope  # no position table
+        pos = 0 if rope else 2 * c.seq * d
         # read dout, read-modify-write the gathered rows of dwte and the position rows of dwpe
-        nbytes = ids + (t * d + 2 * t * d + 2 * c.seq * d) * self.s
-        self.add("embedding_backward", "embedding", 2 * t * d, nbytes)
+        nbytes = ids + (t * d + 2 * t * d + pos) * self.s
+        self.add("embedding_backward", "embedding", (1 if rope else 2) * t * d, nbytes)
 
     def head(self) -> None:
         c = self.cfg
         t, d, v = c.tokens, c.hidden, c.vocab
         if c.arch == "gpt":
-            self.layernorm("lnf")
+            self.layernorm("rmsnormf" if c.norm == "rmsnorm" else "lnf")
             self.gemm("logits_gemm", t, v, d)
             # llm.c fused_classifier: softmax + cross-entropy + dlogits in one pass (in place)
             self.add("fused_classifier", "softmax", SOFTMAX_FLOP * t * v,
@@ -353,8 +523,9 @@ class _Builder:
         t, d, v = c.tokens, c.hidden, c.vocab
         if c.arch == "gpt":
             self.gemm("logits_gemm_dinp", t, d, v)
-            self.gemm("logits_gemm_dweight", v, d, t)
-            self.layernorm_backward("lnf_backward")
+            if not self.frozen:
+                self.gemm("logits_gemm_dweight", v, d, t)
+            self.layernorm_backward("rmsnormf_backward" if c.norm == "rmsnorm" else "lnf_backward")
         else:
             self.add("cross_entropy_backward", "softmax", 3 * t * v, 2 * t * v * self.s + 2 * t * 4)
             self.linear_backward("mlm_decoder", d, v)
@@ -364,8 +535,11 @@ class _Builder:
 
     def optimizer(self) -> None:
         c = self.cfg
-        p_layer, p_rest = c.layer_params(), c.embedding_head_params()
-        p_all = c.params()
+        if self.frozen:  # LoRA: the adapters only
+            p_layer, p_rest = c.lora_layer_params(), 0
+        else:
+            p_layer, p_rest = c.layer_params(), c.embedding_head_params()
+        p_all = c.trainable_params()
         per_param = (2 * self.s + 24) if self.s < 4 else 28
         self.layer = None
         self.add("grad_norm", "reduction", 2 * p_all, p_all * self.s + 4)
@@ -374,8 +548,9 @@ class _Builder:
             self.add("adamw", "optimizer", ADAMW_FLOP_PER_PARAM * p_layer, per_param * p_layer,
                      params=p_layer)
         self.layer = None
-        self.add("adamw", "optimizer", ADAMW_FLOP_PER_PARAM * p_rest, per_param * p_rest,
-                 params=p_rest)
+        if not self.frozen:
+            self.add("adamw", "optimizer", ADAMW_FLOP_PER_PARAM * p_rest, per_param * p_rest,
+                     params=p_rest)
 
     def build(self) -> list[Kernel]:
         c = self.cfg
@@ -387,7 +562,8 @@ class _Builder:
         self.layer = None
         self.head()
         self.phase = "backward"
-        self.add("zero_grad", "memcpy", 0, c.params() * self.s)  # cudaMemset of the gradients
+        # cudaMemset of the gradients
+        self.add("zero_grad", "memcpy", 0, c.trainable_params() * self.s)
         self.head_backward()
         for layer in reversed(range(c.layers)):
             self.layer = layer
@@ -427,11 +603,14 @@ class _TableBuilder(_Builder):
 
 
 def build_table(arch: str, layers: int, dtype: str, recompute: bool, *, hidden: Any, heads: Any,
-                ff: Any, vocab: Any, seq: Any, batch: Any
+                ff: Any, vocab: Any, seq: Any, batch: Any, components: Any = ()
                 ) -> tuple[list[Kernel], np.ndarray, np.ndarray, np.ndarray]:
     """The kernels of one training iteration of ``n`` shapes at once (arrays of length ``n``
     for the sizes, ``batch`` the micro-batch; one arch, layer count, dtype and recompute setting), as :func:`build_trace`
-    would give them one shape at a time.
+    would give them one shape at a time. ``components``: the modern-decoder / LoRA fields the
+    shapes share (:meth:`TrainingConfig.components`, e.g. ``(("kv_heads", 8), ("mlp",
+    "swiglu"))``); with ``kv_heads`` given, either every shape has fewer key/value heads than
+    heads or none has.
 
     Returns ``(template, flops, bytes, params)``: the kernel sequence (names, categories, phases,
     layers, math dtypes; its FLOPs and bytes are 0), FLOPs and DRAM bytes of every kernel of
@@ -443,7 +622,8 @@ def build_table(arch: str, layers: int, dtype: str, recompute: bool, *, hidden: 
     n = len(arr["hidden"])
     arr["micro_batch"] = arr.pop("batch")
     cfg = TrainingConfig(arch, layers, dtype=dtype, recompute=recompute, name="table",
-                         **{k: np.broadcast_to(v, (n,)) for k, v in arr.items()})
+                         **{k: np.broadcast_to(v, (n,)) for k, v in arr.items()},
+                         **dict(components))
     b = _TableBuilder(cfg, n)
     b.build()
     flops, nbytes = b.table()
@@ -491,7 +671,8 @@ def build_trace(config_or_preset: TrainingConfig | str, *, iterations: int = 1,
     Returns:
         A :class:`Trace` with ``meta`` holding the config (:meth:`TrainingConfig.trace_meta`),
         ``source="analytic"``,
-        ``params``, ``tokens`` and ``iterations``.
+        ``params`` (the base model's), ``tokens`` and ``iterations``; with LoRA also
+        ``trainable_params`` (the adapters').
 
     Raises:
         JouleboundError: unknown preset or field, impossible shape.
@@ -505,6 +686,8 @@ def build_trace(config_or_preset: TrainingConfig | str, *, iterations: int = 1,
     kernels = one if iterations == 1 else _repeat(one, iterations)
     meta = {"source": "analytic", **cfg.trace_meta(), "params": cfg.params(),
             "tokens": cfg.tokens, "iterations": iterations, "optimizer": optimizer}
+    if cfg.lora_rank:
+        meta["trainable_params"] = cfg.trainable_params()
     return Trace(kernels=kernels, name=cfg.name, meta=meta)
 
 
@@ -524,11 +707,18 @@ def model_flops_estimate(cfg: TrainingConfig) -> float:
     the logits GEMM costs ``6·V·d`` FLOP per token, which the classic non-embedding ``N`` leaves
     out (45 % of GPT-2-small's compute).
     """
-    d, ff = cfg.hidden, int(cfg.ff or 4 * cfg.hidden)
-    n = cfg.layers * (4 * d * d + 2 * d * ff) + cfg.vocab * d + (d * d if cfg.arch == "bert" else 0)
+    d = cfg.hidden
+    cfg = cfg.filled()
+    n = cfg.layers * matmul_weights(cfg) + cfg.vocab * d + (d * d if cfg.arch == "bert" else 0)
     return 6.0 * n * cfg.tokens + 12.0 * cfg.layers * cfg.seq * d * cfg.tokens
+
+
+def matmul_weights(cfg: TrainingConfig) -> int:
+    """Weights of one block that take part in matrix multiplies: ``4d² + 2·d·ff`` for GPT-2 /
+    BERT; ``2d² + 2·d·d_kv + 3·d·ff`` for a GQA (``d_kv = kv_heads·head_dim``) SwiGLU block."""
+    return sum(a * b for a, b in cfg.filled().linears().values())
 
 
 __all__: list[str] = ["ARCHS", "DTYPE_BYTES", "ModelConfig", "PRESETS", "TrainingConfig",
                       "build_trace", "config_from_hf",
-                      "get_preset", "model_flops_estimate"]
+                      "get_preset", "matmul_weights", "model_flops_estimate"]

@@ -62,6 +62,12 @@ UNPERMUTE_INDEX_OPS = 70
 GELU_FLOP = 8
 #: GELU backward, FLOP/element
 GELU_BACKWARD_FLOP = 16
+#: SiLU forward ``x·σ(x)``, FLOP/element
+SILU_FLOP = 4
+#: SiLU backward, FLOP/element
+SILU_BACKWARD_FLOP = 8
+#: rotary position embedding ``x·cos + rotate_half(x)·sin``, FLOP/element
+ROPE_FLOP = 3
 #: AdamW update, FLOP per parameter
 ADAMW_FLOP_PER_PARAM = 12
 
@@ -146,7 +152,8 @@ def _numel(a: Arg) -> int:
 #: FLOP per output element of elementwise ops that are not one FLOP (GELU, activations, ...);
 #: copies, fills and gathers do no arithmetic
 ELEMENTWISE_FLOP_PER_OP: dict[str, int] = {
-    "gelu": GELU_FLOP, "gelu_backward": GELU_BACKWARD_FLOP, "tanh": 4, "silu": 4, "sigmoid": 4,
+    "gelu": GELU_FLOP, "gelu_backward": GELU_BACKWARD_FLOP, "tanh": 4, "silu": SILU_FLOP,
+    "silu_backward": SILU_BACKWARD_FLOP, "sigmoid": 4,
     "exp": 2, "addcmul_": 2, "addcdiv_": 2, "lerp_": 2, "sqrt": 1, "rsqrt": 1, "pow": 1,
     "dropout": 2, "native_dropout": 2, "fill_": 0, "zero_": 0, "copy_": 0, "_to_copy": 0,
     "clone": 0, "embedding": 0, "embedding_dense_backward": 1, "embedding_backward": 1,
