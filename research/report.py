@@ -15,6 +15,7 @@ from research import (
     energaizer,
     gpuptx,
     guerreiro,
+    mlp_probe,
     perseus_kernel,
     perseus_plans,
     perseus_stage,
@@ -32,7 +33,7 @@ class ValidationRun:
 
 #: check names in run order (``validate --only`` takes a comma list of these)
 CHECKS = ("perseus-stage", "perseus-kernel", "perseus-plans", "guerreiro", "zeus-power-limit",
-          "gpuptx", "spaan-table1", "spaan-totals", "energaizer-idle")
+          "gpuptx", "spaan-table1", "spaan-totals", "energaizer-idle", "mlp-probe")
 
 
 def run_all(data: Path, progress: Callable[[str], None] | None = None,
@@ -93,6 +94,9 @@ def run_all(data: Path, progress: Callable[[str], None] | None = None,
         res, idle = energaizer.run(data)
         out += res
         extras["idle_fits"] = idle
+    if "mlp-probe" in want:
+        say("(i) streaming bandwidth vs SMs issuing on an H200 (joulebound's probe)")
+        out += mlp_probe.run()
     return ValidationRun(out, extras)
 
 

@@ -32,8 +32,8 @@ class CheckResult:
         time_max_err / energy_max_err: largest absolute percentage error (%).
         n_points: number of held-out points compared.
         provenance: of the compared numbers: measured (data) vs modeled (ours).
-        energy_quantity: ``"energy"``, ``"power"`` (board power), ``"avg_power"`` or
-            ``"voltage"`` (relative supply voltage).
+        energy_quantity: ``"energy"``, ``"power"`` (board power), ``"avg_power"``,
+            ``"voltage"`` (relative supply voltage) or ``"bandwidth"`` (DRAM GB/s).
         published: a paper's own error on the same data, cited (``{"value": %, "source": ...}``).
         note: what was calibrated on what, assumptions.
         points: optional arrays for plots (``x``, ``t_meas``, ``t_pred``, ``e_meas``, ``e_pred``).

@@ -93,11 +93,11 @@ def free_params(spec: DeviceSpec) -> list[FreeParam]:
                   transform="logit"),
         FreeParam("gemm_tile", 64.0, 1e5, prior=2048.0, prior_sd=1.0),
         FreeParam("overlap_p", 1.0, 30.0, prior=4.0, prior_sd=0.7),
-        # memory-level parallelism: bytes per SM-cycle in flight, prior from the H200 probe
-        # (27-31 B per SM-cycle for one streaming CTA per SM; docs/gpu-validation.md)
-        *(FreeParam(f"mlp_bytes_per_cycle.{c}", 4.0, 512.0, prior=32.0, prior_sd=0.7)
+        # memory-level parallelism: bytes per SM-cycle in flight and the knee's exponent, priors
+        # from the H200 probe (research/mlp_probe.py: 28.9 B per SM-cycle, q = 1.88)
+        *(FreeParam(f"mlp_bytes_per_cycle.{c}", 4.0, 512.0, prior=29.0, prior_sd=0.7)
           for c in ("elementwise", "norm", "softmax", "embedding")),
-        FreeParam("mlp_q", 1.0, 16.0, prior=4.0, prior_sd=0.5),
+        FreeParam("mlp_q", 1.0, 16.0, prior=1.9, prior_sd=0.5),
         FreeParam("auto_mem_power_frac", 0.0, 0.5, prior=0.02, prior_sd=1.5, transform="logit"),
     ]
 

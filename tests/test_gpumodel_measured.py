@@ -105,7 +105,7 @@ def test_three_measured_clocks_calibrate_the_rest(tmp_path):
     truth = characterize(tr, spec, params=prm, work=KernelWork(
         w.tc_max * np.array([1.3, 0.9, 1.0, 1.3, 1.2, 1.1]),
         w.tm_max * np.array([0.8, 1.4, 1.2, 0.8, 1.0, 0.7]),
-        np.array([0.8, 1.2, 1.0, 0.8, 1.1, 0.9]), w.lam))
+        np.array([0.8, 1.2, 1.0, 0.8, 1.1, 0.9]), w.lam, w.knee))
     lines, seen = [HEADER.strip()], set()
     for k, name in enumerate(tr.names()):
         if name in seen:

@@ -16,7 +16,7 @@ JSON_HELP = (
     "spaan-table1), gpu, "
     "workload, time_mape, "
     "energy_mape (%; power MAPE where energy_quantity is power/avg_power), time_max_err, "
-    "energy_max_err (%), n_points, provenance, energy_quantity (energy|power|avg_power|voltage), "
+    "energy_max_err (%), n_points, provenance, energy_quantity (energy|power|avg_power|voltage|bandwidth), "
     "published ({value, source} or null), note.")
 
 
@@ -113,7 +113,8 @@ def validate(
         print_json([r.to_json() for r in run.results])
         return
     console.print(results_table(run.results))
-    console.print("All errors are on held-out points. (P) = board power, (avgP) = average power, (V) = supply voltage "
+    console.print("All errors are on held-out points unless the workload says in-sample. (P) = board power, "
+                  "(avgP) = average power, (V) = supply voltage, (BW) = DRAM bandwidth "
                   "instead of energy. Published: " + "; ".join(
                       f"{r.published['value']} % = {r.published['source']}"
                       for r in run.results if r.published))
@@ -144,7 +145,7 @@ def results_table(results: list) -> Any:  # list[CheckResult] -> rich Table
         if prev is not None and r.check != prev:
             t.add_section()
         q = {"energy": "", "power": " (P)", "avg_power": " (avgP)",
-             "voltage": " (V)"}[r.energy_quantity]
+             "voltage": " (V)", "bandwidth": " (BW)"}[r.energy_quantity]
         t.add_row(r.check if r.check != prev else "", r.gpu, r.workload, f(r.time_mape),
                   f(r.energy_mape) + q, f(r.time_max_err), f(r.energy_max_err),
                   str(r.n_points), str(r.published["value"]) if r.published else "")

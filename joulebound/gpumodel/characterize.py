@@ -11,7 +11,13 @@ import numpy as np
 from joulebound.core.clocks import ClockConfig
 from joulebound.core.errors import JouleboundError
 from joulebound.gpumodel.characterization import Characterization
-from joulebound.gpumodel.kernel import KernelWork, kernel_time, kernel_time_energy, mlp_knee
+from joulebound.gpumodel.kernel import (
+    KernelWork,
+    gap_power,
+    kernel_time,
+    kernel_time_energy,
+    mlp_knee,
+)
 from joulebound.gpumodel.kernel_table import config_terms, fill_table, keys_work
 from joulebound.gpumodel.params import TENSOR_CATEGORIES, DeviceParams, params_for
 from joulebound.hw import memory
@@ -267,6 +273,22 @@ def characterize(trace: Trace, device: str | DeviceSpec,
         kernel_names=trace.names(), configs=cfgs, time_s=time_s, energy_j=energy_j,
         measured=np.zeros(time_s.shape, bool), device=spec.name, meta=meta,
     )
+
+
+def apply_host_gaps(time_s: np.ndarray, energy_j: np.ndarray, host_s: np.ndarray | None,
+                    rc: ResolvedClocks, spec: DeviceSpec, params: DeviceParams
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """``(time, energy)`` of a (K, C) table with each kernel's host dispatch time ``host_s`` (K,)
+    kept: where a cell is shorter, its time becomes ``host_s`` and the idle gap is paid at the
+    clocks' gap power (:func:`~.kernel.gap_power`). Idempotent (a cell that already includes its
+    gap is unchanged): measured cells of kernels replayed back to back get the gaps the training
+    step has."""
+    if host_s is None or not np.any(np.asarray(host_s) > 0):
+        return time_s, energy_j
+    h = np.asarray(host_s, float).reshape(-1, 1)
+    wall = np.maximum(time_s, h)
+    pg = gap_power(rc.core_mhz, rc.mem_mhz, spec.max_mem_mhz, params, rc.mem_auto)
+    return wall, energy_j + pg[None, :] * (wall - time_s)
 
 
 def _work_keys(work: KernelWork, params: DeviceParams) -> np.ndarray:

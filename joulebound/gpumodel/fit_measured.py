@@ -17,7 +17,7 @@ from joulebound.workload.trace import Trace
 
 def fit_kernel(tc0: float, tm0: float, f_mhz: np.ndarray, m_mhz: np.ndarray, t_meas: np.ndarray,
                e_meas: np.ndarray, f_max: float, m_max: float, params: DeviceParams,
-               prior: float = 0.02, lam: float | None = None,
+               prior: float = 0.02, lam: float | None = None, knee: float = 0.0,
                core_auto: np.ndarray | bool = False, mem_auto: np.ndarray | bool = False
                ) -> tuple[float, float, float]:
     """Fit one kernel's compute time, memory time (s, at top clocks) and power activity to its
@@ -28,6 +28,7 @@ def fit_kernel(tc0: float, tm0: float, f_mhz: np.ndarray, m_mhz: np.ndarray, t_m
     split and activity near the roofline estimate when too few clocks are measured (one clock
     cannot separate them; three at different core and memory clocks can). ``lam``: the kernel's
     share of memory time that follows the core clock (default: the parameters' "other");
+    ``knee``: its memory-level-parallelism knee (:func:`~joulebound.gpumodel.kernel.mlp_knee`);
     ``core_auto``/``mem_auto``: per measured clock, whether that domain was governed.
 
     Returns ``(tc_max, tm_max, activity)``.
@@ -41,6 +42,7 @@ def fit_kernel(tc0: float, tm0: float, f_mhz: np.ndarray, m_mhz: np.ndarray, t_m
     t_meas = np.asarray(t_meas, float)
     e_meas = np.asarray(e_meas, float)
     lam_a = None if lam is None else np.array([float(lam)])
+    knee_a = np.array([float(knee)])
     if tc0 + tm0 <= 0:  # no FLOP/byte counts (e.g. an imported kernel): start from an even split
         tc0 = tm0 = 0.5 * float(np.median(t_meas))
     total = tc0 + tm0
@@ -48,13 +50,14 @@ def fit_kernel(tc0: float, tm0: float, f_mhz: np.ndarray, m_mhz: np.ndarray, t_m
     tm0 = max(tm0, 1e-3 * total)
     kw = {"core_auto": core_auto, "mem_auto": mem_auto}
     # start from the scale that matches the measured times on average
-    t_mod = kernel_time_energy(KernelWork(np.array([tc0]), np.array([tm0]), lam=lam_a), f, m,
-                               f_max, m_max, params, **kw)["time_s"]
+    t_mod = kernel_time_energy(KernelWork(np.array([tc0]), np.array([tm0]), lam=lam_a,
+                                          knee=knee_a), f, m, f_max, m_max, params,
+                               **kw)["time_s"]
     s0 = float(np.log(np.median(t_meas / np.maximum(t_mod, 1e-15))))
 
     def resid(x: np.ndarray) -> np.ndarray:
         w = KernelWork(np.array([tc0 * np.exp(x[0])]), np.array([tm0 * np.exp(x[1])]),
-                       np.array([np.exp(x[2])]), lam_a)
+                       np.array([np.exp(x[2])]), lam_a, knee_a)
         out = kernel_time_energy(w, f, m, f_max, m_max, params, **kw)
         return np.r_[out["time_s"] / t_meas - 1, out["energy_j"] / np.maximum(e_meas, 1e-15) - 1,
                      prior * (x[0] - x[1]), prior * x[2]]
@@ -78,6 +81,7 @@ def fit_trace_work(trace: Trace, spec: DeviceSpec, params: DeviceParams,
     work = trace_work(trace, spec, params)
     tc, tm = work.tc_max.copy(), work.tm_max.copy()
     lam = work.lam if work.lam is not None else np.full(len(trace), params.lam("other"))
+    knee = work.knee if work.knee is not None else np.zeros(len(trace))
     act = np.ones(len(trace))
     names = np.array(trace.names())
     by_name: dict[str, list[tuple[ClockConfig, float, float]]] = {}
@@ -94,11 +98,11 @@ def fit_trace_work(trace: Trace, spec: DeviceSpec, params: DeviceParams,
                                        np.array([t for _, t, _ in cells]),
                                        np.array([e for _, _, e in cells]), spec.max_core_mhz,
                                        spec.max_mem_mhz, params, lam=float(lam[i0]),
-                                       core_auto=rc.core_auto, mem_auto=rc.mem_auto)
+                                       knee=float(knee[i0]), core_auto=rc.core_auto, mem_auto=rc.mem_auto)
         ra = new_tc / max(tc[i0], 1e-300) if tc[i0] > 0 else 0.0
         rb = new_tm / max(tm[i0], 1e-300) if tm[i0] > 0 else 0.0
         tc[idx] = np.where(tc[idx] > 0, tc[idx] * ra, new_tc)
         tm[idx] = np.where(tm[idx] > 0, tm[idx] * rb, new_tm)
         act[idx] = g
         done.append(k)
-    return KernelWork(tc, tm, act, lam), done
+    return KernelWork(tc, tm, act, lam, knee, work.host_s), done

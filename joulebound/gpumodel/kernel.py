@@ -6,7 +6,7 @@ Everything broadcasts: pass per-kernel arrays of shape ``(K, 1)`` and per-config
 Time (roofline with partial overlap)::
 
     tc = tc_max · f_max/f                                        compute part, core clock
-    tm = tm_max · ((1-λ) · S_q(m_max/(η_m·m), κ·f_max/f) + λ · f_max/f)   memory part
+    tm = tm_max · ((1-λ) · S_q(m_max/(η_m·m), κ·f_max/f) / S_q(1, κ) + λ · f_max/f)   memory
     t  = overhead + (tc**p + tm**p)**(1/p)                       smooth max = overlap
     wall = max(t, h)                                             host dispatch (idle gap)
 
@@ -20,7 +20,8 @@ bandwidth they can draw is ``n_SM · B · f`` for ``B`` bytes per SM per cycle (
 ``mlp_bytes_per_cycle``). ``κ = f_knee/f_max`` with ``f_knee = achieved DRAM bandwidth /
 (n_SM · B)`` is the core clock below which the SMs, not the DRAM, limit a streaming kernel:
 above it the memory time follows the memory clock, below it the core clock (a kernel's time then
-rises as the core clock falls). ``κ = 0`` (no ``B``) is the linear-λ model.
+rises as the core clock falls). ``κ = 0`` (no ``B``) is the linear-λ model. Dividing by
+``S_q(1, κ)`` keeps ``tm_max`` the memory time at the top clocks.
 
 **Host dispatch**: ``h`` is the time the host needs to launch the kernel (per kernel, from the
 framework's dispatch cost or a measured timeline). When the GPU finishes first it idles for
@@ -102,6 +103,13 @@ def mlp_knee(bw_bps: np.ndarray | float, sm_count: int, f_max_mhz: float,
                     / np.where(ok, sm_count * b * f_max_mhz * 1e6, 1.0), 0.0)
 
 
+def knee_norm(knee: np.ndarray | float, q: float) -> np.ndarray:
+    """``S_q(1, κ)``: the knee's factor at the top clocks, divided out so that ``tm_max`` stays
+    the memory time at the top clocks (what ``bw_eff`` and measured durations describe); the
+    knee then changes only how the time moves with the clocks."""
+    return (1.0 + np.asarray(knee, float) ** q) ** (1.0 / q)
+
+
 def smooth_max(a: np.ndarray, b: np.ndarray, q: float) -> np.ndarray:
     """``(a**q + b**q)**(1/q)`` for ``a, b >= 0``, as ``big·(1 + (small/big)**q)**(1/q)``."""
     big = np.maximum(a, b)
@@ -154,7 +162,7 @@ def kernel_time(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: f
     knee = _knee(work)
     if np.any(np.asarray(knee) > 0):
         mem = smooth_max(np.broadcast_to(mem, np.broadcast(mem, f, knee).shape),
-                         knee * (f_max / f), params.mlp_q)
+                         knee * (f_max / f), params.mlp_q) / knee_norm(knee, params.mlp_q)
     tm = work.tm_max * ((1.0 - lam) * mem + lam * (f_max / f))
     p = params.overlap_p
     big = np.maximum(tc, tm)

@@ -37,7 +37,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from joulebound.gpumodel.kernel import KernelWork, gap_power, kernel_time_energy, memory_scale
+from joulebound.gpumodel.kernel import (
+    KernelWork,
+    gap_power,
+    kernel_time_energy,
+    knee_norm,
+    memory_scale,
+)
 from joulebound.gpumodel.params import DeviceParams
 
 log = logging.getLogger(__name__)
@@ -143,8 +149,9 @@ KEY_COLUMNS = ("tc_max", "tm_max", "activity", "lam", "knee", "host_s")
 @dataclass
 class _Rows:
     """Per-kernel inputs of the fast path: compute time, memory time split into the part that
-    follows the memory clock (``a``) and the part that follows the core clock (``b``), the
-    memory-level-parallelism knee, activity, host dispatch time (s)."""
+    follows the memory clock (``a``, divided by the knee's top-clock factor ``S_q(1, κ)``) and
+    the part that follows the core clock (``b``), the memory-level-parallelism knee, activity,
+    host dispatch time (s)."""
 
     tc: np.ndarray
     a: np.ndarray
@@ -154,9 +161,9 @@ class _Rows:
     host: np.ndarray
 
 
-def _rows(keys: np.ndarray) -> _Rows:
+def _rows(keys: np.ndarray, q: float) -> _Rows:
     tc, tm, act, lam, kn, host = (np.ascontiguousarray(keys[:, i], float) for i in range(6))
-    a, b = tm * (1.0 - lam), tm * lam
+    a, b = tm * (1.0 - lam) / knee_norm(kn, q), tm * lam
     a[(tc == 0) & (tm == 0)] = TINY_S      # no work: a vanishing memory time keeps s = 0/big
     return _Rows(tc, a, b, kn, act, host)
 
@@ -217,7 +224,7 @@ def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
         vf_terms,
     )
 
-    rows = _rows(keys)
+    rows = _rows(keys, params.mlp_q)
     uniform = bool(np.all(rows.act == 1.0))
     per = max(1, min(n, int(chunk_cells) // max(c_n, 1)))
     limit = params.power_limit_w

@@ -225,7 +225,13 @@ def characterize_from_table(trace, device, table: dict,  # type: ignore[no-untyp
     :func:`read_table`; ``joulebound calibrate`` measures it): every measured kernel's work and
     activity are fitted to its cells, every cell is modeled from the fitted work, and the measured
     cells replace the modeled ones (``measured = True``)."""
-    from joulebound.gpumodel.characterize import characterize, planning_configs, resolve_device
+    from joulebound.gpumodel.characterize import (
+        apply_host_gaps,
+        characterize,
+        planning_configs,
+        resolve_clocks,
+        resolve_device,
+    )
     from joulebound.gpumodel.fit_measured import fit_trace_work
     from joulebound.gpumodel.params import params_for
 
@@ -245,4 +251,9 @@ def characterize_from_table(trace, device, table: dict,  # type: ignore[no-untyp
     base.meta["fitted_work"] = {k: {"tc_max_s": float(work.tc_max[first[k]]),
                                     "tm_max_s": float(work.tm_max[first[k]]),
                                     "activity": float(act[first[k]])} for k in fitted}
-    return _overlay(table, Path(source), base)
+    char = _overlay(table, Path(source), base)
+    # measured cells come from kernels replayed back to back: give them the step's host gaps
+    rc = resolve_clocks(spec, char.configs, prm)
+    char.time_s, char.energy_j = apply_host_gaps(char.time_s, char.energy_j, work.host_s, rc,
+                                                 spec, prm)
+    return char

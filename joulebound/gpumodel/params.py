@@ -54,15 +54,18 @@ DEFAULT_CORE_MEM_FRAC: dict[str, float] = {
     "communication": 0.0, "other": 0.10,
 }
 #: bytes each SM keeps streaming per core cycle (memory-level parallelism), per category: the
-#: SMs then draw at most ``n_SM · B · f`` from DRAM (see :mod:`.kernel`). 0 = no limit. Default
-#: from joulebound's read-only probe on an H200 (2026-12-04, ``benchmarks/gpu_physics.py``): one
-#: 8-warp CTA per SM streaming 16 KiB tiles drew 27-31 B per SM-cycle at 1980 MHz; tiled GEMMs
-#: keep more in flight (asynchronous copies).
+#: SMs then draw at most ``n_SM · B · f`` from DRAM (see :mod:`.kernel`). 0 = no limit. The
+#: streaming value and :data:`DEFAULT_MLP_Q` are fitted on joulebound's read-only probe of an
+#: H200 (2026-12-04, ``research/mlp_probe.py``: 28.9 B per SM-cycle, q = 1.88, bandwidth vs SMs
+#: issuing within 3.5 %); tiled GEMMs and attention keep more in flight (asynchronous copies into
+#: shared memory): twice that, assumed, not measured.
 DEFAULT_MLP_BYTES_PER_CYCLE: dict[str, float] = {
-    "gemm": 64.0, "attention": 64.0, "elementwise": 32.0, "norm": 32.0, "softmax": 32.0,
-    "reduction": 32.0, "embedding": 32.0, "optimizer": 32.0, "memcpy": 32.0,
-    "communication": 0.0, "other": 32.0,
+    "gemm": 58.0, "attention": 58.0, "elementwise": 29.0, "norm": 29.0, "softmax": 29.0,
+    "reduction": 29.0, "embedding": 29.0, "optimizer": 29.0, "memcpy": 29.0,
+    "communication": 0.0, "other": 29.0,
 }
+#: exponent of the memory-level-parallelism knee (see :data:`DEFAULT_MLP_BYTES_PER_CYCLE`)
+DEFAULT_MLP_Q = 1.9
 #: categories whose FLOPs run on tensor cores at the kernel's dtype; the rest use the fp32 rate.
 TENSOR_CATEGORIES = frozenset({"gemm", "attention"})
 #: default effective reuse tile of tensor-core GEMMs (elements): DRAM traffic beyond the
@@ -146,7 +149,7 @@ class DeviceParams:
     bw_eff: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_BW_EFF))
     core_mem_frac: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_CORE_MEM_FRAC))
     mlp_bytes_per_cycle: dict[str, float] = field(default_factory=dict)
-    mlp_q: float = 4.0
+    mlp_q: float = DEFAULT_MLP_Q
     idle_clk_w: float = 0.0
     gemm_tile: float = DEFAULT_GEMM_TILE
     overlap_p: float = 4.0

@@ -141,7 +141,8 @@ def _gqa(sh: tuple) -> bool:
 
 def _build_shapes(shapes: Sequence[tuple]) -> None:
     """Put the 1-layer per-GPU kernels of every shape in the trace cache: the op table is built
-    for all shapes of one (arch, dtype, recompute) at once (:func:`build_table`), the kernels
+    for all shapes of one (arch, dtype, recompute) at once (:func:`build_table`; jobs run on a
+    framework, so permutes are PyTorch copies, not llm.c's index arithmetic), the kernels
     that tensor parallelism splits divided by each shape's ``tp``, and a copy of the optimizer
     kernels at twice the parameters appended (the optimizer cost's slope)."""
     from joulebound.workload.analytic import build_table
@@ -154,7 +155,7 @@ def _build_shapes(shapes: Sequence[tuple]) -> None:
         a = np.array([sh[1:7] + (sh[9],) for sh in shs], float)
         tpl, flops, nbytes, n_params = build_table(arch, 1, dtype, rec, hidden=a[:, 0], heads=a[:, 1],
                                                    ff=a[:, 2], vocab=a[:, 3], seq=a[:, 4], batch=a[:, 5],
-                                                   components=comp)
+                                                   components=comp, llmc_kernels=False)
         split = np.array([k.name.startswith(TP_SPLIT) for k in tpl])[:, None]
         flops = np.where(split, flops / a[:, 6], flops)
         nbytes = np.where(split, nbytes / a[:, 6], nbytes)

@@ -38,6 +38,7 @@ from joulebound.runtime.hooks import OpStream
 from joulebound.runtime.lookahead import lookahead_commands
 from joulebound.runtime.nextop import UNKNOWN, KeyInterner, NextKernelPredictor
 from joulebound.runtime.opkeys import parse_key
+from joulebound.workload.dispatch import dispatch_cost
 from joulebound.workload.kineto import categorize
 from joulebound.workload.opcost import aten_cost, element_type
 from joulebound.workload.trace import Kernel, Trace
@@ -252,6 +253,8 @@ def trace_from_ops(names: Sequence[str], name: str = "recorded",
     ops it does not model get 0), the category from the importer's name rules
     (:func:`~joulebound.workload.kineto.categorize`), the kernel's dtype from the key (``bfloat16``
     -> ``bf16``, so tensor-core peaks apply to its GEMMs); the names are the keys, so a plan over this trace drives the controller.
+    The trace's ``host_dispatch_s`` is eager PyTorch's measured dispatch cost per op
+    (:mod:`joulebound.workload.dispatch`).
     """
     kernels = []
     for n in names:
@@ -266,4 +269,6 @@ def trace_from_ops(names: Sequence[str], name: str = "recorded",
                               meta={"cost": "shapes" if cost else "unknown",
                                     **({"replay": arg_specs[n]} if arg_specs and n in arg_specs
                                        else {})}))
-    return Trace(kernels=kernels, name=name, meta={"source": "joulebound.runtime.hooks"})
+    # eager PyTorch: the host launches every op (the kernel model keeps that time per kernel)
+    return Trace(kernels=kernels, name=name, meta={"source": "joulebound.runtime.hooks",
+                                                   "host_dispatch_s": dispatch_cost("eager")})

@@ -14,8 +14,9 @@ profiler-trace importer, are in :mod:`~joulebound.workload.opcost`):
   Weight-gradient GEMMs write the gradient (β = 0; gradient accumulation is not modeled).
 * Elementwise over ``n`` elements with ``r`` input and ``w`` output tensors: ``(r + w)·n·s``
   bytes and ``c·n`` FLOP, ``c`` per kernel: residual add 1, GELU (tanh form) 8, GELU backward 16,
-  permute / unpermute: their integer index arithmetic (24 / 70 operations per element: llm.c
-  splits each flat index with three divisions by runtime sizes), counted with the FLOPs.
+  permute / unpermute: in the GPT (llm.c) layout their integer index arithmetic (24 / 70
+  operations per element: llm.c splits each flat index with three divisions by runtime sizes),
+  counted with the FLOPs; 0 for BERT and the modern (Hugging Face) layouts.
 * LayerNorm forward over ``(T, d)``: 8 FLOP per element; reads ``x`` and γ, β; writes ``y`` and the
   fp32 mean and 1/σ (``2·T·4`` bytes). Backward: 13 FLOP per element; reads ``dy``, ``x``, γ,
   mean, 1/σ; writes ``dx`` and fp32 ``dγ``, ``dβ``.
@@ -190,6 +191,8 @@ class _Builder:
         self.layer: int | None = None
         self.recomputing = False
         self.frozen = bool(cfg.lora_rank)  # LoRA: base weights get no gradients
+        #: llm.c's GPT layout (its permute kernels' index arithmetic is counted)
+        self.llmc = cfg.arch == "gpt" and not cfg.modern
         self.targets = tuple(cfg.lora_targets) if cfg.lora_rank else ()
         self.req = _ALL_GRADS
         # grouped-query attention (Hugging Face's repeat_kv); one answer for all shapes of a table
@@ -303,10 +306,10 @@ class _Builder:
         t, d, h, s, dh = c.tokens, c.hidden, c.heads, c.seq, c.head_dim
         bh = c.micro_batch * h
         qkv = 3 * t * d if not c.modern else t * (d + 2 * c.kv_dim)
-        # qkv [B,S,3,h,dh] -> q,k,v [B,h,S,dh]; llm.c's index arithmetic (PyTorch's copy
-        # kernels divide by precomputed magic numbers: cheap, not counted)
-        idx_ops = 0 if c.modern else PERMUTE_INDEX_OPS
-        self.elementwise("permute", qkv, 1, 1, idx_ops)
+        # qkv [B,S,3,h,dh] -> q,k,v [B,h,S,dh]; llm.c's index arithmetic (the GPT layout;
+        # PyTorch's copy kernels, BERT and the modern layouts, divide by precomputed magic
+        # numbers: cheap, not counted)
+        self.elementwise("permute", qkv, 1, 1, PERMUTE_INDEX_OPS if self.llmc else 0)
         if c.modern and c.rope:
             self.elementwise("rope", t * (d + c.kv_dim), 1, 1, ROPE_FLOP)  # q and k
         if self.gqa:  # Hugging Face's repeat_kv: k, v copied to every query head
@@ -315,7 +318,7 @@ class _Builder:
         self.add("softmax", "softmax", SOFTMAX_FLOP * bh * s * s,
                  SOFTMAX_PASSES * bh * s * s * self.s)
         self.gemm("attn_value_gemm", s, dh, s, batch=bh, category="attention")
-        self.elementwise("unpermute", t * d, 1, 1, 0 if c.modern else UNPERMUTE_INDEX_OPS)
+        self.elementwise("unpermute", t * d, 1, 1, UNPERMUTE_INDEX_OPS if self.llmc else 0)
 
     def attention_backward(self) -> None:
         c, g = self.cfg, self.req
@@ -323,7 +326,7 @@ class _Builder:
         bh = c.micro_batch * h
         if g["att"]:
             self.elementwise("unpermute_backward", t * d, 1, 1,
-                             0 if c.modern else UNPERMUTE_INDEX_OPS)
+                             UNPERMUTE_INDEX_OPS if self.llmc else 0)
         if g["p"]:
             self.gemm("attn_value_gemm_datt", s, s, dh, batch=bh, category="attention")  # dY·Vᵀ
         if g["v"]:
@@ -337,7 +340,8 @@ class _Builder:
             self.gemm("attn_scores_gemm_dk", s, dh, s, batch=bh, category="attention")  # dPᵀ·Q
         if not c.modern:
             if g["att"]:
-                self.elementwise("permute_backward", 3 * t * d, 1, 1, PERMUTE_INDEX_OPS)
+                self.elementwise("permute_backward", 3 * t * d, 1, 1,
+                                 PERMUTE_INDEX_OPS if self.llmc else 0)
             return
         n_kv = int(g["k"]) + int(g["v"])
         if self.gqa and n_kv:  # the gradients of the repeated k, v summed per key/value head
@@ -603,14 +607,16 @@ class _TableBuilder(_Builder):
 
 
 def build_table(arch: str, layers: int, dtype: str, recompute: bool, *, hidden: Any, heads: Any,
-                ff: Any, vocab: Any, seq: Any, batch: Any, components: Any = ()
+                ff: Any, vocab: Any, seq: Any, batch: Any, components: Any = (),
+                llmc_kernels: bool = True
                 ) -> tuple[list[Kernel], np.ndarray, np.ndarray, np.ndarray]:
     """The kernels of one training iteration of ``n`` shapes at once (arrays of length ``n``
     for the sizes, ``batch`` the micro-batch; one arch, layer count, dtype and recompute setting), as :func:`build_trace`
     would give them one shape at a time. ``components``: the modern-decoder / LoRA fields the
     shapes share (:meth:`TrainingConfig.components`, e.g. ``(("kv_heads", 8), ("mlp",
     "swiglu"))``); with ``kv_heads`` given, either every shape has fewer key/value heads than
-    heads or none has.
+    heads or none has. ``llmc_kernels=False``: the GPT layout's permutes as PyTorch copies (no
+    llm.c index arithmetic), for jobs run by a framework rather than llm.c.
 
     Returns ``(template, flops, bytes, params)``: the kernel sequence (names, categories, phases,
     layers, math dtypes; its FLOPs and bytes are 0), FLOPs and DRAM bytes of every kernel of
@@ -625,6 +631,7 @@ def build_table(arch: str, layers: int, dtype: str, recompute: bool, *, hidden: 
                          **{k: np.broadcast_to(v, (n,)) for k, v in arr.items()},
                          **dict(components))
     b = _TableBuilder(cfg, n)
+    b.llmc = b.llmc and llmc_kernels
     b.build()
     flops, nbytes = b.table()
     return b.kernels, flops, nbytes, np.broadcast_to(np.asarray(cfg.params(), float), (n,))
@@ -654,7 +661,7 @@ def _make_config(config_or_preset: TrainingConfig | str,
 
 
 def build_trace(config_or_preset: TrainingConfig | str, *, iterations: int = 1,
-                optimizer: bool = True, **overrides: Any) -> Trace:
+                optimizer: bool = True, llmc_kernels: bool = True, **overrides: Any) -> Trace:
     """Kernel trace of one (or ``iterations``) training iteration(s).
 
     Args:
@@ -664,6 +671,9 @@ def build_trace(config_or_preset: TrainingConfig | str, *, iterations: int = 1,
         optimizer: include the optimizer phase (grad norm + AdamW); ``False`` gives the
             forward + backward kernels only, the setting of per-kernel DVFS studies such as
             Spaan et al. (arXiv 2601.08539).
+        llmc_kernels: the GPT layout's permutes as llm.c runs them (with their integer index
+            arithmetic); ``False``: as PyTorch copies (a framework job, as the job predictor
+            prices it).
         **overrides: :class:`~joulebound.workload.config.TrainingConfig` fields to change
             (``micro_batch=4``, ``seq=2048``, ...; ``batch`` is read as ``micro_batch``);
             ``None`` values are ignored.
@@ -680,7 +690,9 @@ def build_trace(config_or_preset: TrainingConfig | str, *, iterations: int = 1,
     cfg = _make_config(config_or_preset, overrides)
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise JouleboundError(f"iterations must be a positive integer, got {iterations!r}")
-    one = _Builder(cfg).build()
+    b = _Builder(cfg)
+    b.llmc = b.llmc and llmc_kernels
+    one = b.build()
     if not optimizer:
         one = [k for k in one if k.phase != "optimizer"]
     kernels = one if iterations == 1 else _repeat(one, iterations)

@@ -271,7 +271,10 @@ def calibrate(trace: Trace, device: str, backend: Any, clocks: str = "3",
     # 6. report ------------------------------------------------------------------------------------
     auto_err = _auto_error(cells, prior)
     measured_s = [c.gpu_seconds for c in cells]
-    n_pairs = 1 + sum(len(v) for v in sup.values())
+    # the full sweep = what clocks="full" measures: auto and every supported pair at the memory
+    # clocks the planner uses
+    n_pairs = 1 + sum(1 for c in plan_cfgs if c.core_mhz is not None and c.mem_mhz is not None
+                      and is_supported(c, sup))
     full_cells = len(ops) * n_pairs
     full_s = float(np.mean(measured_s)) * full_cells if measured_s else 0.0
     res = CalibrationResult(
@@ -335,9 +338,12 @@ def simulated_plan_check(char: Characterization, trace: Trace, sim: Any) -> dict
     the truth (``plan_time_delta`` > 0), and near 0 % slowdown a few 0.1 % of time can buy several
     % of energy; so the gap is also given against the full-sweep plan at the *same true time*
     (``full_sweep_plan_energy_delta_same_time``, ``plan_energy_gap_vs_full_sweep``)."""
+    from joulebound.gpumodel.characterize import host_times
+
     names = char.kernel_names
     uniq = list(dict.fromkeys(names))
-    tu, eu = sim.true_table(uniq, list(char.configs))
+    host = dict(zip(trace.names(), host_times(trace), strict=True))
+    tu, eu = sim.true_table(uniq, list(char.configs), np.array([host.get(n, 0.0) for n in uniq]))
     pos = {n: i for i, n in enumerate(uniq)}
     inv = np.array([pos[n] for n in names])
     truth_t, truth_e = tu[inv], eu[inv]

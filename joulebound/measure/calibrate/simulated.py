@@ -53,12 +53,14 @@ class SimTruth:
         tc_s, tm_s: compute and memory time (s) at the top clocks.
         activity: dynamic-power multiplier (1 = the device's average).
         lam: share of the memory time that follows the core clock.
+        knee: memory-level-parallelism knee κ (fraction of the top core clock).
     """
 
     tc_s: float
     tm_s: float
     activity: float
     lam: float
+    knee: float = 0.0
 
 
 class SimulatedGpu:
@@ -100,13 +102,14 @@ class SimulatedGpu:
         f_tm = np.exp(self.rng.normal(0.0, work_sd, n))
         act = np.exp(self.rng.normal(0.0, activity_sd, n))
         lam = work.lam if work.lam is not None else np.full(n, self.params.lam("other"))
+        knee = work.knee if work.knee is not None else np.zeros(n)
         self.truth: dict[str, SimTruth] = {}
         for i, k in enumerate(distinct.kernels):
             tc, tm = float(work.tc_max[i]), float(work.tm_max[i])
             if tc + tm <= 0:                  # an op the cost model does not know: 20 µs of memory
                 tm = 20e-6
             self.truth.setdefault(k.name, SimTruth(tc * f_tc[i], tm * f_tm[i], float(act[i]),
-                                                   float(lam[i])))
+                                                   float(lam[i]), float(knee[i])))
         self._cell: dict[tuple[str, ClockConfig], tuple[float, float]] = {}
         # device time, energy (true, J), last sensor update (time, counter J, power W)
         self.t = 0.0
@@ -142,9 +145,11 @@ class SimulatedGpu:
             hit = self._cell[key] = (float(t[0, 0]), float(e[0, 0]))
         return hit
 
-    def true_table(self, names: list[str], configs: list[ClockConfig]
-                   ) -> tuple[np.ndarray, np.ndarray]:
-        """True time (s) and energy (J) per call, shape ``(len(names), len(configs))``."""
+    def true_table(self, names: list[str], configs: list[ClockConfig],
+                   host_s: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """True time (s) and energy (J) per call, shape ``(len(names), len(configs))``; with
+        ``host_s`` (per name, s) as in a training step whose host launches each kernel in that
+        time (default: back to back, as replayed)."""
         from joulebound.gpumodel.characterize import evaluate, resolve_clocks
         from joulebound.gpumodel.kernel import KernelWork
 
@@ -154,7 +159,8 @@ class SimulatedGpu:
             raise JouleboundError(f"simulated GPU: unknown kernel {exc.args[0]!r}") from None
         col = lambda a: np.array(a, float)  # noqa: E731
         w = KernelWork(col([x.tc_s for x in tr]), col([x.tm_s for x in tr]),
-                       col([x.activity for x in tr]), col([x.lam for x in tr]))
+                       col([x.activity for x in tr]), col([x.lam for x in tr]),
+                       col([x.knee for x in tr]), host_s)
         rc = resolve_clocks(self.spec, configs, self.params)
         out = evaluate(w, rc, self.spec, self.params, method="reference")   # the spec's truth
         return out.time_s, out.energy_j
