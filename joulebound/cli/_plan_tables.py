@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from joulebound.core.fmt import fmt_pct, fmt_range
-from joulebound.core.provenance import MODELED
+from joulebound.core.provenance import MODELED, PUBLISHED
 
 
 def interval_note(study) -> str:
@@ -52,7 +52,7 @@ def published_table(study, title: str | None = None):
               f"of kernels measured alone, with no clock-switch cost. Source: {PUBLISHED_CITATION}.",
               caption_justify="left")
     t.add_column("plan")
-    t.add_column("published", justify="right", style="red", no_wrap=True)
+    t.add_column(PUBLISHED, justify="right", style="red", no_wrap=True)
     t.add_column("what (time Δ)")
     t.add_column("ours", justify="right", no_wrap=True)
     t.add_column("our range", justify="right", no_wrap=True)
