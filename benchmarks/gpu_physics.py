@@ -26,20 +26,17 @@ import time
 from typing import Any
 
 
+def _clock(dev: Any, domain: str = "SM") -> int | None:
+    """The current ``SM`` or ``MEM`` clock (MHz) read through NVML, or ``None``."""
+    try:
+        nv = dev.session.nv
+        return int(nv.nvmlDeviceGetClockInfo(dev.handle, getattr(nv, f"NVML_CLOCK_{domain}")))
+    except Exception:
+        return None
+
+
 def _sm_clock(dev: Any) -> int | None:
-    try:
-        nv = dev.session.nv
-        return int(nv.nvmlDeviceGetClockInfo(dev.handle, nv.NVML_CLOCK_SM))
-    except Exception:
-        return None
-
-
-def _mem_clock(dev: Any) -> int | None:
-    try:
-        nv = dev.session.nv
-        return int(nv.nvmlDeviceGetClockInfo(dev.handle, nv.NVML_CLOCK_MEM))
-    except Exception:
-        return None
+    return _clock(dev, "SM")
 
 
 def mlp(dev: Any, quick: bool = False) -> dict[str, Any]:
@@ -85,7 +82,7 @@ def mlp(dev: Any, quick: bool = False) -> dict[str, Any]:
                 t = ev0.elapsed_time(ev1) / 1e3 / reps
                 rows.append({"ctas": c, "warps": warps, "block": block, "time_s": t,
                              "gbps": 2 * 4 * n / t / 1e9, "sm_clock_mhz": clk,
-                             "sm_clock_after_mhz": _sm_clock(dev), "mem_clock_mhz": _mem_clock(dev)})
+                             "sm_clock_after_mhz": _sm_clock(dev), "mem_clock_mhz": _clock(dev, "MEM")})
     ref = torch.cuda.Event(True), torch.cuda.Event(True)
     ref[0].record()
     y.copy_(x)

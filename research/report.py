@@ -85,7 +85,6 @@ def run_all(data: Path, progress: Callable[[str], None] | None = None,
         res, sp = spaan.run(data)
         out += res
         extras["spaan"] = sp
-        extras["spaan_choices"] = spaan.choices(sp[0], sp[1].params)
     if "spaan-totals" in want:
         say("(g) RTX 3080 Ti plans vs Spaan et al.'s published totals (held out)")
         out += spaan.totals_check()
