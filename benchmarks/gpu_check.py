@@ -30,7 +30,8 @@ What it measures (GPU 0 unless ``--gpu``), results under ``--out`` (default ``$O
    trace's FLOPs beside it; energy per step measured over 20 steps (10 with ``--quick``).
 6. ``mlp`` and ``host_bound`` (:mod:`benchmarks.gpu_physics`): streaming bandwidth vs the number of SMs
    issuing requests (memory-level parallelism), and eager host-bound ops vs CUDA-graph replay
-   (µs per op, average power, the governor's SM clock) beside idle.
+   (µs per op, average power, the governor's SM clock) beside idle; ``hf_dispatch``: an eager
+   Hugging Face GPT-2 training step's host cost per kernel (wall vs the profiler's GPU busy time).
 
 Rehearsal without a GPU: ``--rehearse`` puts :class:`joulebound.testing.fakenvml.FakeNvml` (one
 GPU drawing a steady 150 W) behind the read-only proxy, so the NVML sections (info, update periods,
@@ -442,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
                         "gpu_sweep.py")
     p.add_argument("--skip", action="append", default=[],
                    help="section(s) to skip: info, periods, idle, load, short, bert, calibrate, "
-                        "mlp, host_bound")
+                        "mlp, host_bound, hf_dispatch")
     p.add_argument("--calibrate-budget-s", type=float, default=None,
                    help="device time for the read-only calibration (s; 120, --quick 60, "
                         "--rehearse 5)")
@@ -459,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if a.rehearse:
         _install_rehearsal_nvml()
-        a.skip += ["load", "periods_load", "short", "bert", "mlp", "host_bound"]
+        a.skip += ["load", "periods_load", "short", "bert", "mlp", "host_bound", "hf_dispatch"]
     nv = _install_readonly_nvml()
     session = Nvml(nv)
     dev = session.open(int(a.gpu) if a.gpu.isdigit() else a.gpu)
@@ -510,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
 
     section("mlp", gpu_physics.mlp, dev, a.quick)
     section("host_bound", gpu_physics.host, dev, a.quick)
+    section("hf_dispatch", gpu_physics.hf_dispatch, dev, a.quick)
     session.close()
     print(json.dumps({k: v for k, v in results.items() if k != "info"}, indent=1, default=str))
     return 0

@@ -176,3 +176,52 @@ def host(dev: Any, quick: bool = False) -> dict[str, Any]:
                   "call: eager (host launches each) vs a CUDA graph of the same 200 ops; power "
                   "= energy-counter difference / wall time; SM clock read once per call (NVML)")
     return res
+
+
+def hf_dispatch(dev: Any, quick: bool = False) -> dict[str, Any]:
+    """Host dispatch cost per kernel of an eager Hugging Face training step (GPT-2 124 M, random
+    weights, bf16 autocast, AdamW): wall time per step vs the GPU's busy time from torch.profiler,
+    at a host-bound shape (batch 1 × 128) and a GPU-bound one (batch 8 × 1024). Where the GPU
+    waits for the host, ``(wall - busy) / kernels`` is the host's cost per launched kernel beyond
+    the GPU's own time — the framework-mode figure the job predictor's host model needs."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config()).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    out: dict[str, Any] = {"model": "gpt2 (124 M), random init, bf16 autocast, AdamW",
+                           "torch": torch.__version__}
+    steps = 5 if quick else 10
+    for label, (b, s) in (("host_bound", (1, 128)), ("gpu_bound", (8, 1024))):
+        x = torch.randint(0, 50257, (b, s), device="cuda")
+
+        def step(x: Any = x) -> None:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(x, labels=x).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        e0 = dev.energy_mj()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / steps
+        joules = (dev.energy_mj() - e0) / 1e3 / steps
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+        kern = [e for e in prof.events() if e.device_type.name == "CUDA"]
+        busy = sum(e.device_time_total for e in kern) / 1e6 if kern else None
+        n = len(kern)
+        out[label] = {"batch": b, "seq": s, "step_s": wall, "step_j": joules, "kernels": n,
+                      "gpu_busy_s": busy,
+                      "host_s_per_kernel_beyond_gpu": ((wall - busy) / n) if busy and n else None,
+                      "wall_per_kernel_s": wall / n if n else None}
+    return out
