@@ -101,5 +101,6 @@ def test_recorded_eager_ops_carry_the_measured_dispatch_cost():
     tr = trace_from_ops(["aten.add_.Tensor[64x64,64x64]float32"])
     assert tr.meta["host_dispatch_s"] == dispatch_cost("eager") > 0
     assert dispatch_cost("graph") == 0.0
-    with pytest.raises(JouleboundError, match="known: eager, graph"):
+    assert dispatch_cost("hf-eager") > dispatch_cost("eager")
+    with pytest.raises(JouleboundError, match="known: eager, hf-eager, graph"):
         dispatch_cost("jit")
