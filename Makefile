@@ -58,6 +58,7 @@ wheel: $(STAMP)
 	$(BIN)/python -c "import glob, zipfile; w = glob.glob('dist/joulebound-*.whl'); \
 	names = zipfile.ZipFile(w[0]).namelist(); \
 	assert 'joulebound/hw/data/rtx3080ti.toml' in names, 'catalog TOMLs missing'; \
+	assert 'joulebound/core/data/manifest.csv' in names, 'data manifest missing'; \
 	assert not any(n.startswith('research/') for n in names), 'research/ is not for the wheel'; \
 	print(w[0], len(names), 'files')"
 
