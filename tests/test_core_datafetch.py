@@ -91,3 +91,13 @@ def test_a_file_where_the_folder_should_be_is_refused(tmp_path):
     f.write_text("")
     with pytest.raises(InputError, match="is a file"):
         fetch(f, base_url="file:///nonexistent", manifest=[])
+
+
+def test_validate_on_a_folder_without_a_checks_file_says_what_to_do(tmp_path, capsys):
+    pytest.importorskip("research")
+    from joulebound.cli import main
+
+    (tmp_path / "MANIFEST.csv").write_text("path\n")
+    assert main(["validate", "--data", str(tmp_path), "--only", "spaan-table1"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "table1_forward.csv" in err and "joulebound data fetch" in err and "--only" in err

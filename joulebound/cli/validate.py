@@ -88,12 +88,19 @@ def validate(
     checks = [c.strip() for c in only.split(",") if c.strip()] if only else None
     if write_params and checks is not None:
         raise JouleboundError("--write-params needs every check: drop --only")
-    if json_out:
-        run = run_all(root, only=checks)
-    else:
-        with console.status("validating") as status:
-            run = run_all(root, progress=lambda s: status.update(f"validating: {s}"),
-                          only=checks)
+    try:
+        if json_out:
+            run = run_all(root, only=checks)
+        else:
+            with console.status("validating") as status:
+                run = run_all(root, progress=lambda s: status.update(f"validating: {s}"),
+                              only=checks)
+    except FileNotFoundError as exc:
+        raise JouleboundError(
+            f"{exc}. A check needs a data file the folder {root} lacks: fetch the upstream files "
+            "with `joulebound data fetch --to DIR` (files the data's maintainers wrote or "
+            "derived, such as the transcribed Spaan et al. table, come only with the shared data "
+            "folder), or leave that check out with --only") from None
     run.extras["data"] = root
     doc = None
     if write_docs is not None:
