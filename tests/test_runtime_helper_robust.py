@@ -405,6 +405,7 @@ def test_a_helper_started_with_every_stop_signal_ignored_still_stops_on_sigterm(
 CALIBRATE_CHILD = textwrap.dedent("""
     import sys, time
     from joulebound.core.clocks import ClockConfig
+    from joulebound.core.errors import GpuBusy
     from joulebound.measure.calibrate.clocks import ClockSession, open_actuator
     from joulebound.runtime.guard import SignalExit
 
@@ -415,7 +416,12 @@ CALIBRATE_CHILD = textwrap.dedent("""
             # closed in a finally
             s = ClockSession(open_actuator("nvml", gpu=0, helper=sock), {1593: [1410, 1005]})
             try:
-                s.set(ClockConfig(1005 if i % 2 else 1410, 1593))
+                while True:   # the helper may not have seen the last session's EOF yet
+                    try:
+                        s.set(ClockConfig(1005 if i % 2 else 1410, 1593))
+                        break
+                    except GpuBusy:
+                        time.sleep(0.01)
                 print("ready", i, flush=True)
                 while True:
                     time.sleep(0.005)
