@@ -27,13 +27,22 @@ Training processes ask it for switches over a Unix-domain socket:
   ``min_interval_s``), whoever asks and however often they reconnect; resets are never throttled.
   A throttled switch is answered ``"code": "rate_limited"`` with ``retry_after_s``: the client
   defers it and reports how many were deferred — training never stops for it;
-* **connections**: a real listen backlog (:data:`BACKLOG`) and at most ``max_clients`` at once
-  (more are told so and closed); at the process's file-descriptor limit it backs off instead of
-  spinning;
+* **connections**: a real listen backlog (:data:`BACKLOG`) and at most ``max_clients`` at once,
+  lowered to fit the process's file-descriptor limit with :data:`FD_RESERVE` descriptors kept free
+  for NVML and the GPU locks (more connections are told so and closed at once, in the accepting
+  thread); at the fd limit it backs off instead of spinning. A connection that owns no GPU and
+  sends no request for ``idle_timeout_s`` is told (``"code": "idle"``) and closed — an owner's
+  never is; each connection is answered at most ``request_rate`` requests per second (more wait);
+  a request for what the owner's GPU already has (a reset at the defaults, the same pair) makes no
+  NVML call, so a flooding client costs no NVML calls beyond its rate-limited switches;
+* **clients survive a helper restart**: :class:`HelperActuator` with ``reconnect`` (what
+  ``joulebound run`` uses) trains on at the defaults when the connection is lost and reconnects
+  with backoff (:data:`RECONNECT_RETRY_S`);
 * **when a client disconnects or dies** (EOF on the socket, also after SIGKILL, since the kernel
   closes its socket) the helper resets the clocks of every GPU that client had locked. On
-  SIGTERM, SIGINT, SIGHUP or SIGQUIT it stops accepting, refuses further switches, closes every
-  client connection, waits for the handler threads, resets every GPU it touched and exits.
+  SIGTERM (always, also when inherited as ignored), SIGINT, SIGHUP or SIGQUIT (unless inherited as
+  ignored) it stops accepting, refuses further switches, closes every client connection, waits for
+  the handler threads, resets every GPU it touched and exits.
 
 Protocol: one JSON object per line, one reply per request::
 
@@ -44,6 +53,7 @@ Protocol: one JSON object per line, one reply per request::
     {"op": "release", "gpu": "GPU-..."}     default clocks, ownership given up
     replies: {"ok": true} | {"ok": false, "error": "...", "code": "invalid" | "busy" |
              "rate_limited" | "nvml" | "lock" | "stopping", "retry_after_s": s}
+    unsolicited, before the helper closes a connection: {"ok": false, "code": "idle", ...}
 
 Run: ``sudo joulebound clock-helper --socket /run/joulebound/clocks.sock --group users``
 (or ``python -m joulebound.runtime.helper ...``). Client side: :class:`HelperActuator`.
@@ -1238,8 +1248,9 @@ class HelperActuator(Actuator):
             return None
         state = "connected" if not self._down else "still unreachable"
         return (f"the clock helper connection was lost {self.losses:,} time(s) (first at op "
-                f"{self._lost_first_op:,}: {self._lost_why}); training went on at the default "
-                f"clocks (the helper resets a lost client's GPU) and reconnected "
+                f"{self._lost_first_op:,}: {self._lost_why}); training went on without changing "
+                f"clocks (at the defaults: a helper that stops or loses a client resets its GPU; "
+                f"one killed with SIGKILL cannot) and reconnected "
                 f"{self.reconnects:,} time(s), trying again with backoff "
                 f"({RECONNECT_RETRY_S:g} s doubling to {BUSY_RETRY_MAX_S:g} s); "
                 f"{self.skipped_disconnected:,} switch(es) skipped while disconnected; "
