@@ -24,8 +24,17 @@ client, never fatal; resets are never throttled). A client owns the GPUs it set 
 disconnects; they are reset to the defaults when it disconnects or dies. A second helper on a live
 socket refuses to start; a world-writable --mode needs --insecure. The socket's folder must belong
 to the helper's user (or root) and be writable by nobody else (e.g. `sudo mkdir -p /run/joulebound`);
-per-GPU locks live in /run/joulebound/locks (0700). See docs/runtime.md, Threat model. SIGTERM, SIGINT, SIGHUP and
-SIGQUIT stop it: it closes every client, then resets every GPU it touched."""
+per-GPU locks live in /run/joulebound/locks (0700). See docs/runtime.md, Threat model.
+
+A connection that owns no GPU and sends nothing for --idle-timeout s is closed (an owner's never
+is; clients reconnect by themselves); each connection is answered at most --request-rate requests
+per s (more wait); resets of a GPU already at its defaults make no NVML call. --max-clients is
+lowered to fit the process's file-descriptor limit, so clients never starve NVML of descriptors.
+A `joulebound run` whose helper restarts trains on at the default clocks and reconnects.
+
+SIGTERM always stops it (also when inherited as ignored); SIGINT, SIGHUP and SIGQUIT too, unless
+inherited as ignored (nohup): it closes every client, then resets every GPU it touched. The
+start line says which signals stop it."""
 
 
 def reset_clocks_command(
@@ -72,19 +81,28 @@ def clock_helper_command(
     burst: Annotated[int, typer.Option(help="Switches allowed in a burst, per GPU.", min=1)] = 50,
     min_interval: Annotated[float, typer.Option(
         help="Then one switch per this many s, per GPU.", min=0.0)] = 0.005,
-    max_clients: Annotated[int, typer.Option(help="Connections served at once.", min=1)] = 256,
+    max_clients: Annotated[int, typer.Option(
+        help="Connections served at once (lowered to fit the fd limit).", min=1)] = 256,
     insecure: Annotated[bool, typer.Option(
         help="Allow a world-writable --mode (every local user may change clocks).")] = False,
+    idle_timeout: Annotated[float, typer.Option(
+        help="Close a connection that owns no GPU after this many s without a request.",
+        min=0.001)] = 60.0,
+    request_rate: Annotated[float, typer.Option(
+        help="Requests answered per s on one connection (after a burst of 200); more wait.",
+        min=0.001)] = 500.0,
 ) -> None:
     from joulebound.cli._common import console
     from joulebound.runtime.helper import ClockHelper
 
     helper = ClockHelper(socket, mode=mode, group=group, burst=burst, min_interval_s=min_interval,
-                         max_clients=max_clients, insecure=insecure)
+                         max_clients=max_clients, insecure=insecure, idle_timeout_s=idle_timeout,
+                         request_rate=request_rate)
 
     def ready(h: ClockHelper) -> None:
-        console.print(f"clock helper listening on {socket} ({h.n_gpus} GPU(s)); Ctrl-C or "
-                      "SIGTERM stops it and resets the clocks", highlight=False)
+        console.print(f"clock helper listening on {socket} ({h.n_gpus} GPU(s), at most "
+                      f"{h.max_clients} clients); {h.stop_help()}; stopping resets the clocks",
+                      highlight=False, soft_wrap=True)
 
     helper.serve_forever(on_ready=ready)
 

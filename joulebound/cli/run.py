@@ -42,7 +42,9 @@ unless --force, and every clock pair the plan commands is checked against the li
 table before the script starts: unsupported pairs are named and the plan refused, or mapped to the
 nearest supported pair with --snap (a note lists them). Through the helper, a GPU another client
 holds is not an error: training goes on without changing clocks (skipped_switches in --json and a
-note say how many switches were skipped).
+note say how many switches were skipped); nor is a helper that restarts or stops: training goes on
+at the default clocks, the helper is tried again with backoff (0.5 s doubling to 30 s) and the plan
+applies again once it is back (a note says how often the connection was lost).
 Switch log (JSON lines): t_s, op, label (plan position, -1 unknown), config, reason
 (plan | unknown-op | low-confidence | unexpected-future | hold | close), key.
 
@@ -165,6 +167,9 @@ def run_command(
             t.add_row("ops under the plan", f"{res.planned_ops:,}", "")
             t.add_row("ops at the safe clocks", f"{res.safe_ops:,}", "")
             t.add_row("clock switches", f"{res.switches:,}", "")
+            if res.skipped_switches:
+                t.add_row("clock switches skipped (GPU busy or helper unreachable; see notes)",
+                          f"{res.skipped_switches:,}", "")
         if res.predictor_accuracy is not None:
             # hits / predictions over this run's op stream: observed, so measured
             t.add_row("next-op prediction accuracy", f"{res.predictor_accuracy * 100:.2f} %",

@@ -72,6 +72,9 @@ class SignalGuard:
         #: set by the restorer once every registered actuator was restored after a signal
         self.restored = threading.Event()
         self._raised = False
+        #: set by the restorer thread *before* it restores (and so unregisters) the actuators for
+        #: a stop signal: the Python handler, which may run after that, must still raise
+        self._signalled = False
         self._users = 0
         self.notes: list[str] = []
 
@@ -99,6 +102,7 @@ class SignalGuard:
         if ok:
             if self._users == 0:      # a fresh start (the guard may have stayed installed)
                 self._raised = False
+                self._signalled = False
                 self.restored.clear()
                 self.received.clear()
             self._users += 1
@@ -139,6 +143,7 @@ class SignalGuard:
         self.received.clear()
         self.restored.clear()
         self._raised = False
+        self._signalled = False
         self._thread = threading.Thread(target=self._restorer, name="joulebound-clock-restorer",
                                         daemon=True)
         self._thread.start()
@@ -185,7 +190,10 @@ class SignalGuard:
         if callable(prev) and prev is not signal.default_int_handler:
             prev(signum, frame)              # the program's own handler decides
             return
-        if self._users == 0:                 # nobody needs the guard: behave as before it
+        # nobody needs the guard: behave as before it -- unless the restorer already took this
+        # signal and restored (so unregistered) the actuators: then the users are gone because
+        # of this very signal, and it must unwind the program like any other (issue 30, item 9)
+        if self._users == 0 and not self._signalled:
             if signum == signal.SIGINT and prev is signal.default_int_handler:
                 raise KeyboardInterrupt
             signal.signal(signum, signal.SIG_DFL)
@@ -219,6 +227,7 @@ class SignalGuard:
                 with contextlib.suppress(OSError):
                     os.write(self._prev_wakeup, forward)
             if stop:
+                self._signalled = True
                 self.restore_all(reason=f"signal {signal.Signals(stop[0]).name}")
             if 0 in data and not self._installed:
                 return

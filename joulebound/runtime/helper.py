@@ -27,13 +27,22 @@ Training processes ask it for switches over a Unix-domain socket:
   ``min_interval_s``), whoever asks and however often they reconnect; resets are never throttled.
   A throttled switch is answered ``"code": "rate_limited"`` with ``retry_after_s``: the client
   defers it and reports how many were deferred — training never stops for it;
-* **connections**: a real listen backlog (:data:`BACKLOG`) and at most ``max_clients`` at once
-  (more are told so and closed); at the process's file-descriptor limit it backs off instead of
-  spinning;
+* **connections**: a real listen backlog (:data:`BACKLOG`) and at most ``max_clients`` at once,
+  lowered to fit the process's file-descriptor limit with :data:`FD_RESERVE` descriptors kept free
+  for NVML and the GPU locks (more connections are told so and closed at once, in the accepting
+  thread); at the fd limit it backs off instead of spinning. A connection that owns no GPU and
+  sends no request for ``idle_timeout_s`` is told (``"code": "idle"``) and closed — an owner's
+  never is; each connection is answered at most ``request_rate`` requests per second (more wait);
+  a request for what the owner's GPU already has (a reset at the defaults, the same pair) makes no
+  NVML call, so a flooding client costs no NVML calls beyond its rate-limited switches;
+* **clients survive a helper restart**: :class:`HelperActuator` with ``reconnect`` (what
+  ``joulebound run`` uses) trains on at the defaults when the connection is lost and reconnects
+  with backoff (:data:`RECONNECT_RETRY_S`);
 * **when a client disconnects or dies** (EOF on the socket, also after SIGKILL, since the kernel
   closes its socket) the helper resets the clocks of every GPU that client had locked. On
-  SIGTERM, SIGINT, SIGHUP or SIGQUIT it stops accepting, refuses further switches, closes every
-  client connection, waits for the handler threads, resets every GPU it touched and exits.
+  SIGTERM (always, also when inherited as ignored), SIGINT, SIGHUP or SIGQUIT (unless inherited as
+  ignored) it stops accepting, refuses further switches, closes every client connection, waits for
+  the handler threads, resets every GPU it touched and exits.
 
 Protocol: one JSON object per line, one reply per request::
 
@@ -44,6 +53,7 @@ Protocol: one JSON object per line, one reply per request::
     {"op": "release", "gpu": "GPU-..."}     default clocks, ownership given up
     replies: {"ok": true} | {"ok": false, "error": "...", "code": "invalid" | "busy" |
              "rate_limited" | "nvml" | "lock" | "stopping", "retry_after_s": s}
+    unsolicited, before the helper closes a connection: {"ok": false, "code": "idle", ...}
 
 Run: ``sudo joulebound clock-helper --socket /run/joulebound/clocks.sock --group users``
 (or ``python -m joulebound.runtime.helper ...``). Client side: :class:`HelperActuator`.
@@ -89,6 +99,20 @@ MAX_INT_DIGITS = 12
 BUSY_RETRY_S = 1.0
 #: ... up to this (s)
 BUSY_RETRY_MAX_S = 30.0
+#: a client that lost the helper (restart, crash) tries to reconnect after this long (s),
+#: doubling each time up to :data:`BUSY_RETRY_MAX_S`; a failed try is one ``connect()``
+RECONNECT_RETRY_S = 0.5
+#: a connection that owns no GPU and sends no request for this long is closed (s)
+IDLE_TIMEOUT_S = 60.0
+#: requests answered per second on one connection (token bucket; more are answered later) ...
+REQUEST_RATE = 500.0
+#: ... after a burst of this many
+REQUEST_BURST = 200
+#: file descriptors kept free for NVML, GPU lock files and the server (plus 2 per GPU): the
+#: client cap is lowered to fit the process's fd limit, so clients can never starve them
+FD_RESERVE = 16
+#: a reply the client does not read within this long closes its connection (s)
+SEND_TIMEOUT_S = 30.0
 
 
 class _Bucket:
@@ -138,6 +162,9 @@ class _GpuState:
     lock: gpu_layer.GpuLock | None = None
     supported: dict[int, list[int]] | None = None
     touched: bool = False
+    #: the clocks this helper last applied (AUTO after a reset), ``None`` when unknown: a
+    #: request for what is already applied makes no NVML call (a flood of resets costs nothing)
+    applied: ClockConfig | None = None
 
 
 def _json_depth(text: str) -> int:
@@ -279,6 +306,14 @@ class _Server(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = False
+    helper: ClockHelper | None = None
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        # in the accepting thread, before a handler thread exists: over the cap (or stopping) a
+        # connection is told and closed at once, so the helper never holds more client fds
+        # than the cap allows (the fds NVML and the GPU locks need stay free)
+        h = self.helper
+        return h is None or h._admit(request)
 
     def get_request(self) -> Any:
         try:
@@ -307,13 +342,21 @@ class ClockHelper:
     def __init__(self, socket_path: str | Path, nvml: Any = None, mode: int | str = 0o660,
                  group: str | int | None = None, burst: int = 50, min_interval_s: float = 0.005,
                  check_privileges: bool = True, max_clients: int = 256,
-                 insecure: bool = False) -> None:
+                 insecure: bool = False, idle_timeout_s: float | None = IDLE_TIMEOUT_S,
+                 request_rate: float = REQUEST_RATE, request_burst: int = REQUEST_BURST) -> None:
         self.mode = parse_mode(mode, insecure)
         self.gid = resolve_group(group)
         if isinstance(burst, bool) or int(burst) < 1:
             raise JouleboundError(f"--burst must be at least 1, got {burst!r}")
         if float(min_interval_s) < 0:
             raise JouleboundError(f"--min-interval must be >= 0 s, got {min_interval_s!r}")
+        if idle_timeout_s is not None and not float(idle_timeout_s) > 0:
+            raise JouleboundError(f"--idle-timeout must be > 0 s, got {idle_timeout_s!r}")
+        if not float(request_rate) > 0 or int(request_burst) < 1:
+            raise JouleboundError(f"--request-rate must be > 0 per s (got {request_rate!r}) "
+                                  f"and the request burst >= 1 (got {request_burst!r})")
+        if isinstance(max_clients, bool) or int(max_clients) < 1:
+            raise JouleboundError(f"--max-clients must be at least 1, got {max_clients!r}")
         if check_privileges and not gpu_layer.has_clock_privileges():
             raise JouleboundError("the clock helper must start with root or CAP_SYS_ADMIN "
                                   "(e.g. `sudo joulebound clock-helper ...`)")
@@ -321,24 +364,85 @@ class ClockHelper:
         gpu_layer.lock_dir()      # the machine's GPU lock folder is usable: fail now, not later
         self.burst = int(burst)
         self.min_interval_s = float(min_interval_s)
-        self.max_clients = int(max_clients)
+        self.idle_timeout_s = None if idle_timeout_s is None else float(idle_timeout_s)
+        self.request_rate = float(request_rate)
+        self.request_burst = int(request_burst)
         self._session = gpu_layer.Nvml(nvml)
         self.nvml = self._session.nv
         self._gpus = {g.uuid: _GpuState(g, _Bucket(self.burst, self.min_interval_s))
                       for g in self._session.gpus()}
         self._by_index = {st.phys.nvml_index: st for st in self._gpus.values()}
         self.n_gpus = len(self._gpus)
+        #: clients served at once: ``max_clients``, lowered to fit the fd limit
+        self.max_clients = self._fd_cap(int(max_clients))
         self._mu = threading.Lock()
         self._stopping = False
         self._next_client = 0
+        self._admitted = 0                  # connections accepted and not yet finished
         self._clients: dict[int, socket.socket] = {}
         self._threads: dict[int, threading.Thread] = {}
+        #: connections closed for idleness, requests delayed by the per-connection rate
+        self.idle_closed = 0
+        self.requests_delayed = 0
+        #: the stop signals :meth:`serve_forever` waits for, and those it leaves ignored
+        self.stop_signals: list[signal.Signals] = []
+        self.ignored_signals: list[signal.Signals] = []
         self.resets = 0
         self.rate_limited = 0
         self.log: list[dict[str, Any]] = []
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._lockfd: int | None = None
+
+    def _fd_cap(self, wanted: int) -> int:
+        """``wanted`` clients, lowered so that they and :data:`FD_RESERVE` (+2 per GPU) fit the
+        fd limit (the soft limit is raised towards the hard one first)."""
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        try:
+            used = len(os.listdir("/proc/self/fd"))
+        except OSError:
+            used = 32
+        reserve = FD_RESERVE + 2 * self.n_gpus
+        need = used + reserve + wanted
+        inf = resource.RLIM_INFINITY
+        if soft != inf and soft < need and (hard == inf or hard > soft):
+            new = need if hard == inf else min(need, hard)
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+                soft = new
+        if soft == inf:
+            return wanted
+        cap = min(wanted, soft - used - reserve)
+        if cap < 1:
+            raise JouleboundError(f"the helper's file-descriptor limit ({soft}) leaves no room for "
+                                  f"clients ({used} in use, {reserve} kept for NVML and the GPU "
+                                  "locks); raise it, e.g. `ulimit -n 1024` before starting it")
+        if cap < wanted:
+            log.warning("clock helper: serving at most %d clients (fd limit %d), not %d",
+                        cap, soft, wanted)
+        return cap
+
+    def _admit(self, conn: socket.socket) -> bool:
+        """Accept ``conn`` as a client, or tell it why not (non-blocking) and refuse it."""
+        with self._mu:
+            ok = not self._stopping and self._admitted < self.max_clients
+            if ok:
+                self._admitted += 1
+        if not ok:
+            why = ("the clock helper is stopping" if self._stopping else
+                   f"the clock helper serves at most {self.max_clients} clients")
+            with contextlib.suppress(OSError):
+                conn.setblocking(False)
+                conn.send((json.dumps({"ok": False, "code": "busy", "error": why}) + "\n")
+                          .encode())
+        return ok
+
+    def owns_any(self, client: int) -> bool:
+        """Whether ``client`` owns a GPU now."""
+        with self._mu:
+            return any(st.owner == client for st in self._gpus.values())
 
     # -- GPUs -------------------------------------------------------------------------------
     def _state(self, gpu: Any) -> _GpuState:
@@ -391,6 +495,7 @@ class ClockHelper:
         """Lock ``cfg``; False when the memory clock could not be locked (pre-Ampere)."""
         dev = self._device(st)
         st.touched = True
+        st.applied = None                 # unknown until the calls below succeed
         if cfg.core_mhz is None:
             dev.reset_core()
         else:
@@ -405,11 +510,15 @@ class ClockHelper:
             if not gpu_layer.is_not_supported(self.nvml, exc):
                 raise
             return False
+        st.applied = cfg
         return True
 
     def _reset(self, st: _GpuState) -> list[str]:
+        st.applied = None
         errs = self._device(st).reset_clocks()
         self.resets += 1
+        if not errs:
+            st.applied = AUTO
         for e in errs:
             log.warning("%s: %s", st.phys.describe(), e)
         return errs
@@ -497,6 +606,14 @@ class ClockHelper:
                 except JouleboundError as exc:     # the lock folder or file is not safe
                     raise _RequestError(str(exc), "lock") from None
                 st.owner, st.lock = client, lk
+            elif st.applied == cfg:
+                # this owner's GPU is already there: no NVML call, no token (coalesced)
+                if op == "release":
+                    st.owner = None
+                    if st.lock is not None:
+                        st.lock.release()
+                        st.lock = None
+                return {"ok": True, "note": "already applied"}
             if op == "set" and not st.bucket.take():
                 self.rate_limited += 1
                 wait = st.bucket.wait_s()
@@ -542,49 +659,79 @@ class ClockHelper:
             self._give_up(st, client)
 
     # -- server -----------------------------------------------------------------------------
-    def _serve_connection(self, conn: socket.socket, rfile: Any, wfile: Any) -> None:
+    def _serve_connection(self, conn: socket.socket) -> None:
+        """Serve one client (admitted by :meth:`_admit`) until it disconnects, sends a line over
+        :data:`MAX_LINE`, stays idle past the idle timeout while owning no GPU, or the helper
+        stops. Requests beyond the per-connection rate are answered later (backpressure)."""
+        import select
+
         with self._mu:
             client = self._next_client
             self._next_client += 1
-            full = len(self._clients) >= self.max_clients or self._stopping
-            if not full:
-                self._clients[client] = conn
-                self._threads[client] = threading.current_thread()
+            self._clients[client] = conn
+            self._threads[client] = threading.current_thread()
+        conn.settimeout(SEND_TIMEOUT_S)      # a client that never reads its replies is dropped
+        bucket = _Bucket(self.request_burst, 1.0 / self.request_rate)
+        poller = select.poll()
+        poller.register(conn, select.POLLIN | select.POLLPRI)
 
         def reply(doc: dict[str, Any]) -> None:
-            wfile.write((json.dumps(doc) + "\n").encode())
-            wfile.flush()
+            conn.sendall((json.dumps(doc) + "\n").encode())
 
-        if full:
-            with contextlib.suppress(OSError):
-                reply({"ok": False, "code": "busy",
-                       "error": f"the clock helper serves at most {self.max_clients} clients"
-                       if not self._stopping else "the clock helper is stopping"})
-            return
+        buf = bytearray()
+        last = time.monotonic()               # the last complete request (or the connect)
         try:
             while True:
-                line = rfile.readline(MAX_LINE + 1)
-                if not line:
-                    break
-                if len(line) > MAX_LINE:
-                    reply({"ok": False, "code": "invalid",
-                           "error": f"request longer than {MAX_LINE} bytes; connection closed"})
-                    break
+                nl = buf.find(b"\n")
+                if nl < 0 or nl >= MAX_LINE:
+                    if len(buf) >= MAX_LINE:
+                        reply({"ok": False, "code": "invalid",
+                               "error": f"request longer than {MAX_LINE} bytes; connection "
+                                        "closed"})
+                        break
+                    wait_ms = None
+                    if self.idle_timeout_s is not None:
+                        wait_ms = max(0, int((last + self.idle_timeout_s - time.monotonic())
+                                             * 1000) + 1)
+                    if not poller.poll(wait_ms):
+                        if self.owns_any(client):   # an owner's session is never timed out
+                            last = time.monotonic()
+                            continue
+                        with self._mu:
+                            self.idle_closed += 1
+                        reply({"ok": False, "code": "idle",
+                               "error": f"connection closed: idle for {self.idle_timeout_s:g} "
+                                        "s (no request, no GPU owned); reconnect to continue"})
+                        break
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+                    continue
+                line = bytes(buf[:nl + 1])
+                del buf[:nl + 1]
+                last = time.monotonic()
                 if not line.strip():
                     continue
+                if not bucket.take():         # over the per-connection rate: answer later
+                    with self._mu:
+                        self.requests_delayed += 1
+                    time.sleep(bucket.wait_s())
+                    bucket.take()
                 try:
                     req = parse_request(line)
                 except _RequestError as exc:
                     reply({"ok": False, "error": str(exc), "code": exc.code})
                     continue
                 reply(self.handle(client, req))
-        except (ConnectionError, OSError):
+        except (ConnectionError, OSError, ValueError):
             pass
         finally:
             self.client_gone(client)
             with self._mu:
                 self._clients.pop(client, None)
                 self._threads.pop(client, None)
+                self._admitted -= 1
 
     def _take_path(self) -> None:
         """Refuse to start on a live socket; replace a stale one."""
@@ -641,15 +788,16 @@ class ClockHelper:
     def _make_server(self) -> _Server:
         helper = self
 
-        class Handler(socketserver.StreamRequestHandler):
+        class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
-                helper._serve_connection(self.connection, self.rfile, self.wfile)
+                helper._serve_connection(self.request)
 
         self._take_path()
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         tmp.unlink(missing_ok=True)
         try:
             server = _Server(str(tmp), Handler)
+            server.helper = self
         except OSError as exc:
             self._drop_lock()
             raise JouleboundError(f"cannot create the socket {self.path}: {exc}") from exc
@@ -678,12 +826,22 @@ class ClockHelper:
         return self
 
     def serve_forever(self, on_ready: Any = None) -> int:
-        """Serve until a stop signal (INT, TERM, HUP, QUIT — those not inherited as ignored);
-        then stop in order and reset every touched GPU. Returns the signal number.
+        """Serve until a stop signal; then stop in order and reset every touched GPU. Returns the
+        signal number.
+
+        SIGTERM always stops it: a daemon must be stoppable by ``kill`` and service managers, so
+        a SIGTERM inherited as ignored is reset to its default first. SIGINT, SIGHUP and SIGQUIT
+        stop it too, except those inherited as ignored (``nohup``, ``cmd &``), which stay
+        ignored: :attr:`stop_signals` and :meth:`stop_help` say which.
 
         Signals are blocked in every thread and taken with ``sigwait`` in this one: no signal
         handler runs at all, so none can race the handler threads."""
-        sigs = {s for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
+        ignored = [s for s in STOP_SIGNALS if signal.getsignal(s) is signal.SIG_IGN]
+        if signal.SIGTERM in ignored:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        self.ignored_signals = [s for s in ignored if s != signal.SIGTERM]
+        self.stop_signals = [s for s in STOP_SIGNALS if s not in self.ignored_signals]
+        sigs = set(self.stop_signals)
         old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
         try:
             self.start()
@@ -695,6 +853,19 @@ class ClockHelper:
         finally:
             self.close()
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def stop_help(self) -> str:
+        """Which signals stop the helper, in words (true once :meth:`serve_forever` runs)."""
+        sigs = self.stop_signals or [signal.SIGTERM]
+        names = [s.name for s in sigs]
+        text = (names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1])
+        text += " stops it" if len(names) == 1 else " stop it"
+        if self.ignored_signals:
+            ign = [s.name for s in self.ignored_signals]
+            both = ign[0] if len(ign) == 1 else ", ".join(ign[:-1]) + " and " + ign[-1]
+            text += (f" ({both} {'was' if len(ign) == 1 else 'were'} inherited as ignored and "
+                     "stay ignored)")
+        return text
 
     def close(self) -> None:
         """Stop accepting, refuse switches, close every client, wait for the handler threads,
@@ -742,20 +913,42 @@ class HelperActuator(Actuator):
             (:data:`BUSY_RETRY_S`, doubling up to :data:`BUSY_RETRY_MAX_S`), and :attr:`skipped`
             / :attr:`notes` say how many switches were skipped (``joulebound run`` sets it;
             calibration, which must not measure at clocks it did not set, keeps the error).
+        reconnect: when the connection to the helper is lost (the helper restarted, crashed or
+            is stopping), skip switches instead of raising: training goes on at the default
+            clocks (the helper resets a lost client's GPU), the connection is tried again after
+            a backoff (:data:`RECONNECT_RETRY_S`, doubling up to :data:`BUSY_RETRY_MAX_S`; a
+            try is one ``connect()``, so training is not held up), and the plan is applied
+            again once it is back; :attr:`notes` say how often it was lost and how many
+            switches were skipped. ``None`` (default): the same as ``skip_when_busy``.
 
     A switch the helper's rate limit refuses is **deferred**, not an error: it is retried once the
     helper says a token is back (at the next op or switch), a newer switch replaces it, and
-    :attr:`notes` say how many were deferred. Training never stops for the limit.
+    :attr:`notes` say how many were deferred. Training never stops for the limit. A connection
+    the helper closed for idleness (it owned no GPU) is reopened at the next request, in every
+    mode.
     """
 
     name = "helper"
 
     def __init__(self, socket_path: str | Path, gpu: int | str = 0, timeout_s: float = 5.0,
                  connect_timeout_s: float = 30.0, env: dict[str, str] | None = None,
-                 install_signal_handlers: bool = True, skip_when_busy: bool = False) -> None:
+                 install_signal_handlers: bool = True, skip_when_busy: bool = False,
+                 reconnect: bool | None = None) -> None:
         super().__init__()
         self._closed = True
         self.skip_when_busy = bool(skip_when_busy)
+        self.reconnect = self.skip_when_busy if reconnect is None else bool(reconnect)
+        self.timeout_s = float(timeout_s)
+        self._down = False                 # the connection is lost: switches are skipped
+        self._down_until = 0.0             # monotonic s: next reconnect try
+        self._down_wait = RECONNECT_RETRY_S
+        self._lost_why: str | None = None
+        self._lost_first_op = -1
+        #: times the connection was lost / reopened after a loss; switches skipped meanwhile
+        self.losses = 0
+        self.reconnects = 0
+        self.skipped_disconnected = 0
+        self.skipped_busy = 0
         self._busy_until = 0.0             # monotonic s: do not ask for the GPU before this
         self._busy_wait = BUSY_RETRY_S
         self._busy_why: str | None = None
@@ -825,29 +1018,76 @@ class HelperActuator(Actuator):
                 raise JouleboundError(f"cannot reach the clock helper at {path} ({exc}); start "
                                       f"it first. {PERMISSION_HELP}") from exc
 
-    def _request(self, req: dict[str, Any]) -> dict[str, Any]:
-        with self._io:
-            if self._closed and req.get("op") != "hello":
-                raise ChannelClosed
-            try:
-                self.sock.sendall((json.dumps(req) + "\n").encode())
-            except OSError as exc:
-                if self._closed:
-                    raise ChannelClosed from None
-                why = self._parting_words()   # the helper may have said why it hung up
-                raise JouleboundError(f"the clock helper connection failed: {why or exc}") from exc
-            try:
-                line = self._rf.readline(1 << 20)
-            except OSError as exc:
-                if self._closed:
-                    raise ChannelClosed from None
-                raise JouleboundError(f"the clock helper connection failed: {exc}") from exc
+    def _exchange(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Send ``req`` and read its reply (under ``_io``). Raises :class:`_Lost` when the
+        connection is gone (also when the helper is stopping or closed it for idleness),
+        :class:`ChannelClosed` when this actuator was closed meanwhile."""
+        try:
+            self.sock.sendall((json.dumps(req) + "\n").encode())
+        except OSError as exc:
+            if self._closed:
+                raise ChannelClosed from None
+            raise _Lost(self._parting_words() or {"error": str(exc)}) from None
+        try:
+            line = self._rf.readline(1 << 20)
+        except OSError as exc:
+            if self._closed:
+                raise ChannelClosed from None
+            raise _Lost({"error": str(exc)}) from None
         if not line:
             if self._closed:
                 raise ChannelClosed
-            raise JouleboundError("the clock helper closed the connection")
-        resp = json.loads(line)
-        if not resp.get("ok") and resp.get("code") == "busy" and req.get("op") == "set":
+            raise _Lost({"error": "the clock helper closed the connection"})
+        try:
+            resp = json.loads(line)
+        except ValueError:
+            raise _Lost({"error": f"unreadable reply {line[:80]!r}"}) from None
+        if not isinstance(resp, dict):
+            raise _Lost({"error": f"unreadable reply {line[:80]!r}"})
+        if not resp.get("ok") and resp.get("code") in ("idle", "stopping"):
+            raise _Lost(resp)
+        return resp
+
+    def _reopen(self) -> None:
+        """A new connection and ``hello`` (under ``_io``); the GPU must still be served."""
+        sock = self._connect(self.socket_path, self.timeout_s, min(1.0, self.timeout_s))
+        old_sock, old_rf = self.sock, self._rf
+        self.sock, self._rf = sock, sock.makefile("rb")
+        with contextlib.suppress(OSError):
+            old_rf.close()
+            old_sock.close()
+        if self._closed:                   # closed (e.g. by a signal) while connecting
+            self._shutdown_socket()
+            raise ChannelClosed
+        hello = self._exchange({"op": "hello"})
+        if not hello.get("ok"):
+            raise _Lost(hello)
+        if self.uuid not in (hello.get("gpus") or {}):
+            raise _Lost({"error": f"the helper no longer serves {self.phys.describe()}"})
+        self.hello = hello
+
+    def _request(self, req: dict[str, Any]) -> dict[str, Any]:
+        op = req.get("op")
+        with self._io:
+            if self._closed and op != "hello":
+                raise ChannelClosed
+            try:
+                try:
+                    resp = self._exchange(req)
+                except _Lost as lost:
+                    if lost.code != "idle" or op == "hello":
+                        raise
+                    # closed for idleness (this client owned nothing): reopen, ask again once
+                    try:
+                        self._reopen()
+                    except JouleboundError as exc:
+                        raise _Lost({"error": str(exc)}) from None
+                    resp = self._exchange(req)
+            except _Lost as lost:
+                if self.reconnect and op != "hello":
+                    raise
+                raise JouleboundError(f"the clock helper connection failed: {lost}") from None
+        if not resp.get("ok") and resp.get("code") == "busy" and op != "hello":
             if self.skip_when_busy:
                 return resp
             raise GpuBusy(f"clock helper refused {req}: {resp.get('error')}")
@@ -864,22 +1104,31 @@ class HelperActuator(Actuator):
     def describe_gpu(self) -> str:
         return self.phys.describe()
 
-    def _parting_words(self) -> str | None:
-        """The error the helper sent before closing the connection, if any."""
+    def _parting_words(self) -> dict[str, Any] | None:
+        """What the helper sent before closing the connection (``{"error", "code"}``), if any."""
         try:
             line = self._rf.readline(1 << 16)
-            return str(json.loads(line).get("error")) if line else None
+            doc = json.loads(line) if line else None
+            return doc if isinstance(doc, dict) and "error" in doc else None
         except (OSError, ValueError, AttributeError):
             return None
 
     def set_clocks(self, config: ClockConfig) -> bool:
         if self._closed or not self.in_owner_process:
             return False
+        if self._down:
+            if config == self.current:     # AUTO: what the helper left the GPU at
+                return False
+            if time.monotonic() < self._down_until or not self._try_reconnect():
+                self.skipped += 1
+                self.skipped_disconnected += 1
+                return False
         if config == self.current:
             self._pending = None          # already there: a deferred switch is moot
             return False
         if self._busy_until and time.monotonic() < self._busy_until:
             self.skipped += 1             # another owner has the GPU: ask again later
+            self.skipped_busy += 1
             return False
         if self._pending is not None:
             if config != self._pending:
@@ -893,6 +1142,46 @@ class HelperActuator(Actuator):
             return False
         except (_Deferred, _Skipped):
             return False
+        except _Lost as lost:
+            self._went_down(str(lost))
+            self.skipped += 1
+            self.skipped_disconnected += 1
+            return False
+
+    def _went_down(self, why: str) -> None:
+        """The connection is lost: train on at the defaults, try again after a backoff."""
+        self._down = True
+        self.losses += 1
+        if self._lost_why is None:
+            self._lost_why, self._lost_first_op = why, self.n_ops
+        log.warning("clock helper connection lost (%s); training goes on at the default clocks "
+                    "and reconnects with backoff", why)
+        self._shutdown_socket()
+        if self.current != AUTO:          # the helper resets a lost client's GPU
+            self.switches.append(SwitchRecord(time.monotonic() - self._t0, AUTO, self.n_ops))
+            self.current = AUTO
+        self._pending = None
+        self._busy_until = 0.0
+        self._down_wait = RECONNECT_RETRY_S
+        self._down_until = time.monotonic() + self._down_wait
+
+    def _try_reconnect(self) -> bool:
+        """One try to reach the helper again (a ``connect()`` and ``hello``); backoff on failure."""
+        with self._io:
+            if self._closed:
+                return False
+            try:
+                self._reopen()
+            except (JouleboundError, _Lost, ChannelClosed, OSError) as exc:
+                self._down_wait = min(self._down_wait * 2, BUSY_RETRY_MAX_S)
+                self._down_until = time.monotonic() + self._down_wait
+                log.debug("clock helper still unreachable (%s); next try in %g s", exc,
+                          self._down_wait)
+                return False
+        self._down = False
+        self.reconnects += 1
+        log.warning("clock helper reconnected; the plan applies again")
+        return True
 
     def on_op(self, label: int) -> None:
         super().on_op(label)
@@ -911,9 +1200,12 @@ class HelperActuator(Actuator):
                 self._busy_until = 0.0
                 self._owned_after_busy = True
             return
+        if resp.get("code") == "busy" and config.is_auto:
+            return                       # not ours (another owner has it): nothing to reset
         if resp.get("code") == "busy":   # another owner: skip, ask again after a backoff
             self._pending = None
             self.skipped += 1
+            self.skipped_busy += 1
             if self._busy_why is None:
                 self._busy_why = str(resp.get("error"))
                 self._busy_first_op = self.n_ops
@@ -946,9 +1238,23 @@ class HelperActuator(Actuator):
                 if self._owned_after_busy else "this run never obtained it")
         return (f"{self.phys.describe()} was busy when this run first switched clocks (at op "
                 f"{self._busy_first_op:,}): {self._busy_why}. Training went on without changing "
-                f"clocks (at the defaults or the other owner's); {self.skipped:,} switch(es) "
+                f"clocks (at the defaults or the other owner's); {self.skipped_busy:,} switch(es) "
                 f"skipped while it was asked for again with backoff ({BUSY_RETRY_S:g} s doubling "
                 f"to {BUSY_RETRY_MAX_S:g} s); {then}")
+
+    def reconnect_note(self) -> str | None:
+        """What a lost helper connection did to this run, in words (``None`` when never lost)."""
+        if not self.losses:
+            return None
+        state = "connected" if not self._down else "still unreachable"
+        return (f"the clock helper connection was lost {self.losses:,} time(s) (first at op "
+                f"{self._lost_first_op:,}: {self._lost_why}); training went on without changing "
+                f"clocks (at the defaults: a helper that stops or loses a client resets its GPU; "
+                f"one killed with SIGKILL cannot) and reconnected "
+                f"{self.reconnects:,} time(s), trying again with backoff "
+                f"({RECONNECT_RETRY_S:g} s doubling to {BUSY_RETRY_MAX_S:g} s); "
+                f"{self.skipped_disconnected:,} switch(es) skipped while disconnected; "
+                f"{state} at the end")
 
     def _shutdown_socket(self) -> None:
         with contextlib.suppress(OSError):
@@ -974,12 +1280,12 @@ class HelperActuator(Actuator):
     def close(self) -> None:
         if self._closed or not self.in_owner_process:
             return
-        for note in (self.rate_limit_note(), self.busy_note()):
+        for note in (self.rate_limit_note(), self.busy_note(), self.reconnect_note()):
             if note and note not in self.notes:
                 self.notes.append(note)
         try:
-            if self.current != AUTO:
-                with contextlib.suppress(ChannelClosed, JouleboundError):
+            if self.current != AUTO and not self._down:
+                with contextlib.suppress(ChannelClosed, JouleboundError, _Lost):
                     self._request({"op": "release", "gpu": self.uuid})
                 self.switches.append(SwitchRecord(time.monotonic() - self._t0, AUTO, self.n_ops))
                 self.current = AUTO
@@ -997,6 +1303,14 @@ class _Skipped(Exception):
     """A switch skipped: another owner holds the GPU."""
 
 
+class _Lost(Exception):
+    """The helper connection is gone (``doc``: what the helper said, if anything)."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        super().__init__(str(doc.get("error")))
+        self.code = doc.get("code")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="joulebound privileged clock helper")
     ap.add_argument("--socket", default="/run/joulebound/clocks.sock")
@@ -1005,10 +1319,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--burst", type=int, default=50)
     ap.add_argument("--min-interval", type=float, default=0.005)
     ap.add_argument("--insecure", action="store_true")
+    ap.add_argument("--max-clients", type=int, default=256)
+    ap.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT_S)
+    ap.add_argument("--request-rate", type=float, default=REQUEST_RATE)
     a = ap.parse_args(argv)
     try:
-        ClockHelper(a.socket, mode=a.mode, group=a.group, burst=a.burst,
-                    min_interval_s=a.min_interval, insecure=a.insecure).serve_forever()
+        h = ClockHelper(a.socket, mode=a.mode, group=a.group, burst=a.burst,
+                        min_interval_s=a.min_interval, insecure=a.insecure,
+                        max_clients=a.max_clients, idle_timeout_s=a.idle_timeout,
+                        request_rate=a.request_rate)
+        h.serve_forever(on_ready=lambda h: log.warning("clock helper listening on %s; %s",
+                                                       h.path, h.stop_help()))
     except JouleboundError as exc:
         raise SystemExit(f"error: {exc}") from None
 
