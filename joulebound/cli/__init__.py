@@ -53,7 +53,8 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 PANELS: dict[str, tuple[str, ...]] = {
     "Start here": ("demo",),
     "Workloads and GPUs": ("devices", "trace", "profile"),
-    "Kernel-level DVFS (predict, plan, check)": ("characterize", "calibrate", "plan", "validate"),
+    "Kernel-level DVFS (predict, plan, check)": ("characterize", "calibrate", "plan", "validate",
+                                                 "data"),
     "Apply clocks while training": ("run", "reset-clocks", "clock-helper"),
     "Measure energy": ("measure", "runs", "report", "sweep"),
     "Energy scaling model (before a run)": ("predict", "advise", "fit"),
