@@ -235,9 +235,13 @@ def fit(
         _print_cuts(mech)
     for r in recs:
         _print_fit(r, res["published"])
-    if save is not None:
-        what = "mechanistic calibration" if law.strip().lower() == "mechanistic" else "pre-run law"
-        console.print(f"saved the {what} to {save} (use predict/advise --coefficients {save})")
+    if res.get("saved"):
+        if law.strip().lower() == "mechanistic":
+            console.print(f"saved the mechanistic calibration to {save} "
+                          f"(use predict/advise --coefficients {save})")
+        else:  # a pre-run law prices whole jobs: predict needs the job's tokens
+            console.print(f"saved the pre-run law to {save} "
+                          f"(use predict --coefficients {save} --tokens N, N = the job's training tokens)")
 
 
 # The job options shared by predict and advise (one definition, one help text).
