@@ -36,8 +36,9 @@ class StepProgress:
     spinner line (rich's status) that the next step replaces and that disappears at the end; off
     a terminal (a pipe, a CI log) it writes a line ``label: message (still running after N s)``
     for each step that has run longer than ``after_s`` seconds, so a log never shows a silent
-    minute and a quick command stays quiet. ``enabled=False`` makes it a no-op. Use it as a
-    context manager."""
+    minute and a quick command stays quiet; ``after_s=0`` writes ``label: message`` as each step
+    starts (for commands whose every step is long). ``enabled=False`` makes it a no-op. Use it as
+    a context manager."""
 
     def __init__(self, label: str, *, enabled: bool = True, after_s: float = 2.0,
                  console: Any = None) -> None:
@@ -66,6 +67,9 @@ class StepProgress:
         self._cancel()
         self._step += 1
         step = self._step
+        if self.after_s <= 0:
+            self.console.print(f"{self.label}: {message}", highlight=False, soft_wrap=True)
+            return
 
         def late() -> None:
             if step == self._step:   # still the current step
