@@ -35,7 +35,7 @@ def limit_note(study) -> str:
         gap = r.plan.meta.get("gap_bound")
         lim = r.plan.meta.get("solver_time_limit_s")
         parts.append(f"'{r.label}'" + (f" (limit {lim:.2g} s" if lim is not None else " (")
-                     + (f"; within {gap:.2%} of optimal, certified)" if gap is not None
+                     + (f"; within {gap * 100:.2g} % of optimal, certified)" if gap is not None
                         and gap == gap else ")"))
     return ("note: the exact core step stopped at its time limit for plan " + ", ".join(parts)
             + "; that plan is the best found by then, not proven optimal")
