@@ -27,7 +27,8 @@ def rows(shared_data, tmp_path_factory):
 
 def test_json_keys_and_the_selected_checks(rows):
     keys = {"check", "gpu", "workload", "time_mape", "energy_mape", "time_max_err",
-            "energy_max_err", "n_points", "provenance", "energy_quantity", "published", "note"}
+            "energy_max_err", "n_points", "provenance", "energy_quantity", "published", "note",
+            "split"}
     assert all(set(r) == keys for r in rows.values())
     # --only runs just these (the kernel-level checks are pinned in test_gpumodel_grounding.py)
     assert {k[0] for k in rows} == {"perseus-plans", "guerreiro", "zeus-power-limit"}

@@ -24,6 +24,23 @@ def interval_note(study) -> str:
             f"on resampled calibration data (parameter uncertainty only)" + err)
 
 
+def limit_note(study) -> str:
+    """One line naming the plans whose exact core step (HiGHS) stopped at its time limit, with
+    their certified gap bound; empty when none did."""
+    hit = [r for r in study.rows if r.plan.meta.get("time_limit_hit")]
+    if not hit:
+        return ""
+    parts = []
+    for r in hit:
+        gap = r.plan.meta.get("gap_bound")
+        lim = r.plan.meta.get("solver_time_limit_s")
+        parts.append(f"'{r.label}'" + (f" (limit {lim:.2g} s" if lim is not None else " (")
+                     + (f"; within {gap * 100:.2g} % of optimal, certified)" if gap is not None
+                        and gap == gap else ")"))
+    return ("note: the exact core step stopped at its time limit for plan " + ", ".join(parts)
+            + "; that plan is the best found by then, not proven optimal")
+
+
 def provenance_of(rows) -> str:
     """One provenance word for a set of study rows (``modeled`` unless rows differ)."""
     return " / ".join(sorted({r.plan.provenance for r in rows})) or MODELED
@@ -197,6 +214,9 @@ def render(study, label: str, lat: float | None, title: str | None = None) -> No
     note = interval_note(study)
     if note:
         console.print(note, highlight=False)
+    note = limit_note(study)
+    if note:
+        console.print(note, style="yellow", highlight=False)
     pub = published_table(study)
     if pub is not None:
         console.print()

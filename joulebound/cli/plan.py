@@ -34,10 +34,17 @@ the RTX 3080 Ti a separate table shows Spaan et al.'s published figures (arXiv 2
 a cited reference, not our output. Then the savings per kernel category of the plan saved
 with -o. The tables fit an 80-column terminal.
 
+Each granularity's plan comes from a Lagrangian solver with a certified gap bound (gap_bound:
+its energy is within that fraction of the optimum); when that bound exceeds 0.01 %, the groups
+nearest the critical trade-off are re-solved exactly by HiGHS under a small time budget (0.25
+s + 2 ms per option, at most 1.5 s). A plan whose exact step stopped at that limit says so
+(time_limit_hit, and a note under the table). The current step is shown on stderr.
+
 --json prints an object with keys: target, device, objective, slowdown, switch_latency_s,
 baseline {config, time_s, energy_j, provenance}, rows [{label, granularity, objective, slowdown,
 plan_switch_latency_s, energy_delta, time_delta, switches, predicted_energy_j, predicted_time_s,
-provenance, solver, gap_bound, replay {switch_latency_s, energy_delta, time_delta, switches,
+provenance, solver, gap_bound, solver_time_limit_s (HiGHS's limit, s; null when it did not
+run), time_limit_hit, replay {switch_latency_s, energy_delta, time_delta, switches,
 late_kernels, provenance}, energy_delta_lo, energy_delta_hi, time_delta_lo, time_delta_hi (the
 plan re-evaluated under each parameter draw, 5-95 %), replan_energy_delta_lo/hi (re-planned
 under each draw; switch-free plans), n_draws, quantiles, covers (null ranges: no draws)}],
@@ -79,19 +86,18 @@ def plan_command(
     force: Annotated[bool, typer.Option(
         "--force", help="Accept a --slowdown of 1 or more (+100 % or more).")] = False,
 ) -> None:
-    from contextlib import nullcontext
-
     from joulebound.cli._common import console, err_console
+    from joulebound.core.progress import StepProgress
     from joulebound.core.units import parse_fraction
     from joulebound.planning.workflow import plan_clocks
 
     slowdown_f = parse_fraction(slowdown, "--slowdown", force=force)
-    with console.status("planning ...", spinner="dots") if not as_json else nullcontext() as st:
+    with StepProgress("plan") as step:
         res = plan_clocks(target, device, slowdown=slowdown_f, objective=objective,
                           granularity=granularity, switch_latency=switch_latency,
                           characterization=characterization, tie=tie,
                           frontier=report is not None, allow_untested=allow_untested_clocks,
-                          n_draws=draws, progress=st.update if st is not None else None)
+                          n_draws=draws, progress=step)
     for note in res.notes:
         if note == res.memory_warning:
             err_console.print(f"[yellow]warning[/]: {note}", highlight=False)

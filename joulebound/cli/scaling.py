@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -109,6 +110,27 @@ def _table_console():
     return console if console.is_terminal else Console(width=max(console.width, 132))
 
 
+def _add_columns(t: Any, names: tuple[str, ...], cells: list[tuple[str, ...]],
+                 text: tuple[str, ...]) -> None:
+    """Columns of ``t`` whose figures are never cut: every column but the ``text`` ones is as wide
+    as its widest cell or header and never wraps; the ``text`` columns fold onto more lines
+    when the table is wider than the console."""
+    for i, name in enumerate(names):
+        if name in text:
+            t.add_column(name, overflow="fold")
+        else:
+            w = max([len(name)] + [len(r[i]) for r in cells])
+            t.add_column(name, no_wrap=True, min_width=w)
+
+
+def _needed_width(names: tuple[str, ...], cells: list[tuple[str, ...]], text: tuple[str, ...] = (),
+                  fold_at: int = 16) -> int:
+    """Columns a boxed rich table needs to show every header and cell on one line, the ``text``
+    columns folded at ``fold_at`` characters."""
+    return sum(min(fold_at if n in text else 10**6, max([len(n)] + [len(r[i]) for r in cells])) + 3
+               for i, n in enumerate(names)) + 1
+
+
 def _print_fit(rec: dict, published: dict) -> None:
     from rich.table import Table
 
@@ -170,8 +192,9 @@ def _print_cuts(mech: dict) -> None:
         console.print(f"  [yellow]note:[/] mechanistic predictor: {mech['note']}")
         return
     p = mech["params"]
-    console.rule(f"[bold]mechanistic predictor[/] — calibrated on {mech['rows']} measured steps "
-                 f"({', '.join(mech['datasets'])})")
+    console.rule("[bold]mechanistic predictor[/]")
+    console.print(f"  calibrated on {mech['rows']} measured steps ({', '.join(mech['datasets'])})",
+                  highlight=False)
     for why in mech.get("skipped", []):
         console.print(f"  skipped {why}", highlight=False)
     console.print(f"  κ = {p['kappa']:.3g} (framework factor), τ = {p['launch_s'] * 1e6:.3g} µs (launch "
@@ -186,20 +209,35 @@ def _print_cuts(mech: dict) -> None:
                     f"{mech['targets']['coverage90']:.0%}", pad_edge=False)
     from joulebound.jobs.calibrate import meets_targets
 
-    for c in ("cut", "test", "qty", "n", "MAPE", "ratio", "|err|", "≤×1.25", "≤×2", "cov90", "×/÷",
-              "targets"):
-        t.add_column(c, no_wrap=True)
     rows = [(c, q, c[q]) for c in mech["cuts"] for q in ("time", "energy") if q in c]
     rows += [(c, q, c[q]) for law, cs in mech.get("legacy_cuts", {}).items() for c in cs
              for q in ("energy_own_meter",) if q in c]
+    cells = []
     for c, q, m in rows:
         name = c["cut"] if "law" not in c else f"{c['law']}: {c['cut']}"
-        t.add_row(name[:32], c["test"][:22], {"time": "time", "energy": "E gpu",
-                                              "energy_own_meter": "E meter"}[q], str(m["n"]),
-                  f"{m['mape']:.0%}", f"{m['median_ratio']:.2f}", f"{m['median_abs_err']:.0%}",
-                  f"{m['within_x1_25']:.0%}", f"{m['within_x2']:.0%}", f"{m['coverage90']:.0%}",
-                  f"{m['median_interval_factor']:.2f}", "met" if meets_targets(m) else "missed")
-    _table_console().print(t)
+        cells.append((name, c["test"], {"time": "time", "energy": "E gpu",
+                                        "energy_own_meter": "E meter"}[q], str(m["n"]),
+                      f"{m['mape']:.0%}", f"{m['median_ratio']:.2f}", f"{m['median_abs_err']:.0%}",
+                      f"{m['within_x1_25']:.0%}", f"{m['within_x2']:.0%}", f"{m['coverage90']:.0%}",
+                      f"{m['median_interval_factor']:.2f}", "met" if meets_targets(m) else "missed"))
+    names = ("cut", "test", "qty", "n", "MAPE", "ratio", "|err|", "≤×1.25", "≤×2", "cov90", "×/÷",
+             "targets")
+    out = _table_console()
+    legend = None
+    if _needed_width(names, cells, ("cut", "test")) > out.width:   # narrow: cuts by number
+        from rich import box
+
+        t.box, t.pad_edge, t.collapse_padding = box.SIMPLE_HEAD, False, True
+        keys = list(dict.fromkeys((c[0], c[1]) for c in cells))
+        legend = "\n".join(f"  #{i + 1} {cut} · {test}" for i, (cut, test) in enumerate(keys))
+        cells = [(f"#{keys.index((c[0], c[1])) + 1}", *c[2:]) for c in cells]
+        names = ("#", *names[2:])
+    _add_columns(t, names, cells, text=("cut", "test"))
+    for row in cells:
+        t.add_row(*row)
+    out.print(t)
+    if legend:
+        out.print(legend, highlight=False)
     console.print("  ratio = median predicted/measured; |err| = median |error|; E gpu = GPU energy "
                   "against NVML; E meter = a law's energy against each row's own meter; "
                   "docs/scaling.md explains every cut", style="dim")
@@ -235,9 +273,13 @@ def fit(
         _print_cuts(mech)
     for r in recs:
         _print_fit(r, res["published"])
-    if save is not None:
-        what = "mechanistic calibration" if law.strip().lower() == "mechanistic" else "pre-run law"
-        console.print(f"saved the {what} to {save} (use predict/advise --coefficients {save})")
+    if res.get("saved"):
+        if law.strip().lower() == "mechanistic":
+            console.print(f"saved the mechanistic calibration to {save} "
+                          f"(use predict/advise --coefficients {save})")
+        else:  # a pre-run law prices whole jobs: predict needs the job's tokens
+            console.print(f"saved the pre-run law to {save} "
+                          f"(use predict --coefficients {save} --tokens N, N = the job's training tokens)")
 
 
 # The job options shared by predict and advise (one definition, one help text).

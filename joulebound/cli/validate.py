@@ -17,7 +17,29 @@ JSON_HELP = (
     "workload, time_mape, "
     "energy_mape (%; power MAPE where energy_quantity is power/avg_power), time_max_err, "
     "energy_max_err (%), n_points, provenance, energy_quantity (energy|power|avg_power|voltage|bandwidth), "
-    "published ({value, source} or null), note.")
+    "published ({value, source} or null), note, split (held-out|in-sample: whether the row's "
+    "points were predicted by a fit that did not see them).")
+
+
+IN_SAMPLE = "in-sample"
+HELD_OUT = "held-out"
+
+
+def row_splits(results: list) -> list[str]:
+    """``in-sample`` or ``held-out`` per result row, from its workload text: in-sample when it says
+    so or fits on all the points ("fit on ALL clocks", a noise-floor reference); a row whose
+    workload begins "same" (the row above, changed) inherits the row above's split; every other
+    row is a held-out prediction (the checks name what they hold out in the workload or note)."""
+    out: list[str] = []
+    for r in results:
+        w = r.workload.lower()
+        if IN_SAMPLE in w or "fit on all" in w:
+            out.append(IN_SAMPLE)
+        elif w.startswith("same") and out and results[len(out) - 1].check == r.check:
+            out.append(out[-1])
+        else:
+            out.append(HELD_OUT)
+    return out
 
 
 def load_research():  # -> module
@@ -74,9 +96,11 @@ def validate(
     limits from the highest one; (e) gpuPTXModel GTX Titan X: time and power of 25 applications
     at 32 core x memory pairs from 3 calibration pairs, device parameters fitted on 140
     microbenchmarks; (f) RTX 3080 Ti calibrated on Spaan et al.'s published per-kernel figures
-    (Table 1), with leave-one-row-out residuals. Takes about 3 minutes.
+    (Table 1), with leave-one-row-out residuals. Takes about 2 minutes.
 
-    Prints one table (every MAPE is measured-vs-modeled on held-out points); with
+    Prints one table (every MAPE is measured-vs-modeled; a row whose points the fit saw says
+    in-sample in its workload; --json: the split key) and names each check on stderr as it
+    starts; with
     --write-docs DIR also the results block of DIR/validation.md and its plots under DIR/img/.
     """
     from joulebound.core.datapath import find_data
@@ -88,13 +112,12 @@ def validate(
     checks = [c.strip() for c in only.split(",") if c.strip()] if only else None
     if write_params and checks is not None:
         raise JouleboundError("--write-params needs every check: drop --only")
+    from joulebound.core.progress import StepProgress
+
+    # each check takes seconds to a minute: named on stderr as it starts (a spinner on a terminal)
     try:
-        if json_out:
-            run = run_all(root, only=checks)
-        else:
-            with console.status("validating") as status:
-                run = run_all(root, progress=lambda s: status.update(f"validating: {s}"),
-                              only=checks)
+        with StepProgress("validate", after_s=0) as step:
+            run = run_all(root, progress=step, only=checks)
     except FileNotFoundError as exc:
         raise JouleboundError(
             f"{exc}. A check needs a data file the folder {root} lacks: fetch the upstream files "
@@ -117,10 +140,12 @@ def validate(
         for w in written:
             console.print(f"wrote {w}")
     if json_out:
-        print_json([r.to_json() for r in run.results])
+        print_json([{**r.to_json(), "split": s} for r, s in zip(run.results, row_splits(run.results),
+                                                                 strict=True)])
         return
     console.print(results_table(run.results))
-    console.print("All errors are on held-out points unless the workload says in-sample. (P) = board power, "
+    console.print("Errors are on held-out points except the rows whose workload says in-sample "
+                  "(how well a fit reproduces the points it saw). (P) = board power, "
                   "(avgP) = average power, (V) = supply voltage, (BW) = DRAM bandwidth "
                   "instead of energy. Published: " + "; ".join(
                       f"{r.published['value']} % = {r.published['source']}"
@@ -131,11 +156,13 @@ def validate(
 
 def results_table(results: list) -> Any:  # list[CheckResult] -> rich Table
     """The validation table: one section per check (its name on the section's first row, never
-    truncated), every MAPE measured-vs-modeled (title), a paper's own (published) error in "paper %"."""
+    truncated), every MAPE measured-vs-modeled (title), each in-sample row marked in its workload
+    (:func:`row_splits`), a paper's own (published) error in "paper %"."""
     from rich import box
     from rich.table import Table
 
-    t = Table(title="joulebound GPU model vs real measurements (held-out; measured vs modeled)",
+    t = Table(title="joulebound GPU model vs real measurements (measured vs modeled; held-out "
+                    "unless the workload says in-sample)",
               title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
               collapse_padding=True)
     t.add_column("check", no_wrap=True)
@@ -148,12 +175,14 @@ def results_table(results: list) -> Any:  # list[CheckResult] -> rich Table
         return "–" if x is None else f"{x:.2f}"
 
     prev = None
-    for r in results:
+    for r, split in zip(results, row_splits(results), strict=True):
         if prev is not None and r.check != prev:
             t.add_section()
         q = {"energy": "", "power": " (P)", "avg_power": " (avgP)",
              "voltage": " (V)", "bandwidth": " (BW)"}[r.energy_quantity]
-        t.add_row(r.check if r.check != prev else "", r.gpu, r.workload, f(r.time_mape),
+        w = r.workload if split == HELD_OUT or IN_SAMPLE in r.workload.lower() \
+            else f"{r.workload} ({IN_SAMPLE})"
+        t.add_row(r.check if r.check != prev else "", r.gpu, w, f(r.time_mape),
                   f(r.energy_mape) + q, f(r.time_max_err), f(r.energy_max_err),
                   str(r.n_points), str(r.published["value"]) if r.published else "")
         prev = r.check

@@ -129,8 +129,12 @@ def mechanistic_fit(data: Path, device: str | None, law: str, want_legacy: bool,
     else:
         obs = []
     if not obs:
-        return {"note": "no GPU rows with measured time for the mechanistic predictor (CPU or "
-                        "time-only sweeps feed the speedup laws only)"}
+        note = ("no GPU rows with measured time for the mechanistic predictor (CPU or "
+                "time-only sweeps feed the speedup laws only)")
+        if save is not None and law == MECHANISTIC:
+            raise JouleboundError(f"--save {save}: nothing to save, {note}; calibrate on a GPU sweep "
+                                  "(joulebound sweep on a GPU) or on the shared data folder (--data)")
+        return {"note": note}
     prep = cal.prepare(obs)
     host = (mayaki_host_watts(root / "mayaki_ecai2025")
             if root is not None and (root / "mayaki_ecai2025").exists() else None)
@@ -209,6 +213,7 @@ def fit_data(data: Path | None, law: str = "prerun", laws: tuple[str, ...] = (),
         datasets.load(data, device=device)  # the loader's message for a missing path
     root, only = open_data_root(data)
     run_cuts = cuts if cuts is not None else (mech_only or (root is not None and only is None))
+    run_cuts = run_cuts or (mech_only and save is not None)  # --save needs the calibration
     mech = None
     if run_cuts:
         if progress:

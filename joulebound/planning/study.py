@@ -90,6 +90,8 @@ class StudyRow:
             "predicted_time_s": p.predicted_time_s, "provenance": p.provenance,
             "solver": p.meta.get("solver") or p.meta.get("dp") or p.meta.get("method"),
             "gap_bound": p.meta.get("gap_bound"),
+            "solver_time_limit_s": p.meta.get("solver_time_limit_s"),
+            "time_limit_hit": bool(p.meta.get("time_limit_hit", False)),
             "replay": {"switch_latency_s": self.replay_latency_s,
                        "energy_delta": self.replay_energy_delta,
                        "time_delta": self.replay_time_delta,

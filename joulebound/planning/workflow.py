@@ -131,17 +131,19 @@ def plan_clocks(target: str | Path, device: str, *, slowdown: float = 0.0,
                          "iteration, all")
     say = progress or (lambda msg: None)
     lat, lat_note, lat_src = plan_latency(switch_latency, device)
+    say("reading the trace ...")
     trace = load_trace(target)
     spec = resolve_device(device)
     mem_warning = trace_memory_warning(trace, spec) if spec is not None else None
     if characterization is not None:
         char = align(Characterization.load(characterization), trace)
     else:
+        say(f"characterizing {len(trace.kernels)} kernels ...")
         char = characterize(trace, spec, allow_untested=allow_untested)
     say("planning ...")
     study = run_study(trace, char, granularities=grans, slowdowns=[slowdown],
                       objective=objective, latencies=[lat] if lat is not None else None,
-                      replay_latency_s=lat or 0.0, frontier=frontier, tie=tie)
+                      replay_latency_s=lat or 0.0, frontier=frontier, tie=tie, progress=say)
     if characterization is None and n_draws:
         say("intervals over parameter draws ...")
         study.meta["intervals"] = study_intervals(study, trace, spec, params_for(spec), n_draws)

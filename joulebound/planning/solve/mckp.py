@@ -16,7 +16,11 @@ The fast solver works on each group's lower convex hull (:mod:`.hull`):
    energy-lowering changes among *all* Pareto options (not only hull vertices); keep the better;
 4. if the result is still more than ``tol`` above the LP bound, solve the "core" exactly — the
    groups whose hull moves lie nearest ``lambda*`` (all groups for small instances) — with
-   scipy's HiGHS MILP while every other group keeps its choice (Pisinger's core idea).
+   scipy's HiGHS MILP while every other group keeps its choice (Pisinger's core idea). HiGHS
+   runs under a small wall-clock budget (:func:`core_time_budget`: proportional to the core's
+   option points, at most :data:`CORE_TIME_CAP_S`), so the fast solver never waits on it; when
+   it stops at that limit its incumbent is used only if better than the greedy, and the solution
+   says the limit was hit (``time_limit_hit``).
 
 The returned :class:`MCKPSolution` always meets the budget (totals recomputed from the chosen
 options) and carries the LP lower bound, so every solve reports its own optimality-gap bound.
@@ -33,8 +37,20 @@ from __future__ import annotations
 import numpy as np
 
 from joulebound.planning.solve.hull import Options, pareto_options
-from joulebound.planning.solve.milp import milp_points
+from joulebound.planning.solve.milp import milp_points_status
 from joulebound.planning.solve.solution import MCKPSolution
+
+#: the core re-solve's HiGHS budget: this many seconds at most (s)
+CORE_TIME_CAP_S = 1.5
+#: ... and below the cap, a base plus this much per option point of the core (s)
+CORE_TIME_BASE_S = 0.25
+CORE_TIME_PER_POINT_S = 2e-3
+
+
+def core_time_budget(n_points: int) -> float:
+    """HiGHS wall-clock budget (s) for a core of ``n_points`` option points: 0.25 s + 2 ms per
+    point, at most 1.5 s (cores of 48 groups have a few hundred points and solve in ~0.02 s)."""
+    return min(CORE_TIME_CAP_S, CORE_TIME_BASE_S + CORE_TIME_PER_POINT_S * n_points)
 
 
 class FastMCKP:
@@ -206,8 +222,10 @@ class FastMCKP:
         return window[order][np.sort(first)][:n_core]
 
     def _core_milp(self, sel: np.ndarray, budget: float, f: int, n_core: int,
-                   time_limit_s: float) -> np.ndarray | None:
-        """Re-solve the groups whose hull moves are nearest the critical one exactly."""
+                   time_limit_s: float | None) -> tuple[np.ndarray | None, float, bool]:
+        """Re-solve the groups whose hull moves are nearest the critical one exactly:
+        ``(new selection or None, HiGHS's time limit in s, whether HiGHS hit it)``;
+        ``time_limit_s`` ``None`` is :func:`core_time_budget` of the core's points."""
         core = self._core_groups(f, n_core)
         o = self.opts
         mask = np.zeros(self.G, bool)
@@ -218,17 +236,23 @@ class FastMCKP:
         gid = np.repeat(core, n_opt)
         pts = np.repeat(o.ptr[ty] - np.concatenate([[0], np.cumsum(n_opt)[:-1]]), n_opt) \
             + np.arange(int(n_opt.sum()))
-        sub = milp_points(gid, o.t[pts], o.e[pts], budget - fixed_t, time_limit_s=time_limit_s)
+        limit = core_time_budget(len(pts)) if time_limit_s is None else float(time_limit_s)
+        sub, hit = milp_points_status(gid, o.t[pts], o.e[pts], budget - fixed_t, time_limit_s=limit)
         if sub is None:
-            return None
+            return None, limit, hit
         new = sel.copy()
         new[gid[sub]] = pts[sub]
-        return new
+        return new, limit, hit
 
     # -- solve --------------------------------------------------------------------------------
     def solve(self, budget: float, *, tol: float = 1e-4, repair: bool = True,
-              core: bool = True, n_core: int = 48, time_limit_s: float = 10.0) -> MCKPSolution:
+              core: bool = True, n_core: int = 48, time_limit_s: float | None = None
+              ) -> MCKPSolution:
         """Minimum-energy choice with total time <= ``budget``.
+
+        ``time_limit_s``: HiGHS's wall-clock limit for the core re-solve (s); ``None`` (the
+        default) is :func:`core_time_budget` of the core's size. The solution reports the limit
+        and whether it was hit; its gap bound (against the LP bound) holds either way.
 
         Raises ``ValueError`` when ``budget`` is below the fastest possible total (callers turn
         that into a user-facing error with the smallest feasible slowdown).
@@ -271,13 +295,15 @@ class FastMCKP:
             candidates = [(self.repair(c, budget), "greedy+repair") for c, _ in candidates]
         sel, method = min(candidates, key=lambda c: self.totals(c[0])[1])
         t, e = self.totals(sel)
+        limit, hit = None, False
         if core and lower > 0 and e / lower - 1.0 > tol:
-            better = self._core_milp(sel, budget, f, n_core, time_limit_s)
+            better, limit, hit = self._core_milp(sel, budget, f, n_core, time_limit_s)
             if better is not None:
                 tb, eb = self.totals(better)
                 if tb <= budget and eb < e:
                     sel, method, t, e = better, "core-milp", tb, eb
-        return MCKPSolution(self.choice(sel), t, e, float(lower), lam, method)
+        return MCKPSolution(self.choice(sel), t, e, float(lower), lam, method,
+                            time_limit_s=limit, time_limit_hit=hit)
 
     def _down(self, s: int, j: int, rest: float) -> np.ndarray | None:
         """Without copy ``j`` of move ``s`` (group ``gf``): the first ``j`` copies of ``s`` and

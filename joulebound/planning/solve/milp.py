@@ -18,7 +18,17 @@ from joulebound.planning.solve.solution import MCKPSolution
 
 def milp_points(group: np.ndarray, t: np.ndarray, e: np.ndarray, budget: float, *,
                 time_limit_s: float | None = None, rel_gap: float = 1e-6) -> np.ndarray | None:
-    """Indices (into the point arrays) of the optimal option per group, or None if HiGHS fails.
+    """Indices (into the point arrays) of the optimal option per group, or None if HiGHS fails
+    (:func:`milp_points_status` also says whether HiGHS stopped at its time limit)."""
+    return milp_points_status(group, t, e, budget, time_limit_s=time_limit_s, rel_gap=rel_gap)[0]
+
+
+def milp_points_status(group: np.ndarray, t: np.ndarray, e: np.ndarray, budget: float, *,
+                       time_limit_s: float | None = None, rel_gap: float = 1e-6
+                       ) -> tuple[np.ndarray | None, bool]:
+    """``(selection, hit_limit)``: the indices (into the point arrays) of the best option per
+    group HiGHS found (``None`` if it found none), and whether it stopped at ``time_limit_s``
+    rather than at ``rel_gap`` (its selection is then its incumbent, not a proven optimum).
 
     Args:
         group: (N,) group id per point; ids need not be contiguous.
@@ -30,7 +40,7 @@ def milp_points(group: np.ndarray, t: np.ndarray, e: np.ndarray, budget: float, 
     """
     n = len(t)
     if n == 0:
-        return np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), False
     _, gid = np.unique(group, return_inverse=True)
     n_groups = int(gid.max()) + 1
     # time above each group's fastest option: the all-fastest choice uses 0 of the slack, the
@@ -40,23 +50,24 @@ def milp_points(group: np.ndarray, t: np.ndarray, e: np.ndarray, budget: float, 
     extra = t - t_fast[gid]
     slack = budget - float(t_fast.sum())
     if slack < 0:
-        return None
-    sel = None
+        return None, False
+    sel, hit = None, False
     for _ in range(4):              # shrink the slack if HiGHS returns a slightly infeasible x
-        sel = _highs(gid, n_groups, extra, e, slack, time_limit_s, rel_gap)
+        sel, hit_now = _highs(gid, n_groups, extra, e, slack, time_limit_s, rel_gap)
+        hit = hit or hit_now
         if sel is None:
-            return None
+            return None, hit
         over = float(extra[sel].sum()) - slack
         if over <= 0:
-            return sel
+            return sel, hit
         slack -= 2 * over
         if slack < 0:
             break
-    return sel if sel is not None and float(t[sel].sum()) <= budget else None
+    return (sel if sel is not None and float(t[sel].sum()) <= budget else None), hit
 
 
 def _highs(gid: np.ndarray, n_groups: int, extra: np.ndarray, e: np.ndarray, slack: float,
-           time_limit_s: float | None, rel_gap: float) -> np.ndarray | None:
+           time_limit_s: float | None, rel_gap: float) -> tuple[np.ndarray | None, bool]:
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import csr_array
 
@@ -79,13 +90,14 @@ def _highs(gid: np.ndarray, n_groups: int, extra: np.ndarray, e: np.ndarray, sla
         warnings.filterwarnings("ignore", message="Unrecognized options", category=RuntimeWarning)
         res = milp(c=x_e / e_scale, constraints=cons, integrality=np.ones(n), bounds=Bounds(0, 1),
                    options=options)
+    hit = res.status == 1          # scipy: "iteration or time limit reached"
     if res.x is None:
-        return None
+        return None, hit
     x = res.x
     # the largest x per group (x is 0/1 up to HiGHS's integrality tolerance)
     order = np.lexsort((-x, g))
     _, first = np.unique(g[order], return_index=True)
-    return usable[order[first]]
+    return usable[order[first]], hit
 
 
 def solve_milp(time_gc: np.ndarray, energy_gc: np.ndarray, budget: float, *,
@@ -98,9 +110,11 @@ def solve_milp(time_gc: np.ndarray, energy_gc: np.ndarray, budget: float, *,
     tmin = float(o.t[o.fastest()].sum())
     if budget < tmin:
         raise ValueError(f"budget {budget!r} below the fastest possible total {tmin!r}")
-    sel = milp_points(o.group, o.t, o.e, budget, time_limit_s=time_limit_s, rel_gap=rel_gap)
+    sel, hit = milp_points_status(o.group, o.t, o.e, budget, time_limit_s=time_limit_s,
+                                  rel_gap=rel_gap)
     if sel is None:
         raise ValueError("HiGHS returned no solution (time limit too short?)")
     sel = sel[np.argsort(o.group[sel])]
     t, e = float(o.t[sel].sum()), float(o.e[sel].sum())
-    return MCKPSolution(o.col[sel].astype(np.int64), t, e, float("nan"), float("nan"), "milp")
+    return MCKPSolution(o.col[sel].astype(np.int64), t, e, float("nan"), float("nan"), "milp",
+                        time_limit_s=time_limit_s, time_limit_hit=hit)

@@ -111,18 +111,31 @@ def _grouped(char: Characterization, granularity: str, trace: Trace | None, grou
     return _Grouped(groups, cols, t, e)
 
 
-def _solve_budget(gp: _Grouped, budget: float, method: str, tol: float, time_limit_s: float,
+#: the exact reference's (``method="milp"``) HiGHS limit when none is given (s)
+MILP_TIME_LIMIT_S = 60.0
+
+
+def _solve_budget(gp: _Grouped, budget: float, method: str, tol: float, time_limit_s: float | None,
                   fast: FastMCKP | None = None) -> MCKPSolution:
     if method == "milp":
-        return solve_milp(gp.t, gp.e, budget, time_limit_s=time_limit_s)
+        return solve_milp(gp.t, gp.e, budget,
+                          time_limit_s=MILP_TIME_LIMIT_S if time_limit_s is None else time_limit_s)
     fast = fast or FastMCKP(gp.t, gp.e)
     return fast.solve(budget, tol=tol, time_limit_s=time_limit_s)
+
+
+def _limit_meta(sols: list[MCKPSolution]) -> dict:
+    """``plan.meta`` keys on the exact solver's time limit: ``solver_time_limit_s`` (s, the
+    largest HiGHS ran under; ``None`` when no exact solver ran) and ``time_limit_hit``."""
+    limits = [s.time_limit_s for s in sols if s.time_limit_s is not None]
+    return {"solver_time_limit_s": max(limits) if limits else None,
+            "time_limit_hit": any(s.time_limit_hit for s in sols)}
 
 
 def solve(char: Characterization, *, objective: str = "waste", slowdown: float | None = None,
           energy_cap: float | None = None, granularity: str = "kernel", trace: Trace | None = None,
           groups: np.ndarray | None = None, tie: bool = False, method: str = "fast",
-          allow_auto: bool = True, tol: float = 1e-4, time_limit_s: float = 60.0) -> Plan:
+          allow_auto: bool = True, tol: float = 1e-4, time_limit_s: float | None = None) -> Plan:
     """Choose a clock configuration per group of kernels for ``objective``.
 
     Args:
@@ -138,7 +151,12 @@ def solve(char: Characterization, *, objective: str = "waste", slowdown: float |
         method: ``fast`` (Lagrangian + repair, certified gap) or ``milp`` (exact HiGHS).
         allow_auto: whether the governor column may be chosen for a group.
         tol: fast solver: gap bound above which the core is re-solved exactly.
-        time_limit_s: HiGHS wall-clock limit per MILP solve.
+        time_limit_s: HiGHS wall-clock limit per MILP solve (s). ``None``: the fast solver's
+            core re-solve gets a budget proportional to its size, at most 1.5 s
+            (:func:`~.mckp.core_time_budget`); the exact ``milp`` method 60 s. ``plan.meta``
+            says the limit (``solver_time_limit_s``) and whether HiGHS hit it
+            (``time_limit_hit``; the plan is then HiGHS's incumbent or the greedy, still within
+            the certified ``gap_bound``).
 
     Raises:
         JouleboundError: unknown objective/method, or an infeasible budget (the message gives the
@@ -163,7 +181,8 @@ def solve(char: Characterization, *, objective: str = "waste", slowdown: float |
         # least time under an energy cap: the same knapsack with the roles swapped
         swapped = _Grouped(gp.groups, gp.cols, gp.e, gp.t)
         sol = _solve_budget(swapped, cap, method, tol, time_limit_s)
-        meta.update(energy_cap_j=cap, lower_bound_s=sol.lower_bound, solver=sol.method)
+        meta.update(energy_cap_j=cap, lower_bound_s=sol.lower_bound, solver=sol.method,
+                    **_limit_meta([sol]))
         meta["solve_time_s"] = time.perf_counter() - t_start
         return _plan(char, gp.expand(sol.choice), granularity=granularity, objective="time",
                      slowdown=float("nan"), meta=meta)
@@ -189,14 +208,16 @@ def solve(char: Characterization, *, objective: str = "waste", slowdown: float |
         best = MCKPSolution(fast.choice(best_sel), *fast.totals(best_sel), float("nan"),
                             float(fast.s_rate[i - 1]) if i > 0 else 0.0, "hull-path")
         # polish: the least energy within the best point's time (repair uses non-hull options)
+        polished = []
         for b in {pt[i], pt[max(i - 1, 0)], pt[min(i + 1, len(pt) - 1)]}:
             if b < tmin or b > cap_t:
                 continue
             s = fast.solve(float(b), tol=tol, time_limit_s=time_limit_s)
+            polished.append(s)
             if s.energy * s.time**power < best.energy * best.time**power:
                 best = s
         meta.update(solver=best.method, score=best.energy * best.time**power,
-                    budget_s=None if not np.isfinite(cap_t) else cap_t)
+                    budget_s=None if not np.isfinite(cap_t) else cap_t, **_limit_meta(polished))
         meta["solve_time_s"] = time.perf_counter() - t_start
         return _plan(char, gp.expand(best.choice), granularity=granularity, objective=objective,
                      slowdown=float("nan") if slowdown is None else slowdown, meta=meta)
@@ -206,7 +227,7 @@ def solve(char: Characterization, *, objective: str = "waste", slowdown: float |
         raise _infeasible("time budget (s)", tmin, budget, tb, granularity, "--slowdown")
     sol = _solve_budget(gp, budget, method, tol, time_limit_s)
     meta.update(solver=sol.method, budget_s=budget, lower_bound_j=sol.lower_bound,
-                gap_bound=sol.gap_bound, multiplier_j_per_s=sol.multiplier)
+                gap_bound=sol.gap_bound, multiplier_j_per_s=sol.multiplier, **_limit_meta([sol]))
     meta["solve_time_s"] = time.perf_counter() - t_start
     return _plan(char, gp.expand(sol.choice), granularity=granularity, objective=objective,
                  slowdown=slowdown, meta=meta)

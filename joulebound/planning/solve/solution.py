@@ -19,6 +19,10 @@ class MCKPSolution:
         multiplier: critical Lagrange multiplier (J per s); 0 when the budget does not bind.
         method: how the returned solution was obtained (``"greedy"``, ``"greedy+repair"``,
             ``"core-milp"``, ``"milp"``, ``"unconstrained"``).
+        time_limit_s: the wall-clock limit (s) the exact solver (HiGHS) ran under; ``None``
+            when no exact solver ran.
+        time_limit_hit: whether HiGHS stopped at that limit (its incumbent was used, or the
+            greedy kept when it had none); the certified :attr:`gap_bound` still holds.
     """
 
     choice: np.ndarray
@@ -27,6 +31,8 @@ class MCKPSolution:
     lower_bound: float
     multiplier: float
     method: str
+    time_limit_s: float | None = None
+    time_limit_hit: bool = False
 
     @property
     def gap_bound(self) -> float:
