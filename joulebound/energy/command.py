@@ -8,7 +8,11 @@ training that ``bash`` started, not leave it running unmetered):
   it, so the terminal's Ctrl-C, Ctrl-Z and reads work as usual; a signal sent to joulebound is
   passed to every process of that group;
 - otherwise (started by a script, a scheduler, ``subprocess``) the command gets a process group of
-  its own and a signal sent to joulebound is passed to that group (never to the caller's).
+  its own and a signal sent to joulebound is passed to that group (never to the caller's). When
+  joulebound's group is the terminal's foreground group (``bash -c 'joulebound measure -- CMD;
+  echo done'``), that group is made the terminal's foreground group while the command runs, as a
+  shell does for a job, so the command reads the terminal and Ctrl-C reaches it; the terminal is
+  handed back when it ends.
 
 Signals passed on: ``SIGTERM``, ``SIGHUP``, ``SIGQUIT`` and ``SIGINT`` (a Ctrl-C typed at the
 terminal already reaches the command's group: it is not sent twice). If the command has not ended
@@ -128,6 +132,28 @@ def _in_foreground() -> bool:
         return False
 
 
+def _foreground_terminal() -> int | None:
+    """The fd (0) of the terminal whose foreground process group is ours, else ``None``."""
+    try:
+        if os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp():
+            return 0
+    except OSError:
+        pass
+    return None
+
+
+def _give_terminal(fd: int, pgid: int) -> None:
+    """Make ``pgid`` the foreground process group of terminal ``fd`` (as a shell does for a
+    job). SIGTTOU is blocked meanwhile: a background caller may hand the terminal back."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTOU})
+    try:
+        os.tcsetpgrp(fd, pgid)
+    except OSError:
+        pass
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def check_runnable(cmd: Sequence[str], env: dict[str, str] | None = None) -> str:
     """The executable ``cmd[0]`` names, or :class:`CommandNotRunnable` (127 / 126)."""
     name = cmd[0]
@@ -244,6 +270,9 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
     meter = EnergyMeter(backend, gpus=gpus, interval_s=interval_s, store=db,
                         command=shlex.join(cmd), **backend_kwargs)
     own_group = os.getpgrp() == os.getpid()
+    # not leading our group but in the terminal's foreground (`bash -c 'measure ...; echo'`): the
+    # command's own group gets the terminal while it runs, as a shell gives it to a job
+    tty = None if own_group else _foreground_terminal()
     meter.begin_window(window, sync=False)
     try:
         proc = subprocess.Popen(list(cmd), stdout=child_stdout,
@@ -253,6 +282,10 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
         code = 127 if exc.errno == errno.ENOENT else 126
         meter.close(status=FAILED, exit_code=code)
         raise CommandNotRunnable(f"{cmd[0]}: {exc.strerror or exc}", code) from exc
+    if tty is not None:
+        _give_terminal(tty, proc.pid)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGCONT)   # in case it read the terminal before it had it
     fwd = _Forwarder(proc, own_group)
     old = _forward_signals(fwd)
     try:
@@ -260,6 +293,8 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        if tty is not None:
+            _give_terminal(tty, os.getpgrp())
     rc = proc.wait()
     res = meter.end_window(window, sync=False)
     tdp = _modeled_tdp(meter.backend)
