@@ -3,6 +3,7 @@ SIGKILLed ``measure``, SIGTERM and Ctrl-C to a metered command."""
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -107,3 +108,72 @@ def test_a_metered_script_stopped_by_a_signal_is_killed_and_keeps_its_open_windo
     assert (run["status"], run["exit_code"]) == ("killed", code), (run, err[-2000:])
     (train,) = [w for w in windows if w.name == "train"]
     assert "cut_short" in train.flags and train.duration_s > 0.2
+
+
+def test_a_sigkilled_measure_takes_its_command_down_and_its_run_is_marked_lost(tmp_path):
+    """Item 11: measure SIGKILLed: its command dies with it (PR_SET_PDEATHSIG), and the next open
+    of the store marks the run ``lost`` (pid and boot id recorded), keeping its samples."""
+    import subprocess
+
+    from joulebound.energy.store import Store
+
+    db, pidf = tmp_path / "runs.db", tmp_path / "child.pid"
+    child = (f"import os, time; open({str(pidf)!r}, 'w').write(str(os.getpid())); "
+             "time.sleep(120)")
+    m = subprocess.Popen([PY, "-m", "joulebound", "measure", "--backend", "simulated",
+                          "--interval", "0.02", "--db", str(db), "--", PY, "-c", child],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pidf.exists() and pidf.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cpid = int(pidf.read_text())
+        time.sleep(1.5)                        # samples are committed about every second
+        m.kill()
+        m.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{cpid}").exists() and time.monotonic() < deadline:
+            st = Path(f"/proc/{cpid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if st == "Z":
+                break
+            time.sleep(0.05)
+        gone = not Path(f"/proc/{cpid}").exists() or \
+            Path(f"/proc/{cpid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        if not gone:
+            os.kill(cpid, signal.SIGKILL)
+        assert gone, "the command kept running after measure was SIGKILLed"
+    finally:
+        if m.poll() is None:
+            m.kill()
+    with Store(db, readonly=True) as ro:      # read-only: reported lost, not written
+        (run,) = ro.runs()
+        assert run["status"] == "lost"
+    with Store(db) as st:                     # the next writable open marks it
+        assert st.lost == [run["run_id"]]
+    with Store(db, readonly=True) as ro:
+        (run,) = ro.runs()
+        n = ro.query("SELECT COUNT(*) FROM samples WHERE run_id=?", (run["run_id"],))[0][0]
+        row = ro.query("SELECT status, ended_at FROM runs")[0]
+    assert row[0] == "lost" and row[1] is not None and n > 0
+
+
+def test_a_run_whose_process_lives_or_is_elsewhere_is_not_marked_lost(tmp_path):
+    from joulebound.energy.store import Store, owner_gone, owner_record
+
+    me = owner_record()
+    assert not owner_gone(me)
+    assert not owner_gone({**me, "host": me["host"] + "-elsewhere", "pid": 2**22 + 1})
+    assert owner_gone({**me, "boot_id": "an-earlier-boot"}) == (me["boot_id"] is not None)
+    assert not owner_gone(None) and not owner_gone({"pid": "x"})
+    db = tmp_path / "runs.db"
+    with Store(db) as st:
+        st.begin_run("mine")
+        st.begin_run("other-boot")
+        st.query("UPDATE runs SET meta_json=? WHERE run_id='other-boot'",
+                 (json.dumps({"owner": {**me, "boot_id": "an-earlier-boot"}}),))
+        st._con.commit()
+    with Store(db) as st:
+        status = dict(st.query("SELECT run_id, status FROM runs"))
+    assert status["mine"] == "running"
+    if me["boot_id"] is not None:
+        assert status["other-boot"] == "lost"

@@ -20,7 +20,10 @@ terminal already reaches the command's group: it is not sent twice). If the comm
 notes). joulebound then ends the window and records the exit status. A command that does not exist
 exits 127 and one that cannot be executed 126, as in a shell. The run row is written before the
 command starts and the samples every second, so even if joulebound itself is killed the store keeps
-the run (status ``running``) and its samples.
+the run and its samples: the next open of the store marks it ``lost`` (its process is gone). On
+Linux the command's first process is sent SIGKILL when joulebound dies (``PR_SET_PDEATHSIG``), so
+a SIGKILLed ``measure`` leaves no command running unmetered (processes that command started are
+ended only if it takes them down with it).
 """
 
 from __future__ import annotations
@@ -154,6 +157,31 @@ def _give_terminal(fd: int, pgid: int) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+def _die_with_parent() -> Any:
+    """A ``preexec_fn`` that makes the child get SIGKILL when joulebound dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``; a SIGKILLed ``measure`` must not leave its command running
+    unmetered), or ``None`` where that is not available. The libc call is looked up here, in the
+    parent: the child only makes the system call (and kills itself if the parent is already
+    gone)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
+
+    def pre() -> None:
+        prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
+        if os.getppid() != parent:       # joulebound died before the call: do as it would have
+            os.kill(os.getpid(), sigkill)
+
+    return pre
+
+
 def check_runnable(cmd: Sequence[str], env: dict[str, str] | None = None) -> str:
     """The executable ``cmd[0]`` names, or :class:`CommandNotRunnable` (127 / 126)."""
     name = cmd[0]
@@ -276,7 +304,8 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
     meter.begin_window(window, sync=False)
     try:
         proc = subprocess.Popen(list(cmd), stdout=child_stdout,
-                                process_group=None if own_group else 0)
+                                process_group=None if own_group else 0,
+                                preexec_fn=_die_with_parent())
     except OSError as exc:
         meter.end_window(window, sync=False, cancel=True)
         code = 127 if exc.errno == errno.ENOENT else 126
