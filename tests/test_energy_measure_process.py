@@ -163,6 +163,8 @@ def test_a_run_whose_process_lives_or_is_elsewhere_is_not_marked_lost(tmp_path):
     me = owner_record()
     assert not owner_gone(me)
     assert not owner_gone({**me, "host": me["host"] + "-elsewhere", "pid": 2**22 + 1})
+    assert not owner_gone({**me, "pid_ns": "pid:[1]", "pid": 2**22 + 1})   # another container
+    assert owner_gone({**me, "pid": 2**22 + 1}) == os.path.isdir("/proc")      # no such pid
     assert owner_gone({**me, "boot_id": "an-earlier-boot"}) == (me["boot_id"] is not None)
     assert not owner_gone(None) and not owner_gone({"pid": "x"})
     db = tmp_path / "runs.db"

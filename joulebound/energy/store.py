@@ -14,13 +14,14 @@ Times are seconds since the Unix epoch; energy J; power W. The same file may hol
 tables (e.g. ``sweep_results``). Several processes may write one file (WAL + busy timeout).
 
 **Lost runs.** Each run records its owner process in ``meta_json["owner"]`` (``pid``, its start
-time ``pid_start`` in clock ticks since boot, the machine's ``boot_id`` from
+time ``pid_start`` in clock ticks since boot, its PID namespace ``pid_ns``, the machine's ``boot_id`` from
 ``/proc/sys/kernel/random/boot_id``, ``host``). A run still ``running`` whose owner on this host is
 gone (no such process, another process under that pid, or the machine rebooted since) was killed
 without closing it (SIGKILL, a crash, power loss): every writable open of the store marks it
 ``lost`` (``ended_at`` = its last sample; its samples and windows are kept) and a read-only open
-reports it ``lost`` without writing. Runs of other hosts are left alone (their owners cannot be
-checked from here).
+reports it ``lost`` without writing. Runs of other hosts or PID namespaces are left alone (their
+owners cannot be checked from here). A run marked lost whose owner was in fact alive still ends
+normally: its close writes its real status.
 
 Opening, integrity and versions are :mod:`joulebound.core.sqlitedb`'s, shared with the sweep store:
 every open runs ``PRAGMA quick_check``; a damaged file is refused with a message (never written
@@ -91,10 +92,20 @@ def _pid_start(pid: int) -> int | None:
         return None
 
 
+def _pid_ns() -> str | None:
+    """This process's PID namespace (``/proc/self/ns/pid``), ``None`` where unknown: a pid means
+    something only inside its namespace (containers sharing a host name)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
 def owner_record() -> dict[str, Any]:
-    """This process as the owner of a run: ``pid``, ``pid_start``, ``boot_id``, ``host``."""
+    """This process as the owner of a run: ``pid``, ``pid_start``, ``pid_ns``, ``boot_id``,
+    ``host``."""
     pid = os.getpid()
-    return {"pid": pid, "pid_start": _pid_start(pid), "boot_id": _boot_id(),
+    return {"pid": pid, "pid_start": _pid_start(pid), "pid_ns": _pid_ns(), "boot_id": _boot_id(),
             "host": socket.gethostname()}
 
 
@@ -111,7 +122,7 @@ def owner_gone(owner: Any, host: str | None = None, boot_id: str | None = None) 
     if owner.get("boot_id") and boot and owner["boot_id"] != boot:
         return True
     pid = owner["pid"]
-    if pid <= 0:
+    if pid <= 0 or owner.get("pid_ns") != _pid_ns():    # another container's pid: unknowable
         return False
     try:
         os.kill(pid, 0)

@@ -16,8 +16,8 @@ NCCL watchdog does), a segfault, SIGBUS or SIGKILL end it without unwinding, and
 * when the pipe reaches end-of-file **without** ``done`` — the kernel closes it whatever way the
   owner died — the guardian checks it still holds the GPU lock (so it never resets clocks a later
   owner set), resets both clocks through the device layer (:meth:`~joulebound.hw.gpu.GpuDevice.
-  reset_clocks`; once more on a fresh NVML session if that fails), says so on stderr, and exits,
-  which releases the lock.
+  reset_clocks`; once more on a fresh NVML session, then through ``joulebound reset-clocks`` in a
+  new process, if that fails), says so on stderr, and exits, which releases the lock.
 
 The guardian starts a new session and ignores INT/TERM/HUP/QUIT, so a Ctrl-C at the terminal, a
 signal to the owner's process group or a group SIGKILL does not take it down with the owner. Only a
@@ -212,12 +212,28 @@ def _reset(device: gpu_layer.GpuDevice) -> list[str]:  # pragma: no cover - in t
     except Exception as exc:
         return [*errors, f"reopening NVML failed: {exc}"]
     try:
-        return dev.reset_clocks()
+        errors = dev.reset_clocks()
     except Exception as exc:
-        return [f"{type(exc).__name__}: {exc}"]
+        errors = [f"{type(exc).__name__}: {exc}"]
     finally:
         with contextlib.suppress(Exception):
             session.close()
+    if errors:      # last: a fresh process with a fresh NVML (nothing inherited from the owner)
+        errors = _reset_in_new_process(device.uuid) or errors
+    return errors
+
+
+def _reset_in_new_process(uuid: str) -> list[str]:  # pragma: no cover - in the guardian
+    """``joulebound reset-clocks --gpus UUID`` in a new process; ``[]`` when it succeeded."""
+    import subprocess
+
+    try:
+        r = subprocess.run([sys.executable, "-m", "joulebound", "reset-clocks", "--gpus", uuid],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return [f"joulebound reset-clocks could not run: {exc}"]
+    return [] if r.returncode == 0 else [f"joulebound reset-clocks: {r.stderr.strip()[-500:]}"]
 
 
 def start_or_note(device: gpu_layer.GpuDevice, lock: gpu_layer.GpuLock | None,
