@@ -16,9 +16,11 @@ import pytest
 PY = sys.executable
 
 
-def _pty_run(script: str, send: bytes, timeout: float = 60.0) -> tuple[int | None, str]:
+def _pty_run(script: str, send: bytes | list[bytes],
+             timeout: float = 60.0) -> tuple[int | None, str]:
     """Run ``bash -c script`` on a new pseudo-terminal (its session leader, in the foreground);
-    type ``send`` once something was printed; returns (wait status or None on timeout, output)."""
+    type ``send`` (each item 0.5 s after the previous) once READY was printed; returns (wait
+    status or None on timeout, output)."""
     import pty
 
     pid, fd = pty.fork()
@@ -38,7 +40,10 @@ def _pty_run(script: str, send: bytes, timeout: float = 60.0) -> tuple[int | Non
                     d = b""
                 out += d
             if not sent and b"READY" in out:
-                os.write(fd, send)
+                for i, keys in enumerate([send] if isinstance(send, bytes) else send):
+                    if i:
+                        time.sleep(0.5)
+                    os.write(fd, keys)
                 sent = True
             done, st = os.waitpid(pid, os.WNOHANG)
             if done:
@@ -61,6 +66,17 @@ def test_measure_in_a_terminal_lets_the_command_read_it():
     assert status is not None, f"measure hung: the command could not read the terminal\n{out}"
     assert "got 'hello'" in out, out
     assert "rc=0" in out, out
+
+
+def test_ctrl_z_at_the_terminal_never_leaves_measure_waiting_on_a_stopped_command():
+    """Item 10: Ctrl-Z stops the command's group; measure takes its job's stop (here, a session
+    with no job-control shell, the stop is discarded) and continues the command with the
+    terminal: it still reads what is typed next."""
+    cmd = (f"{PY} -m joulebound measure --backend none -- {PY} -c "
+           "'print(\"READY\", flush=True); print(\"got\", repr(input()))'; echo rc=$?")
+    status, out = _pty_run(cmd, [b"\x1a", b"again\n"], timeout=30)
+    assert status is not None, f"measure hung on the stopped command\n{out}"
+    assert "got 'again'" in out and "rc=0" in out, out
 
 
 METERED = """

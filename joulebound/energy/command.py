@@ -12,7 +12,8 @@ training that ``bash`` started, not leave it running unmetered):
   joulebound's group is the terminal's foreground group (``bash -c 'joulebound measure -- CMD;
   echo done'``), that group is made the terminal's foreground group while the command runs, as a
   shell does for a job, so the command reads the terminal and Ctrl-C reaches it; the terminal is
-  handed back when it ends.
+  handed back when it ends, and a Ctrl-Z that stops the command stops joulebound's job too (the
+  command is continued, with the terminal, when that job is).
 
 Signals passed on: ``SIGTERM``, ``SIGHUP``, ``SIGQUIT`` and ``SIGINT`` (a Ctrl-C typed at the
 terminal already reaches the command's group: it is not sent twice). If the command has not ended
@@ -318,7 +319,7 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
     fwd = _Forwarder(proc, own_group)
     old = _forward_signals(fwd)
     try:
-        killed = _wait(proc, fwd, kill_after_s)
+        killed = _wait(proc, fwd, kill_after_s, tty)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -359,17 +360,42 @@ def _forward_signals(fwd: _Forwarder) -> dict[int, Any]:
     return old
 
 
-def _wait(proc: subprocess.Popen, fwd: _Forwarder, kill_after_s: float) -> bool:
+def _stopped(pid: int) -> bool:
+    """Whether child ``pid`` was just stopped (Ctrl-Z, SIGTTIN); consumes that report only."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WSTOPPED | os.WNOHANG)
+    except (ChildProcessError, OSError):
+        return False
+    return info is not None and info.si_code == os.CLD_STOPPED
+
+
+def _job_stop(tty: int, pgid: int) -> None:
+    """The command (process group ``pgid``, holding terminal ``tty``) was stopped at the
+    terminal: take the terminal back and stop joulebound's own group, as the command alone would
+    have stopped its job; once resumed (``fg``), give the terminal back and continue the
+    command. (A stop signal to an orphaned group is discarded: then it simply continues.)"""
+    _give_terminal(tty, os.getpgrp())
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(os.getpgrp(), signal.SIGTSTP)
+    _give_terminal(tty, pgid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGCONT)
+
+
+def _wait(proc: subprocess.Popen, fwd: _Forwarder, kill_after_s: float,
+          tty: int | None = None) -> bool:
     """Wait until the command ended, or, once a stop signal was passed on, until its whole
-    process group did; SIGKILL the group ``kill_after_s`` after the signal. Returns whether it
-    had to be killed."""
+    process group did; SIGKILL the group ``kill_after_s`` after the signal. ``tty``: the terminal
+    the command's group was given (its stops are passed on to joulebound's job). Returns whether
+    it had to be killed."""
     killed = False
     rc: int | None = None
     while True:
         try:
             rc = proc.wait(timeout=0.1) if rc is None else rc
         except subprocess.TimeoutExpired:
-            pass
+            if tty is not None and _stopped(proc.pid):
+                _job_stop(tty, proc.pid)
         if fwd.t_signal is None:
             if rc is not None:
                 break
