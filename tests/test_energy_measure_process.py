@@ -195,3 +195,30 @@ def test_a_run_whose_process_lives_or_is_elsewhere_is_not_marked_lost(tmp_path):
     assert status["mine"] == "running"
     if me["boot_id"] is not None:
         assert status["other-boot"] == "lost"
+
+
+def test_the_stop_signal_handlers_are_there_only_while_a_meter_is_open():
+    """SIGTERM/SIGHUP at their default action get the meter's handler while a meter is open and
+    get it back after; a handler of the program's own, or an ignored signal, is left alone."""
+    from joulebound.energy import stopsignals
+    from joulebound.energy.meter import EnergyMeter
+
+    def own(signum, frame):  # pragma: no cover - never called
+        pass
+
+    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        with EnergyMeter("none", interval_s=0), EnergyMeter("none", interval_s=0):
+            assert signal.getsignal(signal.SIGTERM) is stopsignals._handler
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        signal.signal(signal.SIGTERM, own)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        with EnergyMeter("none", interval_s=0):
+            assert signal.getsignal(signal.SIGTERM) is own
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is own
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

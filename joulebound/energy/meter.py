@@ -292,7 +292,8 @@ class EnergyMeter:
         if self.channels and interval_s > 0:
             self.sampler.start()
         self._closed = False
-        stopsignals.acquire()     # SIGTERM/SIGHUP unwind (killed, open windows kept) as Ctrl-C
+        # SIGTERM/SIGHUP unwind (killed, open windows kept) as Ctrl-C does
+        self._stop_signals = stopsignals.acquire()
         # close the run at interpreter exit if nobody does (a weak reference: the meter may
         # still be garbage collected; close() unregisters this)
         self._atexit = functools.partial(_close_at_exit, weakref.ref(self))
@@ -575,7 +576,7 @@ class EnergyMeter:
         self._end_open_windows(status)
         self._closed = True
         atexit.unregister(self._atexit)
-        stopsignals.release()
+        stopsignals.release(self._stop_signals)
         self.sampler.stop()
         if self.store is not None:
             try:

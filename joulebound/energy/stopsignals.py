@@ -47,30 +47,35 @@ def _handler(signum: int, _frame: Any) -> None:
     raise MeterSignalExit(signum)
 
 
-def acquire() -> None:
-    """One more open meter; installs the handlers where the signal has its default action."""
+def acquire() -> bool:
+    """One more open meter; installs the handlers where the signal has its default action.
+    Returns False (and counts nothing) outside the main thread: pass the result to
+    :func:`release`."""
     global _users, _pid
     if threading.current_thread() is not threading.main_thread():
-        return
+        return False
     if _users == 0 or _pid != os.getpid():
         _pid = os.getpid()
         _users = 0
         _installed.clear()
         for sig in SIGNALS:
             with contextlib.suppress(ValueError, OSError):
-                if signal.getsignal(sig) is signal.SIG_DFL:
+                if signal.getsignal(sig) in (signal.SIG_DFL, _handler):  # ours: left by a thread
                     signal.signal(sig, _handler)
                     _installed[sig] = signal.SIG_DFL
     _users += 1
+    return True
 
 
-def release() -> None:
-    """One open meter less; the last one puts the default actions back (main thread only)."""
+def release(acquired: bool = True) -> None:
+    """One open meter less (``acquired``: what its :func:`acquire` returned); the last one puts
+    the default actions back when in the main thread (elsewhere the handler, finding no open
+    meter, acts as the default would)."""
     global _users
-    if threading.current_thread() is not threading.main_thread() or _users == 0:
+    if not acquired or _users == 0 or _pid != os.getpid():
         return
     _users -= 1
-    if _users == 0:
+    if _users == 0 and threading.current_thread() is threading.main_thread():
         for sig, prev in _installed.items():
             with contextlib.suppress(ValueError, OSError):
                 if signal.getsignal(sig) is _handler:
