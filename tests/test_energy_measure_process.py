@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shlex
 import signal
 import sys
 import time
@@ -127,8 +128,9 @@ def test_a_metered_script_stopped_by_a_signal_is_killed_and_keeps_its_open_windo
 
 
 def test_a_sigkilled_measure_takes_its_command_down_and_its_run_is_marked_lost(tmp_path):
-    """Item 11: measure SIGKILLed: its command dies with it (PR_SET_PDEATHSIG), and the next open
-    of the store marks the run ``lost`` (pid and boot id recorded), keeping its samples."""
+    """Item 11: measure SIGKILLed: its command dies with it, the training ``bash`` started too
+    (the watcher), and the next open of the store marks the run ``lost`` (pid and boot id
+    recorded), keeping its samples."""
     import subprocess
 
     from joulebound.energy.store import Store
@@ -136,8 +138,10 @@ def test_a_sigkilled_measure_takes_its_command_down_and_its_run_is_marked_lost(t
     db, pidf = tmp_path / "runs.db", tmp_path / "child.pid"
     child = (f"import os, time; open({str(pidf)!r}, 'w').write(str(os.getpid())); "
              "time.sleep(120)")
+    # the training is a grandchild: `bash` starts it (`measure -- bash train.sh`)
     m = subprocess.Popen([PY, "-m", "joulebound", "measure", "--backend", "simulated",
-                          "--interval", "0.02", "--db", str(db), "--", PY, "-c", child],
+                          "--interval", "0.02", "--db", str(db), "--", "bash", "-c",
+                          f"{PY} -c {shlex.quote(child)}; echo after"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
@@ -157,7 +161,7 @@ def test_a_sigkilled_measure_takes_its_command_down_and_its_run_is_marked_lost(t
             Path(f"/proc/{cpid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
         if not gone:
             os.kill(cpid, signal.SIGKILL)
-        assert gone, "the command kept running after measure was SIGKILLed"
+        assert gone, "the training kept running, unmetered, after measure was SIGKILLed"
     finally:
         if m.poll() is None:
             m.kill()

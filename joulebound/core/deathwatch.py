@@ -56,6 +56,13 @@ class DeathWatch:
         """The pipe is still open (``done`` not yet sent)."""
         return self._w is not None
 
+    def tell(self, data: bytes) -> None:
+        """Send ``data`` to the watcher (``on_death`` gets everything sent, ``done`` excluded):
+        what it needs to know that was not known at the fork, e.g. a child's pid."""
+        if self._w is not None and os.getpid() == self._owner:
+            with contextlib.suppress(OSError):
+                os.write(self._w, data)
+
     def done(self, wait_s: float = 2.0) -> None:
         """The owner ended cleanly: the watcher exits without acting; reaped within ``wait_s``
         seconds (else left to exit on its own). Idempotent; nothing in a forked child."""
@@ -93,9 +100,10 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def start(on_death: Callable[[], int]) -> DeathWatch:
-    """Fork a watcher that runs ``on_death()`` (its return value: the watcher's exit code) if
-    this process ends without :meth:`DeathWatch.done` (see the module docs).
+def start(on_death: Callable[[bytes], int]) -> DeathWatch:
+    """Fork a watcher that runs ``on_death(told)`` (``told``: what :meth:`DeathWatch.tell`
+    sent; its return value: the watcher's exit code) if this process ends without
+    :meth:`DeathWatch.done` (see the module docs).
 
     Raises:
         OSError: no pipe or no fork.
@@ -143,7 +151,7 @@ def _detach() -> None:  # pragma: no cover - runs in the watcher
     os.close(null)
 
 
-def _watch(r: int, on_death: Callable[[], int]) -> int:  # pragma: no cover - in the watcher
+def _watch(r: int, on_death: Callable[[bytes], int]) -> int:  # pragma: no cover - in the watcher
     """Wait for ``done`` or end-of-file on ``r``; run ``on_death`` on the latter."""
     _detach()
     got = b""
@@ -159,7 +167,7 @@ def _watch(r: int, on_death: Callable[[], int]) -> int:  # pragma: no cover - in
         got += data
         if DONE in got:
             return 0
-    return on_death()
+    return on_death(got)
 
 
 def say(message: str) -> None:  # pragma: no cover - in the watcher

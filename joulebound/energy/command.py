@@ -21,10 +21,12 @@ terminal already reaches the command's group: it is not sent twice). If the comm
 notes). joulebound then ends the window and records the exit status. A command that does not exist
 exits 127 and one that cannot be executed 126, as in a shell. The run row is written before the
 command starts and the samples every second, so even if joulebound itself is killed the store keeps
-the run and its samples: the next open of the store marks it ``lost`` (its process is gone). On
-Linux the command's first process is sent SIGKILL when joulebound dies (``PR_SET_PDEATHSIG``), so
-a SIGKILLed ``measure`` leaves no command running unmetered (processes that command started are
-ended only if it takes them down with it).
+the run and its samples: the next open of the store marks it ``lost`` (its process is gone). A
+SIGKILLed ``measure`` leaves no command running unmetered: a watcher forked before the command
+starts (:mod:`joulebound.core.deathwatch`; own session, stop signals ignored) sends SIGKILL, when
+joulebound dies before the command ended, to the command's first process, every descendant of it
+and, when it had one of its own, its process group. Where no watcher can be forked, the first
+process alone gets SIGKILL with joulebound (Linux ``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from joulebound.core import deathwatch
 from joulebound.core.errors import JouleboundError
 from joulebound.core.provenance import MEASURED, MODELED
 from joulebound.energy.meter import EnergyMeter
@@ -158,12 +161,79 @@ def _give_terminal(fd: int, pgid: int) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+def _process_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, process group) of every live process (Linux ``/proc``; empty
+    elsewhere)."""
+    out: dict[int, tuple[int, int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for d in names:
+        if not d.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[0] != "Z":
+            out[int(d)] = (int(fields[1]), int(fields[2]))
+    return out
+
+
+def _end_orphaned_command(told: bytes) -> int:  # pragma: no cover - runs in the watcher
+    """The watcher's ``on_death``: ``measure`` died before its command ended. SIGKILL the
+    command: its first process and every descendant (``/proc``), and its process group when it
+    had one of its own (``told``: ``"PID PGID OWN_GROUP"``)."""
+    try:
+        pid, pgid, own = (int(x) for x in told.split(b"\n", 1)[0].split())
+    except ValueError:
+        return 0          # died before the command started: nothing to end
+    ended: set[int] = set()
+    for _ in range(3):    # again: a process may have forked while the first pass ran
+        table = _process_table()
+        tree, todo = {pid}, [pid]
+        while todo:
+            parent = todo.pop()
+            for p, (pp, _g) in table.items():
+                if pp == parent and p not in tree:
+                    tree.add(p)
+                    todo.append(p)
+        if not own:
+            tree |= {p for p, (_pp, g) in table.items() if g == pgid}
+        fresh = tree - ended
+        for p in fresh:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, signal.SIGKILL)
+        ended |= fresh
+        if not own:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        if not fresh:
+            break
+        time.sleep(0.02)
+    deathwatch.say(f"joulebound measure ended before its command (pid {pid}) did: the command was "
+                   f"sent SIGKILL ({len(ended)} process(es)); its run is marked lost when the "
+                   "store is next opened")
+    return 0
+
+
+def _start_watch(notes: list[str]) -> deathwatch.DeathWatch | None:
+    """The watcher that ends the command if ``measure`` dies first (see the module docs);
+    ``None`` with a note when it cannot be started."""
+    try:
+        return deathwatch.start(_end_orphaned_command)
+    except OSError as exc:
+        notes.append(f"no watcher could be started ({exc}): if joulebound is killed, only the "
+                     "command's first process is ended with it (Linux)")
+        return None
+
+
 def _die_with_parent() -> Any:
     """A ``preexec_fn`` that makes the child get SIGKILL when joulebound dies (Linux
-    ``prctl(PR_SET_PDEATHSIG)``; a SIGKILLed ``measure`` must not leave its command running
-    unmetered), or ``None`` where that is not available. The libc call is looked up here, in the
-    parent: the child only makes the system call (and kills itself if the parent is already
-    gone)."""
+    ``prctl(PR_SET_PDEATHSIG)``), or ``None`` where that is not available: the fallback when no
+    watcher could be started. The libc call is looked up here, in the parent: the child only
+    makes the system call (and kills itself if the parent is already gone)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -302,16 +372,22 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
     # not leading our group but in the terminal's foreground (`bash -c 'measure ...; echo'`): the
     # command's own group gets the terminal while it runs, as a shell gives it to a job
     tty = None if own_group else _foreground_terminal()
+    watch = _start_watch(meter.backend.notes)
     meter.begin_window(window, sync=False)
     try:
         proc = subprocess.Popen(list(cmd), stdout=child_stdout,
                                 process_group=None if own_group else 0,
-                                preexec_fn=_die_with_parent())
+                                preexec_fn=_die_with_parent() if watch is None else None)
     except OSError as exc:
+        if watch is not None:
+            watch.done()
         meter.end_window(window, sync=False, cancel=True)
         code = 127 if exc.errno == errno.ENOENT else 126
         meter.close(status=FAILED, exit_code=code)
         raise CommandNotRunnable(f"{cmd[0]}: {exc.strerror or exc}", code) from exc
+    if watch is not None:
+        watch.tell(f"{proc.pid} {os.getpgrp() if own_group else proc.pid} "
+                   f"{int(own_group)}\n".encode())
     if tty is not None:
         _give_terminal(tty, proc.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -326,6 +402,8 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
         if tty is not None:
             _give_terminal(tty, os.getpgrp())
     rc = proc.wait()
+    if watch is not None:
+        watch.done()
     res = meter.end_window(window, sync=False)
     tdp = _modeled_tdp(meter.backend)
     sig = -rc if rc < 0 else None
