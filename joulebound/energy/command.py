@@ -439,7 +439,10 @@ def _forward_signals(fwd: _Forwarder) -> dict[int, Any]:
 
 
 def _stopped(pid: int) -> bool:
-    """Whether child ``pid`` was just stopped (Ctrl-Z, SIGTTIN); consumes that report only."""
+    """Whether child ``pid`` was just stopped (Ctrl-Z, SIGTTIN); consumes that report only
+    (``False`` where ``waitid`` is missing, e.g. macOS)."""
+    if not hasattr(os, "waitid"):
+        return False
     try:
         info = os.waitid(os.P_PID, pid, os.WSTOPPED | os.WNOHANG)
     except (ChildProcessError, OSError):
