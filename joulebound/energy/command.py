@@ -51,6 +51,7 @@ from joulebound.core.provenance import MEASURED, MODELED
 from joulebound.energy.meter import EnergyMeter
 from joulebound.energy.results import WindowResult
 from joulebound.energy.status import FAILED, from_returncode
+from joulebound.energy.store import pid_start
 
 #: signals passed on to the command
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -184,15 +185,19 @@ def _process_table() -> dict[int, tuple[int, int]]:
 def _end_orphaned_command(told: bytes) -> int:  # pragma: no cover - runs in the watcher
     """The watcher's ``on_death``: ``measure`` died before its command ended. SIGKILL the
     command: its first process and every descendant (``/proc``), and its process group when it
-    had one of its own (``told``: ``"PID PGID OWN_GROUP"``)."""
+    had one of its own (``told``: ``"PID PGID OWN_GROUP START"``); nothing when that pid is now
+    another process's."""
     try:
-        pid, pgid, own = (int(x) for x in told.split(b"\n", 1)[0].split())
+        pid, pgid, own, start = (int(x) for x in told.split(b"\n", 1)[0].split())
     except ValueError:
         return 0          # died before the command started: nothing to end
+    now = pid_start(pid)
+    if now is not None and start >= 0 and now != start:
+        return 0          # the command ended and its pid (so its group id) went to another process
     ended: set[int] = set()
     for _ in range(3):    # again: a process may have forked while the first pass ran
         table = _process_table()
-        tree, todo = {pid}, [pid]
+        tree, todo = ({pid} if pid in table else set()), [pid]
         while todo:
             parent = todo.pop()
             for p, (pp, _g) in table.items():
@@ -385,9 +390,10 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
         code = 127 if exc.errno == errno.ENOENT else 126
         meter.close(status=FAILED, exit_code=code)
         raise CommandNotRunnable(f"{cmd[0]}: {exc.strerror or exc}", code) from exc
-    if watch is not None:
-        watch.tell(f"{proc.pid} {os.getpgrp() if own_group else proc.pid} "
-                   f"{int(own_group)}\n".encode())
+    if watch is not None:     # pid, group, whether in our group, start time (pid reuse)
+        start = pid_start(proc.pid)
+        watch.tell(f"{proc.pid} {os.getpgrp() if own_group else proc.pid} {int(own_group)} "
+                   f"{-1 if start is None else start}\n".encode())
     if tty is not None:
         _give_terminal(tty, proc.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):

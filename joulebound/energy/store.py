@@ -14,11 +14,11 @@ Times are seconds since the Unix epoch; energy J; power W. The same file may hol
 tables (e.g. ``sweep_results``). Several processes may write one file (WAL + busy timeout).
 
 **Lost runs.** Each run records its owner process in ``meta_json["owner"]`` (``pid``, its start
-time ``pid_start`` in clock ticks since boot, its PID namespace ``pid_ns``, the machine's ``boot_id`` from
-``/proc/sys/kernel/random/boot_id``, ``host``). A run still ``running`` whose owner on this host is
-gone (no such process, another process under that pid, or the machine rebooted since) was killed
-without closing it (SIGKILL, a crash, power loss): every writable open of the store marks it
-``lost`` (``ended_at`` = its last sample; its samples and windows are kept) and a read-only open
+time ``pid_start`` in clock ticks since boot, its PID namespace ``pid_ns``, the machine's
+``boot_id`` from ``/proc/sys/kernel/random/boot_id``, ``host``). A run still ``running`` whose
+owner on this host is gone (no such process, another process under that pid, or the machine
+rebooted since) was killed without closing it (SIGKILL, a crash, power loss): every writable open
+of the store marks it ``lost`` (``ended_at`` = its last sample; its samples and windows are kept) and a read-only open
 reports it ``lost`` without writing. Runs of other hosts or PID namespaces are left alone (their
 owners cannot be checked from here). A run marked lost whose owner was in fact alive still ends
 normally: its close writes its real status.
@@ -82,7 +82,7 @@ def _boot_id() -> str | None:
         return None
 
 
-def _pid_start(pid: int) -> int | None:
+def pid_start(pid: int) -> int | None:
     """When process ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat`` field 22);
     ``None`` when there is no such process or no ``/proc``."""
     try:
@@ -105,7 +105,7 @@ def owner_record() -> dict[str, Any]:
     """This process as the owner of a run: ``pid``, ``pid_start``, ``pid_ns``, ``boot_id``,
     ``host``."""
     pid = os.getpid()
-    return {"pid": pid, "pid_start": _pid_start(pid), "pid_ns": _pid_ns(), "boot_id": _boot_id(),
+    return {"pid": pid, "pid_start": pid_start(pid), "pid_ns": _pid_ns(), "boot_id": _boot_id(),
             "host": socket.gethostname()}
 
 
@@ -130,7 +130,7 @@ def owner_gone(owner: Any, host: str | None = None, boot_id: str | None = None) 
         return True
     except PermissionError:
         pass                     # alive, another user's
-    start = _pid_start(pid)
+    start = pid_start(pid)
     return start is not None and owner.get("pid_start") is not None and \
         start != owner["pid_start"]
 

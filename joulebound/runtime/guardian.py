@@ -54,7 +54,7 @@ def start(device: gpu_layer.GpuDevice, lock: gpu_layer.GpuLock | None) -> DeathW
     dup = os.dup(lock_fd) if lock_fd is not None else None
     owner = os.getpid()
 
-    def on_death(_told: bytes) -> int:  # pragma: no cover - runs in the guardian (its effect is tested)
+    def on_death(_told: bytes) -> int:  # pragma: no cover - runs in the guardian
         return _reset_after(device, dup, owner)
 
     try:
