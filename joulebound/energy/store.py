@@ -18,10 +18,10 @@ time ``pid_start`` in clock ticks since boot, its PID namespace ``pid_ns``, the 
 ``boot_id`` from ``/proc/sys/kernel/random/boot_id``, ``host``). A run still ``running`` whose
 owner on this host is gone (no such process, another process under that pid, or the machine
 rebooted since) was killed without closing it (SIGKILL, a crash, power loss): every writable open
-of the store marks it ``lost`` (``ended_at`` = its last sample; its samples and windows are kept) and a read-only open
-reports it ``lost`` without writing. Runs of other hosts or PID namespaces are left alone (their
-owners cannot be checked from here). A run marked lost whose owner was in fact alive still ends
-normally: its close writes its real status.
+of the store marks it ``lost`` (``ended_at`` = its last sample; its samples and windows are
+kept) and a read-only open reports it ``lost`` without writing. Runs of other hosts or PID
+namespaces are left alone (their owners cannot be checked from here). A run marked lost whose
+owner was in fact alive still ends normally: its close writes its real status.
 
 Opening, integrity and versions are :mod:`joulebound.core.sqlitedb`'s, shared with the sweep store:
 every open runs ``PRAGMA quick_check``; a damaged file is refused with a message (never written
