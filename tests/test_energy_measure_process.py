@@ -226,3 +226,24 @@ def test_the_stop_signal_handlers_are_there_only_while_a_meter_is_open():
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+@pytest.mark.parametrize("code", [130, 143])
+def test_an_accelerate_loop_ended_by_a_signal_records_killed_and_its_exit_code(tmp_path, code):
+    """The Accelerate hook closes its run as ``killed`` with ``128 + N`` (it kept the status but
+    dropped the exit code)."""
+    from joulebound.energy import stopsignals
+    from joulebound.energy.accelerate import EnergyHook
+    from joulebound.energy.store import Store
+
+    class Acc:
+        def log(self, metrics, step=None):
+            pass
+
+    exc = KeyboardInterrupt() if code == 130 else stopsignals.MeterSignalExit(signal.SIGTERM)
+    db = tmp_path / "runs.db"
+    with pytest.raises(type(exc)), EnergyHook(Acc(), backend="simulated", store=db):
+        raise exc
+    with Store(db, readonly=True) as st:
+        (run,) = st.runs()
+    assert (run["status"], run["exit_code"]) == ("killed", code)
