@@ -201,11 +201,15 @@ def test_a_run_whose_process_lives_or_is_elsewhere_is_not_marked_lost(tmp_path):
         assert status["other-boot"] == "lost"
 
 
-def test_the_stop_signal_handlers_are_there_only_while_a_meter_is_open():
+def test_the_stop_signal_handlers_are_there_only_while_a_meter_is_open(monkeypatch):
     """SIGTERM/SIGHUP at their default action get the meter's handler while a meter is open and
     get it back after; a handler of the program's own, or an ignored signal, is left alone."""
     from joulebound.energy import stopsignals
     from joulebound.energy.meter import EnergyMeter
+
+    # meters other tests of this process left open do not count here
+    monkeypatch.setattr(stopsignals, "_users", 0)
+    monkeypatch.setattr(stopsignals, "_installed", {})
 
     def own(signum, frame):  # pragma: no cover - never called
         pass
