@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import signal
 
 import pytest
 
@@ -241,18 +242,21 @@ def test_prometheus_text_and_mlflow_push(tmp_path, capsys, monkeypatch):
     assert prometheus_text([w.result], "r1").count("r1") >= 2
 
 
-def test_hf_trainer_stopped_by_ctrl_c_is_killed_and_keeps_its_windows(tmp_path):
+@pytest.mark.parametrize("stop, code", [("raise KeyboardInterrupt", 130),
+                                        ("os.kill(os.getpid(), signal.SIGTERM)", 143)])
+def test_hf_trainer_stopped_by_ctrl_c_is_killed_and_keeps_its_windows(tmp_path, stop, code):
     """Ctrl-C in a Hugging Face run (KeyboardInterrupt out of ``trainer.train()``, uncaught):
     the run is ``killed`` / 130 as ``measure`` records it, and the open ``train``, ``epoch`` and
     interval windows are kept up to the interrupt, flagged ``cut_short`` (issue 28 item 5: it was
-    ``failed`` / 1 and the open windows were dropped)."""
+    ``failed`` / 1 and the open windows were dropped). SIGTERM (torchrun teardown, preemption):
+    the same, ``killed`` / 143 (issue 30 item 12: it stayed ``running``, no window written)."""
     import subprocess
     import sys
     from pathlib import Path
 
     script = tmp_path / "train.py"
     script.write_text(
-        "import sys\n"
+        "import os, signal, sys\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "from transformers import Trainer, TrainerCallback, TrainingArguments\n"
         "from joulebound.energy.integrations import EnergyCallback\n"
@@ -260,7 +264,7 @@ def test_hf_trainer_stopped_by_ctrl_c_is_killed_and_keeps_its_windows(tmp_path):
         "class CtrlC(TrainerCallback):\n"
         "    def on_step_end(self, args, state, control, **kw):\n"
         "        if state.global_step == 2:\n"
-        "            raise KeyboardInterrupt\n"
+        f"            {stop}\n"
         f"args = TrainingArguments(output_dir={str(tmp_path / 'out')!r}, max_steps=6,\n"
         "    logging_steps=1, per_device_train_batch_size=4, report_to=[], use_cpu=True,\n"
         "    save_strategy='no', disable_tqdm=True)\n"
@@ -269,13 +273,16 @@ def test_hf_trainer_stopped_by_ctrl_c_is_killed_and_keeps_its_windows(tmp_path):
         "        callbacks=[cb, CtrlC()]).train()\n")
     db = tmp_path / "runs.db"
     proc = subprocess.run([sys.executable, str(script), str(db)], capture_output=True,
-                          text=True, timeout=240)
-    assert "KeyboardInterrupt" in proc.stderr, proc.stderr[-2000:]
+                          text=True, timeout=240,
+                          preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    assert proc.returncode in (code, 128 - code), proc.stderr[-2000:]   # -N: died by N
+    if code == 130:
+        assert "KeyboardInterrupt" in proc.stderr, proc.stderr[-2000:]
     from joulebound.energy.store import Store
 
     st = Store(db, readonly=True)
     (run,) = st.runs()
-    assert (run["status"], run["exit_code"]) == ("killed", 130)
+    assert (run["status"], run["exit_code"]) == ("killed", code)
     wins = {w.name: w for w in st.windows(run["run_id"])}
     for name in ("train", "epoch:0"):
         assert name in wins and "cut_short" in wins[name].flags

@@ -13,6 +13,9 @@ average and peak power, and the duration. The child's exit code is passed throug
 not found, 126: not executable, as in a shell). SIGTERM, SIGHUP, SIGQUIT and SIGINT sent to
 joulebound reach every process of the command (its process group: `measure -- bash train.sh`
 stops the training too); if it has not ended --kill-after seconds later, its group gets SIGKILL.
+The command can read the terminal, and Ctrl-C / Ctrl-Z reach it, as if it ran alone. If
+joulebound itself is killed (SIGKILL), the command gets SIGKILL too (Linux) and the next open of
+the store marks the run "lost", keeping its samples.
 
 GPU energy comes from the NVML energy counter (or integrated NVML power where a GPU has no
 counter), labeled measured, and only from a sensor; --backend simulated gives modeled figures.
@@ -185,6 +188,8 @@ the Hugging Face callback) with their windows, or export the store's tables.
 --export DIR writes runs, windows and samples as CSV (default) or Parquet (--format parquet), or
 every window's duration and energy as Prometheus gauges (--format prometheus: DIR/metrics.prom,
 for node_exporter's textfile collector; each series labeled with its provenance).
+Status: running, finished, failed, killed (a signal; exit_code 128 + N) or lost (its process died
+without closing the run: SIGKILL, a crash; found when the store is opened, samples kept).
 --json prints a list of runs: {run_id, started_at, ended_at, status, command, exit_code, backend,
 provenance, rank, host, notes, windows: [{name, duration_s, energy_j, cpu_energy_j, provenance,
 flags}]}. Energy is null where no sensor was available."""

@@ -78,18 +78,20 @@ class EnergyHook:
         self._log(m)
         return m
 
-    def end(self, status: str | None = None) -> dict[str, Any]:
-        """Log the last interval and the train totals, close an owned meter; the summary."""
+    def end(self, status: str | None = None, exit_code: int | None = None) -> dict[str, Any]:
+        """Log the last interval and the train totals, close an owned meter (``status``, one of
+        :data:`~joulebound.energy.status.STATUSES`, and ``exit_code``); the summary."""
         if self.intervals.running:
             metrics, self.summary = self.intervals.finish()
             self.train = self.intervals.train
             self._log(metrics)
         if self._own:
-            self.meter.close(**({"status": status} if status else {}))
+            self.meter.close(**({"status": status} if status else {}), exit_code=exit_code)
         return self.summary
 
     def __enter__(self) -> EnergyHook:
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        self.end(status=from_exception(exc)[0])
+        status, code = from_exception(exc)     # Ctrl-C: killed / 130, SIGTERM: killed / 143
+        self.end(status=status, exit_code=code)

@@ -8,7 +8,12 @@ training that ``bash`` started, not leave it running unmetered):
   it, so the terminal's Ctrl-C, Ctrl-Z and reads work as usual; a signal sent to joulebound is
   passed to every process of that group;
 - otherwise (started by a script, a scheduler, ``subprocess``) the command gets a process group of
-  its own and a signal sent to joulebound is passed to that group (never to the caller's).
+  its own and a signal sent to joulebound is passed to that group (never to the caller's). When
+  joulebound's group is the terminal's foreground group (``bash -c 'joulebound measure -- CMD;
+  echo done'``), that group is made the terminal's foreground group while the command runs, as a
+  shell does for a job, so the command reads the terminal and Ctrl-C reaches it; the terminal is
+  handed back when it ends, and a Ctrl-Z that stops the command stops joulebound's job too (the
+  command is continued, with the terminal, when that job is).
 
 Signals passed on: ``SIGTERM``, ``SIGHUP``, ``SIGQUIT`` and ``SIGINT`` (a Ctrl-C typed at the
 terminal already reaches the command's group: it is not sent twice). If the command has not ended
@@ -16,7 +21,12 @@ terminal already reaches the command's group: it is not sent twice). If the comm
 notes). joulebound then ends the window and records the exit status. A command that does not exist
 exits 127 and one that cannot be executed 126, as in a shell. The run row is written before the
 command starts and the samples every second, so even if joulebound itself is killed the store keeps
-the run (status ``running``) and its samples.
+the run and its samples: the next open of the store marks it ``lost`` (its process is gone). A
+SIGKILLed ``measure`` leaves no command running unmetered: a watcher forked before the command
+starts (:mod:`joulebound.core.deathwatch`; own session, stop signals ignored) sends SIGKILL, when
+joulebound dies before the command ended, to the command's first process, every descendant of it
+and, when it had one of its own, its process group. Where no watcher can be forked, the first
+process alone gets SIGKILL with joulebound (Linux ``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -35,11 +45,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from joulebound.core import deathwatch
 from joulebound.core.errors import JouleboundError
 from joulebound.core.provenance import MEASURED, MODELED
 from joulebound.energy.meter import EnergyMeter
 from joulebound.energy.results import WindowResult
 from joulebound.energy.status import FAILED, from_returncode
+from joulebound.energy.store import pid_start
 
 #: signals passed on to the command
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -126,6 +138,124 @@ def _in_foreground() -> bool:
         return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def _foreground_terminal() -> int | None:
+    """The fd (0) of the terminal whose foreground process group is ours, else ``None``."""
+    try:
+        if os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp():
+            return 0
+    except OSError:
+        pass
+    return None
+
+
+def _give_terminal(fd: int, pgid: int) -> None:
+    """Make ``pgid`` the foreground process group of terminal ``fd`` (as a shell does for a
+    job). SIGTTOU is blocked meanwhile: a background caller may hand the terminal back."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTOU})
+    try:
+        os.tcsetpgrp(fd, pgid)
+    except OSError:
+        pass
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _process_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, process group) of every live process (Linux ``/proc``; empty
+    elsewhere)."""
+    out: dict[int, tuple[int, int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for d in names:
+        if not d.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[0] != "Z":
+            out[int(d)] = (int(fields[1]), int(fields[2]))
+    return out
+
+
+def _end_orphaned_command(told: bytes) -> int:  # pragma: no cover - runs in the watcher
+    """The watcher's ``on_death``: ``measure`` died before its command ended. SIGKILL the
+    command: its first process and every descendant (``/proc``), and its process group when it
+    had one of its own (``told``: ``"PID PGID OWN_GROUP START"``); nothing when that pid is now
+    another process's."""
+    try:
+        pid, pgid, own, start = (int(x) for x in told.split(b"\n", 1)[0].split())
+    except ValueError:
+        return 0          # died before the command started: nothing to end
+    now = pid_start(pid)
+    if now is not None and start >= 0 and now != start:
+        return 0          # the command ended and its pid (so its group id) went to another process
+    ended: set[int] = set()
+    for _ in range(3):    # again: a process may have forked while the first pass ran
+        table = _process_table()
+        tree, todo = ({pid} if pid in table else set()), [pid]
+        while todo:
+            parent = todo.pop()
+            for p, (pp, _g) in table.items():
+                if pp == parent and p not in tree:
+                    tree.add(p)
+                    todo.append(p)
+        if not own:
+            tree |= {p for p, (_pp, g) in table.items() if g == pgid}
+        fresh = tree - ended
+        for p in fresh:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, signal.SIGKILL)
+        ended |= fresh
+        if not own:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        if not fresh:
+            break
+        time.sleep(0.02)
+    deathwatch.say(f"joulebound measure ended before its command (pid {pid}) did: the command was "
+                   f"sent SIGKILL ({len(ended)} process(es)); its run is marked lost when the "
+                   "store is next opened")
+    return 0
+
+
+def _start_watch(notes: list[str]) -> deathwatch.DeathWatch | None:
+    """The watcher that ends the command if ``measure`` dies first (see the module docs);
+    ``None`` with a note when it cannot be started."""
+    try:
+        return deathwatch.start(_end_orphaned_command)
+    except OSError as exc:
+        notes.append(f"no watcher could be started ({exc}): if joulebound is killed, only the "
+                     "command's first process is ended with it (Linux)")
+        return None
+
+
+def _die_with_parent() -> Any:
+    """A ``preexec_fn`` that makes the child get SIGKILL when joulebound dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``), or ``None`` where that is not available: the fallback when no
+    watcher could be started. The libc call is looked up here, in the parent: the child only
+    makes the system call (and kills itself if the parent is already gone)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
+
+    def pre() -> None:
+        prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
+        if os.getppid() != parent:       # joulebound died before the call: do as it would have
+            os.kill(os.getpid(), sigkill)
+
+    return pre
 
 
 def check_runnable(cmd: Sequence[str], env: dict[str, str] | None = None) -> str:
@@ -244,23 +374,42 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
     meter = EnergyMeter(backend, gpus=gpus, interval_s=interval_s, store=db,
                         command=shlex.join(cmd), **backend_kwargs)
     own_group = os.getpgrp() == os.getpid()
+    # not leading our group but in the terminal's foreground (`bash -c 'measure ...; echo'`): the
+    # command's own group gets the terminal while it runs, as a shell gives it to a job
+    tty = None if own_group else _foreground_terminal()
+    watch = _start_watch(meter.backend.notes)
     meter.begin_window(window, sync=False)
     try:
         proc = subprocess.Popen(list(cmd), stdout=child_stdout,
-                                process_group=None if own_group else 0)
+                                process_group=None if own_group else 0,
+                                preexec_fn=_die_with_parent() if watch is None else None)
     except OSError as exc:
+        if watch is not None:
+            watch.done()
         meter.end_window(window, sync=False, cancel=True)
         code = 127 if exc.errno == errno.ENOENT else 126
         meter.close(status=FAILED, exit_code=code)
         raise CommandNotRunnable(f"{cmd[0]}: {exc.strerror or exc}", code) from exc
+    if watch is not None:     # pid, group, whether in our group, start time (pid reuse)
+        start = pid_start(proc.pid)
+        watch.tell(f"{proc.pid} {os.getpgrp() if own_group else proc.pid} {int(own_group)} "
+                   f"{-1 if start is None else start}\n".encode())
+    if tty is not None:
+        _give_terminal(tty, proc.pid)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGCONT)   # in case it read the terminal before it had it
     fwd = _Forwarder(proc, own_group)
     old = _forward_signals(fwd)
     try:
-        killed = _wait(proc, fwd, kill_after_s)
+        killed = _wait(proc, fwd, kill_after_s, tty)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        if tty is not None:
+            _give_terminal(tty, os.getpgrp())
     rc = proc.wait()
+    if watch is not None:
+        watch.done()
     res = meter.end_window(window, sync=False)
     tdp = _modeled_tdp(meter.backend)
     sig = -rc if rc < 0 else None
@@ -295,17 +444,45 @@ def _forward_signals(fwd: _Forwarder) -> dict[int, Any]:
     return old
 
 
-def _wait(proc: subprocess.Popen, fwd: _Forwarder, kill_after_s: float) -> bool:
+def _stopped(pid: int) -> bool:
+    """Whether child ``pid`` was just stopped (Ctrl-Z, SIGTTIN); consumes that report only
+    (``False`` where ``waitid`` is missing, e.g. macOS)."""
+    if not hasattr(os, "waitid"):
+        return False
+    try:
+        info = os.waitid(os.P_PID, pid, os.WSTOPPED | os.WNOHANG)
+    except (ChildProcessError, OSError):
+        return False
+    return info is not None and info.si_code == os.CLD_STOPPED
+
+
+def _job_stop(tty: int, pgid: int) -> None:
+    """The command (process group ``pgid``, holding terminal ``tty``) was stopped at the
+    terminal: take the terminal back and stop joulebound's own group, as the command alone would
+    have stopped its job; once resumed (``fg``), give the terminal back and continue the
+    command. (A stop signal to an orphaned group is discarded: then it simply continues.)"""
+    _give_terminal(tty, os.getpgrp())
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(os.getpgrp(), signal.SIGTSTP)
+    _give_terminal(tty, pgid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGCONT)
+
+
+def _wait(proc: subprocess.Popen, fwd: _Forwarder, kill_after_s: float,
+          tty: int | None = None) -> bool:
     """Wait until the command ended, or, once a stop signal was passed on, until its whole
-    process group did; SIGKILL the group ``kill_after_s`` after the signal. Returns whether it
-    had to be killed."""
+    process group did; SIGKILL the group ``kill_after_s`` after the signal. ``tty``: the terminal
+    the command's group was given (its stops are passed on to joulebound's job). Returns whether
+    it had to be killed."""
     killed = False
     rc: int | None = None
     while True:
         try:
             rc = proc.wait(timeout=0.1) if rc is None else rc
         except subprocess.TimeoutExpired:
-            pass
+            if tty is not None and _stopped(proc.pid):
+                _job_stop(tty, proc.pid)
         if fwd.t_signal is None:
             if rc is not None:
                 break

@@ -48,6 +48,7 @@ import atexit
 import contextlib
 import functools
 import os
+import signal
 import socket
 import sys
 import time
@@ -59,11 +60,12 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from joulebound.core.errors import JouleboundError, did_you_mean
+from joulebound.energy import stopsignals
 from joulebound.energy.base import Backend, NoneBackend
 from joulebound.energy.counter import Edge, edge_uncertainty, uncertainty_of
 from joulebound.energy.results import Deferred, DeviceEnergy, WindowResult, window_result
 from joulebound.energy.sampler import PowerEdge, Sample, Sampler, readings_between
-from joulebound.energy.status import FINISHED, from_exception
+from joulebound.energy.status import FINISHED, KILLED, from_exception
 
 if TYPE_CHECKING:  # pragma: no cover
     from joulebound.energy.store import Store
@@ -290,6 +292,8 @@ class EnergyMeter:
         if self.channels and interval_s > 0:
             self.sampler.start()
         self._closed = False
+        # SIGTERM/SIGHUP unwind (killed, open windows kept) as Ctrl-C does
+        self._stop_signals = stopsignals.acquire()
         # close the run at interpreter exit if nobody does (a weak reference: the meter may
         # still be garbage collected; close() unregisters this)
         self._atexit = functools.partial(_close_at_exit, weakref.ref(self))
@@ -572,6 +576,7 @@ class EnergyMeter:
         self._end_open_windows(status)
         self._closed = True
         atexit.unregister(self._atexit)
+        stopsignals.release(self._stop_signals)
         self.sampler.stop()
         if self.store is not None:
             try:
@@ -679,7 +684,11 @@ def _close_at_exit(ref: weakref.ReferenceType[EnergyMeter]) -> None:
     if meter is None or meter._closed:
         return
     exc = getattr(sys, "last_value", None)
-    if exc is not None:
+    if stopsignals.received is not None:      # SIGTERM/SIGHUP unwound the program
+        sig = stopsignals.received
+        meter.backend.notes.append(f"closed at interpreter exit after {signal.Signals(sig).name}")
+        status, code = KILLED, 128 + sig
+    elif exc is not None:
         meter.backend.notes.append(f"closed at interpreter exit after an uncaught "
                                    f"{type(exc).__name__}")
         status, code = from_exception(exc)     # Ctrl-C: killed / 130, an error: failed

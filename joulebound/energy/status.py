@@ -1,11 +1,15 @@
 """The status words of a measurement run (``runs.status`` in the store), one vocabulary for
 ``joulebound measure``, :class:`~joulebound.energy.meter.EnergyMeter` and the training callbacks.
 
-- ``running``: the run is open (or its process died without closing it: kill -9, power loss);
+- ``running``: the run is open;
 - ``finished``: it ended normally (exit code 0, ``with`` block left, ``close()``, train end, or
   closed at interpreter exit);
 - ``failed``: the command exited non-zero, could not start, or an exception ended the run;
-- ``killed``: a signal ended it (``exit_code`` = 128 + the signal number, 130 for Ctrl-C).
+- ``killed``: a signal ended it (``exit_code`` = 128 + the signal number, 130 for Ctrl-C, 143 for
+  SIGTERM);
+- ``lost``: its owner process is gone without closing it (SIGKILL, a crash, power loss): marked
+  so by the next open of the store (:meth:`joulebound.energy.store.Store.mark_lost`), samples and
+  windows kept.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ RUNNING = "running"
 FINISHED = "finished"
 FAILED = "failed"
 KILLED = "killed"
-STATUSES = (RUNNING, FINISHED, FAILED, KILLED)
+LOST = "lost"
+STATUSES = (RUNNING, FINISHED, FAILED, KILLED, LOST)
 
 
 def from_returncode(returncode: int) -> tuple[str, int]:
@@ -33,6 +38,9 @@ def from_exception(exc: BaseException | None) -> tuple[str, int | None]:
         return FINISHED, None
     if isinstance(exc, KeyboardInterrupt):
         return KILLED, 128 + int(signal.SIGINT)
+    signum = getattr(exc, "signum", None)     # a SystemExit raised by a stop signal's handler
+    if isinstance(exc, SystemExit) and isinstance(signum, int) and signum > 0:
+        return KILLED, 128 + signum
     if isinstance(exc, SystemExit):
         code = exc.code
         if code is None or code == 0:

@@ -13,6 +13,16 @@ Tables:
 Times are seconds since the Unix epoch; energy J; power W. The same file may hold other helpers'
 tables (e.g. ``sweep_results``). Several processes may write one file (WAL + busy timeout).
 
+**Lost runs.** Each run records its owner process in ``meta_json["owner"]`` (``pid``, its start
+time ``pid_start`` in clock ticks since boot, its PID namespace ``pid_ns``, the machine's
+``boot_id`` from ``/proc/sys/kernel/random/boot_id``, ``host``). A run still ``running`` whose
+owner on this host is gone (no such process, another process under that pid, or the machine
+rebooted since) was killed without closing it (SIGKILL, a crash, power loss): every writable open
+of the store marks it ``lost`` (``ended_at`` = its last sample; its samples and windows are
+kept) and a read-only open reports it ``lost`` without writing. Runs of other hosts or PID
+namespaces are left alone (their owners cannot be checked from here). A run marked lost whose
+owner was in fact alive still ends normally: its close writes its real status.
+
 Opening, integrity and versions are :mod:`joulebound.core.sqlitedb`'s, shared with the sweep store:
 every open runs ``PRAGMA quick_check``; a damaged file is refused with a message (never written
 into, never a raw sqlite traceback). The schema version (:data:`SCHEMA_VERSION`) is recorded in the
@@ -24,6 +34,9 @@ versioning is stamped when it is opened for writing.
 from __future__ import annotations
 
 import json
+import logging
+import os
+import socket
 import sqlite3
 import threading
 import time
@@ -36,6 +49,8 @@ from joulebound.energy.results import DeviceEnergy, WindowResult
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
+
+log = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -56,6 +71,68 @@ TABLES = ("runs", "windows", "samples")
 COMPONENT = "energy"
 #: schema version of the tables above (also written as ``PRAGMA user_version``)
 SCHEMA_VERSION = 1
+
+
+def _boot_id() -> str | None:
+    """This boot of the machine (``/proc/sys/kernel/random/boot_id``; ``None`` off Linux)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def pid_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat`` field 22);
+    ``None`` when there is no such process or no ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _pid_ns() -> str | None:
+    """This process's PID namespace (``/proc/self/ns/pid``), ``None`` where unknown: a pid means
+    something only inside its namespace (containers sharing a host name)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def owner_record() -> dict[str, Any]:
+    """This process as the owner of a run: ``pid``, ``pid_start``, ``pid_ns``, ``boot_id``,
+    ``host``."""
+    pid = os.getpid()
+    return {"pid": pid, "pid_start": pid_start(pid), "pid_ns": _pid_ns(), "boot_id": _boot_id(),
+            "host": socket.gethostname()}
+
+
+def owner_gone(owner: Any, host: str | None = None, boot_id: str | None = None) -> bool:
+    """True when ``owner`` (an :func:`owner_record`) is certainly gone: it ran on this host and
+    the machine rebooted since, or its pid is free or taken by a later process. False when it
+    may be alive or cannot be checked (another host, no ``/proc``, no owner recorded)."""
+    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
+        return False
+    host = socket.gethostname() if host is None else host
+    if owner.get("host") != host:
+        return False
+    boot = _boot_id() if boot_id is None else boot_id
+    if owner.get("boot_id") and boot and owner["boot_id"] != boot:
+        return True
+    pid = owner["pid"]
+    if pid <= 0 or owner.get("pid_ns") != _pid_ns():    # another container's pid: unknowable
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass                     # alive, another user's
+    start = pid_start(pid)
+    return start is not None and owner.get("pid_start") is not None and \
+        start != owner["pid_start"]
 
 
 class Store:
@@ -101,6 +178,40 @@ class Store:
             self._con.close()
             raise
         self._lock = threading.Lock()
+        self._readonly = readonly
+        #: run ids found lost at this open (marked so unless read-only)
+        self.lost: list[str] = []
+        try:
+            self.lost = self.mark_lost()
+        except (JouleboundError, sqlite3.Error) as exc:   # never a reason to refuse the store
+            log.warning("store %s: runs whose process is gone could not be marked lost (%s)",
+                        self.path, exc)
+
+    def _lost_runs(self) -> list[str]:
+        """Runs still ``running`` whose owner process is gone (see the module docs)."""
+        rows = self.query("SELECT run_id, meta_json FROM runs WHERE status='running'")
+        host, boot = socket.gethostname(), _boot_id()
+        out = []
+        for run_id, meta in rows:
+            try:
+                owner = json.loads(meta or "{}").get("owner")
+            except (ValueError, AttributeError):
+                continue
+            if owner_gone(owner, host, boot):
+                out.append(run_id)
+        return out
+
+    def mark_lost(self) -> list[str]:
+        """Mark ``lost`` every run whose owner is gone (``ended_at``: its last sample; samples
+        and windows kept); read-only: only find them. Returns their run ids."""
+        lost = self._lost_runs()
+        if self._readonly or not lost:
+            return lost
+        for run_id in lost:
+            self._write("UPDATE runs SET status='lost', ended_at=(SELECT MAX(t_s) FROM samples "
+                        "WHERE samples.run_id=runs.run_id) WHERE run_id=? AND status='running'",
+                        (run_id,))
+        return lost
 
     def _write(self, sql: str, rows: list[tuple] | tuple) -> None:
         with sqlitedb.transaction(self._con, self._lock):
@@ -118,7 +229,8 @@ class Store:
                     "provenance, rank, host, devices_json, notes_json, meta_json) "
                     "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     (run_id, time.time(), "running", command, backend, provenance, rank, host,
-                     json.dumps(devices or []), json.dumps(notes or []), json.dumps(meta or {})))
+                     json.dumps(devices or []), json.dumps(notes or []),
+                     json.dumps({"owner": owner_record(), **(meta or {})})))
 
     def end_run(self, run_id: str, *, status: str = "finished", exit_code: int | None = None,
                 notes: list[str] | None = None, meta: dict[str, Any] | None = None) -> None:
@@ -166,10 +278,16 @@ class Store:
             try:
                 cur = self._con.execute("SELECT * FROM runs ORDER BY started_at")
                 cols = [c[0] for c in cur.description]
-                return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+                out = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
             except sqlite3.DatabaseError as exc:
                 raise JouleboundError(f"store {self.path}: cannot be read ({exc}); it may be "
                                       "damaged: try `sqlite3 FILE .recover`") from None
+        if self._readonly and self.lost:        # found at open, not written: report them so
+            lost = set(self.lost)
+            for r in out:
+                if r["run_id"] in lost and r["status"] == "running":
+                    r["status"] = "lost"
+        return out
 
     def windows(self, run_id: str | None = None) -> list[WindowResult]:
         """Windows as :class:`~joulebound.energy.results.WindowResult` (all runs or one)."""

@@ -10,7 +10,9 @@
   target changes; needs root or CAP_SYS_ADMIN (otherwise a clear error); holds the GPU
   exclusively (a lock keyed on its UUID); restores the defaults
   (``nvmlDeviceResetGpuLockedClocks`` / ``nvmlDeviceResetMemoryLockedClocks``) on normal exit,
-  exceptions and SIGINT/SIGTERM/SIGHUP/SIGQUIT (:mod:`~joulebound.runtime.guard`).
+  exceptions and SIGINT/SIGTERM/SIGHUP/SIGQUIT (:mod:`~joulebound.runtime.guard`), and — through a
+  forked guardian (:mod:`~joulebound.runtime.guardian`) — when the process dies without unwinding
+  (``os._exit``, ``abort()``, SIGSEGV, SIGBUS, SIGKILL).
   **Never run it on a shared or lent GPU.**
 * :class:`~joulebound.runtime.helper.HelperActuator` — asks the privileged clock helper
   over a Unix socket (training itself needs no root).
@@ -38,6 +40,7 @@ from joulebound.core.clocks import AUTO, ClockConfig
 from joulebound.core.errors import JouleboundError, NoPermission, UnsupportedGPU
 from joulebound.gpumodel.characterization import Characterization
 from joulebound.hw import gpu as gpu_layer
+from joulebound.runtime import guardian as clock_guardian
 from joulebound.runtime.guard import guard
 
 
@@ -275,6 +278,8 @@ class NvmlActuator(Actuator):
         owner: who holds the GPU, in words, for the message another owner gets.
         restore_timeout_s: how long a restore waits for an NVML call in flight before it resets
             anyway (and again once that call returns).
+        guardian: fork a :mod:`~joulebound.runtime.guardian` that resets the clocks if this
+            process dies without unwinding (``os._exit``, ``abort()``, a segfault, SIGKILL).
 
     The GPU is held exclusively (:class:`~joulebound.hw.gpu.GpuLock`, keyed on its UUID)
     from construction to :meth:`close`: a second actuator, ``joulebound run`` or the clock helper
@@ -288,7 +293,7 @@ class NvmlActuator(Actuator):
     def __init__(self, gpu: int | str = 0, nvml: Any = None, check_privileges: bool = True,
                  lock_memory: bool = True, install_signal_handlers: bool = True,
                  env: dict[str, str] | None = None, owner: str = "joulebound",
-                 restore_timeout_s: float = 5.0) -> None:
+                 restore_timeout_s: float = 5.0, guardian: bool = True) -> None:
         super().__init__()
         self._closed = True           # until fully open: close() does nothing
         if check_privileges and not gpu_layer.has_clock_privileges():
@@ -307,6 +312,9 @@ class NvmlActuator(Actuator):
         self.lock_memory = lock_memory
         self.restore_timeout_s = float(restore_timeout_s)
         self.notes: list[str] = []
+        #: resets the clocks if this process vanishes without doing it (``None``: none)
+        self.guardian = (clock_guardian.start_or_note(self.device, self.gpu_lock, self.notes)
+                         if guardian else None)
         self._core_locked = False
         self._mem_locked = False
         self._mu = threading.Lock()
@@ -431,6 +439,8 @@ class NvmlActuator(Actuator):
         if self.current != AUTO:
             self.switches.append(SwitchRecord(time.monotonic() - self._t0, AUTO, self.n_ops))
         self.current = AUTO
+        if self.guardian is not None:     # before the lock goes: the guardian must not reset
+            self.guardian.done()          # clocks a later owner set
         self.gpu_lock.release()
         if got:
             self._session.close()
