@@ -38,29 +38,13 @@ import pytest
 
 from joulebound.core.clocks import AUTO, ClockConfig
 from joulebound.testing.fakenvml import FakeNvml
+from tests.test_runtime_clock_safety import _env, _wait  # the cross-process fake NVML helpers
 
 RUNNER = str(Path(__file__).with_name("_fake_nvml_cli.py"))
 HI, LO = ClockConfig(1410, 1593), ClockConfig(1005, 1593)
 SET = "nvmlDeviceSetGpuLockedClocks"
 RESET = "nvmlDeviceResetGpuLockedClocks"
 STOP = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-
-
-def _env(tmp: Path, name: str, **cfg) -> tuple[dict[str, str], FakeNvml]:
-    state = tmp / f"{name}.nvml.json"
-    cfg = {"state": str(state), "locks": str(tmp / f"{name}.locks"), **cfg}
-    nv = FakeNvml(n_gpus=int(cfg.get("n_gpus", 1)), state_path=state)
-    env = {**os.environ, "JOULEBOUND_TEST_FAKE_NVML": json.dumps(cfg), "PYTHONUNBUFFERED": "1"}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    return env, nv
-
-
-def _wait(pred, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def _signals(ignore=(), nofile: int | None = None):
