@@ -91,7 +91,7 @@ def _row(spec: DeviceSpec) -> dict[str, Any]:
     from joulebound.hw.catalog import device_aliases, device_origin
 
     core = spec.core_clocks_mhz()
-    bf16 = spec.peak("bf16")
+    bf16 = spec.peak_flops.get("bf16")        # None: no bf16 units (Volta, Turing, Pascal)
     return {
         "name": spec.name,
         "product_name": spec.product_name,
@@ -103,7 +103,7 @@ def _row(spec: DeviceSpec) -> dict[str, Any]:
         "core_min_mhz": min(core),
         "core_max_mhz": max(core),
         "max_mem_mhz": spec.max_mem_mhz,
-        "bf16_tflops": bf16 / 1e12,
+        "bf16_tflops": None if bf16 is None else bf16 / 1e12,
         "mem_bandwidth_gbs": spec.mem_bandwidth_bps / 1e9,
         "tdp_w": spec.power_limit_default_w,
         "switch_latency_s": spec.switch_latency_s,
@@ -149,7 +149,8 @@ def list_command(
         cells = [
             r["name"], r["product_name"], r["architecture"], str(r["n_mem_clocks"]),
             str(r["n_core_clocks"]), f"{r['core_min_mhz']}-{r['core_max_mhz']}",
-            str(r["max_mem_mhz"]), star("peak_flops", f"{r['bf16_tflops']:.1f}"),
+            str(r["max_mem_mhz"]),
+            star("peak_flops", "–" if r["bf16_tflops"] is None else f"{r['bf16_tflops']:.1f}"),
             star("mem_bandwidth_bps", f"{r['mem_bandwidth_gbs']:.0f}"),
             star("power_limit_default_w", f"{r['tdp_w']:.0f}"), star("switch_latency_s", lat),
             ("constructed" if wide else "constr") if s.tables_constructed else "real",
@@ -158,7 +159,8 @@ def list_command(
     console.print(t)
     for msg in broken_user_entries():
         console.print(f"[yellow]skipped user entry:[/] {escape(msg)}", highlight=False)
-    console.print("bf16 = dense tensor-core peak at the top core clock (GeForce: FP32 accumulate). "
+    console.print("bf16 = dense tensor-core peak at the top core clock (GeForce: FP32 accumulate); "
+                  "– = no bf16 units (bf16 then runs at the fp32 rate). "
                   "`joulebound devices NAME` shows every field with its source; "
                   "`joulebound devices import FILE` adds a GPU.", style="dim")
 
@@ -223,7 +225,8 @@ def show_command(
     rows += [
         ("memory bandwidth", f"{spec.mem_bandwidth_bps / 1e9:.0f} GB/s",
          src.get("mem_bandwidth_bps", "-")),
-        ("ridge point (bf16)", f"{spec.ridge_point:.0f} FLOP/B", "peak bf16 / bandwidth"),
+        ("ridge point (tensor math)", f"{spec.ridge_point:.0f} FLOP/B",
+         "peak bf16 (else fp16) / bandwidth"),
         ("memory", f"{spec.memory_bytes / 2**30:.1f} GiB", src.get("memory_bytes", "-")),
         ("memory type", spec.memory_type or "-", src.get("memory_type", "-")),
         ("SMs", _fmt(spec.sm_count or None), src.get("sm_count", "-")),

@@ -101,13 +101,16 @@ class DeviceSpec:
 
     @property
     def ridge_point(self) -> float:
-        """Roofline ridge point for bf16 tensor math (FLOP per byte) at top clocks."""
+        """Roofline ridge point for tensor math (bf16, else fp16; FLOP per byte) at top clocks."""
         peak = self.peak_flops.get("bf16") or self.peak_flops.get("fp16") or self.peak_flops["fp32"]
         return peak / self.mem_bandwidth_bps
 
     def peak(self, dtype: str) -> float:
-        """Dense peak FLOP/s for ``dtype`` at ``max_core_mhz`` (falls back fp16<->bf16, tf32->fp32)."""
-        for key in (dtype, {"bf16": "fp16", "fp16": "bf16", "tf32": "fp32"}.get(dtype, ""), "fp32"):
+        """Dense peak FLOP/s for ``dtype`` at ``max_core_mhz``. A dtype the GPU has no units for
+        runs at the rate it falls back to: bf16 without bf16 tensor cores (Volta, Turing, Pascal)
+        at the fp32 rate (emulated — not at the fp16 rate, which is another number format),
+        tf32 at fp32, fp16 on a card listing only bf16 at bf16."""
+        for key in (dtype, {"bf16": "fp32", "fp16": "bf16", "tf32": "fp32"}.get(dtype, ""), "fp32"):
             if key in self.peak_flops:
                 return self.peak_flops[key]
         raise KeyError(f"{self.name}: no peak rate for dtype {dtype!r}")
