@@ -61,8 +61,10 @@ def load_run(store: Store, run: str | None) -> RunData:
     rid = row["run_id"]
     samples = [(float(t), u, k, p) for t, u, k, p in store.query(
         "SELECT t_s, uuid, kind, power_w FROM samples WHERE run_id=? ORDER BY t_s", (rid,))]
-    return RunData(run=row, windows=store.windows(rid), samples=samples,
-                   notes=json.loads(row.get("notes_json") or "[]"))
+    windows = store.windows(rid)
+    return RunData(run=row, windows=windows, samples=samples,
+                   notes=[*json.loads(row.get("notes_json") or "[]"),
+                          *getattr(store, "skipped_rows", [])])
 
 
 def _f(x: float | None, d: int = 1) -> str:
