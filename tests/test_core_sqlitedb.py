@@ -3,6 +3,7 @@ refusal of a newer schema, databases from before the table still open, the same 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -280,3 +281,38 @@ def test_a_store_in_a_read_only_folder_can_still_be_read(tmp_path_factory, kind)
         os.chmod(d, 0o755)
     assert isinstance(got, list), got
     assert "joulebound_schema" in got
+
+
+def test_a_store_on_a_read_only_mount_is_read_not_refused(tmp_path_factory):
+    """On a read-only mount SQLite cannot create a WAL store's -shm file and says 'unable to open
+    database file' (not 'readonly'): ``runs`` refused a valid store as "not an SQLite database"
+    (issue 30, item 13). Read-only opens now see the read-only file system and open it immutable.
+    Needs root and a private mount namespace (``unshare -m``) for a real read-only bind mount."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("a read-only bind mount needs root and unshare")
+    src = tempfile.mkdtemp(prefix="jb-rw-")
+    mnt = tempfile.mkdtemp(prefix="jb-rom-")
+    db = os.path.join(src, "runs.db")
+    with Store(db) as st:
+        st.begin_run("r1", command="python train.py", backend="nvml")
+        st.end_run("r1", status="finished", exit_code=0)
+    assert sorted(os.listdir(src)) == ["runs.db"]
+    script = (f"mount --bind {src} {mnt} && mount -o remount,ro,bind {mnt} && "
+              f"! touch {mnt}/probe 2>/dev/null && "
+              f"{sys.executable} -m joulebound runs --json {mnt}/runs.db")
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind {src} {mnt}"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no private mount namespace here ({probe.stderr!r})")
+    p = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr           # was: rc 2 "not an SQLite database"
+    runs = json.loads(p.stdout)
+    assert [r["run_id"] for r in runs] == ["r1"] and runs[0]["status"] == "finished"
+    assert sorted(os.listdir(src)) == ["runs.db"]   # nothing was written beside it

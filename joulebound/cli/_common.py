@@ -57,3 +57,12 @@ def reflow(text: str) -> str:
     """Join the lines of each paragraph of a ``--help`` text so the terminal, not the source,
     decides line breaks (paragraphs are separated by blank lines)."""
     return "\n\n".join(" ".join(par.split()) for par in text.strip().split("\n\n"))
+
+
+def print_skipped_rows(store: Any) -> None:
+    """One note on stderr per store row that could not be read and was skipped
+    (:attr:`joulebound.energy.store.Store.skipped_rows`)."""
+    from rich.markup import escape
+
+    for n in store.skipped_rows:
+        err_console.print(f"[yellow]note:[/] {escape(n)}", highlight=False)

@@ -205,7 +205,7 @@ def runs_command(
     import json
     from pathlib import Path
 
-    from joulebound.cli._common import console, print_json
+    from joulebound.cli._common import console, print_json, print_skipped_rows
     from joulebound.core.errors import JouleboundError
     from joulebound.energy.store import Store
 
@@ -224,6 +224,7 @@ def runs_command(
         out.mkdir(parents=True, exist_ok=True)
         text = prometheus_text({r["run_id"]: st.windows(r["run_id"]) for r in st.runs()[-last:]})
         (out / "metrics.prom").write_text(text)
+        print_skipped_rows(st)
         console.print(f"wrote {out / 'metrics.prom'}")
         return
     if export is not None:
@@ -240,6 +241,7 @@ def runs_command(
                      "windows": [{"name": w.name, "duration_s": w.duration_s,
                                   "energy_j": w.energy_j, "cpu_energy_j": w.cpu_energy_j,
                                   "provenance": w.provenance, "flags": w.flags} for w in ws]})
+    print_skipped_rows(st)
     if as_json:
         print_json(docs)
         return

@@ -27,7 +27,7 @@ def report_command(
     carbon_intensity: Annotated[str | None, typer.Option(
         help="gCO2e per kWh, or a region code (e.g. FR, US, WORLD).")] = None,
 ) -> None:
-    from joulebound.cli._common import console
+    from joulebound.cli._common import console, print_skipped_rows
     from joulebound.core.errors import JouleboundError
     from joulebound.core.paths import ensure_output_dir
     from joulebound.energy.carbon import carbon_intensity as parse_ci
@@ -38,7 +38,11 @@ def report_command(
         raise JouleboundError(f"store {db} does not exist (create one with "
                               f"joulebound measure --db {db} -- CMD)")
     ci = parse_ci(carbon_intensity)
-    data = load_run(Store(db, readonly=True), run)
+    st = Store(db, readonly=True)
+    try:
+        data = load_run(st, run)
+    finally:
+        print_skipped_rows(st)       # rows that could not be read: skipped, each named
     out = ensure_output_dir(output or Path(f"run-report-{data.run['run_id'][:8]}"),
                             "report folder (-o)")
     index = write_run_report(data, out, carbon=ci)

@@ -28,7 +28,12 @@ The plan's kernel names must be op keys: record them first with
 plan over that trace, then run with --plan.
 
 --json (the script's own stdout then goes to stderr) keys: command, exit_code, actuator, duration_s (measured), ops, planned_ops, safe_ops,
-switches, skipped_switches, switch_log, predictor_accuracy, period_ops, modeled_time_s, modeled_energy_j,
+switches_requested (switches the controller asked for: the switch log's lines), switches_realized
+(switches the actuator made: each reached NVML or the helper and succeeded), switches_skipped
+(another client held the GPU or the helper was away), switches_not_made (the rest: already at that
+pair, replaced while deferred by the helper's rate limit, or after a stop signal); requested =
+realized + skipped + not made; switches and skipped_switches are older names of
+switches_requested and switches_skipped. Further keys: switch_log, predictor_accuracy, period_ops, modeled_time_s, modeled_energy_j,
 modeled_iteration_energy_j, unknown_ops, baseline_time_s, baseline_energy_j (the same ops at
 the default clocks), modeled_energy_delta, modeled_time_delta (simulated only; modeled),
 plan_summary {baseline_time_s, baseline_energy_j, time_s, energy_j, energy_delta, time_delta,
@@ -41,7 +46,7 @@ shorter than the switch latency (--switch-latency, else the GPU's catalog latenc
 unless --force, and every clock pair the plan commands is checked against the live GPU's clock
 table before the script starts: unsupported pairs are named and the plan refused, or mapped to the
 nearest supported pair with --snap (a note lists them). Through the helper, a GPU another client
-holds is not an error: training goes on without changing clocks (skipped_switches in --json and a
+holds is not an error: training goes on without changing clocks (switches_skipped in --json and a
 note say how many switches were skipped); nor is a helper that restarts or stops: training goes on
 at the default clocks, the helper is tried again with backoff (0.5 s doubling to 30 s) and the plan
 applies again once it is back (a note says how often the connection was lost).
@@ -166,10 +171,7 @@ def run_command(
         else:
             t.add_row("ops under the plan", f"{res.planned_ops:,}", "")
             t.add_row("ops at the safe clocks", f"{res.safe_ops:,}", "")
-            t.add_row("clock switches", f"{res.switches:,}", "")
-            if res.skipped_switches:
-                t.add_row("clock switches skipped (GPU busy or helper unreachable; see notes)",
-                          f"{res.skipped_switches:,}", "")
+            _switch_rows(t, res)
         if res.predictor_accuracy is not None:
             # hits / predictions over this run's op stream: observed, so measured
             t.add_row("next-op prediction accuracy", f"{res.predictor_accuracy * 100:.2f} %",
@@ -216,6 +218,22 @@ def run_command(
         for n in res.notes:
             console.print(f"note: {n}", highlight=False)
     raise SystemExit(res.exit_code)
+
+
+def _switch_rows(t: Any, res: Any) -> None:
+    """The switch counts of the run table, as ``--json`` has them (requested = made + skipped +
+    not made)."""
+    where = {"nvml": "reached the GPU", "helper": "reached the GPU",
+             "simulated": "simulated, no GPU", "dry-run": "logged only, no GPU"}
+    t.add_row("clock switches requested (by the controller)", f"{res.switches_requested:,}", "")
+    t.add_row(f"clock switches made ({where.get(res.actuator, res.actuator)})",
+              f"{res.switches_realized:,}", "")
+    if res.switches_skipped:
+        t.add_row("clock switches skipped (GPU busy or helper unreachable; see notes)",
+                  f"{res.switches_skipped:,}", "")
+    if res.switches_not_made:
+        t.add_row("clock switches not made (already at that pair, replaced while deferred, or "
+                  "after the stop)", f"{res.switches_not_made:,}", "")
 
 
 def _ci(lo_hi: list[float]) -> str:

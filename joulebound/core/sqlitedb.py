@@ -86,27 +86,50 @@ def connect(path: str | Path, *, what: str = "store", readonly: bool = False,
 
 
 def _connect_readonly(path: str | Path, what: str, check_same_thread: bool) -> sqlite3.Connection:
-    """``mode=ro``; a WAL store in a folder the reader cannot write (a read-only mount, someone
-    else's results) cannot be opened that way -- SQLite needs its ``-shm`` file -- so such a file,
-    closed cleanly (no ``-wal`` beside it), is opened ``immutable`` (nobody can be writing it)."""
+    """``mode=ro``; a WAL store that cannot be read so -- SQLite needs to create its ``-shm``
+    file beside it, which fails on a read-only mount (``unable to open database file``) or in a
+    folder the reader cannot write (someone else's results: ``readonly``) -- is opened
+    ``immutable`` when it was closed cleanly (no ``-wal`` with content beside it): nobody can be
+    writing a file whose folder cannot be written."""
     kw = {"uri": True, "timeout": BUSY_TIMEOUT_S, "isolation_level": None,
           "check_same_thread": check_same_thread}
-    con = sqlite3.connect(f"file:{path}?mode=ro", **kw)
+    con = sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", **kw)
     try:
         con.execute("PRAGMA schema_version").fetchone()
         return con
     except sqlite3.Error as exc:
-        if not isinstance(exc, sqlite3.OperationalError) or "readonly" not in str(exc) \
-                or os.access(Path(path).parent, os.W_OK):
+        if not isinstance(exc, sqlite3.OperationalError) or _writable_place(path):
             return con   # not this case: the integrity check names the problem
         con.close()
-        if Path(f"{path}-wal").exists():
+        wal = Path(f"{path}-wal")
+        if wal.exists() and wal.stat().st_size > 0:
             raise JouleboundError(
                 f"{what} {path}: its last writes are still in {path}-wal and the folder cannot be "
-                "written, so SQLite cannot read them; copy the file and its -wal file to a "
-                "writable folder and open the copy") from None
-        log.info("%s %s: WAL file in a read-only folder, opened immutable", what, path)
-        return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", **kw)
+                "written (a read-only mount or another user's folder), so SQLite cannot read "
+                "them; copy the file and its -wal file to a writable folder and open the "
+                "copy") from None
+        log.info("%s %s: WAL file where nothing can be written (%s), opened immutable", what,
+                 path, exc)
+        return sqlite3.connect(f"file:{_uri_path(path)}?mode=ro&immutable=1", **kw)
+
+
+def _writable_place(path: str | Path) -> bool:
+    """Whether SQLite can create its side files for ``path``: the folder can be written and the
+    file system is not mounted read-only."""
+    folder = Path(path).parent
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return False
+    except OSError:
+        pass
+    return os.access(folder, os.W_OK)
+
+
+def _uri_path(path: str | Path) -> str:
+    """``path`` for an SQLite ``file:`` URI (``?`` and ``#`` in names would end the path)."""
+    from urllib.parse import quote
+
+    return quote(str(Path(path).absolute()))
 
 
 def enable_writes(con: sqlite3.Connection) -> None:

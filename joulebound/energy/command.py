@@ -422,10 +422,11 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
         meter.backend.notes.append(
             f"the command did not stop within {kill_after_s:g} s of {stopped}: its process group "
             "was sent SIGKILL")
-    notes = meter.notes
     meter.close(status=status, exit_code=code)
+    # notes and losses read together, after the close flushed the last samples: the note's
+    # count of samples not stored is the one in ``losses`` (read before, it missed the last batch)
     return CommandResult(command=list(cmd), exit_code=code, signal=sig, window=res,
-                         notes=notes, run_id=meter.run_id,
+                         notes=meter.notes, run_id=meter.run_id,
                          db=str(db) if db is not None else None, cpu_tdp_w=tdp,
                          losses=meter.losses, stopped_by=stopped, killed=killed)
 

@@ -135,6 +135,97 @@ def owner_gone(owner: Any, host: str | None = None, boot_id: str | None = None) 
         start != owner["pid_start"]
 
 
+def _number(v: Any, what: str, optional: bool = False) -> float | None:
+    """``v`` (a stored number) as a float; ``None`` allowed when ``optional``.
+
+    Raises:
+        ValueError: ``v`` is text, a blob or NULL where a number must be (``what`` names it).
+    """
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"{what} is {'NULL' if v is None else repr(v)[:40]}, not a number")
+    return float(v)
+
+
+def _json(v: Any, what: str, kind: type) -> Any:
+    """``v`` (a JSON text or NULL) parsed, of type ``kind``; NULL reads as an empty one."""
+    if v is None:
+        return kind()
+    if not isinstance(v, str):
+        raise ValueError(f"{what} is {v!r}, not JSON text")
+    try:
+        doc = json.loads(v)
+    except ValueError as exc:
+        raise ValueError(f"{what} is not valid JSON ({exc})") from None
+    if not isinstance(doc, kind):
+        raise ValueError(f"{what} is a JSON {type(doc).__name__}, not a {kind.__name__}")
+    return doc
+
+
+def run_row_problem(r: dict[str, Any]) -> str | None:
+    """What is wrong with a ``runs`` row (a dict of its columns), in words; ``None`` when it can
+    be read: ``run_id`` text, times numbers (or NULL), text columns text (or NULL), integers
+    integers (or NULL), ``notes_json`` a JSON list, ``devices_json`` a list, ``meta_json`` an
+    object."""
+    try:
+        if not isinstance(r.get("run_id"), str) or not r["run_id"]:
+            raise ValueError(f"run_id is {r.get('run_id')!r}, not text")
+        for k in ("started_at", "ended_at"):
+            _number(r.get(k), k, optional=True)
+        for k in ("status", "command", "backend", "provenance", "host"):
+            if r.get(k) is not None and not isinstance(r[k], str):
+                raise ValueError(f"{k} is {r[k]!r}, not text")
+        for k in ("exit_code", "rank"):
+            if r.get(k) is not None and (isinstance(r[k], bool) or not isinstance(r[k], int)):
+                raise ValueError(f"{k} is {r[k]!r}, not an integer")
+        notes = _json(r.get("notes_json"), "notes_json", list)
+        if not all(isinstance(n, str) for n in notes):
+            raise ValueError("notes_json is not a list of texts")
+        _json(r.get("devices_json"), "devices_json", list)
+        _json(r.get("meta_json"), "meta_json", dict)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _window_from_row(r: tuple) -> WindowResult:
+    """A :class:`WindowResult` from a ``windows`` row (the columns :meth:`Store.windows` selects).
+
+    Raises:
+        ValueError, TypeError: a field that cannot be read (the message says which).
+    """
+    if not isinstance(r[0], str):
+        raise ValueError(f"name is {r[0]!r}, not text")
+    start, end = _number(r[1], "start_s"), _number(r[2], "end_s")
+    duration = _number(r[3], "duration_s")
+    energy, cpu = _number(r[4], "energy_j", True), _number(r[8], "cpu_energy_j", True)
+    flags = _json(r[7], "flags_json", list)
+    if not all(isinstance(f, str) for f in flags):
+        raise ValueError("flags_json is not a list of texts")
+    devs = []
+    for d in _json(r[5], "devices_json", list):
+        if not isinstance(d, dict):
+            raise ValueError(f"devices_json holds {d!r}, not an object")
+        try:
+            dev = DeviceEnergy(**d)
+        except TypeError as exc:
+            raise ValueError(f"devices_json: {exc}") from None
+        for k in ("energy_j", "avg_power_w", "peak_power_w", "uncertainty_j"):
+            _number(getattr(dev, k), f"devices_json {k}", optional=True)
+        devs.append(dev)
+    gpu = [d for d in devs if d.kind == "gpu"]
+    unc = (float(sum(d.uncertainty_j or 0.0 for d in gpu))
+           if energy is not None and gpu and any(d.uncertainty_j is not None for d in gpu)
+           else None)
+    return WindowResult(name=r[0], start_s=start, end_s=end, duration_s=duration,
+                        energy_j=energy, devices=devs,
+                        provenance=r[6] if isinstance(r[6], str) else "", flags=flags,
+                        cpu_energy_j=cpu, rank=r[9] if isinstance(r[9], int) else 0,
+                        host=r[10] if isinstance(r[10], str) else "",
+                        energy_uncertainty_j=unc)
+
+
 class Store:
     """A measurement database at ``path`` (created when missing).
 
@@ -179,6 +270,9 @@ class Store:
             raise
         self._lock = threading.Lock()
         self._readonly = readonly
+        #: rows that could not be read (badly written by another program, edited by hand): each
+        #: was skipped, and a note here says which and why (:meth:`runs`, :meth:`windows`)
+        self.skipped_rows: list[str] = []
         #: run ids found lost at this open (marked so unless read-only)
         self.lost: list[str] = []
         try:
@@ -274,14 +368,24 @@ class Store:
                                       "damaged: try `sqlite3 FILE .recover`") from None
 
     def runs(self) -> list[dict[str, Any]]:
+        """The run rows, oldest first, as dicts of the ``runs`` columns. A row whose fields
+        cannot be read (:func:`run_row_problem`) is skipped with a note in :attr:`skipped_rows`."""
         with self._lock:
             try:
-                cur = self._con.execute("SELECT * FROM runs ORDER BY started_at")
+                cur = self._con.execute("SELECT rowid, * FROM runs ORDER BY started_at")
                 cols = [c[0] for c in cur.description]
-                out = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+                rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
             except sqlite3.DatabaseError as exc:
                 raise JouleboundError(f"store {self.path}: cannot be read ({exc}); it may be "
                                       "damaged: try `sqlite3 FILE .recover`") from None
+        out = []
+        for r in rows:
+            rowid = r.pop("rowid")
+            why = run_row_problem(r)
+            if why is None:
+                out.append(r)
+            else:
+                self._skip(f"run row {rowid} (run_id {str(r.get('run_id'))[:40]!r}): {why}")
         if self._readonly and self.lost:        # found at open, not written: report them so
             lost = set(self.lost)
             for r in out:
@@ -292,21 +396,25 @@ class Store:
     def windows(self, run_id: str | None = None) -> list[WindowResult]:
         """Windows as :class:`~joulebound.energy.results.WindowResult` (all runs or one)."""
         sql = ("SELECT name, start_s, end_s, duration_s, energy_j, devices_json, provenance, "
-               "flags_json, cpu_energy_j, rank, host, run_id FROM windows")
+               "flags_json, cpu_energy_j, rank, host, run_id, id FROM windows")
         rows = self.query(sql + (" WHERE run_id=? ORDER BY id" if run_id else " ORDER BY id"),
                           (run_id,) if run_id else ())
         out = []
         for r in rows:
-            devs = [DeviceEnergy(**d) for d in json.loads(r[5])]
-            gpu = [d for d in devs if d.kind == "gpu"]
-            unc = (float(sum(d.uncertainty_j or 0.0 for d in gpu))
-                   if r[4] is not None and gpu and any(d.uncertainty_j is not None for d in gpu)
-                   else None)
-            out.append(WindowResult(name=r[0], start_s=r[1], end_s=r[2], duration_s=r[3],
-                                    energy_j=r[4], devices=devs, provenance=r[6],
-                                    flags=json.loads(r[7]), cpu_energy_j=r[8], rank=r[9],
-                                    host=r[10], energy_uncertainty_j=unc))
+            try:
+                out.append(_window_from_row(r))
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                self._skip(f"window row {r[12]} (run {str(r[11])[:40]!r}, window "
+                           f"{str(r[0])[:40]!r}): {exc}")
         return out
+
+    def _skip(self, what: str) -> None:
+        """Note a row that was skipped (once per row)."""
+        note = (f"store {self.path}: {what}; that row was skipped (it was not written by "
+                "joulebound as it is now, or was changed since)")
+        if note not in self.skipped_rows:
+            self.skipped_rows.append(note)
+            log.info("%s", note)          # callers show skipped_rows (the runs/report commands)
 
     def frame(self, table: str) -> pd.DataFrame:
         """One table as a pandas DataFrame."""

@@ -30,6 +30,14 @@ def pyplot():
     return plt
 
 
+def plain(text: object) -> str:
+    """``text`` to be drawn as it is written. matplotlib reads ``$…$`` in any label as mathtext,
+    so a name such as ``$\\undefinedcmd$`` (a window, trace, device or GPU name) failed the whole
+    report at ``savefig``; every ``$`` is escaped. Use it on every text a figure draws that is
+    not a fixed string of this package."""
+    return str(text).replace("$", r"\$")
+
+
 def _pct(x: float) -> float:
     """Fraction → percent, with -0.00 shown as 0."""
     v = x * 100.0
@@ -82,15 +90,15 @@ def pareto_plot(study: Study, path: Path) -> Path:
     for i, p in enumerate(study.published):
         ax.plot(p["time_delta"] * 100, p["energy_delta"] * 100, "*", ms=13, color="tab:red",
                 label="Spaan et al. (published)" if i == 0 else None)
-        ax.annotate(f"{p['granularity']}, {p['what'].split(' (')[0]}",
+        ax.annotate(plain(f"{p['granularity']}, {p['what'].split(' (')[0]}"),
                     (p["time_delta"] * 100, p["energy_delta"] * 100), fontsize=7,
                     xytext=(6, 3), textcoords="offset points", color="tab:red")
     ax.axhline(0, color="0.75", lw=0.8)
     ax.axvline(0, color="0.75", lw=0.8)
     ax.set_xlabel(f"iteration time vs auto (%)   [auto = {study.baseline_time_s * 1e3:.1f} ms]")
     ax.set_ylabel(f"iteration energy vs auto (%)   [auto = {study.baseline_energy_j:.1f} J]")
-    ax.set_title(f"Time–energy trade-off per iteration, {study.trace.name} on "
-                 f"{study.char.device}\nlines and markers modeled by joulebound"
+    ax.set_title(f"Time–energy trade-off per iteration, {plain(study.trace.name)} on "
+                 f"{plain(study.char.device)}\nlines and markers modeled by joulebound"
                  + ("; ★ published (Spaan et al.)" if study.published else ""), fontsize=9)
     ax.grid(alpha=0.25)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
@@ -154,7 +162,7 @@ def clocks_plot(study: Study, labels: list[str], path: Path) -> Path:
         ax.tick_params(labelsize=7)
         ax2.tick_params(labelsize=7)
         n = r.plan.n_switches
-        ax.set_title(f"{r.label}: {describe(r)} — {n} switch{'es' if n != 1 else ''}, energy "
+        ax.set_title(f"{plain(r.label)}: {describe(r)} — {n} switch{'es' if n != 1 else ''}, energy "
                      f"{_pct(r.plan.energy_delta):+.2f} %, time {_pct(r.plan.time_delta):+.2f} % "
                      "(modeled)", fontsize=8, loc="left", pad=13 if i == 0 else 6)
         for b in bounds:
@@ -162,7 +170,8 @@ def clocks_plot(study: Study, labels: list[str], path: Path) -> Path:
         if i == 0:
             starts = np.concatenate([[0], bounds])
             for s, e in zip(starts, np.concatenate([bounds, [len(phases)]]), strict=True):
-                ax.text((t0[s] + t1[e - 1]) / 2, 1.0, _PHASE_SHORT.get(phases[s], phases[s]),
+                ax.text((t0[s] + t1[e - 1]) / 2, 1.0,
+                        plain(_PHASE_SHORT.get(phases[s], phases[s])),
                         transform=ax.get_xaxis_transform(), ha="center", va="bottom",
                         fontsize=7, color="0.3")
     handles = [plt.Line2D([], [], color="tab:blue", lw=2.2, label="core clock"),
@@ -173,8 +182,8 @@ def clocks_plot(study: Study, labels: list[str], path: Path) -> Path:
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=7, frameon=False)
     axes[-1, 0].set_xlabel("time into the iteration (ms; each plan replayed at its own "
                            "switch latency)", fontsize=8)
-    fig.suptitle(f"Clock pair per kernel along one iteration, {study.trace.name} on "
-                 f"{study.char.device} (modeled)", fontsize=9)
+    fig.suptitle(f"Clock pair per kernel along one iteration, {plain(study.trace.name)} on "
+                 f"{plain(study.char.device)} (modeled)", fontsize=9)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -188,7 +197,7 @@ def category_plot(study: Study, label: str, path: Path) -> Path:
     r = study.row(label)
     cats = category_savings(study.trace, study.char, r.plan)
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
-    names = [c["category"] for c in cats]
+    names = [plain(c["category"]) for c in cats]
     saved = [c["saved_j"] for c in cats]
     bars = ax.bar(names, saved, color="tab:green")
     for b, c in zip(bars, cats, strict=True):
@@ -197,7 +206,7 @@ def category_plot(study: Study, label: str, path: Path) -> Path:
     ax.set_ylabel("energy saved per iteration (J)")
     ax.set_xlabel("kernel category (bar label: the category's energy change vs auto)", fontsize=8)
     total = sum(saved)
-    ax.set_title(f"Savings by kernel category, {label} ({describe(r)}): {total:.2f} J of "
+    ax.set_title(f"Savings by kernel category, {plain(label)} ({describe(r)}): {total:.2f} J of "
                  f"{study.baseline_energy_j:.2f} J per iteration (modeled)", fontsize=8.5)
     ax.tick_params(axis="x", labelsize=8, rotation=20)
     ax.margins(y=0.12)
@@ -259,7 +268,8 @@ def latency_plot(study: Study, path: Path) -> Path | None:
     handles, names = ax_e.get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=min(4, len(names)), fontsize=7,
                frameon=False)
-    fig.suptitle(f"What clock-switch latency costs, {study.trace.name} on {study.char.device} "
+    fig.suptitle(f"What clock-switch latency costs, {plain(study.trace.name)} on "
+                 f"{plain(study.char.device)} "
                  "(modeled; plans replayed in the simulator at L)", fontsize=9)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)

@@ -61,8 +61,10 @@ def load_run(store: Store, run: str | None) -> RunData:
     rid = row["run_id"]
     samples = [(float(t), u, k, p) for t, u, k, p in store.query(
         "SELECT t_s, uuid, kind, power_w FROM samples WHERE run_id=? ORDER BY t_s", (rid,))]
-    return RunData(run=row, windows=store.windows(rid), samples=samples,
-                   notes=json.loads(row.get("notes_json") or "[]"))
+    windows = store.windows(rid)
+    return RunData(run=row, windows=windows, samples=samples,
+                   notes=[*json.loads(row.get("notes_json") or "[]"),
+                          *getattr(store, "skipped_rows", [])])
 
 
 def _f(x: float | None, d: int = 1) -> str:
@@ -103,17 +105,17 @@ def _timeline_png(data: RunData, path: Path) -> Path | None:
             series.setdefault((kind, uuid), []).append((t, p))
     if not series:
         return None
-    from joulebound.report.plots import pyplot
+    from joulebound.report.plots import plain, pyplot
 
     plt = pyplot()
     t0 = min(pts[0][0] for pts in series.values())
     fig, ax = plt.subplots(figsize=(9, 3.2))
     for (kind, uuid), pts in sorted(series.items()):
-        ax.plot([t - t0 for t, _ in pts], [p for _, p in pts], label=f"{kind} {uuid}", lw=1.2)
+        ax.plot([t - t0 for t, _ in pts], [p for _, p in pts], label=plain(f"{kind} {uuid}"), lw=1.2)
     ax.set_xlabel("time since the first sample (s)")
     ax.set_ylabel("power (W)")
     prov = data.run.get("provenance") or ""
-    ax.set_title(f"Power per device ({prov}; sampled)")
+    ax.set_title(plain(f"Power per device ({prov}; sampled)"))
     ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -127,17 +129,17 @@ def _windows_png(data: RunData, path: Path) -> Path | None:
     if not ws:
         return None
     ws = ws[:60]
-    from joulebound.report.plots import pyplot
+    from joulebound.report.plots import plain, pyplot
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 3.2))
     xs = range(len(ws))
     gpu = [w.energy_j or 0.0 for w in ws]
     cpu = [w.cpu_energy_j or 0.0 for w in ws]
-    ax.bar(xs, gpu, label=f"GPU ({ws[0].provenance})", color="tab:green")
-    ax.bar(xs, cpu, bottom=gpu, label=f"CPU+DRAM ({ws[0].cpu_provenance or '–'})",
+    ax.bar(xs, gpu, label=plain(f"GPU ({ws[0].provenance})"), color="tab:green")
+    ax.bar(xs, cpu, bottom=gpu, label=plain(f"CPU+DRAM ({ws[0].cpu_provenance or '–'})"),
            color="tab:gray")
-    ax.set_xticks(list(xs), [w.name for w in ws], rotation=60, ha="right", fontsize=7)
+    ax.set_xticks(list(xs), [plain(w.name) for w in ws], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("energy (J)")
     ax.set_title("Energy per window (GPU below, CPU+DRAM stacked on top; provenance in legend)")
     ax.legend(fontsize=8)

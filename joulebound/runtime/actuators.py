@@ -66,8 +66,12 @@ class Actuator:
         self._closed = False
         self.n_ops = 0
         self._pid = os.getpid()
-        #: switches asked for but not made because another owner held the GPU
+        #: switches asked for but not made because another owner held the GPU or the clock
+        #: helper was unreachable (:class:`~joulebound.runtime.helper.HelperActuator`)
         self.skipped = 0
+        #: switches made: :meth:`set_clocks` calls that changed the target and whose calls (NVML,
+        #: the helper) succeeded; the resets of :meth:`reset` / :meth:`close` are not counted
+        self.realized = 0
 
     @property
     def in_owner_process(self) -> bool:
@@ -80,12 +84,14 @@ class Actuator:
 
     def set_clocks(self, config: ClockConfig) -> bool:
         """Switch to ``config``; returns False (and does nothing) when it is already current,
-        when the actuator is closed, or when called from a forked child process."""
+        when the actuator is closed, or when called from a forked child process. A switch made
+        counts in :attr:`realized`."""
         if self._closed or config == self.current or not self.in_owner_process:
             return False
         self._apply(config)
         self.current = config
         self.switches.append(SwitchRecord(time.monotonic() - self._t0, config, self.n_ops))
+        self.realized += 1
         return True
 
     def _apply(self, config: ClockConfig) -> None:  # pragma: no cover - overridden
@@ -105,8 +111,10 @@ class Actuator:
         self.n_ops += 1
 
     def reset(self) -> None:
-        """Back to the GPU's default clocks."""
-        self.set_clocks(AUTO)
+        """Back to the GPU's default clocks (through :meth:`set_clocks`, so a subclass's checks
+        apply; not counted in :attr:`realized`: it is no switch the controller asked for)."""
+        if self.set_clocks(AUTO):
+            self.realized -= 1
 
     def close(self) -> None:
         if not self._closed and self.in_owner_process:

@@ -51,6 +51,8 @@ class ControllerStats:
     ops: int = 0
     planned_ops: int = 0       # ops for which the plan's command was followed
     safe_ops: int = 0          # ops run under the safe pair (unknown / low confidence)
+    #: switches requested (one switch-log line each); the actuator's ``realized`` and
+    #: ``skipped`` say how many were made (``joulebound run``'s ``switches_*`` keys)
     switches: int = 0
     held_ops: int = 0          # ops run at the safe pair while held (:meth:`Controller.hold`)
 

@@ -1129,6 +1129,7 @@ class HelperActuator(Actuator):
         if self._busy_until and time.monotonic() < self._busy_until:
             self.skipped += 1             # another owner has the GPU: ask again later
             self.skipped_busy += 1
+            self._pending = None          # skipped, so not retried (and not counted again)
             return False
         if self._pending is not None:
             if config != self._pending:

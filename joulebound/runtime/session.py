@@ -16,6 +16,7 @@ trace drives the controller in later runs.
 
 from __future__ import annotations
 
+import logging
 import os
 import runpy
 import sys
@@ -37,6 +38,8 @@ from joulebound.runtime.nextop import KeyInterner, NextKernelPredictor
 
 ACTUATORS = ("dry-run", "simulated", "nvml", "helper")
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class RunResult:
@@ -49,9 +52,16 @@ class RunResult:
     ops: int = 0
     planned_ops: int = 0
     safe_ops: int = 0
-    switches: int = 0
-    #: switches the actuator could not make because another owner held the GPU
-    skipped_switches: int = 0
+    #: switches the controller asked for (one line each in the switch log)
+    switches_requested: int = 0
+    #: switches the actuator made: each reached NVML / the clock helper and succeeded
+    switches_realized: int = 0
+    #: switches not made because another client held the GPU or the clock helper was away
+    switches_skipped: int = 0
+    #: the rest of the requested ones: the actuator was already at that pair, a deferred switch
+    #: (helper rate limit) was replaced by a newer one, or it came after the actuator was closed
+    #: (a stop signal); requested = realized + skipped + not made
+    switches_not_made: int = 0
     switch_log: str | None = None
     predictor_accuracy: float | None = None
     period_ops: int | None = None
@@ -76,6 +86,10 @@ class RunResult:
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
+        # older names, kept for scripts that read them: ``switches`` was always the requested
+        # count (not the switches made), ``skipped_switches`` the skipped one
+        d["switches"] = self.switches_requested
+        d["skipped_switches"] = self.switches_skipped
         d["duration_provenance"] = MEASURED
         d["modeled_provenance"] = MODELED if self.modeled_energy_j is not None else None
         return d
@@ -484,9 +498,8 @@ def _run(cmd: Sequence[str], plan: Plan | None, actuator: str, *, char: Any,
         res.notes.append(f"stopped by {res.stopped_by} after {ctl.stats.ops:,} ops; the clocks "
                          "were restored to the defaults")
     st = ctl.stats
-    res.ops, res.planned_ops, res.safe_ops, res.switches = (st.ops, st.planned_ops, st.safe_ops,
-                                                           st.switches)
-    res.skipped_switches = int(getattr(act, "skipped", 0))
+    res.ops, res.planned_ops, res.safe_ops = st.ops, st.planned_ops, st.safe_ops
+    count_switches(res, st.switches, act)
     res.predictor_accuracy = ctl.predictor.stats.accuracy if st.ops else None
     res.period_ops = ctl.predictor.period
     if actuator == "simulated":
@@ -494,6 +507,19 @@ def _run(cmd: Sequence[str], plan: Plan | None, actuator: str, *, char: Any,
     if act.current != AUTO:   # pragma: no cover - close() always resets
         res.notes.append("warning: clocks were not back at the default")
     return res
+
+
+def count_switches(res: RunResult, requested: int, act: Any) -> None:
+    """Fill ``res``'s switch counts: ``requested`` by the controller, realized and skipped as
+    ``act`` counted them, the rest not made (the three add up to ``requested``)."""
+    realized, skipped = int(getattr(act, "realized", 0)), int(getattr(act, "skipped", 0))
+    res.switches_requested, res.switches_realized = int(requested), realized
+    res.switches_skipped = skipped
+    res.switches_not_made = int(requested) - realized - skipped
+    if res.switches_not_made < 0:   # pragma: no cover - each request is counted at most once
+        log.warning("switch counts disagree: %d requested, %d made, %d skipped", requested,
+                    realized, skipped)
+        res.switches_not_made = 0
 
 
 def _add_modeled_totals(res: RunResult, tot: Any) -> None:
