@@ -13,48 +13,19 @@ item 14: ``run --json`` said 607 switches when 5 reached NVML).
 from __future__ import annotations
 
 import json
-import os
-import sys
 
-import pytest
-
+import tests.test_runtime_clock_trust as trust
 from joulebound.core.clocks import AUTO, ClockConfig
-from joulebound.hw import gpu as gpu_layer
 from joulebound.testing.fakenvml import FakeNvml
-from tests.test_runtime_clock_trust import TRAIN, _plan
+from tests.test_runtime_clock_trust import _plan
+
+# the clock-trust tests' fixtures: its recorded op stream and the in-process fake-NVML CLI
+recorded = trust.recorded
+cli_nvml = trust.cli_nvml
 
 HI, LO = ClockConfig(1410, 1593), ClockConfig(1005, 1593)
 SET = "nvmlDeviceSetGpuLockedClocks"
 RESET = "nvmlDeviceResetGpuLockedClocks"
-
-
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    """A training script and its recorded op stream (the plan's kernel names)."""
-    pytest.importorskip("torch")
-    from joulebound.cli import main
-    from joulebound.workload.trace import Trace
-
-    d = tmp_path_factory.mktemp("counts")
-    (d / "train.py").write_text(TRAIN)
-    cwd = os.getcwd()
-    os.chdir(d)
-    try:
-        assert main(["run", "--record", "ops.json", "--json", "--", "python", "train.py", "12",
-                     str(d / "rec.marker")]) == 0
-    finally:
-        os.chdir(cwd)
-    return d, Trace.load(d / "ops.json").names()
-
-
-@pytest.fixture
-def cli_nvml(monkeypatch):
-    """The CLI in this process with a FakeNvml as ``pynvml`` and clock privileges."""
-    monkeypatch.setattr(gpu_layer, "has_clock_privileges", lambda: True)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    nv = FakeNvml(n_gpus=1)
-    monkeypatch.setitem(sys.modules, "pynvml", nv)
-    return nv
 
 
 def _consistent(out: dict) -> None:
