@@ -76,6 +76,13 @@ def load(data: Path, board: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return f, p, v
 
 
+def _kept(data: Path, board: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`load` without the readings left out (the H100's 345 MHz point)."""
+    f, p, v = load(data, board)
+    keep = f != H100_OUTLIER_MHZ if board == "h100" else np.ones(len(f), bool)
+    return f[keep], p[keep], v[keep]
+
+
 def fit_voltage(f: np.ndarray, v: np.ndarray, f_max: float) -> VFCurve:
     """The :class:`VFCurve` (knee, floor) closest to measured voltages ``v`` at clocks ``f``,
     relative to the voltage at ``f_max``."""
@@ -104,9 +111,7 @@ def fit_board(data: Path, board: str, vf: VFCurve | None = None) -> IdleFit:
     from scipy.optimize import least_squares
 
     f_max = BOARDS[board][1]
-    f, p, v = load(data, board)
-    keep = f != H100_OUTLIER_MHZ if board == "h100" else np.ones(len(f), bool)
-    f, p, v = f[keep], p[keep], v[keep]
+    f, p, v = _kept(data, board)
     if vf is None and np.isfinite(v).sum() >= 4:
         vf = fit_voltage(f, v, f_max)
     if vf is not None:
@@ -165,6 +170,5 @@ def clock_power_for(data: Path, vf: VFCurve, board: str = "netsres117") -> tuple
     A100 curve is the effective one fitted on Perseus energies; the measured supply voltage,
     held fixed there, raises that check's held-out energy error from 1.8 % to 4.0 %, so the
     product keeps the effective curve and takes ``C`` against it)."""
-    f, p, _ = load(data, board)
-    keep = f != H100_OUTLIER_MHZ if board == "h100" else np.ones(len(f), bool)
-    return _linear(f[keep], p[keep], VFCurve(vf.knee_mhz, vf.v_min, BOARDS[board][1]))
+    f, p, _ = _kept(data, board)
+    return _linear(f, p, VFCurve(vf.knee_mhz, vf.v_min, BOARDS[board][1]))

@@ -48,8 +48,10 @@ def predict(n: np.ndarray, b: float, q: float, f_mhz: float, peak: float) -> np.
     """Bandwidth (GB/s) of ``n`` SMs keeping ``b`` bytes in flight per cycle (``b = 0``: peak)."""
     if b <= 0:
         return np.full(len(n), peak)
+    from joulebound.gpumodel.kernel import smooth_max  # the kernel model's knee
+
     issue = n * b * f_mhz * 1e6 / 1e9                  # GB/s the SMs could draw
-    return peak / (1.0 + (peak / issue) ** q) ** (1.0 / q)
+    return peak / smooth_max(np.ones(len(n)), peak / issue, q)
 
 
 def fit(path: Path = PROBE) -> tuple[float, float, float]:

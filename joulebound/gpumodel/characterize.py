@@ -17,6 +17,7 @@ from joulebound.gpumodel.kernel import (
     kernel_time,
     kernel_time_energy,
     mlp_knee,
+    with_host_gaps,
 )
 from joulebound.gpumodel.kernel_table import config_terms, fill_table, keys_work
 from joulebound.gpumodel.params import TENSOR_CATEGORIES, DeviceParams, params_for
@@ -285,10 +286,8 @@ def apply_host_gaps(time_s: np.ndarray, energy_j: np.ndarray, host_s: np.ndarray
     step has."""
     if host_s is None or not np.any(np.asarray(host_s) > 0):
         return time_s, energy_j
-    h = np.asarray(host_s, float).reshape(-1, 1)
-    wall = np.maximum(time_s, h)
     pg = gap_power(rc.core_mhz, rc.mem_mhz, spec.max_mem_mhz, params, rc.mem_auto)
-    return wall, energy_j + pg[None, :] * (wall - time_s)
+    return with_host_gaps(time_s, energy_j, np.asarray(host_s, float).reshape(-1, 1), pg[None, :])
 
 
 def _work_keys(work: KernelWork, params: DeviceParams) -> np.ndarray:

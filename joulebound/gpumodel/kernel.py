@@ -111,7 +111,10 @@ def knee_norm(knee: np.ndarray | float, q: float) -> np.ndarray:
 
 
 def smooth_max(a: np.ndarray, b: np.ndarray, q: float) -> np.ndarray:
-    """``(a**q + b**q)**(1/q)`` for ``a, b >= 0``, as ``big·(1 + (small/big)**q)**(1/q)``."""
+    """``(a**q + b**q)**(1/q)`` for ``a, b >= 0``, as ``big·(1 + (small/big)**q)**(1/q)``: one of
+    the two ratios is exactly 1.0 (the larger over itself), so this is the same float at one
+    fractional power per cell, not two. The compute/memory overlap and the
+    memory-level-parallelism knee both use it."""
     big = np.maximum(a, b)
     safe = np.where(big > 0, big, 1.0)
     return np.where(big > 0, safe * (1.0 + (np.minimum(a, b) / safe) ** q) ** (1.0 / q), 0.0)
@@ -134,6 +137,16 @@ def _lam(work: KernelWork, params: DeviceParams) -> np.ndarray | float:
 
 def _knee(work: KernelWork) -> np.ndarray | float:
     return 0.0 if work.knee is None else np.asarray(work.knee, float)
+
+
+def with_host_gaps(time_s: np.ndarray, energy_j: np.ndarray, host_s: np.ndarray,
+                   gap_w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(wall time, energy)`` of cells whose kernel waits ``host_s`` (s) for the host: where a
+    cell is shorter, its time becomes ``host_s`` and the GPU idles for the rest at ``gap_w``
+    (W, :func:`gap_power`). Broadcasts; idempotent (a cell that already includes its gap is
+    unchanged). The one place the idle-gap energy is computed."""
+    wall = np.maximum(time_s, host_s)
+    return wall, energy_j + gap_w * (wall - time_s)
 
 
 def gap_power(f_mhz: np.ndarray, m_mhz: np.ndarray, m_max: float, params: DeviceParams,
@@ -164,14 +177,7 @@ def kernel_time(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f_max: f
         mem = smooth_max(np.broadcast_to(mem, np.broadcast(mem, f, knee).shape),
                          knee * (f_max / f), params.mlp_q) / knee_norm(knee, params.mlp_q)
     tm = work.tm_max * ((1.0 - lam) * mem + lam * (f_max / f))
-    p = params.overlap_p
-    big = np.maximum(tc, tm)
-    safe = np.where(big > 0, big, 1.0)
-    # (tc/big)**p + (tm/big)**p with one of the two ratios exactly 1.0 (the larger part over
-    # itself): 1 + (small/big)**p is the same float, at one fractional power per cell, not two
-    small = np.minimum(tc, tm) / safe
-    body = np.where(big > 0, safe * (1.0 + small ** p) ** (1.0 / p), 0.0)
-    return params.launch_overhead_s + body, tc, tm
+    return params.launch_overhead_s + smooth_max(tc, tm, params.overlap_p), tc, tm
 
 
 def kernel_power(t: np.ndarray, tc: np.ndarray, tm: np.ndarray, f_mhz: np.ndarray,
@@ -248,9 +254,7 @@ def kernel_time_energy(work: KernelWork, f_mhz: np.ndarray, m_mhz: np.ndarray, f
                                  mem_auto=mac)
     energy = p * t
     if work.host_s is not None and np.any(np.asarray(work.host_s) > 0):
-        wall = np.maximum(t, np.asarray(work.host_s, float))
-        pg = gap_power(f_req, m, m_max, params, ma)
-        energy = energy + pg * (wall - t)
-        p = energy / wall
-        t = wall
+        t, energy = with_host_gaps(t, energy, np.asarray(work.host_s, float),
+                                   gap_power(f_req, m, m_max, params, ma))
+        p = energy / t
     return {"time_s": t, "energy_j": energy, "power_w": p, "f_eff_mhz": f_eff, "capped": capped}

@@ -43,6 +43,7 @@ from joulebound.gpumodel.kernel import (
     kernel_time_energy,
     knee_norm,
     memory_scale,
+    with_host_gaps,
 )
 from joulebound.gpumodel.params import DeviceParams
 
@@ -183,10 +184,8 @@ def add_host_gaps(host_s: np.ndarray, ct: ConfigTerms, m_max: float, params: Dev
     if not len(rows):
         return
     pg = gap_power(ct.f_mhz, ct.m_mhz, m_max, params, ct.mem_auto)
-    t = time_out[rows]
-    wall = np.maximum(t, host_s[rows, None])
-    energy_out[rows] += pg[None, :] * (wall - t)
-    time_out[rows] = wall
+    time_out[rows], energy_out[rows] = with_host_gaps(time_out[rows], energy_out[rows],
+                                                      host_s[rows, None], pg[None, :])
 
 
 def fill_table(keys: np.ndarray, ct: ConfigTerms, f_max: float, m_max: float,
