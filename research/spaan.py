@@ -571,3 +571,21 @@ def totals_check(params: DeviceParams | None = None, n_draws: int | None = None)
                  f"{'met' if t.within_target else 'missed'}); published inside the range: "
                  f"{'n/a' if t.inside_range is None else ('yes' if t.inside_range else 'no')}"))
     return out
+
+
+def choices_leave_one_row_out(su: Setup, params: DeviceParams, max_nfev: int = 150
+                              ) -> list[dict]:
+    """The clock decision on held-out rows: for each Table 1 row, the calibration refitted without
+    that row (its values, its choice) picks its best swept pair, compared with the published one
+    (:meth:`Choices.rows` of that row). About a minute."""
+    free = free_params(su.spec)
+    resid = residuals_fn(su)
+    x0 = np.array([p.to_x(params.get(p.path)) for p in free])
+    n = len(su.rows)
+    out = []
+    for i in range(n):
+        w = np.ones(n + 1)
+        w[i] = 0.0
+        res = fit_params(start(su), free, resid, weights=w, x0=x0, max_nfev=max_nfev)
+        out.append(choices(su, res.params).rows(su)[i])
+    return out
