@@ -52,6 +52,16 @@ def baseline_line(study) -> str:
             f"{study.baseline_energy_j:.2f} J per iteration ({study.char.provenance()})")
 
 
+def _beside_published(study):
+    """Per published figure: ``(figure, our ε = 0 plan row of the same granularity or None, its
+    draw interval or None)``."""
+    ivs = study.meta.get("intervals") or {}
+    for p in study.published:
+        ours = next((r for r in study.rows if r.granularity == p["granularity"]
+                     and r.slowdown == 0.0 and r.plan_latency_s == 0.0), None)
+        yield p, ours, (ivs.get(ours.label) if ours is not None else None)
+
+
 def published_table(study, title: str | None = None):
     """Spaan et al.'s figures as their own small table, labeled published and cited (or None).
 
@@ -74,11 +84,7 @@ def published_table(study, title: str | None = None):
     t.add_column("ours", justify="right", no_wrap=True)
     t.add_column("our range", justify="right", no_wrap=True)
     t.add_column("gap", justify="right", no_wrap=True)
-    ivs = study.meta.get("intervals") or {}
-    for p in study.published:
-        ours = next((r for r in study.rows if r.granularity == p["granularity"]
-                     and r.slowdown == 0.0 and r.plan_latency_s == 0.0), None)
-        iv = ivs.get(ours.label) if ours is not None else None
+    for p, ours, iv in _beside_published(study):
         inside = "" if iv is None else (
             " in" if iv.energy_lo <= p["energy_delta"] <= iv.energy_hi else " OUT")
         t.add_row(p["granularity"], fmt_pct(p["energy_delta"]),
@@ -97,14 +103,10 @@ def published_table(study, title: str | None = None):
 def published_misses(study) -> list[str]:
     """One plain sentence per published figure our plan (ε = 0, same setting) misses: outside our
     5–95 % range, or off by more than 1.5 pp where there is no range."""
-    ivs = study.meta.get("intervals") or {}
     out = []
-    for p in study.published:
-        ours = next((r for r in study.rows if r.granularity == p["granularity"]
-                     and r.slowdown == 0.0 and r.plan_latency_s == 0.0), None)
+    for p, ours, iv in _beside_published(study):
         if ours is None:
             continue
-        iv = ivs.get(ours.label)
         gap = (ours.plan.energy_delta - p["energy_delta"]) * 100
         outside = (not iv.energy_lo <= p["energy_delta"] <= iv.energy_hi) if iv is not None \
             else abs(gap) > 1.5
