@@ -225,3 +225,53 @@ def hf_dispatch(dev: Any, quick: bool = False) -> dict[str, Any]:
                       "host_s_per_kernel_beyond_gpu": ((wall - busy) / n) if busy and n else None,
                       "wall_per_kernel_s": wall / n if n else None}
     return out
+
+
+def hf_grid(dev: Any, quick: bool = False) -> dict[str, Any]:
+    """Measured time and GPU energy per training step of eager Hugging Face models on a grid of
+    batch × sequence (GPT-2 124 M and BERT-base, random weights, bf16 autocast, AdamW), from
+    host-bound to GPU-bound shapes: held-out data for the job predictor's ``hf`` framework
+    (host dispatch per kernel vs the kernels' GPU time) on a GPU it was not calibrated on.
+    Energy from the NVML energy counter over ≥ 1 s of steps; clocks as the driver chose them."""
+    import torch
+    from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    grid = [(1, 128), (4, 128), (16, 128), (2, 512), (8, 512), (4, 1024), (16, 1024)]
+    if quick:
+        grid = grid[::2]
+    out: dict[str, Any] = {"what": "eager HF step, bf16 autocast, AdamW (foreach default), random init",
+                           "torch": torch.__version__, "rows": []}
+    for name, make, vocab in (("gpt2", lambda: GPT2LMHeadModel(GPT2Config()), 50257),
+                              ("bert-base", lambda: BertForMaskedLM(BertConfig()), 30522)):
+        model = make().cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        for b, s in grid:
+            if name == "bert-base" and s > 512:
+                continue
+            x = torch.randint(0, vocab, (b, s), device="cuda")
+
+            def step(x: Any = x, model: Any = model, opt: Any = opt) -> None:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(input_ids=x, labels=x).loss
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            e0 = dev.energy_mj()
+            n = 0
+            while time.perf_counter() - t0 < (0.6 if quick else 1.2) or n < 5:
+                step()
+                n += 1
+            torch.cuda.synchronize()
+            wall = (time.perf_counter() - t0) / n
+            joules = (dev.energy_mj() - e0) / 1e3 / n
+            out["rows"].append({"model": name, "batch": b, "seq": s, "steps": n, "step_s": wall,
+                                "step_j": joules, "sm_clock_mhz": _sm_clock(dev)})
+        del model, opt
+        torch.cuda.empty_cache()
+    return out

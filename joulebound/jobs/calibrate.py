@@ -77,7 +77,7 @@ from joulebound.jobs.stepcost import characterize_parts
 
 log = logging.getLogger("joulebound.jobs.calibrate")  # also when run as __main__
 
-DATASETS = ("mayaki_ecai2025", "zeus_nsdi23", "perseus")
+DATASETS = ("mayaki_ecai2025", "zeus_nsdi23", "perseus", "vtrain")
 TARGETS = {"median_abs_err": 0.20, "within_x2": 0.90, "coverage90": 0.80}
 
 
@@ -206,6 +206,47 @@ def perseus_obs(data: Path) -> list[Obs]:
     return out
 
 
+#: vTrain's Megatron-DeepSpeed runs (``vtrain/README`` in the shared data): A100 nodes of 8 GPUs,
+#: 800 Gb/s InfiniBand per node (4 × HDR), NVLink 3 inside a node, fp16 mixed precision
+#: (Megatron's default; not stated upstream), full activation recomputation (``use_checkpoint``),
+#: 1F1B, gradients all-reduced after the backward pass (``use_gradient_bucket`` false), GPT-2's
+#: 50,257-token vocabulary padded to a multiple of 128·tp (Megatron's default)
+VTRAIN_DEVICE = "a100-sxm4-80gb"
+
+
+def _megatron_vocab(tp: int, vocab: int = 50257, divisible_by: int = 128) -> int:
+    step = divisible_by * tp
+    return -(-vocab // step) * step
+
+
+def vtrain_obs(data: Path) -> list[Obs]:
+    """vTrain's measured Megatron-DeepSpeed iteration times (time only, no energy): 1,440
+    single-node rows (2–8 A100) and 109 multi-node rows (64–512 A100), family = model size."""
+    import pandas as pd
+
+    out = []
+    for fname, kind in (("ground_truth_single.csv", "single-node"), ("ground_truth_multi.csv", "multi-node")):
+        f = data / "vtrain" / fname
+        if not f.exists():
+            continue
+        raw = pd.read_csv(f, encoding="utf-8-sig")
+        for r in raw.itertuples(index=False):
+            row = dict(zip(raw.columns, r, strict=True))
+            tp, dp, pp = int(row["tensor parallelism"]), int(row["data parallelism"]), int(row["pipeline parallelism"])
+            L, d, h = int(row["# layers"]), int(row["hidden size"]), int(row["attention heads"])
+            mb, gb = int(row["micro batch"]), int(row["global batch"])
+            size = f"h{d}-L{L}"
+            job = Job(layers=L, hidden=d, heads=h, seq=int(row["sequence length"]), arch="gpt",
+                      vocab=_megatron_vocab(tp), batch=mb, global_batch=gb, grad_accum=gb // (mb * dp),
+                      dtype="fp16", recompute=True, device=VTRAIN_DEVICE, gpus=tp * dp * pp,
+                      strategy="ddp" if dp > 1 else ("pp" if pp > 1 else "tp"), tp=tp, pp=pp,
+                      interconnect="nvlink3", inter_node="ib-hdr", gpus_per_node=8, nics_per_node=4,
+                      framework="megatron", name=f"vtrain/{size}")
+            out.append(Obs("vtrain", size, job, float(row["iteration time (ms)"]) / 1e3, float("nan"),
+                           "none", {"node": kind, "gpus": tp * dp * pp}))
+    return out
+
+
 def sweep_obs(db: Path, device: str | None = None, skipped: list[str] | None = None) -> list[Obs]:
     """A sweep store's GPU rows with measured energy (per step); rows the predictor cannot model
     (e.g. tensor parallelism that does not divide the heads) are skipped with their reason
@@ -236,7 +277,8 @@ def load_observations(data: str | Path, sweep: str | Path | None = None,
     """Every usable measured step of the open data (and a sweep store)."""
     d = Path(data)
     obs: list[Obs] = []
-    for name, fn in (("mayaki_ecai2025", mayaki_obs), ("zeus_nsdi23", zeus_obs), ("perseus", perseus_obs)):
+    for name, fn in (("mayaki_ecai2025", mayaki_obs), ("zeus_nsdi23", zeus_obs), ("perseus", perseus_obs),
+                     ("vtrain", vtrain_obs)):
         if (d / name).exists():
             obs += fn(d)
     if sweep is not None:
@@ -288,19 +330,23 @@ class _Fast:
     def __init__(self, prep: Prepared) -> None:
         self.prep = prep
         self.single = np.array([r.gpus == 1 for r in prep.resolved])
-        t_k, w_k, e_k, idx = [], [], [], []
+        t_k, e_k, seg_of = [], [], []
+        seg_mult, seg_n, seg_row = [], [], []
         n = len(prep)
         self.opt = np.zeros((n, 5))  # c0+c1·P+ovh (s), same for J, floor kernels, sgd factor, m
         self.idle = np.array([pa.idle_w for pa in prep.parts])
+        self.framework = np.array([r.job.framework for r in prep.resolved])
         for i in np.flatnonzero(self.single):
             r, pa = prep.resolved[i], prep.parts[i]
             m, L = r.grad_accum, r.job.layers
             for part in ("layer_f", "layer_b", "pre_f", "pre_b", "post_f", "post_b"):
                 mult = m * (L if part.startswith("layer") else 1)
+                seg_of.append(np.full(len(pa.t[part]), len(seg_mult)))
                 t_k.append(pa.t[part])
                 e_k.append(pa.e[part])
-                w_k.append(np.full(len(pa.t[part]), float(mult)))
-                idx.append(np.full(len(pa.t[part]), i))
+                seg_mult.append(float(mult))
+                seg_n.append(len(pa.t[part]))
+                seg_row.append(i)
             P = r.params
             sgd = 20 / 28 if r.job.optimizer == "sgd" else 1.0
             ovh = pa.kernel_overhead_s * (L - 1)
@@ -308,30 +354,46 @@ class _Fast:
             self.opt[i] = (base_t + ovh, base_e + ovh * base_e / max(base_t, 1e-30), L + 3, sgd, m)
         self.t_k = np.concatenate(t_k) if t_k else np.zeros(0)
         self.e_k = np.concatenate(e_k) if e_k else np.zeros(0)
-        self.w_k = np.concatenate(w_k) if w_k else np.zeros(0)
-        self.idx = np.concatenate(idx) if idx else np.zeros(0, int)
+        self.seg = np.concatenate(seg_of) if seg_of else np.zeros(0, int)
+        self.seg_mult = np.array(seg_mult, float)
+        self.seg_n = np.array(seg_n, float)
+        self.seg_row = np.array(seg_row, int)
         self.n = n
 
     def __call__(self, prm: MechParams, kappa_rows: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray]:
         """(time s, GPU energy J) per observation; ``kappa_rows`` overrides κ row by row."""
         tau = prm.launch_s
-        kap = np.full(self.n, prm.kappa) if kappa_rows is None else np.asarray(kappa_rows, float)
-        tk = self.t_k * kap[self.idx]
+        fws = np.unique(self.framework)
+        kap = np.empty(self.n)
+        host = np.empty(self.n)
+        for f in fws:
+            kap[self.framework == f] = prm.kappa_for(str(f))
+            host[self.framework == f] = prm.host_for(str(f))
+        if kappa_rows is not None:
+            kap = np.asarray(kappa_rows, float)
+        ns = len(self.seg_mult)
+        kseg = kap[self.seg_row]
+        tk = self.t_k * kseg[self.seg]
         te = np.maximum(tk, tau)
-        t_fb = np.bincount(self.idx, self.w_k * te, self.n)
-        gap = np.bincount(self.idx, self.w_k * (te - tk), self.n)
-        e_fb = kap * np.bincount(self.idx, self.w_k * self.e_k, self.n)
+        s_tk = np.bincount(self.seg, tk, ns)
+        s_t = np.maximum(np.bincount(self.seg, te, ns), self.seg_n * host[self.seg_row])
+        t_fb = np.bincount(self.seg_row, self.seg_mult * s_t, self.n)
+        gap = np.bincount(self.seg_row, self.seg_mult * (s_t - s_tk), self.n)
+        e_fb = kap * np.bincount(self.seg_row, self.seg_mult * np.bincount(self.seg, self.e_k, ns), self.n)
         o = self.opt
         tko = np.maximum(kap * o[:, 0], 0.0) * o[:, 3]
         eko = np.maximum(kap * o[:, 1], 0.0) * o[:, 3]
-        t_opt = np.maximum(tko, tau * o[:, 2])
+        t_opt = np.maximum(tko, np.maximum(tau, host) * o[:, 2])
         t = t_fb + t_opt + prm.step_s
         p_wait = prm.wait_ratio * self.idle
         e = e_fb + eko + p_wait * (gap + (t_opt - tko) + prm.step_s)
         for i in np.flatnonzero(~self.single):
-            x = compose(self.prep.resolved[i], self.prep.parts[i], replace(prm, kappa=float(kap[i])),
-                        self.prep.fabrics[i])
+            f = str(self.framework[i])
+            fw = dict(prm.frameworks)
+            fw[f] = {**fw.get(f, {"host_s": prm.host_for(f)}), "kappa": float(kap[i])}
+            x = compose(self.prep.resolved[i], self.prep.parts[i],
+                        replace(prm, kappa=float(kap[i]), frameworks=fw), self.prep.fabrics[i])
             t[i], e[i] = x.time_s, x.gpu_energy_j
         return t, e
 
@@ -398,6 +460,7 @@ def fit(prep: Prepared, base: MechParams | None = None, framework_known: bool = 
     r_t = np.log(pr["time"] / t_meas)
     sig = _interval_sigmas(prep, prm, fast, sol.x[:nc], cell_names, cell, pr, r_t,
                            framework_known)
+    prm = replace(prm, frameworks=_framework_entries(prm.frameworks, sig, prep, r_t))
     devs = np.unique(dev)
     toks = np.array([r.micro_batch * r.job.seq for r in prep.resolved], float)
     from joulebound.jobs.mechanistic import kinds
@@ -423,40 +486,115 @@ def fit(prep: Prepared, base: MechParams | None = None, framework_known: bool = 
         "median_time_ratio_by_dataset": {str(d): float(np.exp(np.median(r_t[ds == d])))
                                          for d in np.unique(ds)},
         "kappa_by_dataset_and_gpu": cell_kappa,
-        "kappa_rule": "global κ = exp(mean over data sets of the mean log κ of their GPUs)",
+        "kappa_rule": "κ of a framework = exp(mean over its data sets of the mean log κ of their GPUs)",
+        "framework_of_dataset": _dataset_frameworks(prep),
         "constrains": CONSTRAINS,
         "gpu_model": prep.parts[0].model_meta if prep.parts else {},
     }
     return prm
 
 
+def _dataset_frameworks(prep: Prepared) -> dict[str, str]:
+    """The ``--framework`` of each data set's runs (one per data set)."""
+    return {str(o.dataset): str(r.job.framework) for o, r in zip(prep.obs, prep.resolved, strict=True)}
+
+
+#: bounds of the host dispatch time per analytic-trace kernel fitted for Megatron (s)
+HOST_BOUNDS = (5e-6, 300e-6)
+
+
 def _fit_times(prep: Prepared, base: MechParams, fast: _Fast, t_meas: np.ndarray,
                cell_names: list[tuple[str, str]], cell: np.ndarray) -> tuple[Any, Callable[[np.ndarray], MechParams]]:
-    """Robust least squares on log step time: one log κ per (data set, GPU) cell, log τ and
-    t_step. Returns scipy's solution and ``make(x) -> MechParams`` (the global κ from the
-    cells')."""
+    """Robust least squares on log step time: one log κ per (data set, GPU) cell, t_step
+    and — when Megatron runs are in the data — Megatron's log host dispatch time per
+    kernel (Hugging Face's is measured, :mod:`joulebound.workload.dispatch`). Returns scipy's
+    solution and ``make(x) -> MechParams`` (each framework's κ from its cells')."""
     from scipy.optimize import least_squares
     from threadpoolctl import threadpool_limits
 
+    from joulebound.workload.dispatch import FRAMEWORKS
+
     w_t = _weights(prep)
     nc = len(cell_names)
+    ds_fw = _dataset_frameworks(prep)
+    fit_host = "megatron" in ds_fw.values()
+    h0 = base.host_for("megatron") or MEGATRON_HOST_PRIOR_S
 
     def make(x: np.ndarray) -> MechParams:
-        return replace(base, kappa=float(np.exp(_global_log_kappa(x[:nc], cell_names))),
-                       launch_s=math.exp(x[nc]), step_s=max(x[nc + 1], 0.0))
+        fws: dict[str, dict] = {}
+        for name in sorted(set(ds_fw.values())):
+            sel = [i for i, (d, _) in enumerate(cell_names) if ds_fw[d] == name]
+            lk = _global_log_kappa(x[:nc][sel], [cell_names[i] for i in sel])
+            host = math.exp(x[nc + 1]) if (name == "megatron" and fit_host) else FRAMEWORKS[name].host_s
+            fws[name] = {"kappa": float(math.exp(lk)), "host_s": float(host)}
+        kap = fws.get("hf", next(iter(fws.values())))["kappa"]
+        return replace(base, kappa=float(kap), launch_s=0.0, step_s=max(x[nc], 0.0), frameworks=fws)
 
     def resid(x: np.ndarray) -> np.ndarray:
         t, _ = fast(make(x), np.exp(x[:nc])[cell])
         return w_t * np.log(t / t_meas)
 
-    lo = np.r_[np.full(nc, math.log(0.2)), math.log(LAUNCH_BOUNDS[0]), 0.0]
-    hi = np.r_[np.full(nc, math.log(10.0)), math.log(LAUNCH_BOUNDS[1]), 0.5]
-    x0 = np.clip(np.r_[np.full(nc, math.log(base.kappa)), math.log(base.launch_s), base.step_s],
-                 lo + 1e-9, hi - 1e-9)
+    # no per-kernel launch floor τ any more: the host bound (dispatch per kernel) replaces it
+    lo = np.r_[np.full(nc, math.log(0.2)), 0.0]
+    hi = np.r_[np.full(nc, math.log(10.0)), 0.5]
+    x0 = np.r_[np.full(nc, math.log(base.kappa)), base.step_s]
+    xs = np.r_[np.full(nc, 0.3), 0.01]
+    if fit_host:
+        lo, hi = np.r_[lo, math.log(HOST_BOUNDS[0])], np.r_[hi, math.log(HOST_BOUNDS[1])]
+        x0, xs = np.r_[x0, math.log(h0)], np.r_[xs, 0.3]
+    x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
     with threadpool_limits(1):  # BLAS threads thrash on an 11-column Jacobian
         sol = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.2,
-                            x_scale=np.r_[np.full(nc, 0.3), 1.0, 0.01], max_nfev=200)
+                            x_scale=xs, max_nfev=200)
     return sol, make
+
+
+#: prior of Megatron's host time per analytic-trace kernel (s), the fit's start
+MEGATRON_HOST_PRIOR_S = 60e-6
+#: between-stack spread of a Megatron-family framework's κ (log units): vTrain is the only open
+#: measured Megatron data set, so how much another Megatron / NeMo stack differs is a prior
+SIGMA_MEGATRON_BETWEEN = 0.15
+#: extra spread (log units) for a framework with no measured run (eager, compiled)
+SIGMA_UNCALIBRATED_FRAMEWORK = 0.3
+
+
+def _framework_entries(fws: dict[str, dict], sig: dict[str, float], prep: Prepared,
+                       r_t: np.ndarray) -> dict[str, dict]:
+    """Every ``--framework``'s κ, host time per kernel and compute spread, with sources: the
+    calibrated ones from the fit; ``eager`` and ``compiled`` (no open measured runs) borrow
+    κ from ``hf`` / ``megatron`` with their own host time and a wider spread."""
+    from joulebound.workload.dispatch import DISPATCH_S, FRAMEWORKS
+
+    ds_fw = _dataset_frameworks(prep)
+    fw_rows = np.array([r.job.framework for r in prep.resolved])
+    out: dict[str, dict] = {}
+    for name, e in fws.items():
+        sets = sorted(d for d, f in ds_fw.items() if f == name)
+        within = float(np.sqrt(np.mean(r_t[fw_rows == name] ** 2))) if (fw_rows == name).any() else 0.0
+        if name == "hf":
+            s_c = sig["compute"]
+        else:
+            s_c = math.hypot(within, SIGMA_MEGATRON_BETWEEN)
+        host_src = ("fitted on " + ", ".join(sets) if name == "megatron" else
+                    f"measured: {DISPATCH_S[FRAMEWORKS[name].dispatch] * 1e6:.1f} µs per launched kernel "
+                    f"(H200 host, docs/gpu-validation.md) × {FRAMEWORKS[name].kernels_per_trace_kernel:.2f} "
+                    "launched kernels per trace kernel")
+        out[name] = {**e, "sigma_compute": float(s_c), "kappa_source": "fitted on " + ", ".join(sets),
+                     "host_source": host_src}
+    hf = out.get("hf")
+    mg = out.get("megatron", hf)
+    for name, like in (("eager", hf), ("compiled", mg)):
+        if name in out or like is None:
+            continue
+        fw = FRAMEWORKS[name]
+        out[name] = {"kappa": like["kappa"], "host_s": fw.host_s,
+                     "sigma_compute": float(math.hypot(like["sigma_compute"], SIGMA_UNCALIBRATED_FRAMEWORK)),
+                     "kappa_source": f"assumed: {'hf' if like is hf else 'megatron'}'s κ (no open measured "
+                                     f"{name} runs)",
+                     "host_source": (f"measured: {DISPATCH_S[fw.dispatch] * 1e6:.1f} µs per launched op × "
+                                     f"{fw.kernels_per_trace_kernel:.2f}" if fw.host_s else
+                                     "CUDA graphs: no host time per kernel")}
+    return out
 
 
 def _interval_sigmas(prep: Prepared, prm: MechParams, fast: _Fast, log_kappa: np.ndarray,
@@ -473,12 +611,19 @@ def _interval_sigmas(prep: Prepared, prm: MechParams, fast: _Fast, log_kappa: np
     t_cell, _ = fast(prm, np.exp(log_kappa)[cell])
     r_cell = np.log(t_cell / t_meas)  # residual with each cell's own κ
     sig = dict(prm.sigma)
-    sig["compute"], sig["framework_between"], sig["within"] = _framework_sigma(
-        log_kappa, cell_names, r_cell, cell, framework_known)
+    ds_fw = _dataset_frameworks(prep)
+    main = "hf" if "hf" in ds_fw.values() else next(iter(ds_fw.values()))
+    keep = [i for i, (d, _) in enumerate(cell_names) if ds_fw[d] == main]  # κ spreads: one framework
+    if keep:
+        rows = np.isin(cell, keep)
+        remap = {c: k for k, c in enumerate(keep)}
+        sub_cell = np.array([remap[c] for c in cell[rows]])
+        sig["compute"], sig["framework_between"], sig["within"] = _framework_sigma(
+            log_kappa[keep], [cell_names[i] for i in keep], r_cell[rows], sub_cell, framework_known)
     if nvml.any():
         r_p = np.log((pr["gpu"] / pr["time"]) / (e_meas / t_meas))[nvml]
         sig["power"] = _balanced_rms(r_p, ds[nvml])
-    sig["device"] = _device_sigma(log_kappa, cell_names)
+    sig["device"] = _device_sigma(log_kappa[keep], [cell_names[i] for i in keep])
     pipe = np.array([r.pp > 1 for r in prep.resolved])
     if pipe.sum() >= 3:
         sig["pipeline"] = float(max(np.sqrt(np.mean((r_t[pipe] - np.mean(r_t[pipe])) ** 2)), 0.05))
@@ -493,7 +638,10 @@ def _interval_sigmas(prep: Prepared, prm: MechParams, fast: _Fast, log_kappa: np
 CONSTRAINS = {
     "kappa": "time of every data set: Mayaki (large single-GPU steps, TF32/FP32), Zeus (BERT-base "
              "SQuAD small steps, 4 GPUs, power limits), Perseus (fp16 pipeline stages)",
-    "launch_s": "small steps (Zeus BERT-base SQuAD at batch 4-72) against large ones",
+    "launch_s": "retired (0): the per-kernel launch floor is replaced by each framework's host dispatch "
+                "time per kernel (hf: measured on the H200 host; megatron: fitted on vTrain's "
+                "single-node runs, whose small tensor-parallel layers are host-bound)",
+    "frameworks": "κ per framework from its data sets (hf: Mayaki, Zeus, Perseus; megatron: vTrain)",
     "step_s": "small steps (Zeus) against large ones (Mayaki, Perseus)",
     "wait_ratio": "published blocking power of the Perseus artifact (A100 83.64 W, A40 70.38 W) over "
                   "the GPU model's idle power; checked by Perseus NVML energy (bubbles)",
@@ -501,8 +649,6 @@ CONSTRAINS = {
     "comm_eff_scale": "not fitted: no open measured DDP/FSDP/TP run (prior 1.0, link table estimates)",
     "sigma": "residuals of the same fit (see MechParams)",
 }
-#: bounds of the launch floor τ (s): CPU-side kernel launch of eager PyTorch
-LAUNCH_BOUNDS = (2e-6, 50e-6)
 
 
 #: prior floor of the between-framework spread of κ (log units): a new framework or data set is

@@ -36,6 +36,7 @@ from joulebound.workload.config import (
     block_params,
     load_hf_config,
 )
+from joulebound.workload.dispatch import DEFAULT_FRAMEWORK, get_framework
 from joulebound.workload.memory import MemoryEstimate, layer_activation_elements, step_memory
 
 #: architectures the analytic trace builder models, and their accepted spellings
@@ -54,7 +55,7 @@ CONFIG_FIELDS = ("layers", "hidden", "heads", "seq", "arch", "ff", "vocab", "bat
 #: the fields of the parallel layout and the run
 LAYOUT_FIELDS = ("optimizer", "device", "gpus", "strategy", "tp", "pp", "pp_stages", "clocks",
                  "power_limit_w", "interconnect", "inter_node", "gpus_per_node", "nics_per_node",
-                 "tokens")
+                 "tokens", "framework")
 #: every keyword a :class:`Job` accepts (the columns of a job table), in the old field order
 JOB_FIELDS = CONFIG_FIELDS[:-1] + LAYOUT_FIELDS + ("name",)
 #: the config's modern-decoder and LoRA fields (:data:`~joulebound.workload.config.SHAPE_DEFAULTS`),
@@ -91,6 +92,7 @@ class Job:
     gpus_per_node: int | None = None
     nics_per_node: int = 1
     tokens: float | None = None
+    framework: str = DEFAULT_FRAMEWORK
 
     def __init__(self, layers: Any = _UNSET, hidden: Any = _UNSET, heads: Any = _UNSET,
                  seq: Any = _UNSET, arch: Any = _UNSET, ff: Any = _UNSET, vocab: Any = _UNSET,
@@ -102,6 +104,7 @@ class Job:
                  power_limit_w: float | None = None, interconnect: str | None = None,
                  inter_node: str | None = None, gpus_per_node: int | None = None,
                  nics_per_node: int = 1, tokens: float | None = None, name: Any = _UNSET, *,
+                 framework: str = DEFAULT_FRAMEWORK,
                  config: TrainingConfig | None = None, **model: Any) -> None:
         unknown = sorted(set(model) - set(MODEL_FIELDS))
         if unknown:
@@ -127,7 +130,7 @@ class Job:
                          pp=pp, pp_stages=pp_stages, clocks=clocks, power_limit_w=power_limit_w,
                          interconnect=interconnect, inter_node=inter_node,
                          gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
-                         tokens=tokens).items():
+                         tokens=tokens, framework=framework).items():
             put(self, k, v)
 
     # the shape, batch and dtype: read through to the config
@@ -230,6 +233,7 @@ def resolve(job: Job) -> Resolved:
     (the checks run in a fixed order: shape, parallelism, batch, then the totals)."""
     warn: list[str] = []
     arch, L, d, h, S, ff, V, dtype = _shape(job)
+    get_framework(job.framework)  # an unknown framework is refused with the known ones
     n = _int("gpus", job.gpus)
     strategy, dp, tp, pp = _degrees(job, n, L, d, h, ff, warn)
     sharded = strategy == "fsdp"

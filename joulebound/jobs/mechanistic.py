@@ -45,6 +45,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
+from typing import NamedTuple
 from importlib import resources
 from pathlib import Path
 
@@ -104,6 +105,21 @@ class MechParams:
     tokens_range: tuple[float, float] = (1e3, 5e5)
     max_gpus_seen: int = 16
     provenance: dict = field(default_factory=lambda: {"calibration": "none (built-in priors)"})
+    #: per ``--framework`` (:data:`~joulebound.workload.dispatch.FRAMEWORKS`): ``kappa`` (its
+    #: residual factor on kernel time and busy energy), ``host_s`` (host dispatch time per
+    #: analytic-trace kernel, s) and where each comes from; empty: κ = :attr:`kappa` and no
+    #: host bound for every framework (the ideal kernel model, used by tests)
+    frameworks: dict[str, dict] = field(default_factory=dict)
+
+    def kappa_for(self, framework: str) -> float:
+        """Residual framework factor κ of ``framework`` (dimensionless)."""
+        f = self.frameworks.get(framework)
+        return float(f["kappa"]) if f else self.kappa
+
+    def host_for(self, framework: str) -> float:
+        """Host dispatch time per analytic-trace kernel of ``framework`` (s; 0 = no host bound)."""
+        f = self.frameworks.get(framework)
+        return float(f["host_s"]) if f else 0.0
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -122,6 +138,7 @@ class MechParams:
         d["devices_seen"] = tuple(d.get("devices_seen", ()))
         d["strategies_seen"] = tuple(d.get("strategies_seen", ()))
         d["tokens_range"] = tuple(d.get("tokens_range", (1e3, 5e5)))
+        d["frameworks"] = dict(d.get("frameworks", {}))
         sig = cls().sigma
         sig.update(d.get("sigma", {}))
         d["sigma"] = sig
@@ -227,21 +244,35 @@ class _Part:
         return _Part(self.t * k, self.e * k, self.gap * k)
 
 
-def _part(parts: Parts, name: str, kappa: float, tau: float) -> _Part:
-    key = (name, kappa, tau)
+class _Cost(NamedTuple):
+    """How a framework runs the kernels: residual factor κ, per-kernel floor τ (s), host
+    dispatch time per analytic-trace kernel (s)."""
+
+    kappa: float
+    tau: float
+    host: float = 0.0
+
+
+def _cost(r: Resolved, prm: MechParams) -> _Cost:
+    fw = r.job.framework
+    return _Cost(prm.kappa_for(fw), prm.launch_s, prm.host_for(fw))
+
+
+def _part(parts: Parts, name: str, k: _Cost) -> _Part:
+    key = (name, *k)
     hit = parts.cache.get(key)
     if hit is None:  # jobs that share a per-GPU workload share this sum (one formula)
-        prime_part_sums([parts], kappa, tau)
+        prime_part_sums([parts], *k)
         hit = parts.cache[key]
     return _Part(*hit)
 
 
-def _stage_work(r: Resolved, parts: Parts, kap: float, tau: float,
+def _stage_work(r: Resolved, parts: Parts, k: _Cost,
                 cm: JobComm) -> tuple[list[_Part], list[float]]:
     """Per pipeline stage, per micro-batch: its compute parts and its tp communication (s)."""
-    lf, lb = _part(parts, "layer_f", kap, tau), _part(parts, "layer_b", kap, tau)
-    pre_f, pre_b = _part(parts, "pre_f", kap, tau), _part(parts, "pre_b", kap, tau)
-    post_f, post_b = _part(parts, "post_f", kap, tau), _part(parts, "post_b", kap, tau)
+    lf, lb = _part(parts, "layer_f", k), _part(parts, "layer_b", k)
+    pre_f, pre_b = _part(parts, "pre_f", k), _part(parts, "pre_b", k)
+    post_f, post_b = _part(parts, "post_f", k), _part(parts, "post_b", k)
     n_st = len(r.stages)
     stage_fb: list[_Part] = []
     stage_comm: list[float] = []
@@ -271,14 +302,14 @@ def _stage_params(r: Resolved) -> tuple[float, float, list[float]]:
     return per_layer, emb_params, stage_params
 
 
-def _fsdp_exposed(r: Resolved, parts: Parts, kap: float, tau: float, cm: JobComm,
+def _fsdp_exposed(r: Resolved, parts: Parts, k: _Cost, cm: JobComm,
                   detail: dict) -> float:
     """FSDP all-gathers / reduce-scatters not hidden behind the layers' compute, per
     micro-batch (s); 0 unless sharded over dp > 1. Layer ``i+1``'s all-gather is prefetched
     under layer ``i``'s compute."""
     if not (r.sharded and r.dp > 1):
         return 0.0
-    lf, lb = _part(parts, "layer_f", kap, tau), _part(parts, "layer_b", kap, tau)
+    lf, lb = _part(parts, "layer_f", k), _part(parts, "layer_b", k)
     ag_l, rs_l = cm.fsdp_allgather_layer_s, cm.fsdp_reduce_scatter_layer_s
     ag_r, rs_r = cm.fsdp_allgather_rest_s, cm.fsdp_reduce_scatter_rest_s
     L = r.job.layers
@@ -307,17 +338,19 @@ def _pipeline(r: Resolved, cm: JobComm, fb: list[float], stage_comm: list[float]
     return pipe, bubble, comm
 
 
-def _dp_exposed(r: Resolved, parts: Parts, kap: float, tau: float, cm: JobComm,
+def _dp_exposed(r: Resolved, parts: Parts, k: _Cost, cm: JobComm,
                 detail: dict) -> float:
     """The data-parallel gradient all-reduce (DDP, or dp across tp/pp groups) not hidden behind
-    the backward pass (s): bucketed, the last bucket always exposed; 0 without it."""
+    the backward pass (s): bucketed, the last bucket always exposed; 0 without it. Megatron
+    (without ``--overlap-grad-reduce``, as vTrain's runs: ``use_gradient_bucket`` false)
+    all-reduces after the backward pass: all of it exposed."""
     if not (r.dp > 1 and not r.sharded):
         return 0.0
     j = r.job
     c, nb, t_ar = cm.dp_bucket_s, cm.dp_buckets, cm.dp_allreduce_s
-    if r.pp == 1:
-        lb = _part(parts, "layer_b", kap, tau)
-        pre_b, post_b = _part(parts, "pre_b", kap, tau), _part(parts, "post_b", kap, tau)
+    if r.pp == 1 and j.framework != "megatron":
+        lb = _part(parts, "layer_b", k)
+        pre_b, post_b = _part(parts, "pre_b", k), _part(parts, "post_b", k)
         b_last = (lb.t + cm.tp_layer_b_s) * j.layers + pre_b.t + post_b.t
         dp_exposed = max(c, t_ar - b_last * (nb - 1) / nb)
     else:
@@ -327,7 +360,7 @@ def _dp_exposed(r: Resolved, parts: Parts, kap: float, tau: float, cm: JobComm,
     return dp_exposed
 
 
-def _optimizer_steps(r: Resolved, parts: Parts, kap: float, tau: float,
+def _optimizer_steps(r: Resolved, parts: Parts, k: _Cost,
                      stage_params: list[float]) -> list[tuple[float, float, float]]:
     """The optimizer step on each stage's GPU: (time incl. launch floor s, busy J, gap s)."""
     j = r.job
@@ -338,11 +371,11 @@ def _optimizer_steps(r: Resolved, parts: Parts, kap: float, tau: float,
         ovh = parts.kernel_overhead_s * (r.stages[s] - 1)  # further layers' AdamW kernels
         base_t = parts.opt_t[0] + parts.opt_t[1] * P
         base_e = parts.opt_e[0] + parts.opt_e[1] * P
-        tk = max(kap * (base_t + ovh), 0.0)
-        ek = max(kap * (base_e + ovh * base_e / max(base_t, 1e-30)), 0.0)
+        tk = max(k.kappa * (base_t + ovh), 0.0)
+        ek = max(k.kappa * (base_e + ovh * base_e / max(base_t, 1e-30)), 0.0)
         if j.optimizer == "sgd":  # momentum SGD moves 20 of AdamW's 28 bytes per parameter
             tk, ek = tk * 20 / 28, ek * 20 / 28
-        t_opt = max(tk, tau * (r.stages[s] + 3))
+        t_opt = max(tk, max(k.tau, k.host) * (r.stages[s] + 3))  # per-layer AdamW + 3 kernels
         opt.append((t_opt, ek, t_opt - tk))
     return opt
 
@@ -352,7 +385,7 @@ def compose(r: Resolved, parts: Parts, prm: MechParams, fabric: Fabric,
     """One optimizer step of the resolved job ``r`` from its per-GPU step cost ``parts`` and its
     collectives ``comm`` (default: :func:`~joulebound.jobs.collectives.job_collectives` on
     ``fabric``), see the module docstring."""
-    kap, tau = prm.kappa, prm.launch_s
+    k = _cost(r, prm)
     p_wait = prm.wait_ratio * parts.idle_w
     m, p, tp, dp = r.grad_accum, r.pp, r.tp, r.dp
     per_layer, emb_params, stage_params = _stage_params(r)
@@ -360,13 +393,13 @@ def compose(r: Resolved, parts: Parts, prm: MechParams, fabric: Fabric,
     cm = comm if comm is not None else job_collectives(r, fabric, per_layer, emb_params, stage_params)
     detail: dict = ({"tp_allreduce_s": cm.tp_allreduce_s, "tp_allreduce_bytes": cm.tp_allreduce_bytes}
                     if r.tp > 1 else {})
-    stage_fb, stage_comm = _stage_work(r, parts, kap, tau, cm)
-    fsdp_mb = _fsdp_exposed(r, parts, kap, tau, cm, detail)
+    stage_fb, stage_comm = _stage_work(r, parts, k, cm)
+    fsdp_mb = _fsdp_exposed(r, parts, k, cm, detail)
     fb = [sp.t + sc for sp, sc in zip(stage_fb, stage_comm, strict=True)]
     pipe, bubble, comm_exposed = _pipeline(r, cm, fb, stage_comm, fsdp_mb, detail)
-    dp_exposed = _dp_exposed(r, parts, kap, tau, cm, detail)
+    dp_exposed = _dp_exposed(r, parts, k, cm, detail)
     comm_exposed += dp_exposed
-    opt = _optimizer_steps(r, parts, kap, tau, stage_params)
+    opt = _optimizer_steps(r, parts, k, stage_params)
     t_opt_max = max(o[0] for o in opt)
     step_t = pipe + dp_exposed + t_opt_max + prm.step_s
     # energy of each stage's GPUs: busy (κ·ΣE_k) + waiting (launch gaps and the rest of the step)
@@ -410,11 +443,13 @@ def interval(r: Resolved, st: Step, prm: MechParams, device: str) -> tuple[float
     of the micro-batch size from the calibrated range (per decade) and GPU counts beyond the
     largest calibrated job (per doubling)."""
     sg = prm.sigma
+    fw = r.job.framework
+    s_compute = float(prm.frameworks.get(fw, {}).get("sigma_compute", sg["compute"]))
     T = max(st.time_s, 1e-30)
     sh_c, sh_o, sh_x = st.compute_s / T, st.overhead_s / T, st.comm_s / T
     sh_b = st.bubble_s / T
     terms_t: list[tuple[float, str]] = [
-        (sg["compute"] * sh_c, f"framework factor κ (spread across the calibration data sets), "
+        (s_compute * sh_c, f"{fw} framework factor κ (spread across the calibration data sets), "
                                f"{sh_c:.0%} of the step"),
         (sg["overhead"] * sh_o, f"host launch floor and per-step overhead, {sh_o:.0%} of the step"),
     ]
@@ -482,7 +517,8 @@ def predict_resolved(rs: Sequence[Resolved], prm: MechParams | None = None,
 def _steps(rs: list[Resolved], prm: MechParams) -> list[tuple[Resolved, Step, MemoryEstimate, Parts]]:
     keys = [work_keys(r) for r in rs]
     parts = characterize_parts(keys)
-    prime_part_sums(list(parts.values()), prm.kappa, prm.launch_s)
+    for c in {_cost(r, prm) for r in rs}:  # one vectorized pass per framework in the batch
+        prime_part_sums(list(parts.values()), *c)
     out = []
     for r, k in zip(rs, keys, strict=True):
         pa = parts[k]

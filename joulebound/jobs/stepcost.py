@@ -81,7 +81,7 @@ class Parts:
     device_memory: float
     kernel_overhead_s: float = 0.0  # the GPU model's fixed time per kernel (per-layer AdamW kernels)
     model_meta: dict = field(default_factory=dict)
-    cache: dict = field(default_factory=dict, repr=False)  # per-part sums by (part, κ, τ)
+    cache: dict = field(default_factory=dict, repr=False)  # per-part sums by (part, κ, τ, host)
 
     def sum_t(self, part: str) -> float:
         return float(self.t[part].sum())
@@ -232,12 +232,16 @@ def characterize_parts(keys: Sequence[WorkKey]) -> dict[WorkKey, Parts]:
     return out
 
 
-def prime_part_sums(parts: Sequence[Parts], kappa: float, tau: float) -> None:
-    """Fill every :class:`Parts`' cache of per-part sums under framework factor ``kappa`` and
-    launch floor ``tau`` s in one vectorized pass (what the predictor's composition reads for
-    each part: kernel time ``Σ max(κ·t_k, τ)`` s, busy energy ``κ·ΣE_k`` J, launch-gap time s)."""
+def prime_part_sums(parts: Sequence[Parts], kappa: float, tau: float, host: float = 0.0) -> None:
+    """Fill every :class:`Parts`' cache of per-part sums under framework factor ``kappa``,
+    per-kernel floor ``tau`` s and host dispatch time ``host`` s per kernel in one vectorized pass
+    (what the predictor's composition reads for each part: time ``max(Σ max(κ·t_k, τ), n·host)``
+    s — the host launches the part's ``n`` kernels while the GPU runs them, so the slower of the
+    two sets the pace; the GPU idles for the difference —, busy energy ``κ·ΣE_k`` J, and the
+    GPU's idle time in the part, s)."""
     for name in PARTS:
-        todo = [p for p in parts if (name, kappa, tau) not in p.cache]
+        key = (name, kappa, tau, host)
+        todo = [p for p in parts if key not in p.cache]
         if not todo:
             continue
         lens = np.array([len(p.t[name]) for p in todo])
@@ -246,8 +250,9 @@ def prime_part_sums(parts: Sequence[Parts], kappa: float, tau: float) -> None:
         t = np.maximum(tk, tau)
         e = np.concatenate([p.e[name] for p in todo])
         n = len(todo)
-        st = np.bincount(seg, t, n).tolist()
+        sk = np.bincount(seg, tk, n)
+        st = np.maximum(np.bincount(seg, t, n), lens * host)
         se = (np.bincount(seg, e, n) * kappa).tolist()
-        sg = np.bincount(seg, t - tk, n).tolist()
-        for p, a, b, c in zip(todo, st, se, sg, strict=True):
-            p.cache[(name, kappa, tau)] = (a, b, c)
+        sg = (st - sk).tolist()
+        for p, a, b, c in zip(todo, st.tolist(), se, sg, strict=True):
+            p.cache[key] = (a, b, c)

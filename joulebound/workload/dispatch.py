@@ -20,10 +20,65 @@ model, issue 27):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from joulebound.core.errors import JouleboundError
 
 #: host time per op (s), by framework mode (see the module docstring)
 DISPATCH_S: dict[str, float] = {"eager": 6.1e-6, "hf-eager": 30.6e-6, "graph": 0.0}
+
+#: kernels a Hugging Face eager training step launches per kernel of the analytic trace: 1,182
+#: launched kernels (measured, H200 profile of GPT-2 124 M, ``docs/gpu-validation.md``) over the
+#: 479 kernels of the same step's analytic trace (12 layers × 38 + embedding, head and 15
+#: optimizer kernels) — unfused bias adds, dropout, masks, casts and foreach-AdamW pieces
+HF_KERNELS_PER_TRACE_KERNEL = 1182 / 479
+
+
+@dataclass(frozen=True)
+class Framework:
+    """How a training framework runs the analytic trace's kernels.
+
+    Attributes:
+        name: the ``--framework`` value.
+        dispatch: the host mode of :data:`DISPATCH_S` its ops are launched in.
+        kernels_per_trace_kernel: real kernels launched per kernel of the analytic trace
+            (unfused elementwise ops, casts, optimizer pieces; 1 = fused as the trace).
+        description: one line for ``--help`` and docs.
+    """
+
+    name: str
+    dispatch: str
+    kernels_per_trace_kernel: float
+    description: str
+
+    @property
+    def host_s(self) -> float:
+        """Prior host time per analytic-trace kernel (s): measured dispatch × kernels per trace
+        kernel (the job calibration may refine it, :mod:`joulebound.jobs.calibrate`)."""
+        return DISPATCH_S[self.dispatch] * self.kernels_per_trace_kernel
+
+
+#: the training frameworks the job predictor tells apart (``--framework``)
+FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
+    Framework("hf", "hf-eager", HF_KERNELS_PER_TRACE_KERNEL,
+              "Hugging Face Trainer / Accelerate, eager PyTorch modules (unfused elementwise ops)"),
+    Framework("eager", "eager", HF_KERNELS_PER_TRACE_KERNEL,
+              "a plain eager PyTorch training loop (same kernels as hf, no Trainer overhead)"),
+    Framework("megatron", "eager", 1.0,
+              "Megatron-LM / Megatron-DeepSpeed / NeMo: fused kernels, eager launch"),
+    Framework("compiled", "graph", 1.0,
+              "torch.compile (mode max-autotune / CUDA graphs): fused kernels, no per-op host time"),
+)}
+DEFAULT_FRAMEWORK = "hf"
+
+
+def get_framework(name: str) -> Framework:
+    """The :class:`Framework` called ``name`` (clear error listing the known ones)."""
+    key = str(name).strip().lower()
+    if key not in FRAMEWORKS:
+        raise JouleboundError(f"unknown --framework {name!r}; known: " + ", ".join(
+            f"{f.name} ({f.description})" for f in FRAMEWORKS.values()))
+    return FRAMEWORKS[key]
 
 
 def dispatch_cost(mode: str) -> float:
