@@ -49,10 +49,12 @@ def _doc_rows() -> dict[tuple[str, str, str], dict]:
 def test_observations_cover_every_open_data_set(prep):
     ds = prep.col("dataset")
     assert {d: int((ds == d).sum()) for d in np.unique(ds)} == {
-        "mayaki_ecai2025": 1576, "perseus": 14, "zeus_nsdi23": 199}
+        "mayaki_ecai2025": 1576, "perseus": 14, "zeus_nsdi23": 199, "vtrain": 1549}
     assert {pa.key.device for pa in prep.parts} == {"a100-pcie-80gb", "a40", "p100-pcie", "rtx2080ti",
-                                                    "rtx6000", "v100-pcie"}
-    per = [r for r in prep.resolved if r.pp > 1]
+                                                    "rtx6000", "v100-pcie", "a100-sxm4-80gb"}
+    fw = {o.dataset: r.job.framework for o, r in zip(prep.obs, prep.resolved, strict=True)}
+    assert fw == {"mayaki_ecai2025": "hf", "perseus": "hf", "zeus_nsdi23": "hf", "vtrain": "megatron"}
+    per = [r for r, o in zip(prep.resolved, prep.obs, strict=True) if r.pp > 1 and o.dataset == "perseus"]
     assert {(r.dp, r.tp, r.pp) for r in per} == {(1, 1, 4), (1, 1, 8), (2, 2, 4)}
     gpt3 = next(r for r, o in zip(prep.resolved, prep.obs, strict=True) if o.family == "A100/gpt3-xl")
     assert gpt3.stages == (6, 6, 7, 5) and gpt3.grad_accum == 128  # Merak's partition 0,8,14,21,27

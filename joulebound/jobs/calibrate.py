@@ -727,7 +727,9 @@ def _eval(prep: Prepared, prm: MechParams, test: np.ndarray) -> dict:
     if cc.any():
         out["energy_codecarbon"] = metrics(pr["total"][cc], e[cc], pr["s_e"][cc])
     own = np.where(cc, pr["total"], pr["gpu"])  # what each row's meter covers
-    out["energy_own_meter"] = metrics(own, e, pr["s_e"])
+    metered = nv | cc  # vTrain measured time only
+    if metered.any():
+        out["energy_own_meter"] = metrics(own[metered], e[metered], pr["s_e"][metered])
     out["datasets"] = sorted(set(sub.col("dataset")))
     return out
 
@@ -799,8 +801,12 @@ def legacy_cuts(prep: Prepared, law: str, progress=None) -> list[dict]:
     df = legacy_frame(prep)
     y = df["energy_j"].to_numpy(float)
     rows = []
+    metered = np.isfinite(y)  # the laws predict energy: rows without (vTrain) sit out
     for cut, what, test in cut_plan(prep):
-        train = test if cut == "in-sample" else ~test
+        train = (test if cut == "in-sample" else ~test) & metered
+        test = test & metered
+        if not test.any() or not train.any():
+            continue
         dtr = df[train].reset_index(drop=True)
         try:
             m = make_law(law).fit(dtr)
