@@ -613,6 +613,7 @@ def to_prediction(r: Resolved, st: Step, mem: MemoryEstimate, prm: MechParams,
         total_energy_j=Etot, total_energy_lo_j=Etot / fe,
         total_energy_hi_j=Etot * fe, energy_per_token_j=Etot / (r.tokens_per_step * steps),
         step=step, memory=mem.to_json(), fits_memory=mem.fits, interval_why=why, warnings=warn,
-        covers=COVERS, params={"kappa": prm.kappa, "launch_s": prm.launch_s, "step_s": prm.step_s,
+        covers=COVERS, params={"framework": j.framework, "kappa": prm.kappa_for(j.framework),
+                               "host_s_per_kernel": prm.host_for(j.framework), "step_s": prm.step_s,
                                "wait_ratio": prm.wait_ratio, "host_w_per_gpu": prm.host.total_w,
                                "calibration": prm.provenance.get("calibration")})
