@@ -338,15 +338,15 @@ def run(data: Path) -> list[CheckResult]:
                 continue
             med = _med(pred, t.time, m)
             out.append(CheckResult.from_arrays(
-                CHECK, gpu, f"{what}, messages {label}: median {med:.1f} %", pred[ok], t.time[ok],
+                CHECK, gpu, f"{what}, {label}: median {med:.1f} %", pred[ok], t.time[ok],
                 None, None, provenance="measured (NCCL tables) vs modeled", note=note,
                 points={"x": t.size[ok], "t_meas": t.time[ok], "t_pred": pred[ok]}))
 
     for name, t in tabs.items():
-        add(name, "today's α–β link table (before the fit)", today_table(t), t)
-        add(name, "leave-one-GPU-count-out fit", leave_one_count_out(t), t)
+        add(name, "before: α–β link table", today_table(t), t)
+        add(name, "held-out GPU count", leave_one_count_out(t), t)
     h200 = tabs["H200-SXM-141GB"]
-    add("H200-SXM-141GB", "fit on H100 only (leave-one-GPU-type-out)",
+    add("H200-SXM-141GB", "held-out GPU type (fit on H100)",
         leave_one_type_out(tabs["H100-SXM-80GB"], h200), h200)
     return out
 

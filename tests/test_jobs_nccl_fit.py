@@ -145,7 +145,7 @@ def test_shipped_model_through_the_fabric_matches_the_measured_tables(nccl):
     errs: dict[str, list[float]] = {"big": [], "small": []}
     for name, t in tabs.items():
         intra = "nvlink4" if name.startswith("H") else "pcie3-nop2p"
-        for c, s, n, nd, pn, y in zip(t.coll, t.size, t.n, t.nodes, t.per_node, t.time, strict=True):
+        for c, s, n, pn, y in zip(t.coll, t.size, t.n, t.per_node, t.time, strict=True):
             fab = Fabric.make(intra, "eth-10g", gpus_per_node=int(pn))
             p = fab.collective(str(c), float(s), int(n))
             errs["big" if s >= nc.BIG else "small"].append(abs(p / y - 1) * 100)
