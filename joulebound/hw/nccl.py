@@ -231,6 +231,7 @@ def shipped_fits() -> dict[str, LinkFit]:
 DEFAULT_LAUNCH_S = 6e-6
 
 
+@lru_cache(maxsize=1)
 def default_launch_s() -> float:
     """The launch cost per collective (s) used for links the tables do not cover: the median of
     every fitted collective's ``launch_s``."""
@@ -251,6 +252,7 @@ def scale_bandwidth(fit: CollectiveFit | NetFit, ratio: float) -> CollectiveFit 
     return NetFit(sc(fit.ll), sc(fit.simple), fit.source)
 
 
+@lru_cache(maxsize=256)
 def link_fit(link: str, coll: str) -> CollectiveFit | NetFit | None:
     """The shipped fit of ``coll`` on the link ``link`` (a link-table key), or None."""
     f = shipped_fits().get(link)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from joulebound.core.errors import JouleboundError
@@ -159,18 +160,10 @@ class Fabric:
         return math.ceil(n / members), max(1, g // members) / self.nics_per_node
 
     def _intra_fit(self, coll: str) -> CollectiveFit:
-        f = link_fit(self.intra.name, coll)
-        if isinstance(f, CollectiveFit):
-            return scale_bandwidth(f, self.eff_scale)  # type: ignore[return-value]
-        p = Protocol(self.intra.latency_s, self.intra.effective_bps * self.eff_scale)
-        return CollectiveFit(default_launch_s(), p, p, "datasheet")
+        return _intra_fit(self.intra, coll, self.eff_scale)
 
     def _net_fit(self, coll: str) -> NetFit:
-        f = link_fit(self.inter.name, coll)
-        if isinstance(f, NetFit):
-            return scale_bandwidth(f, self.eff_scale)  # type: ignore[return-value]
-        p = Protocol(self.inter.latency_s, self.inter.effective_bps * self.eff_scale)
-        return NetFit(p, p, "datasheet")
+        return _net_fit(self.inter, coll, self.eff_scale)
 
     def fitted(self, coll: str = "all_reduce") -> bool:
         """Whether the fabric's intra-node link has a fit on measured NCCL tables for ``coll``."""
@@ -207,6 +200,27 @@ class Fabric:
         return {"intra": self.intra.name, "inter": self.inter.name,
                 "gpus_per_node": self.gpus_per_node, "nics_per_node": self.nics_per_node,
                 "eff_scale": self.eff_scale}
+
+
+@lru_cache(maxsize=1024)
+def _intra_fit(link: Link, coll: str, eff_scale: float) -> CollectiveFit:
+    """The fitted parameters of ``coll`` on the intra-node ``link`` (bandwidths × ``eff_scale``),
+    or the link's datasheet α–β as a one-protocol fit with the fitted launch cost."""
+    f = link_fit(link.name, coll)
+    if isinstance(f, CollectiveFit):
+        return scale_bandwidth(f, eff_scale)  # type: ignore[return-value]
+    p = Protocol(link.latency_s, link.effective_bps * eff_scale)
+    return CollectiveFit(default_launch_s(), p, p, "datasheet")
+
+
+@lru_cache(maxsize=1024)
+def _net_fit(link: Link, coll: str, eff_scale: float) -> NetFit:
+    """The node-crossing parameters of ``coll`` on the inter-node ``link`` (fitted or datasheet)."""
+    f = link_fit(link.name, coll)
+    if isinstance(f, NetFit):
+        return scale_bandwidth(f, eff_scale)  # type: ignore[return-value]
+    p = Protocol(link.latency_s, link.effective_bps * eff_scale)
+    return NetFit(p, p, "datasheet")
 
 
 def dtype_bytes(dtype: str) -> int:
