@@ -201,3 +201,15 @@ def test_compute_bound_job_scales_nearly_linearly_on_nvlink():
     one, eight = predict_jobs([Job(**base), Job(**base, gpus=8, strategy="ddp")])
     assert 7.0 < one.time_s / eight.time_s <= 8.0
     assert eight.energy_per_token_j < 1.1 * one.energy_per_token_j
+
+
+def test_fsdp_per_unit_host_cost_weighs_most_on_a_small_model():
+    """The hooks and launches of an FSDP unit cost the same host time whatever the layer's size:
+    on a narrow model (1-ms layers) they are a visible share of the step, on a wide one not."""
+    base = dict(layers=12, heads=8, seq=256, batch=8, vocab=8000, dtype="bf16", device="rtx3090",
+                tokens=1e8, gpus=4, strategy="fsdp")
+    small, wide = predict_jobs([Job(hidden=256, **base), Job(hidden=2048, **base)])
+    h_small, h_wide = (p.step["comm_detail"]["fsdp_host_s"] for p in (small, wide))
+    assert h_small == pytest.approx(h_wide) and h_small == pytest.approx(
+        13 * 3 * (FSDP_HOOK_HOST_S + LAUNCH), rel=0.3)  # the fitted pcie4-nop2p launch costs
+    assert h_small / small.step["time_s"] > 3 * h_wide / wide.step["time_s"]

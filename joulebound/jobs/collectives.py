@@ -6,7 +6,8 @@ two-protocol model of :mod:`joulebound.hw.nccl` (launch cost + the faster of NCC
 protocols, per-step latency, bus bandwidth, the local share, the node crossing through the NIC);
 on every other link by the α–β model below plus the fitted launch cost per collective.
 
-The α–β model (datasheet links), per collective over ``n`` GPUs with per-GPU effective bandwidth ``B`` (bytes/s,
+The α–β model (datasheet links inside one node; the public functions below, which the energy laws
+also use), per collective over ``n`` GPUs with per-GPU effective bandwidth ``B`` (bytes/s,
 nominal × NCCL efficiency, :class:`~joulebound.hw.links.Link`) and per-step latency ``α``:
 
 ==================  ============================================================================
@@ -21,10 +22,13 @@ send / recv          S/B + α                      (pipeline stage boundary)
 ==================  ============================================================================
 
 A group of GPUs lies inside one node when it fits (:meth:`Fabric.group`); otherwise its ring
-crosses the node's NICs, which every group with members on that node shares: the bandwidth is
-``min(B_intra, nics·B_nic·eff / groups sharing the NIC)`` and the latency the larger of the two.
-Ranks are placed Megatron-style: tensor-parallel ranks adjacent (stride 1), then data-parallel,
-then pipeline stages (outermost).
+crosses the node's NICs, which every group with members on that node shares: the ring's steps
+that cross nodes pay the network's latency, the others the node link's, and the bytes through the
+NIC run at ``nics·B_nic / groups sharing the NIC`` (:func:`joulebound.hw.nccl.collective_time`,
+with the datasheet figures of a link the tables do not cover). :meth:`Fabric.group` gives the
+plain α–β view of a group: ``min(B_intra, nics·B_nic·eff / groups sharing the NIC)`` and the larger
+latency. Ranks are placed Megatron-style: tensor-parallel ranks adjacent (stride 1), then
+data-parallel, then pipeline stages (outermost).
 
 FSDP adds host work per unit (layer) and micro-batch that the GPU waits for in an eager
 framework: three Python hooks (pre-forward unshard, pre-backward unshard, post-backward
@@ -135,7 +139,9 @@ class Fabric:
         return max(1, math.ceil(gpus / self.gpus_per_node))
 
     def group(self, n: int, stride: int = 1) -> tuple[float, float, bool]:
-        """(bandwidth B/s, latency s, spans nodes) of a group of ``n`` ranks ``stride`` apart."""
+        """(bandwidth B/s, latency s, spans nodes) of a group of ``n`` ranks ``stride`` apart: the
+        α–β view (the link table's effective bandwidth and per-step latency); jobs price their
+        collectives with :meth:`collective`."""
         intra_bw = self.intra.effective_bps * self.eff_scale
         if n <= 1:
             return intra_bw, self.intra.latency_s, False
