@@ -43,8 +43,12 @@ from joulebound.hw.nccl import (
     LinkFit,
     NetFit,
     Protocol,
+    buffer_factor,
+    bus_factor,
     collective_time,
     fit_path,
+    net_factor,
+    ring_steps,
     scale_bandwidth,
 )
 from joulebound.jobs.collectives import allgather, allreduce, reduce_scatter, sendrecv
@@ -155,14 +159,55 @@ def pool(a: Table, b: Table, system: str) -> Table:
 _PRIOR_W = 0.05
 
 
+def _unpack(x: np.ndarray) -> tuple[float, ...]:
+    """``(a, α_LL, B_LL, α_S, B_S, B_loc)`` from the fit's free parameters, which keep the
+    protocols physical: LL has the smaller latency (``α_S = α_LL + e^x3``) and at most Simple's
+    bandwidth (``B_LL = B_S·σ(x2)``: LL spends part of each line on flags)."""
+    a, al, bs, bloc = np.exp(x[[0, 1, 4, 5]])
+    return (float(a), float(al), float(bs / (1 + np.exp(-x[2]))), float(al + np.exp(x[3])),
+            float(bs), float(bloc))
+
+
+def _pack(a: float, al: float, bl: float, as_: float, bs: float, bloc: float) -> list[float]:
+    """Inverse of :func:`_unpack` (starting values, clipped into the physical region)."""
+    frac = min(max(bl / bs, 0.01), 0.9)
+    return [math.log(a), math.log(al), math.log(frac / (1 - frac)), math.log(max(as_ - al, 0.5 * al)),
+            math.log(bs), math.log(bloc)]
+
+
 def _cfit(x: np.ndarray) -> CollectiveFit:
-    a, al, bl, as_, bs, bloc = np.exp(x)
-    return CollectiveFit(float(a), Protocol(float(al), float(bl)), Protocol(float(as_), float(bs), float(bloc)))
+    a, al, bl, as_, bs, bloc = _unpack(x)
+    return CollectiveFit(a, Protocol(al, bl), Protocol(as_, bs, bloc))
 
 
 def _predict(coll: str, t: Table, fit: CollectiveFit, net: NetFit | None = None) -> np.ndarray:
     return np.array([collective_time(coll, s, int(n), fit, int(nd), net)
                      for s, n, nd in zip(t.size, t.n, t.nodes, strict=True)])
+
+
+def _split(size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Masks of the large (≥ 4 MiB, else the top 30 %) and small (≤ 256 KiB, else the bottom
+    30 %) messages, for the fit's linear starting point."""
+    big = size >= 4 * 2**20
+    small = size <= 256 * 1024
+    if big.sum() < 3:
+        big = size >= np.quantile(size, 0.7)
+    if small.sum() < 3:
+        small = size <= np.quantile(size, 0.3)
+    return big, small
+
+
+def _nnls(a: np.ndarray, y: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
+    """Non-negative least squares of ``a·x ≈ y`` relative to ``scale`` (default ``y``)."""
+    from scipy.optimize import nnls
+
+    w = 1.0 / (y if scale is None else scale)
+    return nnls(a * w[:, None], y * w)[0]
+
+
+def _pos(x: float, fallback: float) -> float:
+    """``x`` if positive, else ``fallback`` (a starting value must be > 0 for the log fit)."""
+    return float(x) if x > 0 else float(fallback)
 
 
 def fit_collective(coll: str, t: Table) -> CollectiveFit:
@@ -172,34 +217,36 @@ def fit_collective(coll: str, t: Table) -> CollectiveFit:
     if len(d.size) < 6:
         raise ValueError(f"{t.system} {coll}: {len(d.size)} one-node rows, need >= 6")
     S, n, y = d.size, d.n.astype(float), np.log(d.time)
-    k = np.array([2.0 * (x - 1) if coll == "all_reduce" else (1.0 if coll == "sendrecv" else x - 1) for x in n])
-    f = np.array([2.0 * (x - 1) / x if coll == "all_reduce" else (1.0 if coll == "sendrecv" else (x - 1) / x) for x in n])
-    g = 2.0 if coll == "all_reduce" else 1.0
+    k = np.array([ring_steps(coll, int(x)) for x in n])
+    f = np.array([bus_factor(coll, int(x)) for x in n])
+    g = buffer_factor(coll)
 
     def res(x: np.ndarray) -> np.ndarray:
-        a, al, bl, as_, bs, bloc = np.exp(x)
+        a, al, bl, as_, bs, bloc = _unpack(x)
         t_ll = al * k + S * f / bl
         t_s = as_ * k + S * (f / bs + (g - f) / bloc)
         r = np.log(a + np.minimum(t_ll, t_s)) - y
         return np.append(r, _PRIOR_W * (x[5] - x[4]))
 
+    # starts: linear least squares (relative weights) on the large and the small messages
+    big, small = _split(S)
+    c_big = _nnls(np.column_stack([np.ones_like(S), k, S * f, S * (g - f)])[big], d.time[big])
+    c_small = _nnls(np.column_stack([np.ones_like(S), k, S * f])[small], d.time[small])
     tmin = float(np.min(d.time))
-    big = S >= np.quantile(S, 0.8)
-    bw0 = float(np.median(S[big] * f[big] / d.time[big]))
+    a0 = _pos(c_small[0], 0.5 * tmin)
+    al0 = _pos(c_small[1], tmin / 20)
+    bl0 = 1.0 / _pos(c_small[2], 1e-12)
+    bs0 = 1.0 / _pos(c_big[2], 1e-12)
+    bloc0 = 1.0 / _pos(c_big[3], 0.1 / bs0)
+    as0 = max(_pos(c_big[1], 0.0), 2 * al0)
     best = None
-    for a0 in (0.5 * tmin, 0.8 * tmin):
-        for al0, as0 in ((tmin / 20, tmin / 4), (tmin / 10, tmin)):
-            for bl0 in (bw0 / 10, bw0 / 2):
-                x0 = np.log([a0, al0, bl0, as0, bw0, bw0])
-                r = least_squares(res, x0, loss="soft_l1", f_scale=0.05)
-                if best is None or r.cost < best.cost:
-                    best = r
+    for x0 in ([a0, al0, bl0, as0, bs0, bloc0], [a0, al0, bl0, 4 * as0, bs0, bs0],
+               [0.7 * a0, al0, min(bl0, bs0 / 5), as0, bs0, bs0]):
+        r = least_squares(res, _pack(*x0), loss="soft_l1", f_scale=0.05)
+        if best is None or r.cost < best.cost:
+            best = r
     assert best is not None
-    fit = _cfit(best.x)
-    if fit.ll.alpha_s > fit.simple.alpha_s:  # name the regimes: LL is the low-latency one
-        fit = CollectiveFit(fit.launch_s, Protocol(fit.simple.alpha_s, fit.simple.bw_bps),
-                            Protocol(fit.ll.alpha_s, fit.ll.bw_bps, fit.simple.local_bps))
-    return fit
+    return _cfit(best.x)
 
 
 def fit_net(coll: str, t: Table, fit: CollectiveFit) -> NetFit | None:
@@ -209,23 +256,36 @@ def fit_net(coll: str, t: Table, fit: CollectiveFit) -> NetFit | None:
     if len(d.size) < 4:
         return None
 
-    def mk(x: np.ndarray) -> NetFit:
-        al, bl, as_, bs = np.exp(x)
-        return NetFit(Protocol(float(al), float(bl)), Protocol(float(as_), float(bs)))
+    def mk(x: np.ndarray) -> NetFit:  # the same physical constraints as _unpack
+        al, bs = np.exp(x[[0, 3]])
+        return NetFit(Protocol(float(al), float(bs / (1 + np.exp(-x[1])))),
+                      Protocol(float(al + np.exp(x[2])), float(bs)))
+
+    def pk(al: float, bl: float, as_: float, bs: float) -> list[float]:
+        frac = min(max(bl / bs, 0.01), 0.9)
+        return [math.log(al), math.log(frac / (1 - frac)), math.log(max(as_ - al, 0.5 * al)),
+                math.log(bs)]
 
     def res(x: np.ndarray) -> np.ndarray:
         return np.log(_predict(coll, d, fit, mk(x))) - np.log(d.time)
 
+    # starts: linear least squares on what the one-node part leaves (large / small messages)
+    kn = np.array([ring_steps(coll, int(n)) * nd / n for n, nd in zip(d.n, d.nodes, strict=True)])
+    fn = np.array([net_factor(coll, int(n), int(p)) for n, p in zip(d.n, d.per_node, strict=True)])
+    kin = np.array([ring_steps(coll, int(n)) for n in d.n]) - kn
+    big, small = _split(d.size)
+    rest_s = d.time - fit.launch_s - fit.simple.alpha_s * kin
+    rest_l = d.time - fit.launch_s - fit.ll.alpha_s * kin
+    cs = _nnls(np.column_stack([kn, d.size * fn])[big], rest_s[big], d.time[big])
+    cl = _nnls(np.column_stack([kn, d.size * fn])[small], rest_l[small], d.time[small])
     tmin = float(np.min(d.time))
-    big = d.size >= np.quantile(d.size, 0.8)
-    fn = np.array([2.0 * (x - 1) / x for x in d.n[big]]) if coll == "all_reduce" else 1.0
-    bw0 = float(np.median(d.size[big] * fn / d.time[big]))
+    as0, bs0 = _pos(cs[0], tmin / 2), 1.0 / _pos(cs[1], 1e-12)
+    al0, bl0 = _pos(cl[0], tmin / 4), 1.0 / _pos(cl[1], 1e-12)
     best = None
-    for al0, as0 in ((tmin / 4, tmin / 2), (tmin / 2, tmin * 2)):
-        for bl0 in (bw0 / 4, bw0):
-            r = least_squares(res, np.log([al0, bl0, as0, bw0]), loss="soft_l1", f_scale=0.05)
-            if best is None or r.cost < best.cost:
-                best = r
+    for x0 in ([al0, bl0, as0, bs0], [al0, min(bl0, bs0 / 4), max(as0, 2 * al0), bs0]):
+        r = least_squares(res, pk(*x0), loss="soft_l1", f_scale=0.05)
+        if best is None or r.cost < best.cost:
+            best = r
     assert best is not None
     return mk(best.x)
 
