@@ -22,6 +22,7 @@ from joulebound.hw.nccl import (
     NetFit,
     Protocol,
     collective_time,
+    fit_path,
     fits_from_json,
     shipped_fits,
 )
@@ -71,7 +72,7 @@ def test_node_crossing_by_hand_ring_and_alltoall():
 def test_shipped_file_round_trips_and_labels_its_sources():
     fits = shipped_fits()
     assert {"nvlink4", "pcie3-nop2p", "eth-10g", "pcie4-nop2p"} <= set(fits)
-    doc = json.loads((__import__("joulebound.hw.nccl", fromlist=["fit_path"]).fit_path()).read_text())
+    doc = json.loads(fit_path().read_text())
     assert doc["provenance"] == "calibrated on measured NCCL tables (microsoft/apex_plus @ 8769096)"
     again = fits_from_json({**doc, "links": [f.to_json() for f in fits.values()]})
     assert again == fits
