@@ -16,6 +16,7 @@ from research import (
     gpuptx,
     guerreiro,
     mlp_probe,
+    nccl_collectives,
     perseus_kernel,
     perseus_plans,
     perseus_stage,
@@ -33,7 +34,8 @@ class ValidationRun:
 
 #: check names in run order (``validate --only`` takes a comma list of these)
 CHECKS = ("perseus-stage", "perseus-kernel", "perseus-plans", "guerreiro", "zeus-power-limit",
-          "gpuptx", "spaan-table1", "spaan-totals", "energaizer-idle", "mlp-probe")
+          "gpuptx", "spaan-table1", "spaan-totals", "energaizer-idle", "mlp-probe",
+          "nccl-collectives")
 
 
 def run_all(data: Path, progress: Callable[[str], None] | None = None,
@@ -96,6 +98,9 @@ def run_all(data: Path, progress: Callable[[str], None] | None = None,
     if "mlp-probe" in want:
         say("(i) streaming bandwidth vs SMs issuing on an H200 (joulebound's probe)")
         out += mlp_probe.run()
+    if "nccl-collectives" in want:
+        say("(j) NCCL collective times, H100 / H200 NVSwitch and V100 PCIe (held-out GPU counts)")
+        out += nccl_collectives.run(data)
     return ValidationRun(out, extras)
 
 

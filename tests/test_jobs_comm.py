@@ -3,7 +3,10 @@ and the sign of "more GPUs -> more energy per token" for a communication-bound j
 
 The per-GPU compute is a hand-made :class:`Parts` (1 ms per layer forward, 2 ms backward, no
 optimizer), so every expected time below is arithmetic on the link figures of PCIe 4.0 x16
-(31.5 GB/s per direction × NCCL efficiency 0.8, 8 µs per step) written out in the test.
+(31.5 GB/s per direction × NCCL efficiency 0.8, 8 µs per step: a datasheet link, which the
+measured NCCL tables do not cover) written out in the test, plus the launch cost of each
+collective ``LAUNCH`` (the median launch cost fitted on the measured tables, 4–8 µs) and FSDP's
+per-unit host cost (three hooks of ``FSDP_HOOK_HOST_S`` and three launches per unit).
 """
 
 from __future__ import annotations
@@ -13,13 +16,22 @@ import math
 import numpy as np
 import pytest
 
-from joulebound.jobs.collectives import Fabric, allgather, allreduce, reduce_scatter, sendrecv
+from joulebound.hw.nccl import default_launch_s
+from joulebound.jobs.collectives import (
+    FSDP_HOOK_HOST_S,
+    Fabric,
+    allgather,
+    allreduce,
+    reduce_scatter,
+    sendrecv,
+)
 from joulebound.jobs.job import Job, resolve
 from joulebound.jobs.mechanistic import MechParams, compose, predict_jobs
 from joulebound.jobs.stepcost import Parts, WorkKey
 
 B = 31.5e9 * 0.8  # PCIe 4.0 effective bandwidth, bytes/s
 A = 8e-6  # PCIe 4.0 per-step latency, s
+LAUNCH = default_launch_s()  # host + launch cost per collective, s (fitted)
 L, D, FF, V, S, MB = 12, 1024, 4096, 30522, 512, 8
 P_LAYER = 4 * D * D + 2 * D * FF + 9 * D + FF  # 12,596,224 weights + biases + LayerNorms
 P_EMB = V * D + 512 * D + D * D + 7 * D + V  # BERT embeddings, type/LN, MLM transform, decoder bias
@@ -50,6 +62,13 @@ def test_parameter_count_is_the_hand_count():
     assert P == 184_019_770 and r.params == P
 
 
+def test_launch_cost_is_the_fitted_few_microseconds():
+    assert 4e-6 <= LAUNCH <= 8e-6
+    fab = Fabric.make("pcie4", "ib-hdr")
+    assert not fab.fitted() and fab.collective("all_reduce", 1e8, 8) == pytest.approx(
+        LAUNCH + allreduce(1e8, 8, B, A))
+
+
 def test_collective_formulas_by_hand():
     s = 1e8
     assert allreduce(s, 2, B, A) == pytest.approx(s / B + 2 * A)  # ring: 2·(1/2)·S/B + 2α
@@ -69,7 +88,7 @@ def test_ddp_bucketed_allreduce_overlapped_with_backward(gpus):
     nb = math.ceil(g / (25 * 2**20))
     assert nb == 29  # 736,079,080 B / 26,214,400 B = 28.1
     bucket = g / nb
-    c = 2 * (gpus - 1) / gpus * bucket / B + 2 * (gpus - 1) * A
+    c = LAUNCH + 2 * (gpus - 1) / gpus * bucket / B + 2 * (gpus - 1) * A
     t_ar = nb * c
     b_last = L * 2e-3  # backward of the last micro-batch
     exposed = max(c, t_ar - b_last * (nb - 1) / nb)
@@ -96,23 +115,25 @@ def test_fsdp_allgather_reduce_scatter_per_layer_with_prefetch(gpus):
     _, st = _step("fsdp", gpus)
     n = gpus
     lay, emb = P_LAYER * 2, P_EMB * 2  # bf16 parameters and gradients
-    ag = (n - 1) / n * lay / B + (n - 1) * A
+    ag = LAUNCH + (n - 1) / n * lay / B + (n - 1) * A
     rs = ag
-    ag_r = rs_r = (n - 1) / n * emb / B + (n - 1) * A
+    ag_r = rs_r = LAUNCH + (n - 1) / n * emb / B + (n - 1) * A
     fwd = ag_r + ag + (L - 1) * max(0.0, ag - 1e-3)  # layer i+1's gather hides behind layer i
     bwd = (L - 1) * max(0.0, ag + rs - 2e-3) + rs + rs_r
+    host = (L + 1) * 3 * (FSDP_HOOK_HOST_S + LAUNCH)  # 12 layers + the embedding unit
     assert st.comm_detail["fsdp_layer_bytes"] == pytest.approx(lay)
     assert st.comm_detail["fsdp_allgather_layer_s"] == pytest.approx(ag, rel=1e-9)
-    assert st.comm_s == pytest.approx(fwd + bwd, rel=1e-9)
+    assert st.comm_detail["fsdp_host_s"] == pytest.approx(host, rel=1e-9)
+    assert st.comm_s == pytest.approx(fwd + bwd + host, rel=1e-9)
 
 
 @pytest.mark.parametrize("gpus", [2, 8])
 def test_megatron_tp_two_allreduces_per_layer_on_the_critical_path(gpus):
     _, st = _step("tp", gpus)
     act = MB * S * D * 2  # b·S·d bf16 activations
-    ar = 2 * (gpus - 1) / gpus * act / B + 2 * (gpus - 1) * A
-    small = min(2 * (gpus - 1) / gpus * MB * S * 4 / B + 2 * (gpus - 1) * A,
-                2 * MB * S * 4 / B + 2 * math.ceil(math.log2(gpus)) * A)
+    ar = LAUNCH + 2 * (gpus - 1) / gpus * act / B + 2 * (gpus - 1) * A
+    small = LAUNCH + min(2 * (gpus - 1) / gpus * MB * S * 4 / B + 2 * (gpus - 1) * A,
+                         2 * MB * S * 4 / B + 2 * math.ceil(math.log2(gpus)) * A)
     expect = L * 4 * ar + ar + (ar + 3 * small)  # 2 fwd + 2 bwd per layer, embedding, head + loss
     assert st.comm_detail["tp_allreduce_bytes"] == act
     assert st.comm_detail["tp_allreduce_s"] == pytest.approx(ar, rel=1e-9)
@@ -132,7 +153,7 @@ def test_pipeline_1f1b_bubble_and_point_to_point(gpus, m):
     r, st = _step("pp", gpus, parts=parts)
     assert r.grad_accum == m  # 4·pp micro-batches assumed (and said in the warnings)
     assert any("micro-batches per step assumed" in w for w in r.warnings)
-    p2p = MB * S * D * 2 / B + A
+    p2p = LAUNCH + MB * S * D * 2 / B + A
     stages = r.stages
     assert sum(stages) == L and len(stages) == gpus
     fb = [ell * 3e-3 + (3e-3 if s == gpus - 1 else 0.0) for s, ell in enumerate(stages)]
@@ -180,3 +201,15 @@ def test_compute_bound_job_scales_nearly_linearly_on_nvlink():
     one, eight = predict_jobs([Job(**base), Job(**base, gpus=8, strategy="ddp")])
     assert 7.0 < one.time_s / eight.time_s <= 8.0
     assert eight.energy_per_token_j < 1.1 * one.energy_per_token_j
+
+
+def test_fsdp_per_unit_host_cost_weighs_most_on_a_small_model():
+    """The hooks and launches of an FSDP unit cost the same host time whatever the layer's size:
+    on a narrow model (1-ms layers) they are a visible share of the step, on a wide one not."""
+    base = dict(layers=12, heads=8, seq=256, batch=8, vocab=8000, dtype="bf16", device="rtx3090",
+                tokens=1e8, gpus=4, strategy="fsdp")
+    small, wide = predict_jobs([Job(hidden=256, **base), Job(hidden=2048, **base)])
+    h_small, h_wide = (p.step["comm_detail"]["fsdp_host_s"] for p in (small, wide))
+    assert h_small == pytest.approx(h_wide) and h_small == pytest.approx(
+        13 * 3 * (FSDP_HOOK_HOST_S + LAUNCH), rel=0.3)  # the fitted pcie4-nop2p launch costs
+    assert h_small / small.step["time_s"] > 3 * h_wide / wide.step["time_s"]

@@ -13,7 +13,7 @@ from joulebound.core.errors import JouleboundError
 JSON_HELP = (
     "Print JSON instead of the table: a list of objects with keys check "
     "(perseus-stage|perseus-kernel|perseus-plans|guerreiro|zeus-power-limit|gpuptx|"
-    "spaan-table1), gpu, "
+    "spaan-table1|nccl-collectives), gpu, "
     "workload, time_mape, "
     "energy_mape (%; power MAPE where energy_quantity is power/avg_power), time_max_err, "
     "energy_max_err (%), n_points, provenance, energy_quantity (energy|power|avg_power|voltage|bandwidth), "
@@ -79,7 +79,8 @@ def validate(
                                 help="Accepted for old scripts; writing docs is off by default."),
     only: str = typer.Option(None, "--only", help="Comma list of checks to run (default: all): "
                              "perseus-stage, perseus-kernel, perseus-plans, guerreiro, "
-                             "zeus-power-limit, gpuptx, spaan-table1."),
+                             "zeus-power-limit, gpuptx, spaan-table1, nccl-collectives (NCCL "
+                             "collective times: held-out GPU counts and GPU type)."),
     write_params: bool = typer.Option(False, "--write-params",
                                       help="Also regenerate the shipped device-parameter files "
                                            "(joulebound/gpumodel/params/) from these fits."),

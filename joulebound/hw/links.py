@@ -14,23 +14,36 @@ Sources of the figures:
   P100/V100/A100/H100/B200 datasheets (80/150/300/450/900 GB/s per direction); the NVLink bridges
   of GeForce/workstation pairs (RTX 2080 Ti 50 GB/s, RTX 3090/A40/A6000 112.5 GB/s bidirectional);
   InfiniBand EDR/HDR/NDR 100/200/400 Gb/s and Ethernet 10/25/100/400 Gb/s per NIC;
-* ``nccl_eff`` and ``latency_s`` are **estimates** (no open measurement in ../shared/data covers a
-  collective): nccl-tests bus bandwidths reported for these links are typically 75–85 % of the
-  nominal rate within a node and ~90 % on InfiniBand; per-step latencies of a few µs (NVLink) to
-  tens of µs (PCIe through the host, TCP). They carry the interval of every communication-bound
-  prediction (see :mod:`joulebound.jobs.mechanistic`).
+* **fitted** links (``nvlink4``, ``pcie3-nop2p``, ``eth-10g``; ``pcie4-nop2p`` / ``pcie5-nop2p``
+  scaled from ``pcie3-nop2p`` by the link rate): their collectives are priced by the two-protocol
+  model of :mod:`joulebound.hw.nccl`, calibrated on measured NCCL tables (H100 / H200 NVSwitch
+  nodes, a V100 PCIe cluster; ``joulebound/hw/data/nccl_fit.json``). Their ``nccl_eff`` and
+  ``latency_s`` here are read from that fit (:func:`_fitted`): ``nccl_eff`` = the fitted
+  large-message all-reduce bus bandwidth / the nominal rate, ``latency_s`` = the fitted
+  small-message (LL protocol) latency per ring step. The measured V100 PCIe node reaches 3–4.5
+  GB/s of bus bandwidth (~30 % of PCIe 3.0 x16), as when NCCL stages through host memory, so
+  its fit prices the ``-nop2p`` links; the measured cluster network (~1.2 GB/s over NCCL
+  sockets) prices ``eth-10g``.
+* every other link (``nvlink1``–``nvlink3``, ``nvlink5``, bridges, PCIe with peer-to-peer,
+  InfiniBand, faster Ethernet): the data does not cover it; ``nccl_eff`` and ``latency_s`` are
+  **datasheet-based estimates**: nccl-tests bus bandwidths reported for these links are
+  typically 75–85 % of the nominal rate within a node and ~90 % on InfiniBand; per-step
+  latencies of a few µs (NVLink) to tens of µs (PCIe, TCP). Their collectives are the α–β
+  formulas of :mod:`joulebound.jobs.collectives` plus the fitted launch cost per collective.
+  They carry the interval of every communication-bound prediction (see
+  :mod:`joulebound.jobs.mechanistic`).
 * ``-nop2p`` variants: PCIe without peer-to-peer (GeForce cards on most drivers, GPUs under
-  different CPU sockets): NCCL falls back to staging through host memory (SHM transport), about
-  half the bandwidth and twice the latency — an estimate.
+  different CPU sockets): NCCL stages through host memory (SHM transport).
 
 Units: bytes/s, s.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from joulebound.core.errors import JouleboundError, did_you_mean
+from joulebound.hw.nccl import CollectiveFit, NetFit, shipped_fits
 
 
 @dataclass(frozen=True)
@@ -81,13 +94,12 @@ LINKS: dict[str, Link] = {k.name: k for k in [
     Link("pcie5", "pcie", 63.0 * _GB, 6e-6, 0.80, "intra",
          note=f"PCIe 5.0 x16, 63 GB/s per direction; {_EST}"),
     Link("pcie3-nop2p", "pcie", 15.75 * _GB, 20e-6, 0.40, "intra", p2p=False,
-         note="PCIe 3.0 x16 without peer-to-peer: NCCL stages through host memory (estimate: "
-              "half the bandwidth, twice the latency)"),
+         note="PCIe 3.0 x16 without peer-to-peer: NCCL stages through host memory"),
     Link("pcie4-nop2p", "pcie", 31.5 * _GB, 16e-6, 0.40, "intra", p2p=False,
          note="PCIe 4.0 x16 without peer-to-peer (GeForce drivers, GPUs under different CPU "
-              "sockets): staged through host memory (estimate)"),
+              "sockets): staged through host memory"),
     Link("pcie5-nop2p", "pcie", 63.0 * _GB, 12e-6, 0.40, "intra", p2p=False,
-         note="PCIe 5.0 x16 without peer-to-peer: staged through host memory (estimate)"),
+         note="PCIe 5.0 x16 without peer-to-peer: staged through host memory"),
     Link("nvlink1", "nvlink", 80 * _GB, 5e-6, 0.80, "intra",
          note=f"NVLink 1 (P100 SXM2), 4 links x 20 GB/s per direction; {_EST}"),
     Link("nvlink2", "nvlink", 150 * _GB, 3e-6, 0.80, "intra",
@@ -95,7 +107,7 @@ LINKS: dict[str, Link] = {k.name: k for k in [
     Link("nvlink3", "nvlink", 300 * _GB, 3e-6, 0.80, "intra",
          note=f"NVLink 3 + NVSwitch (A100 SXM4), 600 GB/s bidirectional; {_EST}"),
     Link("nvlink4", "nvlink", 450 * _GB, 2e-6, 0.80, "intra",
-         note=f"NVLink 4 + NVSwitch (H100/H200 SXM), 900 GB/s bidirectional; {_EST}"),
+         note="NVLink 4 + NVSwitch (H100/H200 SXM), 900 GB/s bidirectional"),
     Link("nvlink5", "nvlink", 900 * _GB, 2e-6, 0.80, "intra",
          note=f"NVLink 5 (B200), 1.8 TB/s bidirectional; {_EST}"),
     Link("nvlink2-bridge", "nvlink", 25 * _GB, 4e-6, 0.80, "intra", max_gpus=2,
@@ -109,7 +121,7 @@ LINKS: dict[str, Link] = {k.name: k for k in [
     Link("ib-ndr", "infiniband", 400 * _Gb, 5e-6, 0.90, "inter",
          note=f"InfiniBand NDR, 400 Gb/s per NIC; {_EST}"),
     Link("eth-10g", "ethernet", 10 * _Gb, 50e-6, 0.60, "inter",
-         note="10 Gb Ethernet, NCCL over TCP sockets (estimate: 60 % of line rate, 50 us)"),
+         note="10 Gb Ethernet, NCCL over TCP sockets"),
     Link("eth-25g", "ethernet", 25 * _Gb, 40e-6, 0.60, "inter",
          note="25 Gb Ethernet, NCCL over TCP sockets (estimate)"),
     Link("eth-100g", "ethernet", 100 * _Gb, 10e-6, 0.85, "inter",
@@ -117,6 +129,27 @@ LINKS: dict[str, Link] = {k.name: k for k in [
     Link("eth-400g", "ethernet", 400 * _Gb, 8e-6, 0.85, "inter",
          note=f"400 Gb Ethernet with RoCE; {_EST}"),
 ]}
+
+
+def _fitted(link: Link) -> Link:
+    """``link`` with ``nccl_eff`` and ``latency_s`` read from its shipped collective fit (the
+    all-reduce's Simple bus bandwidth / nominal, its LL latency per step), or unchanged (its
+    note then says the figures are estimates) when the measured tables do not cover it."""
+    fit = shipped_fits().get(link.name)
+    ar = fit.collectives.get("all_reduce") if fit else None
+    if not isinstance(ar, (CollectiveFit, NetFit)):
+        return link if _EST in link.note or "estimate" in link.note else replace(
+            link, note=f"{link.note}; nccl_eff and latency: estimate")
+    src = ("scaled from the PCIe 3.0 host-staged fit by the link rate" if ar.source == "scaled"
+           else "calibrated on measured NCCL tables (microsoft/apex_plus @ 8769096)")
+    return replace(link, nccl_eff=round(ar.simple.bw_bps / link.bandwidth_bps, 4),
+                   latency_s=float(f"{ar.ll.alpha_s:.3g}"),
+                   note=f"{link.note}; collectives from the fit in joulebound/hw/data/nccl_fit.json "
+                        f"({fit.system if fit else ''}; {src}): nccl_eff = all-reduce bus "
+                        "bandwidth / nominal, latency_s = LL latency per ring step")
+
+
+LINKS = {k: _fitted(v) for k, v in LINKS.items()}
 
 #: intra-node link assumed for a GPU whose catalog entry names none
 DEFAULT_INTRA = "pcie4"

@@ -1,6 +1,13 @@
-"""Time of NCCL-style collectives on a GPU fabric (latency + size / bandwidth), pure functions.
+"""Time of NCCL collectives on a GPU fabric, and every collective of a job's step; pure functions.
 
-The α–β model, per collective over ``n`` GPUs with per-GPU effective bandwidth ``B`` (bytes/s,
+A job prices its collectives with :meth:`Fabric.collective`: on links the measured NCCL tables
+cover (``nvlink4``, ``pcie3/4/5-nop2p``, ``eth-10g``, see :mod:`joulebound.hw.links`) by the fitted
+two-protocol model of :mod:`joulebound.hw.nccl` (launch cost + the faster of NCCL's LL and Simple
+protocols, per-step latency, bus bandwidth, the local share, the node crossing through the NIC);
+on every other link by the α–β model below plus the fitted launch cost per collective.
+
+The α–β model (datasheet links inside one node; the public functions below, which the energy laws
+also use), per collective over ``n`` GPUs with per-GPU effective bandwidth ``B`` (bytes/s,
 nominal × NCCL efficiency, :class:`~joulebound.hw.links.Link`) and per-step latency ``α``:
 
 ==================  ============================================================================
@@ -15,29 +22,52 @@ send / recv          S/B + α                      (pipeline stage boundary)
 ==================  ============================================================================
 
 A group of GPUs lies inside one node when it fits (:meth:`Fabric.group`); otherwise its ring
-crosses the node's NICs, which every group with members on that node shares: the bandwidth is
-``min(B_intra, nics·B_nic·eff / groups sharing the NIC)`` and the latency the larger of the two.
-Ranks are placed Megatron-style: tensor-parallel ranks adjacent (stride 1), then data-parallel,
-then pipeline stages (outermost).
+crosses the node's NICs, which every group with members on that node shares: the ring's steps
+that cross nodes pay the network's latency, the others the node link's, and the bytes through the
+NIC run at ``nics·B_nic / groups sharing the NIC`` (:func:`joulebound.hw.nccl.collective_time`,
+with the datasheet figures of a link the tables do not cover). :meth:`Fabric.group` gives the
+plain α–β view of a group: ``min(B_intra, nics·B_nic·eff / groups sharing the NIC)`` and the larger
+latency. Ranks are placed Megatron-style: tensor-parallel ranks adjacent (stride 1), then
+data-parallel, then pipeline stages (outermost).
+
+FSDP adds host work per unit (layer) and micro-batch that the GPU waits for in an eager
+framework: three Python hooks (pre-forward unshard, pre-backward unshard, post-backward
+reshard + reduce-scatter; :data:`FSDP_HOOK_HOST_S` each, an **estimate**) and the launch of its
+three collectives (the fitted launch cost): :attr:`JobComm.fsdp_unit_host_s`.
 
 Everything here is **modeled**; the link figures and their sources are in
-:mod:`joulebound.hw.links` (NCCL efficiencies are estimates).
+:mod:`joulebound.hw.links` and :mod:`joulebound.hw.nccl`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from joulebound.core.errors import JouleboundError
 from joulebound.hw.links import DEFAULT_INTER, DEFAULT_INTRA, Link, get_link
+from joulebound.hw.nccl import (
+    CollectiveFit,
+    NetFit,
+    Protocol,
+    collective_time,
+    default_launch_s,
+    link_fit,
+    scale_bandwidth,
+)
 
 if TYPE_CHECKING:  # pragma: no cover - the job description comes first; only its type here
     from joulebound.jobs.job import Resolved
 
 #: PyTorch DDP's gradient bucket (bytes)
 DDP_BUCKET_BYTES = 25 * 2**20
+#: host (CPU) time of one FSDP hook (s): unshard / reshard bookkeeping, stream waits and
+#: flat-parameter views in Python. **Estimate** (no measured FSDP run in the open data): tens of
+#: µs per hook in eager PyTorch; three hooks per unit and micro-batch
+FSDP_HOOK_HOST_S = 50e-6
+FSDP_HOOKS_PER_UNIT = 3
 
 
 def allreduce_ring(size: float, n: int, bw: float, lat: float) -> float:
@@ -109,7 +139,9 @@ class Fabric:
         return max(1, math.ceil(gpus / self.gpus_per_node))
 
     def group(self, n: int, stride: int = 1) -> tuple[float, float, bool]:
-        """(bandwidth B/s, latency s, spans nodes) of a group of ``n`` ranks ``stride`` apart."""
+        """(bandwidth B/s, latency s, spans nodes) of a group of ``n`` ranks ``stride`` apart: the
+        α–β view (the link table's effective bandwidth and per-step latency); jobs price their
+        collectives with :meth:`collective`."""
         intra_bw = self.intra.effective_bps * self.eff_scale
         if n <= 1:
             return intra_bw, self.intra.latency_s, False
@@ -125,10 +157,76 @@ class Fabric:
         nic_bw = self.nics_per_node * self.inter.effective_bps * self.eff_scale / sharing
         return min(intra_bw, nic_bw), max(self.intra.latency_s, self.inter.latency_s), True
 
+    def _span(self, n: int, stride: int) -> tuple[int, float]:
+        """(nodes a group of ``n`` ranks ``stride`` apart spans, groups sharing each NIC per NIC)."""
+        g = self.gpus_per_node
+        if n * stride <= g:
+            return 1, 1.0
+        members = max(1, min(n, g // stride)) if stride < g else 1
+        return math.ceil(n / members), max(1, g // members) / self.nics_per_node
+
+    def _intra_fit(self, coll: str) -> CollectiveFit:
+        return _intra_fit(self.intra, coll, self.eff_scale)
+
+    def _net_fit(self, coll: str) -> NetFit:
+        return _net_fit(self.inter, coll, self.eff_scale)
+
+    def fitted(self, coll: str = "all_reduce") -> bool:
+        """Whether the fabric's intra-node link has a fit on measured NCCL tables for ``coll``."""
+        return isinstance(link_fit(self.intra.name, coll), CollectiveFit)
+
+    def launch_s(self, coll: str) -> float:
+        """Host + launch cost of one ``coll`` (s): the fitted one, else the fitted systems'
+        median."""
+        return self._intra_fit(coll).launch_s
+
+    def collective(self, coll: str, size: float, n: int, stride: int = 1) -> float:
+        """Modeled time (s) of one ``coll`` (``all_reduce``, ``all_gather``, ``reduce_scatter``,
+        ``alltoall``, ``sendrecv``) of a ``size``-byte buffer over a group of ``n`` ranks
+        ``stride`` apart: the fitted model where the tables cover the links, else the α–β
+        formulas of this module plus the launch cost. 0 for one rank or an empty buffer."""
+        if n <= 1 or size <= 0:
+            return 0.0
+        bw, lat, _ = self.group(n, stride)  # validates the group (bridges join 2 GPUs)
+        nodes, share = self._span(n, stride)
+        fi = self._intra_fit(coll)
+        if nodes > 1 or fi.source != "datasheet":
+            return collective_time(coll, size, n, fi, nodes, self._net_fit(coll) if nodes > 1
+                                   else None, share)
+        # a datasheet link inside one node: today's α–β (ring/tree all-reduce) + launch
+        if coll == "all_reduce":
+            t = allreduce(size, n, bw, lat)
+        elif coll == "sendrecv":
+            t = sendrecv(size, bw, lat)
+        else:
+            t = allgather(size, n, bw, lat)
+        return fi.launch_s + t
+
     def to_json(self) -> dict:
         return {"intra": self.intra.name, "inter": self.inter.name,
                 "gpus_per_node": self.gpus_per_node, "nics_per_node": self.nics_per_node,
                 "eff_scale": self.eff_scale}
+
+
+@lru_cache(maxsize=1024)
+def _intra_fit(link: Link, coll: str, eff_scale: float) -> CollectiveFit:
+    """The fitted parameters of ``coll`` on the intra-node ``link`` (bandwidths × ``eff_scale``),
+    or the link's datasheet α–β as a one-protocol fit with the fitted launch cost."""
+    f = link_fit(link.name, coll)
+    if isinstance(f, CollectiveFit):
+        return scale_bandwidth(f, eff_scale)  # type: ignore[return-value]
+    p = Protocol(link.latency_s, link.effective_bps * eff_scale)
+    return CollectiveFit(default_launch_s(), p, p, "datasheet")
+
+
+@lru_cache(maxsize=1024)
+def _net_fit(link: Link, coll: str, eff_scale: float) -> NetFit:
+    """The node-crossing parameters of ``coll`` on the inter-node ``link`` (fitted or datasheet)."""
+    f = link_fit(link.name, coll)
+    if isinstance(f, NetFit):
+        return scale_bandwidth(f, eff_scale)  # type: ignore[return-value]
+    p = Protocol(link.latency_s, link.effective_bps * eff_scale)
+    return NetFit(p, p, "datasheet")
 
 
 def dtype_bytes(dtype: str) -> int:
@@ -153,6 +251,13 @@ class JobComm:
         pp_p2p_s: one pipeline send/recv of a micro-batch's activations (0 without pp).
         dp_bucket_s, dp_buckets, dp_allreduce_s, dp_grad_bytes: the data-parallel gradient
             all-reduce (DDP or dp across tp/pp groups) per bucket, buckets, total (0 without).
+        fsdp_unit_host_s: host time per FSDP unit (layer or embedding unit) and micro-batch that
+            the GPU waits for: its hooks (:data:`FSDP_HOOKS_PER_UNIT` × :data:`FSDP_HOOK_HOST_S`)
+            and the launches of its all-gathers and reduce-scatter (0 unless sharded over dp > 1).
+        fsdp_units: FSDP units per micro-batch (the layers of the stage + the embedding unit).
+        fsdp_host_s: ``fsdp_units × fsdp_unit_host_s``, the per-micro-batch host time FSDP adds
+            (not hidden behind the GPU's compute: the same host thread launches the layers'
+            kernels).
     """
 
     tp_allreduce_s: float = 0.0
@@ -171,6 +276,9 @@ class JobComm:
     dp_buckets: int = 0
     dp_allreduce_s: float = 0.0
     dp_grad_bytes: float = 0.0
+    fsdp_unit_host_s: float = 0.0
+    fsdp_units: int = 0
+    fsdp_host_s: float = 0.0
 
 
 def job_collectives(r: Resolved, fabric: Fabric, per_layer: float, emb_params: float,
@@ -183,9 +291,8 @@ def job_collectives(r: Resolved, fabric: Fabric, per_layer: float, emb_params: f
     kw: dict = {}
     if r.tp > 1:  # Megatron: activations all-reduced within the tp group (adjacent ranks)
         tokens_mb = r.micro_batch * j.seq
-        bw, lat, _ = fabric.group(r.tp, 1)
-        ar = allreduce(tokens_mb * j.hidden * b, r.tp, bw, lat)
-        small = allreduce(tokens_mb * 4, r.tp, bw, lat)
+        ar = fabric.collective("all_reduce", tokens_mb * j.hidden * b, r.tp, 1)
+        small = fabric.collective("all_reduce", tokens_mb * 4, r.tp, 1)
         kw.update(tp_allreduce_s=ar, tp_allreduce_bytes=tokens_mb * j.hidden * b,
                   tp_layer_f_s=2 * ar, tp_layer_b_s=(4 if j.recompute else 2) * ar, tp_pre_s=ar,
                   tp_post_s=ar + 3 * small)
@@ -193,22 +300,25 @@ def job_collectives(r: Resolved, fabric: Fabric, per_layer: float, emb_params: f
         if r.pp > 1:
             raise JouleboundError("FSDP (ZeRO-3) combined with pipeline parallelism is not modeled; "
                                   "use --strategy ddp with --pp for dp × pp")
-        bw, lat, _ = fabric.group(r.dp, r.tp)
-        kw.update(fsdp_allgather_layer_s=allgather(per_layer / r.tp * b, r.dp, bw, lat),
-                  fsdp_reduce_scatter_layer_s=reduce_scatter(per_layer / r.tp * b, r.dp, bw, lat),
-                  fsdp_allgather_rest_s=allgather(emb_params / r.tp * b, r.dp, bw, lat),
-                  fsdp_reduce_scatter_rest_s=reduce_scatter(emb_params / r.tp * b, r.dp, bw, lat),
-                  fsdp_layer_bytes=per_layer / r.tp * b)
+        lay, emb = per_layer / r.tp * b, emb_params / r.tp * b
+        unit = (FSDP_HOOKS_PER_UNIT * FSDP_HOOK_HOST_S + 2 * fabric.launch_s("all_gather")
+                + fabric.launch_s("reduce_scatter"))
+        units = j.layers + 1
+        kw.update(fsdp_allgather_layer_s=fabric.collective("all_gather", lay, r.dp, r.tp),
+                  fsdp_reduce_scatter_layer_s=fabric.collective("reduce_scatter", lay, r.dp, r.tp),
+                  fsdp_allgather_rest_s=fabric.collective("all_gather", emb, r.dp, r.tp),
+                  fsdp_reduce_scatter_rest_s=fabric.collective("reduce_scatter", emb, r.dp, r.tp),
+                  fsdp_layer_bytes=lay, fsdp_unit_host_s=unit, fsdp_units=units,
+                  fsdp_host_s=units * unit)
     if r.pp > 1:  # stage boundaries, outermost ranks
-        bw, lat, _ = fabric.group(r.pp, r.tp * r.dp)
-        kw["pp_p2p_s"] = sendrecv(r.micro_batch * j.seq * j.hidden * b / r.tp, bw, lat)
+        kw["pp_p2p_s"] = fabric.collective("sendrecv", r.micro_batch * j.seq * j.hidden * b / r.tp,
+                                           2, r.tp * r.dp)
     if r.dp > 1 and not r.sharded:
-        bw, lat, _ = fabric.group(r.dp, r.tp)
         # PyTorch AMP + DDP reduces fp32 gradients; Megatron-style tp/pp frameworks half ones
         g = max(stage_params) / r.tp * (4 if (r.tp, r.pp) == (1, 1) else b)
         if r.config.lora_rank:  # DDP buckets hold the parameters that get gradients: the adapters
             g = max(r.stages) * float(r.config.lora_layer_params()) / r.tp * (4 if (r.tp, r.pp) == (1, 1) else b)
         nb = max(1, math.ceil(g / DDP_BUCKET_BYTES))
-        c = allreduce(g / nb, r.dp, bw, lat)
+        c = fabric.collective("all_reduce", g / nb, r.dp, r.tp)
         kw.update(dp_bucket_s=c, dp_buckets=nb, dp_allreduce_s=nb * c, dp_grad_bytes=g)
     return JobComm(**kw)

@@ -315,9 +315,9 @@ def _fsdp_exposed(r: Resolved, parts: Parts, k: _Cost, cm: JobComm,
     L = r.job.layers
     f_exp = ag_r + ag_l + (L - 1) * max(0.0, ag_l - (lf.t + cm.tp_layer_f_s))
     b_exp = (L - 1) * max(0.0, ag_l + rs_l - (lb.t + cm.tp_layer_b_s)) + rs_l + rs_r
-    fsdp_mb = f_exp + b_exp
+    fsdp_mb = f_exp + b_exp + cm.fsdp_host_s  # + per-unit hooks and launches (JobComm)
     detail.update(fsdp_allgather_layer_s=ag_l, fsdp_reduce_scatter_layer_s=rs_l,
-                  fsdp_exposed_per_microbatch_s=fsdp_mb,
+                  fsdp_exposed_per_microbatch_s=fsdp_mb, fsdp_host_s=cm.fsdp_host_s,
                   fsdp_layer_bytes=cm.fsdp_layer_bytes)
     return fsdp_mb
 
