@@ -275,3 +275,77 @@ def hf_grid(dev: Any, quick: bool = False) -> dict[str, Any]:
         del model, opt
         torch.cuda.empty_cache()
     return out
+
+
+def wrapper_host(dev: Any, quick: bool = False) -> dict[str, Any]:
+    """Host cost of the data-parallel wrappers, measured at world size 1 (one process, NCCL
+    group of one rank, so no real communication): eager Hugging Face GPT-2 (124 M, bf16
+    autocast, AdamW) bare, under DDP (``find_unused_parameters`` off and on — Hugging Face's
+    Trainer turns it on for models without gradient checkpointing) and under FSDP2
+    (``fully_shard`` on each of the 12 blocks and the root: 13 units), at a host-bound shape
+    (batch 1 × 128) and a GPU-bound one (8 × 1024). ``(t_wrapped - t_bare)`` per step (and per
+    FSDP unit) is the wrapper's host cost the job predictor adds per step / unit."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29533")
+    if not dist.is_initialized():
+        dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda:0"))
+    out: dict[str, Any] = {"what": "GPT-2 124 M eager step, world size 1", "torch": torch.__version__,
+                           "rows": []}
+
+    def build(kind: str) -> tuple[Any, Any]:
+        torch.manual_seed(0)
+        m = GPT2LMHeadModel(GPT2Config()).cuda()
+        if kind == "ddp":
+            m = DDP(m)
+        elif kind == "ddp-find-unused":
+            m = DDP(m, find_unused_parameters=True)
+        elif kind == "fsdp2":
+            from torch.distributed.fsdp import fully_shard
+
+            for blk in m.transformer.h:
+                fully_shard(blk)
+            fully_shard(m)
+        return m, torch.optim.AdamW(m.parameters(), lr=1e-4)
+
+    for kind in ("bare", "ddp", "ddp-find-unused", "fsdp2"):
+        try:
+            model, opt = build(kind)
+        except Exception as exc:  # report and go on (an API missing in this torch)
+            out["rows"].append({"kind": kind, "error": f"{type(exc).__name__}: {exc}"[:300]})
+            continue
+        for b, s in ((1, 128), (8, 1024)):
+            x = torch.randint(0, 50257, (b, s), device="cuda")
+
+            def step(x: Any = x, model: Any = model, opt: Any = opt) -> None:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(input_ids=x, labels=x).loss
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+            try:
+                for _ in range(3):
+                    step()
+                torch.cuda.synchronize()
+                t0, e0, n = time.perf_counter(), dev.energy_mj(), 0
+                while time.perf_counter() - t0 < (0.6 if quick else 1.5) or n < 5:
+                    step()
+                    n += 1
+                torch.cuda.synchronize()
+                out["rows"].append({"kind": kind, "batch": b, "seq": s, "steps": n,
+                                    "step_s": (time.perf_counter() - t0) / n,
+                                    "step_j": (dev.energy_mj() - e0) / 1e3 / n})
+            except Exception as exc:
+                out["rows"].append({"kind": kind, "batch": b, "seq": s,
+                                    "error": f"{type(exc).__name__}: {exc}"[:300]})
+        del model, opt
+        torch.cuda.empty_cache()
+    dist.destroy_process_group()
+    return out

@@ -47,7 +47,8 @@ def _parts(lf=1e-3, lb=2e-3, pre=(0.0, 0.0), post=(0.0, 0.0)) -> Parts:
                  power_limit_w=300.0, device_memory=80 * 2**30)
 
 
-PRM = MechParams(kappa=1.0, launch_s=1e-12, step_s=0.0, wait_ratio=1.0)
+#: the ideal framework (no host bound, no overlap slowdown): the arithmetic below is the links'
+PRM = MechParams(kappa=1.0, launch_s=1e-12, step_s=0.0, wait_ratio=1.0, overlap_slowdown=0.0)
 FAB = Fabric.make("pcie4", "ib-hdr", gpus_per_node=8)
 
 
@@ -91,7 +92,11 @@ def test_ddp_bucketed_allreduce_overlapped_with_backward(gpus):
     c = LAUNCH + 2 * (gpus - 1) / gpus * bucket / B + 2 * (gpus - 1) * A
     t_ar = nb * c
     b_last = L * 2e-3  # backward of the last micro-batch
-    exposed = max(c, t_ar - b_last * (nb - 1) / nb)
+    # the embeddings' fp32 gradients (their own bucket, ready last) cannot overlap the backward
+    last = LAUNCH + allreduce(P_EMB * 4, gpus, B, A)
+    exposed = max(c, t_ar - b_last * (nb - 1) / nb, max(t_ar - last - b_last, 0.0) + last)
+    old = max(c, t_ar - b_last * (nb - 1) / nb)  # buckets evenly ready (the old rule)
+    assert exposed >= max(last, old)  # the embeddings' all-reduce waits for the backward
     assert st.comm_detail["dp_grad_bytes"] == pytest.approx(g)
     assert st.comm_detail["dp_allreduce_s"] == pytest.approx(t_ar, rel=1e-9)
     assert st.comm_s == pytest.approx(exposed, rel=1e-9)
@@ -123,8 +128,9 @@ def test_fsdp_allgather_reduce_scatter_per_layer_with_prefetch(gpus):
     host = (L + 1) * 3 * (FSDP_HOOK_HOST_S + LAUNCH)  # 12 layers + the embedding unit
     assert st.comm_detail["fsdp_layer_bytes"] == pytest.approx(lay)
     assert st.comm_detail["fsdp_allgather_layer_s"] == pytest.approx(ag, rel=1e-9)
-    assert st.comm_detail["fsdp_host_s"] == pytest.approx(host, rel=1e-9)
-    assert st.comm_s == pytest.approx(fwd + bwd + host, rel=1e-9)
+    assert st.comm_detail["fsdp_host_s"] == pytest.approx(host, rel=1e-9)  # reported only: the
+    # hooks' measured host time is part of the layers' host bound (test_jobs_frameworks.py)
+    assert st.comm_s == pytest.approx(fwd + bwd, rel=1e-9)
 
 
 @pytest.mark.parametrize("gpus", [2, 8])

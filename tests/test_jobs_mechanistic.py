@@ -123,7 +123,7 @@ def test_interval_widens_with_distance_from_the_calibration_domain_and_says_why(
     # communication uncertainty (not another job): the collectives' term widens it, and says so
     w_nocomm, _ = width(tp_job, replace(prm, sigma={**prm.sigma, "comm": 0.0}))
     assert w_comm > w_nocomm and any("communication" in w for w in why_comm)
-    w_far, why_far = width(replace(base, gpus=512, strategy="ddp"))
+    w_far, why_far = width(replace(base, gpus=4 * prm.max_gpus_seen, strategy="ddp"))
     assert any("doublings beyond" in w for w in why_far)
 
 
@@ -153,7 +153,7 @@ def test_shipped_calibration_is_labelled_and_complete():
     for k in ("kappa", "launch_s", "step_s", "wait_ratio", "host", "comm_eff_scale"):
         assert k in prm.provenance["constrains"]
     assert 0.3 < prm.kappa < 10 and 1.0 <= prm.wait_ratio < 6
-    assert set(prm.provenance["rows"]) == {"mayaki_ecai2025", "zeus_nsdi23", "perseus"}
+    assert set(prm.provenance["rows"]) == {"mayaki_ecai2025", "zeus_nsdi23", "perseus", "vtrain"}
     assert np.isfinite(list(prm.sigma.values())).all()
 
 
@@ -183,4 +183,7 @@ def test_user_calibration_from_a_sweep_store_round_trips(tmp_path, capsys):
     assert main(args) == 0
     builtin = json.loads(capsys.readouterr().out)
     assert own["params"]["kappa"] == pytest.approx(saved["kappa"])
-    assert own["time_hi_s"] / own["time_s"] < builtin["time_hi_s"] / builtin["time_s"]  # narrower
+    # no between-framework spread in the user's own κ (the synthetic steps — 1 s for a 2-layer,
+    # 128-wide model — pin κ and the host at their bounds, so the total width is not compared)
+    assert saved["frameworks"]["hf"]["sigma_compute"] < load_params().frameworks["hf"]["sigma_compute"]
+    assert saved["frameworks"]["hf"]["host_source"] == "fitted on sweep"  # their host, not ours

@@ -453,7 +453,7 @@ def fit(prep: Prepared, base: MechParams | None = None, framework_known: bool = 
     cell_names = sorted({(str(a), str(b)) for a, b in zip(ds, dev, strict=True)})
     cell = np.array([cell_names.index((str(a), str(b))) for a, b in zip(ds, dev, strict=True)])
     fast = _Fast(prep)
-    sol, make = _fit_times(prep, base, fast, t_meas, cell_names, cell)
+    sol, make = _fit_times(prep, base, fast, t_meas, cell_names, cell, framework_known)
     nc = len(cell_names)
     prm = make(sol.x)
     pr = predicted(prep, prm)
@@ -499,16 +499,19 @@ def _dataset_frameworks(prep: Prepared) -> dict[str, str]:
     return {str(o.dataset): str(r.job.framework) for o, r in zip(prep.obs, prep.resolved, strict=True)}
 
 
-#: bounds of the host dispatch time per analytic-trace kernel fitted for Megatron (s)
-HOST_BOUNDS = (5e-6, 300e-6)
+#: bounds of a fitted host dispatch time per analytic-trace kernel (s)
+HOST_BOUNDS = (2e-6, 2e-3)
 
 
 def _fit_times(prep: Prepared, base: MechParams, fast: _Fast, t_meas: np.ndarray,
-               cell_names: list[tuple[str, str]], cell: np.ndarray) -> tuple[Any, Callable[[np.ndarray], MechParams]]:
-    """Robust least squares on log step time: one log κ per (data set, GPU) cell, t_step
-    and — when Megatron runs are in the data — Megatron's log host dispatch time per
-    kernel (Hugging Face's is measured, :mod:`joulebound.workload.dispatch`). Returns scipy's
-    solution and ``make(x) -> MechParams`` (each framework's κ from its cells')."""
+               cell_names: list[tuple[str, str]], cell: np.ndarray, framework_known: bool = False
+               ) -> tuple[Any, Callable[[np.ndarray], MechParams]]:
+    """Robust least squares on log step time: one log κ per (data set, GPU) cell, t_step and
+    the log host dispatch time per kernel of Megatron (vTrain's small tensor-parallel layers are
+    host-bound) and — for the user's own runs (``framework_known``) — of their framework too
+    (their host is not ours; Hugging Face's default is measured,
+    :mod:`joulebound.workload.dispatch`). Returns scipy's solution and ``make(x) -> MechParams``
+    (each framework's κ from its cells')."""
     from scipy.optimize import least_squares
     from threadpoolctl import threadpool_limits
 
@@ -517,15 +520,19 @@ def _fit_times(prep: Prepared, base: MechParams, fast: _Fast, t_meas: np.ndarray
     w_t = _weights(prep)
     nc = len(cell_names)
     ds_fw = _dataset_frameworks(prep)
-    fit_host = "megatron" in ds_fw.values()
-    h0 = base.host_for("megatron") or MEGATRON_HOST_PRIOR_S
+    present = sorted(set(ds_fw.values()))
+    fit_host = [f for f in present if f == "megatron" or framework_known]
+
+    def prior_host(f: str) -> float:
+        return base.host_for(f) or (MEGATRON_HOST_PRIOR_S if f == "megatron" else FRAMEWORKS[f].host_s)
 
     def make(x: np.ndarray) -> MechParams:
         fws: dict[str, dict] = {}
-        for name in sorted(set(ds_fw.values())):
+        for name in present:
             sel = [i for i, (d, _) in enumerate(cell_names) if ds_fw[d] == name]
             lk = _global_log_kappa(x[:nc][sel], [cell_names[i] for i in sel])
-            host = math.exp(x[nc + 1]) if (name == "megatron" and fit_host) else FRAMEWORKS[name].host_s
+            host = (math.exp(x[nc + 1 + fit_host.index(name)]) if name in fit_host
+                    else FRAMEWORKS[name].host_s)
             fws[name] = {"kappa": float(math.exp(lk)), "host_s": float(host)}
         kap = fws.get("hf", next(iter(fws.values())))["kappa"]
         return replace(base, kappa=float(kap), launch_s=0.0, step_s=max(x[nc], 0.0), frameworks=fws)
@@ -535,13 +542,11 @@ def _fit_times(prep: Prepared, base: MechParams, fast: _Fast, t_meas: np.ndarray
         return w_t * np.log(t / t_meas)
 
     # no per-kernel launch floor τ any more: the host bound (dispatch per kernel) replaces it
-    lo = np.r_[np.full(nc, math.log(0.2)), 0.0]
-    hi = np.r_[np.full(nc, math.log(10.0)), 0.5]
-    x0 = np.r_[np.full(nc, math.log(base.kappa)), base.step_s]
-    xs = np.r_[np.full(nc, 0.3), 0.01]
-    if fit_host:
-        lo, hi = np.r_[lo, math.log(HOST_BOUNDS[0])], np.r_[hi, math.log(HOST_BOUNDS[1])]
-        x0, xs = np.r_[x0, math.log(h0)], np.r_[xs, 0.3]
+    nh = len(fit_host)
+    lo = np.r_[np.full(nc, math.log(0.2)), 0.0, np.full(nh, math.log(HOST_BOUNDS[0]))]
+    hi = np.r_[np.full(nc, math.log(10.0)), 0.5, np.full(nh, math.log(HOST_BOUNDS[1]))]
+    x0 = np.r_[np.full(nc, math.log(base.kappa)), base.step_s, [math.log(prior_host(f)) for f in fit_host]]
+    xs = np.r_[np.full(nc, 0.3), 0.01, np.full(nh, 0.3)]
     x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
     with threadpool_limits(1):  # BLAS threads thrash on an 11-column Jacobian
         sol = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.2,
@@ -575,7 +580,8 @@ def _framework_entries(fws: dict[str, dict], sig: dict[str, float], prep: Prepar
             s_c = sig["compute"]
         else:
             s_c = math.hypot(within, SIGMA_MEGATRON_BETWEEN)
-        host_src = ("fitted on " + ", ".join(sets) if name == "megatron" else
+        fitted_host = name == "megatron" or sets == ["sweep"]
+        host_src = ("fitted on " + ", ".join(sets) if fitted_host else
                     f"measured: {DISPATCH_S[FRAMEWORKS[name].dispatch] * 1e6:.1f} µs per launched kernel "
                     f"(H200 host, docs/gpu-validation.md) × {FRAMEWORKS[name].kernels_per_trace_kernel:.2f} "
                     "launched kernels per trace kernel")

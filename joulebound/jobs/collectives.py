@@ -251,6 +251,8 @@ class JobComm:
         pp_p2p_s: one pipeline send/recv of a micro-batch's activations (0 without pp).
         dp_bucket_s, dp_buckets, dp_allreduce_s, dp_grad_bytes: the data-parallel gradient
             all-reduce (DDP or dp across tp/pp groups) per bucket, buckets, total (0 without).
+        dp_last_s: DDP's all-reduce of the gradients ready last (the embeddings), which no
+            backward compute can hide (0 without DDP, or with tp/pp or LoRA).
         fsdp_unit_host_s: host time per FSDP unit (layer or embedding unit) and micro-batch that
             the GPU waits for: its hooks (:data:`FSDP_HOOKS_PER_UNIT` × :data:`FSDP_HOOK_HOST_S`)
             and the launches of its all-gathers and reduce-scatter (0 unless sharded over dp > 1).
@@ -276,6 +278,7 @@ class JobComm:
     dp_buckets: int = 0
     dp_allreduce_s: float = 0.0
     dp_grad_bytes: float = 0.0
+    dp_last_s: float = 0.0
     fsdp_unit_host_s: float = 0.0
     fsdp_units: int = 0
     fsdp_host_s: float = 0.0
@@ -320,5 +323,11 @@ def job_collectives(r: Resolved, fabric: Fabric, per_layer: float, emb_params: f
             g = max(r.stages) * float(r.config.lora_layer_params()) / r.tp * (4 if (r.tp, r.pp) == (1, 1) else b)
         nb = max(1, math.ceil(g / DDP_BUCKET_BYTES))
         c = fabric.collective("all_reduce", g / nb, r.dp, r.tp)
-        kw.update(dp_bucket_s=c, dp_buckets=nb, dp_allreduce_s=nb * c, dp_grad_bytes=g)
+        # DDP fills buckets in reverse parameter order: the embeddings' gradients (the first
+        # parameters, their own bucket when larger than the cap) are complete only when the
+        # backward pass ends, so their all-reduce cannot overlap anything
+        last = 0.0
+        if (r.tp, r.pp) == (1, 1) and not r.config.lora_rank and emb_params > 0:
+            last = fabric.collective("all_reduce", min(emb_params * 4, g), r.dp, r.tp)
+        kw.update(dp_bucket_s=c, dp_buckets=nb, dp_allreduce_s=nb * c, dp_grad_bytes=g, dp_last_s=last)
     return JobComm(**kw)

@@ -232,18 +232,21 @@ def characterize_parts(keys: Sequence[WorkKey]) -> dict[WorkKey, Parts]:
     return out
 
 
-def prime_part_sums(parts: Sequence[Parts], kappa: float, tau: float, host: float = 0.0) -> None:
+def prime_part_sums(parts: Sequence[Parts], kappa: float, tau: float, host: float = 0.0,
+                    unit_f: float = 0.0, unit_b: float = 0.0) -> None:
     """Fill every :class:`Parts`' cache of per-part sums under framework factor ``kappa``,
-    per-kernel floor ``tau`` s and host dispatch time ``host`` s per kernel in one vectorized pass
-    (what the predictor's composition reads for each part: time ``max(Σ max(κ·t_k, τ), n·host)``
-    s — the host launches the part's ``n`` kernels while the GPU runs them, so the slower of the
-    two sets the pace; the GPU idles for the difference —, busy energy ``κ·ΣE_k`` J, and the
-    GPU's idle time in the part, s)."""
+    per-kernel floor ``tau`` s, host dispatch time ``host`` s per kernel and the data-parallel
+    wrapper's host time per layer ``unit_f`` / ``unit_b`` s (forward / backward) in one vectorized
+    pass (what the predictor's composition reads for each part: time ``max(Σ max(κ·t_k, τ),
+    n·host + unit)`` s — the host launches the part's ``n`` kernels while the GPU runs them, so
+    the slower of the two sets the pace; the GPU idles for the difference —, busy energy
+    ``κ·ΣE_k`` J, and the GPU's idle time in the part, s)."""
     for name in PARTS:
-        key = (name, kappa, tau, host)
+        key = (name, kappa, tau, host, unit_f, unit_b)
         todo = [p for p in parts if key not in p.cache]
         if not todo:
             continue
+        unit = unit_f if name == "layer_f" else (unit_b if name == "layer_b" else 0.0)
         lens = np.array([len(p.t[name]) for p in todo])
         seg = np.repeat(np.arange(len(todo)), lens)
         tk = np.concatenate([p.t[name] for p in todo]) * kappa
@@ -251,7 +254,7 @@ def prime_part_sums(parts: Sequence[Parts], kappa: float, tau: float, host: floa
         e = np.concatenate([p.e[name] for p in todo])
         n = len(todo)
         sk = np.bincount(seg, tk, n)
-        st = np.maximum(np.bincount(seg, t, n), lens * host)
+        st = np.maximum(np.bincount(seg, t, n), lens * host + unit)
         se = (np.bincount(seg, e, n) * kappa).tolist()
         sg = (st - sk).tolist()
         for p, a, b, c in zip(todo, st.tolist(), se, sg, strict=True):

@@ -34,6 +34,23 @@ DISPATCH_S: dict[str, float] = {"eager": 6.1e-6, "hf-eager": 30.6e-6, "graph": 0
 HF_KERNELS_PER_TRACE_KERNEL = 1182 / 479
 
 
+#: host work of PyTorch's data-parallel wrappers, in analytic-trace kernels of host time (so it
+#: scales with the host's speed like the framework's own dispatch), per layer and micro-batch:
+#: measured at world size 1 on the lent H200 (``docs/measurements/h200-2026-12-04-wrappers.json``,
+#: GPT-2 124 M eager, batch 1 × 128, host-bound at 22.7 ms bare = 47 µs per trace kernel):
+#: DDP +3.6 ms per step (+7.1 ms with ``find_unused_parameters``, which Hugging Face's Trainer
+#: turns on for models without gradient checkpointing); FSDP2 (``fully_shard`` per block, 13
+#: units) +35.7 ms — 2.75 ms per unit: pre/post-forward and pre/post-backward hooks, the
+#: unshard / reshard bookkeeping and their stream synchronization. Split between the forward
+#: and backward of a layer as the hooks run: FSDP one third forward, DDP all in backward.
+WRAPPER_UNIT_KERNELS: dict[str, tuple[float, float]] = {
+    # (forward, backward) trace-kernel equivalents per layer per micro-batch
+    "fsdp": (2.75e-3 / 47.4e-6 / 3, 2 * 2.75e-3 / 47.4e-6 / 3),
+    "ddp": (0.0, 3.6e-3 / 13 / 47.4e-6),
+    "ddp-find-unused": (0.0, 7.1e-3 / 13 / 47.4e-6),
+}
+
+
 @dataclass(frozen=True)
 class Framework:
     """How a training framework runs the analytic trace's kernels.
