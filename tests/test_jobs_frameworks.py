@@ -21,7 +21,14 @@ from joulebound.core.errors import JouleboundError
 from joulebound.jobs import calibrate as cal
 from joulebound.jobs import heldout
 from joulebound.jobs.job import Job, resolve
-from joulebound.jobs.mechanistic import MechParams, compose, fabric_for, load_params, predict_jobs, work_keys
+from joulebound.jobs.mechanistic import (
+    MechParams,
+    compose,
+    fabric_for,
+    load_params,
+    predict_jobs,
+    work_keys,
+)
 from joulebound.jobs.stepcost import characterize_parts
 
 #: vTrain (median |time error|): single-node in-sample ≤ 10 % (issue 27's held-out target is 8 %;

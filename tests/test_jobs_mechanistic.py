@@ -183,6 +183,7 @@ def test_user_calibration_from_a_sweep_store_round_trips(tmp_path, capsys):
     assert main(args) == 0
     builtin = json.loads(capsys.readouterr().out)
     assert own["params"]["kappa"] == pytest.approx(saved["kappa"])
+    assert builtin["params"]["kappa"] != own["params"]["kappa"] and builtin["params"]["framework"] == "hf"
     # no between-framework spread in the user's own κ (the synthetic steps — 1 s for a 2-layer,
     # 128-wide model — pin κ and the host at their bounds, so the total width is not compared)
     assert saved["frameworks"]["hf"]["sigma_compute"] < load_params().frameworks["hf"]["sigma_compute"]

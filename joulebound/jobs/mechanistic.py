@@ -45,9 +45,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from typing import NamedTuple
 from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
