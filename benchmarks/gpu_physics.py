@@ -349,3 +349,75 @@ def wrapper_host(dev: Any, quick: bool = False) -> dict[str, Any]:
         torch.cuda.empty_cache()
     dist.destroy_process_group()
     return out
+
+
+def dtensor_tp_host(dev: Any, quick: bool = False) -> dict[str, Any]:
+    """Host cost of tensor parallelism through DTensor (what Hugging Face's ``tp_plan`` uses),
+    measured at world size 1 (a mesh of one GPU, so no communication): BERT-base (12 layers,
+    bf16 autocast, AdamW) bare and with every layer's query/key/value and first MLP linear
+    column-wise and the attention output and second MLP linear row-wise parallel
+    (``parallelize_module``), at batch 1 × 128 (host-bound) and 8 × 512; AdamW without foreach
+    in both (a DTensor and a plain parameter cannot share a foreach kernel)."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+    from transformers import BertConfig, BertForMaskedLM
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29534")
+    if not dist.is_initialized():
+        dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda:0"))
+    mesh = init_device_mesh("cuda", (1,))
+    out: dict[str, Any] = {"what": "BERT-base eager step, world size 1, DTensor TP plan",
+                           "torch": torch.__version__, "rows": []}
+    for kind in ("bare", "tp-dtensor"):
+        torch.manual_seed(0)
+        model = BertForMaskedLM(BertConfig()).cuda()
+        if kind == "tp-dtensor":
+            plan = {"attention.self.query": ColwiseParallel(), "attention.self.key": ColwiseParallel(),
+                    "attention.self.value": ColwiseParallel(), "attention.output.dense": RowwiseParallel(),
+                    "intermediate.dense": ColwiseParallel(), "output.dense": RowwiseParallel()}
+            try:
+                for layer in model.bert.encoder.layer:
+                    parallelize_module(layer, mesh, plan)
+            except Exception as exc:
+                out["rows"].append({"kind": kind, "error": f"{type(exc).__name__}: {exc}"[:300]})
+                continue
+        # foreach=False: DTensor and plain parameters cannot share one foreach kernel
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+        for b, s in ((1, 128), (8, 512)):
+            x = torch.randint(0, 30522, (b, s), device="cuda")
+
+            def step(x: Any = x, model: Any = model, opt: Any = opt) -> None:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(input_ids=x, labels=x).loss
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+            try:
+                for _ in range(3):
+                    step()
+                torch.cuda.synchronize()
+                t0, e0, n = time.perf_counter(), dev.energy_mj(), 0
+                while time.perf_counter() - t0 < (0.6 if quick else 1.5) or n < 5:
+                    step()
+                    n += 1
+                torch.cuda.synchronize()
+                out["rows"].append({"kind": kind, "batch": b, "seq": s, "steps": n,
+                                    "step_s": (time.perf_counter() - t0) / n,
+                                    "step_j": (dev.energy_mj() - e0) / 1e3 / n})
+            except Exception as exc:
+                out["rows"].append({"kind": kind, "batch": b, "seq": s,
+                                    "error": f"{type(exc).__name__}: {exc}"[:300]})
+        del model, opt
+        torch.cuda.empty_cache()
+    dist.destroy_process_group()
+    return out
