@@ -37,6 +37,15 @@ T = TypeVar("T")
 
 
 
+def process_command(what: str) -> str:
+    """The command line of this process, as a run of an in-process meter records it:
+    ``python train.py --epochs 1 (Hugging Face Trainer, pid 4242)``."""
+    import shlex
+
+    argv = [os.path.basename(sys.executable) or "python", *sys.argv]
+    return f"{shlex.join(argv)} ({what}, pid {os.getpid()})"
+
+
 def metered(iterable: Iterable[T], meter: EnergyMeter | None = None, prefix: str = "step",
             every: int = 1, start: int = 0) -> Iterator[T]:
     """Yield from ``iterable``, measuring the loop body of every ``every``-th item as a window
@@ -143,8 +152,11 @@ class _EnergyCallbackHooks:
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         self._move_first()   # also when added with trainer.add_callback after __init__
         if self.meter is None:
-            self.meter = EnergyMeter(self._backend, store=self._store,
-                                     command=f"transformers.Trainer (pid {os.getpid()})")
+            from dataclasses import asdict
+
+            self.meter = EnergyMeter(
+                self._backend, store=self._store, command=process_command("Hugging Face Trainer"),
+                meta={"carbon": asdict(self.carbon)} if self.carbon is not None else None)
         self.intervals = IntervalEnergy(self.meter, prefix=self.prefix, carbon=self.carbon)
         self.intervals.start()
 

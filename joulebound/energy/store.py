@@ -218,9 +218,12 @@ def _window_from_row(r: tuple) -> WindowResult:
     unc = (float(sum(d.uncertainty_j or 0.0 for d in gpu))
            if energy is not None and gpu and any(d.uncertainty_j is not None for d in gpu)
            else None)
+    # the GPU energy's label; none without a GPU (stores before 0.x wrote the backend's label,
+    # e.g. "modeled" for a CPU-only run, which labeled no figure)
+    prov = (r[6] if isinstance(r[6], str) and r[6] and (gpu or (energy is not None and not devs))
+            else None)
     return WindowResult(name=r[0], start_s=start, end_s=end, duration_s=duration,
-                        energy_j=energy, devices=devs,
-                        provenance=r[6] if isinstance(r[6], str) else "", flags=flags,
+                        energy_j=energy, devices=devs, provenance=prov, flags=flags,
                         cpu_energy_j=cpu, rank=r[9] if isinstance(r[9], int) else 0,
                         host=r[10] if isinstance(r[10], str) else "",
                         energy_uncertainty_j=unc)
@@ -315,7 +318,7 @@ class Store:
                 self._con.execute(sql, rows)
 
     # -- writes -------------------------------------------------------------------------------
-    def begin_run(self, run_id: str, *, backend: str = "", provenance: str = "", command: str = "",
+    def begin_run(self, run_id: str, *, backend: str = "", provenance: str | None = "", command: str = "",
                   notes: list[str] | None = None, rank: int = 0, host: str = "",
                   devices: list[dict[str, Any]] | None = None,
                   meta: dict[str, Any] | None = None) -> None:
