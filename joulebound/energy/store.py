@@ -344,6 +344,20 @@ class Store:
             vals.append(json.dumps(meta))
         self._write(f"UPDATE runs SET {', '.join(sets)} WHERE run_id=?", (*vals, run_id))
 
+    def update_meta(self, run_id: str, extra: dict[str, Any]) -> None:
+        """Merge ``extra`` into the run's ``meta_json`` (keys replaced, others kept: the owner
+        record stays), e.g. the training log a callback adds at train end."""
+        with sqlitedb.transaction(self._con, self._lock):
+            row = self._con.execute("SELECT meta_json FROM runs WHERE run_id=?",
+                                    (run_id,)).fetchone()
+            try:
+                meta = json.loads(row[0] or "{}") if row else {}
+            except ValueError:
+                meta = {}
+            meta = {**(meta if isinstance(meta, dict) else {}), **extra}
+            self._con.execute("UPDATE runs SET meta_json=? WHERE run_id=?",
+                              (json.dumps(meta), run_id))
+
     def add_window(self, run_id: str, w: WindowResult) -> None:
         from dataclasses import asdict
 

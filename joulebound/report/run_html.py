@@ -143,12 +143,23 @@ def power_series(data: RunData) -> dict[tuple[str, str], list[tuple[float, float
                 prev = (t, e)
             elif p is not None:
                 ser.append((t, p))
+        if counter and len(ser) > 2:
+            # edge reads a moment apart at the start (a window opened right after the
+            # sampler's first read) give an interval too short to average over: left out
+            ts = [t for t, _, e in pts if e is not None]
+            gaps = sorted(b - a for a, b in zip(ts, ts[1:], strict=False) if b > a)
+            med = gaps[len(gaps) // 2] if gaps else 0.0
+            k, last_t = 0, ts[0]
+            while k < len(ser) - 1 and ser[k][0] - last_t < 0.5 * med:
+                last_t = ser[k][0]
+                k += 1
+            ser = ser[k:]
         if ser:
             out[key] = ser
     return out
 
 
-def _device_labels(data: RunData) -> dict[str, str]:
+def device_labels(data: RunData) -> dict[str, str]:
     """Each metered device's provenance, by uuid (from the main window)."""
     w = data.main
     return {} if w is None else {d.uuid: d.provenance or (w.provenance or "")
@@ -162,7 +173,7 @@ def _timeline_png(data: RunData, path: Path) -> Path | None:
     from joulebound.report.plots import plain, pyplot
 
     plt = pyplot()
-    labs = _device_labels(data)
+    labs = device_labels(data)
     t0 = min(pts[0][0] for pts in series.values())
     fig, ax = plt.subplots(figsize=(9, 3.2))
     for (kind, uuid), pts in sorted(series.items()):
@@ -181,15 +192,25 @@ def _timeline_png(data: RunData, path: Path) -> Path | None:
 
 
 def window_depths(windows: list[WindowResult]) -> list[int]:
-    """The nesting depth of each window: how many other windows of the run contain it (a window
-    containing another is drawn above it, never beside it as if their energies added up)."""
+    """The row each window is drawn on, outer windows above the windows inside them: one row
+    below the deepest window that contains it, and further down while it would overlap a window
+    already on that row (an interval that straddles an epoch's start is neither inside nor
+    around it: it gets a row of its own, never the epoch's). Nested windows are never drawn
+    side by side as if their energies added up."""
     eps = 1e-9
-    out = []
-    for i, w in enumerate(windows):
-        out.append(sum(1 for j, o in enumerate(windows) if j != i
-                       and o.start_s <= w.start_s + eps and w.end_s <= o.end_s + eps
-                       and (o.duration_s > w.duration_s or j < i)))
-    return out
+    order = sorted(range(len(windows)), key=lambda i: (windows[i].start_s,
+                                                       -windows[i].duration_s, i))
+    depth: dict[int, int] = {}
+    for i in order:
+        w = windows[i]
+        inside = [depth[j] for j in depth if windows[j].start_s <= w.start_s + eps
+                  and w.end_s <= windows[j].end_s + eps]
+        d = max(inside, default=-1) + 1
+        while any(depth[j] == d and windows[j].start_s < w.end_s - eps
+                  and w.start_s < windows[j].end_s - eps for j in depth):
+            d += 1
+        depth[i] = d
+    return [depth[i] for i in range(len(windows))]
 
 
 def _windows_png(data: RunData, path: Path, limit: int = 60) -> Path | None:
@@ -215,6 +236,60 @@ def _windows_png(data: RunData, path: Path, limit: int = 60) -> Path | None:
     ax.set_xlabel("time since the first window (s, measured)")
     ax.set_title("Windows as they nest (outer above inner; nested energies are parts of the "
                  "outer one, never added)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def step_energy(data: RunData) -> list[dict[str, Any]]:
+    """Energy per optimizer step beside the loss, from the training log a callback stored with
+    the run (``meta_json["train_log"]``: the step and loss of each Trainer log, and the interval
+    window that ended there): ``[{step, loss, j_per_step, label, part}]``, the GPU energy where
+    there is one, else CPU+DRAM; empty without a training log."""
+    log = meta_of(data.run).get("train_log")
+    if not isinstance(log, list):
+        return []
+    by_name = {w.name: w for w in data.windows}
+    out, prev = [], 0
+    for entry in log:
+        if not isinstance(entry, dict) or entry.get("window") not in by_name:
+            continue
+        w = by_name[entry["window"]]
+        step, n = int(entry.get("step", 0)), int(entry.get("step", 0)) - prev
+        prev = step
+        if w.energy_j is not None:
+            e, lab, part = w.energy_j, w.gpu_provenance, "GPU"
+        elif w.cpu_energy_j is not None:
+            e, lab, part = w.cpu_energy_j, w.cpu_provenance, "CPU+DRAM"
+        else:
+            continue
+        if n > 0:
+            out.append({"step": step, "loss": entry.get("loss"), "j_per_step": e / n,
+                        "label": lab, "part": part})
+    return out
+
+
+def _loss_png(data: RunData, path: Path) -> Path | None:
+    rows = step_energy(data)
+    if not rows:
+        return None
+    from joulebound.report.plots import pyplot
+
+    plt = pyplot()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.0))
+    steps = [r["step"] for r in rows]
+    a1.plot(steps, [r["loss"] for r in rows], marker="o", lw=1.2)
+    a1.set_xlabel("optimizer step")
+    a1.set_ylabel("training loss")
+    a1.set_title("Loss (the Trainer's log)", fontsize=9)
+    labs = sorted({f"{r['part']}, {r['label']}" for r in rows})
+    a2.plot(steps, [r["j_per_step"] for r in rows], marker="o", lw=1.2, color="tab:green")
+    a2.set_xlabel("optimizer step")
+    a2.set_ylabel("energy per step (J)")
+    a2.set_title(f"Energy per step over each logging interval ({'; '.join(labs)})", fontsize=9)
+    for ax in (a1, a2):
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -317,8 +392,12 @@ def _figure_sections(data: RunData, out: Path) -> list[str]:
     """Draw the power timeline and the energy per window into ``out``; their sections."""
     e = html.escape
     figs = [("Power timeline per device", _timeline_png(data, out / "power.png"),
-             "Sampled power of each metered device (W) against time. The provenance of the "
-             "figures is in the title."),
+             "Power of each metered device (W) against time: the average between consecutive "
+             "samples. The provenance of each device's figures is in the legend."),
+            ("Energy per step beside the loss", _loss_png(data, out / "loss.png"),
+             "From the training log stored with the run (Hugging Face callback): the loss at "
+             "each log, and the energy of the logging interval that ended there divided by its "
+             "optimizer steps."),
             ("Windows and their nesting", _windows_png(data, out / "windows.png"),
              "Each recorded window (first 60) as a bar from its start to its end; a window "
              "inside another is drawn below it. Green: the window has a GPU energy figure. "
@@ -336,7 +415,9 @@ def _windows_table(data: RunData) -> list[str]:
          "<th>GPU J</th><th>CPU+DRAM J</th><th>flags</th></tr>"]
     t0 = min((x.start_s for x in data.windows), default=0.0)
     shown = data.windows[:MAX_WINDOW_ROWS]
-    for x, depth in zip(shown, window_depths(shown), strict=True):
+    order = sorted(zip(shown, window_depths(shown), strict=True),
+                   key=lambda xd: (xd[0].start_s, xd[1], -xd[0].duration_s))
+    for x, depth in order:
         gpu = "–" if x.energy_j is None else f"{x.energy_j:,.1f} {x.gpu_provenance or ''}"
         cpu = ("–" if x.cpu_energy_j is None else
                f"{x.cpu_energy_j:,.1f} {x.cpu_provenance or ''}")
