@@ -12,7 +12,9 @@ from joulebound.hw.spec import DeviceSpec
 
 REQUIRED = ["rtx3080ti", "rtx3080", "rtx3090", "rtx2080ti", "a40", "a100-pcie-80gb",
             "a100-sxm4-80gb", "v100-sxm2", "h100-sxm", "h200-sxm", "b200", "t4", "a10g",
-            "rtxa5000", "v100-pcie", "rtx6000", "p100-pcie"]
+            "rtxa5000", "v100-pcie", "rtx6000", "p100-pcie",
+            # issue 28 item 12: datasheet-cited entries
+            "a100-pcie-40gb", "a100-sxm4-40gb", "h100-pcie", "l4", "l40s", "rtx4090"]
 
 #: built-in entry -> (XML file, gpu index) whose clock table it must equal
 REAL = {
