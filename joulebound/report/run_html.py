@@ -1,10 +1,12 @@
 """An HTML report of one *measured* run from a store (``joulebound report runs.db RUN``).
 
-Contents: a conclusion (the same paragraph ``joulebound report`` prints), a summary (status,
-duration, GPU and CPU+DRAM energy, each with its provenance; gCO2e with a carbon intensity),
-host vs GPU energy, the power timeline per device (from the stored samples), the energy per
-window and a table of windows with their flags, and the sensor notes. Measured and modeled
-figures are never summed: a share of the total is shown only when both parts share a provenance.
+Contents: a conclusion (the same paragraph ``joulebound report`` prints), a summary (command,
+status and exit code, carbon setting, duration, GPU and CPU+DRAM energy, each with its
+provenance; gCO2e with a carbon intensity), host vs GPU energy, the power timeline per device
+(the average power between samples, from the stored energy), energy per step beside the loss
+(when the run has a training log), the windows drawn as they nest and a table of windows with
+their flags, and the sensor notes. Measured and modeled figures are never summed: a share of the
+total is shown only when both parts share a provenance.
 """
 
 from __future__ import annotations
@@ -340,13 +342,10 @@ def _summary_table(data: RunData, carbon: Any) -> list[str]:
     row("status", exit_text(r))
     row("backend", r.get("backend") or "–")
     row("host / rank", f"{r.get('host')} / {r.get('rank')}")
-    meta = meta_of(r)
     stored = stored_carbon(r)
     row("carbon intensity", f"{carbon.describe()} (given to joulebound report)"
         if carbon is not None else stored.describe() + " (stored with the run)"
         if stored is not None else "not set")
-    if meta.get("parent_run_id"):
-        row("inside run", str(meta["parent_run_id"]))
     carbon = carbon if carbon is not None else stored
     if w is not None:
         row(f"duration ({w.name})", f"{w.duration_s:,.3f} s", MEASURED)

@@ -62,7 +62,7 @@ def run_doc(row: dict[str, Any], windows: list[WindowResult]) -> dict[str, Any]:
             "cpu_provenance": None if main is None or main.cpu_energy_j is None
             else main.cpu_provenance,
             "rank": row.get("rank"), "host": row.get("host"),
-            "carbon": meta.get("carbon"), "parent_run_id": meta.get("parent_run_id"),
+            "carbon": meta.get("carbon"),
             "notes": json.loads(row.get("notes_json") or "[]"),
             "windows": [window_doc(w) for w in windows]}
 
