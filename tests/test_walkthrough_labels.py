@@ -35,6 +35,19 @@ KNOWN = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _wide_consoles(monkeypatch):
+    """The CLI's consoles 1000 columns wide, one sentence per line (a console made while another
+    test had set COLUMNS keeps that width, so setting COLUMNS here is not enough)."""
+    import joulebound.cli as cli
+    from joulebound.cli import _common
+
+    monkeypatch.setenv("COLUMNS", "1000")
+    for con in {id(c): c for c in (_common.console, _common.err_console,
+                                   getattr(cli, "err_console", None)) if c is not None}.values():
+        monkeypatch.setattr(con, "_width", 1000)
+
+
 def _readme_has(cmd: str) -> None:
     """``cmd`` is written in the README as the walkthrough runs it (whitespace aside)."""
     flat = " ".join(README.split())
@@ -60,7 +73,6 @@ def _check(step: str, out: str) -> list[str]:
 
 def test_readme_walkthrough_prints_every_figure_with_one_label(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("COLUMNS", "1000")          # one sentence per line
     (tmp_path / "train.py").write_text(TRAIN)
     py = sys.executable
     bad: list[str] = []
@@ -164,7 +176,6 @@ def test_one_label_per_figure_in_every_output(kind, tmp_path, capsys, monkeypatc
     from joulebound.report.run_html import load_run
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("COLUMNS", "250")
     for var in ("CUDA_VISIBLE_DEVICES", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
     backend = {"no GPU": "cpu-model", "fake NVML": "auto", "simulated": "simulated"}[kind]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from joulebound.core.fmt import fmt_pct
+from joulebound.core.provenance import PUBLISHED
 
 #: where a demo latency comes from (published figures, see joulebound.planning.solve.switching)
 PUBLISHED_LATENCY = {6e-3: "published for H200", 20e-3: "published NVML set-call upper end",
@@ -42,8 +43,8 @@ def latency_source(latency_s: float, device: str) -> str | None:
     except JouleboundError:
         own = None
     if own is not None and abs(own.seconds - latency_s) < 1e-9:
-        return (f"the catalog's {own.kind} for {device}" if own.kind != "published"
-                else f"published for {device}")
+        return (f"the catalog's {own.kind} for {device}" if own.kind != PUBLISHED
+                else f"{PUBLISHED} for {device}")
     src = PUBLISHED_LATENCY.get(latency_s)
     if src is None:
         return None
