@@ -141,3 +141,24 @@ def test_a_measured_and_a_modeled_figure_are_never_compared():
     assert change((10.0, "measured"), (12.0, "modeled")).startswith("not compared")
     assert change((10.0, "measured"), (12.0, "measured")) == "+20.0 % measured"
     assert change((10.0, "modeled"), (None, None)).startswith("–")
+
+
+def test_an_older_store_labels_no_gpu_figure(tmp_path, capsys):
+    """Stores written before the one-label rule said 'modeled' for the (missing) GPU energy of a
+    CPU-only run; they are read by the rule: no GPU device, no label."""
+    from joulebound.energy.results import DeviceEnergy
+
+    st = Store(tmp_path / "old.db")
+    st.begin_run("r1", backend="cpu-model", provenance="modeled", command="python x.py")
+    cpu = DeviceEnergy("model:h:cpu", 0, 5.0, 50.0, 50.0, "tdp_model", "cpu", 2, "modeled")
+    st.add_window("r1", WindowResult(name="command", start_s=0.0, end_s=0.1, duration_s=0.1,
+                                     energy_j=None, devices=[cpu], provenance="modeled",
+                                     cpu_energy_j=5.0))
+    st.end_run("r1", exit_code=0)
+    st.close()
+    (w,) = Store(tmp_path / "old.db", readonly=True).windows("r1")
+    assert w.provenance is None and w.gpu_provenance is None and w.cpu_provenance == "modeled"
+    assert main(["runs", str(tmp_path / "old.db"), "--json"]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)
+    assert doc["provenance"] is None and doc["cpu_provenance"] == "modeled"
+    assert doc["windows"][0]["provenance"] is None
