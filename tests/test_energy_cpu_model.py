@@ -115,7 +115,9 @@ def test_measure_here_prints_a_modeled_cpu_energy_and_says_so(capsys, monkeypatc
                  sys.executable, "-c", "import time; time.sleep(0.3)"])
     assert code == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "CPU+DRAM total" in out and "modeled, not measured" in out and "gCO2e" in out
+    # one label per figure (issue 28 item 3): "modeled", not "modeled, not measured"
+    assert "CPU+DRAM total" in out and "J = " in out and "(modeled" in out and "gCO2e" in out
+    assert "not measured;" not in out
     assert main(["measure", "--json", "--carbon-intensity", "350", "--", sys.executable, "-c",
                  "pass"]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -12,7 +12,9 @@ from joulebound.hw.spec import DeviceSpec
 
 REQUIRED = ["rtx3080ti", "rtx3080", "rtx3090", "rtx2080ti", "a40", "a100-pcie-80gb",
             "a100-sxm4-80gb", "v100-sxm2", "h100-sxm", "h200-sxm", "b200", "t4", "a10g",
-            "rtxa5000", "v100-pcie", "rtx6000", "p100-pcie"]
+            "rtxa5000", "v100-pcie", "rtx6000", "p100-pcie",
+            # issue 28 item 12: datasheet-cited entries
+            "a100-pcie-40gb", "a100-sxm4-40gb", "h100-pcie", "l4", "l40s", "rtx4090"]
 
 #: built-in entry -> (XML file, gpu index) whose clock table it must equal
 REAL = {
@@ -176,3 +178,43 @@ def test_interconnect_field_is_validated_and_round_trips(tmp_path):
         with pytest.raises(SchemaError, match="interconnect") as e:
             spec_from_dict(doc, "x.toml")
         assert needle in str(e.value)
+
+
+#: issue 28 item 12: datasheet figures of the new entries (W, GB/s, dense fp32 TFLOP/s, GiB)
+DATASHEET = {"a100-pcie-40gb": (250, 1555, 19.5, 40), "a100-sxm4-40gb": (400, 1555, 19.5, 40),
+             "h100-pcie": (350, 2000, 51.0, 80), "l4": (72, 300, 30.3, 24),
+             "l40s": (350, 864, 91.6, 48), "rtx4090": (450, 1008, 82.6, 24)}
+
+
+@pytest.mark.parametrize("name", sorted(DATASHEET))
+def test_new_entries_carry_their_datasheet_figures(name):
+    tdp, gbs, fp32, gib = DATASHEET[name]
+    d = get_device(name)
+    assert d.power_limit_default_w == d.power_limit_max_w == tdp
+    assert d.mem_bandwidth_bps == pytest.approx(gbs * 1e9)
+    assert d.peak("fp32") == pytest.approx(fp32 * 1e12)
+    assert d.memory_bytes == gib * 2 ** 30
+    # the top clock is the one the datasheet's FP32 rate is at: SMs x FP32 lanes per SM (GA100
+    # 64, Hopper and Ada 128) x 2 x clock
+    lanes = 64 if d.architecture == "Ampere" else 128
+    assert d.sm_count * lanes * 2 * d.max_core_mhz * 1e6 == pytest.approx(d.peak("fp32"),
+                                                                          rel=0.01)
+    # a value no source gives is marked (estimate / unknown), never bare
+    for field in ("idle_power_w", "power_limit_min_w", "default_core_mhz"):
+        src = d.sources[field].lower()
+        assert "estimate" in src or "energaizer" in src or "specifications" in src, (field, src)
+
+
+def test_a100_40gb_pcie_idle_power_is_energaizers_reading(shared_data):
+    import json
+
+    idle = json.loads((shared_data / "energaizer_device" / "yz8" / "idle_power.json").read_text())
+    assert get_device("a100-pcie-40gb").idle_power_w == idle["1410"]
+
+
+def test_a100_sxm4_80gb_power_limit_says_what_500_w_is():
+    """500 W is that HGX board's configured limit; the datasheet TDP (400 W) is named beside it
+    and carried by the 40GB SXM entry; the 80GB figure is unchanged (the model is fitted on it)."""
+    d = get_device("a100-sxm4-80gb")
+    assert d.power_limit_default_w == 500.0 and "400 W" in d.sources["power_limit_default_w"]
+    assert get_device("a100-sxm4-40gb").power_limit_default_w == 400.0

@@ -68,9 +68,9 @@ def test_show_table(capsys):
 
 
 def test_unknown_device_exit_2(capsys):
-    rc, out, err = run(capsys, "devices", "rtx4090")
+    rc, out, err = run(capsys, "devices", "rtx5090")
     assert rc == 2
-    assert "unknown GPU 'rtx4090'" in err and "rtx3090" in err and "Choices" in err
+    assert "unknown GPU 'rtx5090'" in err and "rtx3090" in err and "Choices" in err
 
 
 def test_import_show_remove(capsys, shared_data, user_home):

@@ -36,14 +36,20 @@ def test_reports_in_a_real_browser(tmp_path, capsys, monkeypatch):
     assert main(["report", str(db), "-o", str(tmp_path / "run"), "--carbon-intensity",
                  "WORLD"]) == 0
     run_out = _flat(capsys.readouterr().out)
+    db2 = tmp_path / "cpu.db"
+    assert main(["measure", "--backend", "cpu-model", "--db", str(db2), "--interval", "0.02",
+                 "--", sys.executable, "-c", "import time; time.sleep(0.3)"]) == 0
+    assert main(["report", str(db), str(db2), "-o", str(tmp_path / "cmp")]) == 0
+    cmp_out = _flat(capsys.readouterr().out)
     (tmp_path / "control.html").write_text(CONTROL)
 
     res = check_pages({"plan": tmp_path / "plan" / "index.html",
                        "run": tmp_path / "run" / "index.html",
+                       "cmp": tmp_path / "cmp" / "index.html",
                        "control": tmp_path / "control.html"}, folder=tmp_path)
     # the checks can fail: the control page has a wrapped number and a repeated title
     assert res["control"]["wrapped"] and res["control"]["dup"] == ["same"]
-    for name, out in (("plan", plan_out), ("run", run_out)):
+    for name, out in (("plan", plan_out), ("run", run_out), ("cmp", cmp_out)):
         page = res[name]
         assert "error" not in page, page
         assert page["first_after_h1"] == "conclusion", name
@@ -52,7 +58,9 @@ def test_reports_in_a_real_browser(tmp_path, capsys, monkeypatch):
         assert page["wrapped"] == [], (name, page["wrapped"])
         assert not page["overflow"], name
         assert page["images"] and all(w > 0 for _src, w in page["images"]), page["images"]
-    assert {"Summary", "Host vs GPU", "Power timeline per device"} <= set(res["run"]["titles"])
+    assert {"Summary", "Host vs GPU", "Power timeline per device",
+            "Windows and their nesting"} <= set(res["run"]["titles"])
+    assert {"Runs side by side", "Change against the first run"} <= set(res["cmp"]["titles"])
 
     png = screenshot(tmp_path / "run" / "index.html", tmp_path / "run.png", height=900)
     import matplotlib.image as mpimg

@@ -53,7 +53,8 @@ def test_walkthrough_plan_respects_latency_and_simulated_run_prints_saving(recor
                  "ops_plan.json", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     lat = device_switch_latency("rtx3080ti")
-    assert lat is not None and lat.seconds > 0 and lat.provenance == "estimate"
+    assert lat is not None and lat.seconds > 0 and lat.provenance == "modeled"
+    assert lat.kind == "estimate"
     assert doc["switch_latency_s"] == lat.seconds and doc["slowdown"] == 0.01
     plan = Plan.load(recorded / "ops_plan.json")
     assert plan.switch_latency_s == lat.seconds and plan.granularity == "phase"
@@ -102,7 +103,7 @@ def test_real_actuator_refuses_a_plan_faster_than_the_switch_latency(recorded, m
     cmd = ["--", "python", "train.py", "--steps", "2", *TINY]
     assert main(["run", "--plan", "kernel_plan.json", "--actuator", "nvml", *cmd]) == 2
     err = capsys.readouterr().err.replace("\n", " ")
-    assert "shorter than the rtx3080ti clock-switch latency 20 ms (estimate" in err
+    assert "shorter than the rtx3080ti clock-switch latency 20 ms (modeled: an estimate" in err
     assert "--force" in err
     # --force passes the check; what stops it then is the missing GPU (no NVML here)
     assert main(["run", "--plan", "kernel_plan.json", "--actuator", "nvml", "--force", *cmd]) == 2

@@ -115,7 +115,10 @@ def demo_command(
         index = write_report(study_b, report, title=f"joulebound demo: {TRAIN_MODEL} training "
                              f"step on {device}", clock_rows=labels,
                              category_row=labels[0] if labels else None,
-                             conclusion=takeaway(study_b))
+                             conclusion=takeaway(study_b),
+                             links=[(f"Part A: GPT-3-XL batch {PAPER_BATCH}, the paper's "
+                                     "setting, beside Spaan et al.'s published figures",
+                                     "paper/index.html")])
         write_report(study_a, report / "paper", title=f"joulebound demo: GPT-3-XL batch "
                      f"{PAPER_BATCH}, the paper's setting, on {device}",
                      category_row=_find(study_a, "kernel", 0.0, 0.0, 0.0).label)
@@ -238,9 +241,9 @@ def switch_free_table(study, title: str = "1. Switch-free plans"):
     return t
 
 
-#: printed instead of table 3b when the data folder is absent (Spaan et al.'s table is
+#: printed instead of table 3 when the data folder is absent (Spaan et al.'s table is
 #: third-party data, not shipped)
-PER_KERNEL_NEEDS_DATA = ("3b. (per-kernel comparison with Spaan et al. Table 1 left out: it needs "
+PER_KERNEL_NEEDS_DATA = ("3. (per-kernel comparison with Spaan et al. Table 1 left out: it needs "
                          "the data folder; give --data PATH or set JOULEBOUND_DATA)")
 
 
@@ -248,7 +251,7 @@ def per_kernel_table(rows: list[dict]):
     """Spaan et al.'s Table 1 rows beside ours (published vs modeled columns)."""
     from rich.table import Table
 
-    t = Table(title="3b. Per kernel: Spaan et al. Table 1 (published) vs ours (modeled)",
+    t = Table(title="3. Per kernel: Spaan et al. Table 1 (published) vs ours (modeled)",
               title_justify="left", caption="Δ vs auto of each kernel measured alone. The "
               "RTX 3080 Ti parameters are calibrated on these rows (in-sample).",
               caption_justify="left")
@@ -275,10 +278,10 @@ def latency_table(study):
     from joulebound.cli._plan_tables import provenance_of
 
     phase = [r for r in study.rows if r.granularity == "phase"]
-    t = Table(title=f"4. Switch-aware plans vs clock-switch latency L ({provenance_of(phase)})",
+    t = Table(title=f"5. Switch-aware plans vs clock-switch latency L ({provenance_of(phase)})",
               title_justify="left",
               caption="aware: planned for L (every switch charged), replayed at L. L-blind: the "
-              "switch-free kernel plan of table 3 replayed at L (look-ahead requests); its "
+              "switch-free kernel plan of table 4 replayed at L (look-ahead requests); its "
               "switches land late, so it runs slow.", caption_justify="left")
     t.add_column("ε")
     t.add_column("L", justify="right")
@@ -348,14 +351,14 @@ def render_demo(study_a, study_b, per_kernel, mem, spec, index, seconds: float
                               f"{mem['training']['total'] / gib:.1f} GiB of "
                               f"{spec.memory_bytes / gib:.0f} GiB (modeled)"), highlight=False)
     console.print()
-    console.print(switch_free_table(study_b, "3. Switch-free plans, training step"))
+    console.print(switch_free_table(study_b, "4. Switch-free plans, training step"))
     console.print()
     console.print(latency_table(study_b))
     eps = focus_slowdown(study_b)
     k = _find(study_b, "kernel", eps, 0.0, 0.0)
     if k is not None:
         console.print()
-        console.print(category_table(study_b, k.label, title="5. Savings by kernel category, "
+        console.print(category_table(study_b, k.label, title="6. Savings by kernel category, "
                                      f"kernel plan at ε={eps:.0%} ({k.plan.provenance})"))
     line = takeaway(study_b)
     if line:

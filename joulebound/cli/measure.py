@@ -76,9 +76,11 @@ def measure_command(
                                                                            "cpu-model") else {}
     # with --json the child's stdout goes to stderr, so that stdout is one JSON document
     try:
+        from dataclasses import asdict
+
         res = run_command(cmd, backend=backend, gpus=gpus, interval_s=interval, db=db,
                           child_stdout=2 if as_json else None, kill_after_s=kill_after,
-                          **kwargs)
+                          meta={"carbon": asdict(ci)} if ci is not None else None, **kwargs)
     except CommandNotRunnable as exc:
         from joulebound.cli import err_console
 
@@ -153,7 +155,7 @@ def render(res, console) -> None:  # type: ignore[no-untyped-def]
             span = (f"; interval {iv[0]:,.1f}–{iv[1]:,.1f} J (without / with an idle floor of "
                     "half the TDP; no held-out error: no RAPL counter to check it against)"
                     if iv else "")
-            label = ("[yellow]modeled[/], not measured" if w.cpu_provenance == MODELED
+            label = ("[yellow]modeled[/]" if w.cpu_provenance == MODELED
                      else w.cpu_provenance)
             console.print(f"CPU+DRAM: {w.cpu_energy_j:,.1f} J = {w.cpu_energy_j / 3.6e6:.6f} kWh "
                           f"({label}{span})"
@@ -190,9 +192,16 @@ every window's duration and energy as Prometheus gauges (--format prometheus: DI
 for node_exporter's textfile collector; each series labeled with its provenance).
 Status: running, finished, failed, killed (a signal; exit_code 128 + N) or lost (its process died
 without closing the run: SIGKILL, a crash; found when the store is opened, samples kept).
+The table shows each run's longest window: its duration (measured), GPU energy and CPU+DRAM
+energy, each with its own label (measured or modeled); GPU energy without a GPU sensor reads
+"unknown (no sensor)", never 0. Exit "—": the run was metered inside a Python process
+(EnergyMeter, the training callbacks), not a command.
 --json prints a list of runs: {run_id, started_at, ended_at, status, command, exit_code, backend,
-provenance, rank, host, notes, windows: [{name, duration_s, energy_j, cpu_energy_j, provenance,
-flags}]}. Energy is null where no sensor was available."""
+provenance (of the longest window's GPU energy; null without one), cpu_provenance, rank, host,
+carbon (the carbon-intensity setting stored with the run, or null), notes,
+windows: [{name, start_s, end_s, duration_s, duration_provenance, energy_j, provenance (of
+energy_j; null when energy_j is), cpu_energy_j, cpu_provenance, flags}]}. Energy is null where
+no sensor was available."""
 
 
 def runs_command(
@@ -202,7 +211,6 @@ def runs_command(
     last: Annotated[int, typer.Option(help="Show the last N runs.", min=1)] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
-    import json
     from pathlib import Path
 
     from joulebound.cli._common import console, print_json, print_skipped_rows
@@ -231,37 +239,49 @@ def runs_command(
         paths = st.export(export, fmt)
         console.print("wrote " + ", ".join(str(p) for p in paths))
         return
+    from joulebound.report.runs import energy_cell, run_doc
+
     runs = st.runs()[-last:]
-    docs = []
-    for r in runs:
-        ws = st.windows(r["run_id"])
-        docs.append({**{k: r[k] for k in ("run_id", "started_at", "ended_at", "status", "command",
-                                           "exit_code", "backend", "provenance", "rank", "host")},
-                     "notes": json.loads(r["notes_json"] or "[]"),
-                     "windows": [{"name": w.name, "duration_s": w.duration_s,
-                                  "energy_j": w.energy_j, "cpu_energy_j": w.cpu_energy_j,
-                                  "provenance": w.provenance, "flags": w.flags} for w in ws]})
+    docs = [run_doc(r, st.windows(r["run_id"])) for r in runs]
     print_skipped_rows(st)
     if as_json:
         print_json(docs)
         return
     from rich.table import Table
 
-    t = Table(title=f"Runs in {db} (last {len(docs)})", title_justify="left")
-    for col in ("run", "status", "command", "windows", "duration (s)", "energy (J)", "provenance"):
-        t.add_column(col, justify="right" if "(" in col or col == "windows" else "left")
+
+    t = Table(title=f"Runs in {db} (last {len(docs)}): each run's longest window",
+              title_justify="left", box=None, pad_edge=False,
+              header_style="bold underline")
+    t.add_column("run", no_wrap=True, min_width=8)
+    t.add_column("status (exit)", no_wrap=True, min_width=12)
+    t.add_column("command", overflow="ellipsis", no_wrap=True, max_width=16, min_width=8)
+    t.add_column("duration s\n(measured)", justify="right", no_wrap=True, min_width=10)
+    t.add_column("GPU J", justify="right", no_wrap=True, min_width=9)
+    t.add_column("CPU+DRAM J", justify="right", no_wrap=True, min_width=12)
     for d in docs:
         ws = d["windows"]
         longest = max(ws, key=lambda w: w["duration_s"], default=None)
-        e = None if longest is None else longest["energy_j"]
-        t.add_row(d["run_id"][:8], str(d["status"]), (d["command"] or "")[:40], str(len(ws)),
-                  "—" if longest is None else f"{longest['duration_s']:.3f}",
-                  "no sensor" if longest is not None and e is None else
-                  ("—" if e is None else f"{e:,.1f}"),
-                  "—" if longest is None else ("measured (time only)" if e is None
-                                                else longest["provenance"]))
+        code = d["exit_code"]
+        if longest is None:
+            dur = gpu = cpu = "—"
+        else:
+            dur = f"{longest['duration_s']:,.3f}"
+            gpu = energy_cell(longest["energy_j"], longest["provenance"])
+            cpu = ("—" if longest["cpu_energy_j"] is None else
+                   energy_cell(longest["cpu_energy_j"], longest["cpu_provenance"]))
+        t.add_row(d["run_id"][:8], f"{d['status']} ({'—' if code is None else code})",
+                  _short_command(d["command"] or ""), dur, gpu, cpu)
     console.print(t)
-    console.print("[dim]duration and energy of each run's longest window[/]")
+
+
+def _short_command(command: str) -> str:
+    """``command`` with its program's folder left out (``/usr/bin/python x.py`` → ``python
+    x.py``), for a narrow table; ``runs --json`` keeps it whole."""
+    import os
+
+    head, _, rest = command.partition(" ")
+    return f"{os.path.basename(head) or head} {rest}".strip()
 
 
 def register(app: typer.Typer) -> None:

@@ -74,7 +74,8 @@ def combine(per_rank: Sequence[Sequence[WindowResult | dict[str, Any]]]) -> list
         devices = [best[u][2] for u in sorted(best)]
         gpu = [d.energy_j for d in devices if d.kind == "gpu"]
         cpu = [d.energy_j for d in devices if d.kind != "gpu"]
-        provs = sorted({w.provenance for w in ws if w.devices} or {w.provenance for w in ws})
+        provs = sorted({w.provenance for w in ws if w.provenance and
+                        any(d.kind == "gpu" for d in w.devices)})
         flags: list[str] = []
         for w in ws:
             flags += [f for f in w.flags if f not in flags]
@@ -90,7 +91,7 @@ def combine(per_rank: Sequence[Sequence[WindowResult | dict[str, Any]]]) -> list
             name=key[0], start_s=start, end_s=end, duration_s=end - start,
             energy_j=float(sum(gpu)) if gpu and all(e is not None for e in gpu) else None,  # type: ignore[arg-type]
             devices=devices,
-            provenance=MODELED if MODELED in provs else provs[0],
+            provenance=MODELED if MODELED in provs else (provs[0] if provs else None),
             flags=flags,
             cpu_energy_j=float(sum(cpu)) if cpu and all(e is not None for e in cpu) else None,  # type: ignore[arg-type]
             rank=-1, host=",".join(sorted({w.host for w in ws})),

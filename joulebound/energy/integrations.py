@@ -37,6 +37,15 @@ T = TypeVar("T")
 
 
 
+def process_command(what: str) -> str:
+    """The command line of this process, as a run of an in-process meter records it:
+    ``python train.py --epochs 1 (Hugging Face Trainer, pid 4242)``."""
+    import shlex
+
+    argv = [os.path.basename(sys.executable) or "python", *sys.argv]
+    return f"{shlex.join(argv)} ({what}, pid {os.getpid()})"
+
+
 def metered(iterable: Iterable[T], meter: EnergyMeter | None = None, prefix: str = "step",
             every: int = 1, start: int = 0) -> Iterator[T]:
     """Yield from ``iterable``, measuring the loop body of every ``every``-th item as a window
@@ -114,6 +123,10 @@ class _EnergyCallbackHooks:
         self.train: WindowResult | None = None
         self.summary: dict[str, Any] = {}
         self.job_windows: list = []
+        #: ``{step, loss, window}`` of every Trainer log with a loss (the interval window that
+        #: ended at it), stored with the run: ``joulebound report`` draws energy per step
+        #: beside the loss
+        self.train_log: list[dict[str, Any]] = []
 
     # -- order ----------------------------------------------------------------------------------
     def _move_first(self) -> None:
@@ -143,8 +156,12 @@ class _EnergyCallbackHooks:
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         self._move_first()   # also when added with trainer.add_callback after __init__
         if self.meter is None:
-            self.meter = EnergyMeter(self._backend, store=self._store,
-                                     command=f"transformers.Trainer (pid {os.getpid()})")
+            from dataclasses import asdict
+
+            self.meter = EnergyMeter(
+                self._backend, store=self._store, command=process_command("Hugging Face Trainer"),
+                meta={"carbon": asdict(self.carbon)} if self.carbon is not None else None)
+        self.train_log = []
         self.intervals = IntervalEnergy(self.meter, prefix=self.prefix, carbon=self.carbon)
         self.intervals.start()
 
@@ -179,6 +196,10 @@ class _EnergyCallbackHooks:
             self.train = self.intervals.train
         else:
             metrics = self.intervals.report()
+            if "loss" in logs and self.intervals.last is not None:   # for the report's plot
+                self.train_log.append({"step": int(getattr(state, "global_step", 0)),
+                                       "loss": float(logs["loss"]),
+                                       "window": self.intervals.last.name})
         logs.update(metrics)
         hist = getattr(state, "log_history", None)
         if hist and isinstance(hist[-1], dict) and all(hist[-1].get(k) == v for k, v in
@@ -201,6 +222,8 @@ class _EnergyCallbackHooks:
             self.job_windows = aggregate(self.meter)
         if state is not None and self.summary:
             state.energy = dict(self.summary)
+        if self.train_log and self.meter.store is not None:
+            self.meter.store.update_meta(self.meter.run_id, {"train_log": self.train_log})
         if self._own:
             self.meter.close(status=FINISHED)
             self.meter = None   # a second train() gets a new meter (and a new run)

@@ -208,6 +208,8 @@ class EnergyMeter:
             window. The store, when given, still holds every window. Bounds memory on long runs
             with a window per step; :func:`~joulebound.energy.distributed.aggregate` of the meter
             covers the kept windows only (aggregate the store's windows for the whole run).
+        meta: run metadata stored with the run (the store's ``runs.meta_json``), e.g. the
+            carbon-intensity setting ``{"carbon": {...}}``; shown by ``joulebound report``.
         backend_kwargs: passed to the backend constructor (e.g. ``power=`` for simulated).
     """
 
@@ -216,7 +218,7 @@ class EnergyMeter:
                  sync: bool = True, clock: Callable[[], float] | None = None,
                  run_id: str | None = None, rank: int | None = None,
                  command: str = "", keep_results: int | None = 10000,
-                 **backend_kwargs: Any) -> None:
+                 meta: dict[str, Any] | None = None, **backend_kwargs: Any) -> None:
         if keep_results is not None and (isinstance(keep_results, bool) or
                                          not isinstance(keep_results, int) or keep_results < 0):
             raise JouleboundError(f"keep_results must be a whole number >= 0 or None (keep every "
@@ -249,15 +251,21 @@ class EnergyMeter:
         self.results_dropped = 0
         self._cuda_sync_fn: Callable[[], None] | bool | None = None
         self.run_id = run_id or uuidlib.uuid4().hex
+        #: provenance of the windows' GPU energy (``energy_j``); ``None`` without a metered GPU
+        #: (the CPU/DRAM figures carry their own, :attr:`WindowResult.cpu_provenance`)
+        self.gpu_provenance: str | None = (
+            self.backend.provenance
+            if any(self.backend.channels[i].kind == "gpu" for i in self.channels) else None)
         self.store = None
         if store is not None:
             from joulebound.energy.store import Store
 
             self.store = store if isinstance(store, Store) else Store(store)
             self.store.begin_run(self.run_id, backend=self.backend.name,
-                                 provenance=self.backend.provenance, command=command,
+                                 provenance=self.gpu_provenance, command=command,
                                  notes=self.notes, rank=self.rank, host=self.host,
-                                 devices=[asdict(self.backend.channels[i]) for i in self.channels])
+                                 devices=[asdict(self.backend.channels[i]) for i in self.channels],
+                                 meta=meta)
         sink = None
         if self.store is not None:
             chans = self.backend.channels
@@ -277,7 +285,7 @@ class EnergyMeter:
                                 default=0.0)
         self._is_gpu = [chans[i].kind == "gpu" for i in self.channels]
         self._events = self.backend.events          # (appended to, never replaced)
-        self._provenance = self.backend.provenance
+        self._provenance = self.gpu_provenance
         self._backend_name = self.backend.name
         self._n_gpu = sum(self._is_gpu)
         self._n_cpu = len(self.channels) - self._n_gpu

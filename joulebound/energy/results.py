@@ -92,9 +92,10 @@ class WindowResult:
             no GPU sensor (never 0 for "unknown").
         devices: per-device results.
         provenance: of the GPU energy ``energy_j``: ``"measured"`` (sensor), ``"modeled"``
-            (simulated backend) or what a replayed log says. Without a sensor only the duration
-            exists, which is measured. The CPU/DRAM figure has its own
-            :attr:`cpu_provenance`.
+            (simulated backend) or what a replayed log says; ``None`` when no GPU was metered
+            (no figure, no label). The duration is always measured; the CPU/DRAM figure has
+            its own :attr:`cpu_provenance`. :attr:`gpu_provenance` is this label only where
+            ``energy_j`` has a value.
         flags: see the module docstring.
         cpu_energy_j: CPU + DRAM energy (J): from RAPL (measured) or the TDP model
             (modeled, see :mod:`~joulebound.energy.cpu_model`), ``None`` when neither.
@@ -113,7 +114,7 @@ class WindowResult:
     duration_s: float
     energy_j: float | None
     devices: list[DeviceEnergy] = _DeferredField()  # type: ignore[assignment]
-    provenance: str  # type: ignore[misc]
+    provenance: str | None  # type: ignore[misc]
     flags: list[str] = field(default_factory=list)
     cpu_energy_j: float | None = None
     rank: int = 0
@@ -127,6 +128,12 @@ class WindowResult:
         if self.energy_j is None or self.duration_s <= 0:
             return None
         return self.energy_j / self.duration_s
+
+    @property
+    def gpu_provenance(self) -> str | None:
+        """Provenance of :attr:`energy_j` (GPU), ``None`` when there is no such figure: the one
+        label every output (CLI, JSON, store, HTML) shows beside the GPU energy."""
+        return self.provenance or None if self.energy_j is not None else None
 
     @property
     def cpu_provenance(self) -> str | None:
@@ -163,7 +170,7 @@ _new = object.__new__
 
 def window_result(name: str, start_s: float, end_s: float, duration_s: float,
                   energy_j: float | None, devices: list[DeviceEnergy] | Deferred,
-                  provenance: str, flags: list[str], cpu_energy_j: float | None, rank: int,
+                  provenance: str | None, flags: list[str], cpu_energy_j: float | None, rank: int,
                   host: str, backend: str,
                   energy_uncertainty_j: float | Deferred | None) -> WindowResult:
     """``WindowResult(...)`` with every field given, as the dataclass builds it but without its

@@ -218,9 +218,12 @@ def _window_from_row(r: tuple) -> WindowResult:
     unc = (float(sum(d.uncertainty_j or 0.0 for d in gpu))
            if energy is not None and gpu and any(d.uncertainty_j is not None for d in gpu)
            else None)
+    # the GPU energy's label; none without a GPU (stores before 0.x wrote the backend's label,
+    # e.g. "modeled" for a CPU-only run, which labeled no figure)
+    prov = (r[6] if isinstance(r[6], str) and r[6] and (gpu or (energy is not None and not devs))
+            else None)
     return WindowResult(name=r[0], start_s=start, end_s=end, duration_s=duration,
-                        energy_j=energy, devices=devs,
-                        provenance=r[6] if isinstance(r[6], str) else "", flags=flags,
+                        energy_j=energy, devices=devs, provenance=prov, flags=flags,
                         cpu_energy_j=cpu, rank=r[9] if isinstance(r[9], int) else 0,
                         host=r[10] if isinstance(r[10], str) else "",
                         energy_uncertainty_j=unc)
@@ -315,7 +318,7 @@ class Store:
                 self._con.execute(sql, rows)
 
     # -- writes -------------------------------------------------------------------------------
-    def begin_run(self, run_id: str, *, backend: str = "", provenance: str = "", command: str = "",
+    def begin_run(self, run_id: str, *, backend: str = "", provenance: str | None = "", command: str = "",
                   notes: list[str] | None = None, rank: int = 0, host: str = "",
                   devices: list[dict[str, Any]] | None = None,
                   meta: dict[str, Any] | None = None) -> None:
@@ -340,6 +343,20 @@ class Store:
             sets.append("meta_json=?")
             vals.append(json.dumps(meta))
         self._write(f"UPDATE runs SET {', '.join(sets)} WHERE run_id=?", (*vals, run_id))
+
+    def update_meta(self, run_id: str, extra: dict[str, Any]) -> None:
+        """Merge ``extra`` into the run's ``meta_json`` (keys replaced, others kept: the owner
+        record stays), e.g. the training log a callback adds at train end."""
+        with sqlitedb.transaction(self._con, self._lock):
+            row = self._con.execute("SELECT meta_json FROM runs WHERE run_id=?",
+                                    (run_id,)).fetchone()
+            try:
+                meta = json.loads(row[0] or "{}") if row else {}
+            except ValueError:
+                meta = {}
+            meta = {**(meta if isinstance(meta, dict) else {}), **extra}
+            self._con.execute("UPDATE runs SET meta_json=? WHERE run_id=?",
+                              (json.dumps(meta), run_id))
 
     def add_window(self, run_id: str, w: WindowResult) -> None:
         from dataclasses import asdict

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from joulebound.core.provenance import PUBLISHED
+from joulebound.core.provenance import MODELED, PUBLISHED
 from joulebound.hw.spec import DeviceSpec
 
+#: what a latency nobody measured on that GPU is (its provenance is ``modeled``: one vocabulary)
 ESTIMATE = "estimate"
 
 
@@ -22,7 +23,8 @@ class SwitchLatency:
 
     Attributes:
         seconds: the latency (s).
-        provenance: ``"published"`` or ``"estimate"``.
+        provenance: ``"published"``, or ``"modeled"`` for an estimate (the one vocabulary of
+            :mod:`joulebound.core.provenance`; :attr:`kind` says "estimate").
         source: the catalog's source text (citation or how the estimate was made).
         device: the catalog name.
     """
@@ -32,8 +34,15 @@ class SwitchLatency:
     source: str
     device: str
 
+    @property
+    def kind(self) -> str:
+        """``"published"`` or ``"estimate"`` (a modeled figure nobody measured on this GPU)."""
+        return ESTIMATE if self.provenance == MODELED else PUBLISHED
+
     def describe(self) -> str:
-        """``"20 ms (estimate for rtx3080ti)"``."""
+        """``"20 ms (modeled: an estimate for rtx3080ti)"``, ``"6 ms (published for h200-sxm)"``."""
+        if self.provenance == MODELED:
+            return f"{self.seconds * 1e3:g} ms ({MODELED}: an estimate for {self.device})"
         return f"{self.seconds * 1e3:g} ms ({self.provenance} for {self.device})"
 
 
@@ -49,5 +58,5 @@ def device_switch_latency(device: str | DeviceSpec) -> SwitchLatency | None:
     if spec.switch_latency_s is None:
         return None
     src = spec.sources.get("switch_latency_s", "")
-    prov = ESTIMATE if (not src or "estimate" in src.lower()) else PUBLISHED
+    prov = MODELED if (not src or "estimate" in src.lower()) else PUBLISHED
     return SwitchLatency(float(spec.switch_latency_s), prov, src, spec.name)

@@ -84,7 +84,7 @@ def plan_latency(text: str | float | None, device: str) -> tuple[float | None, s
                       "switching were free; pass --switch-latency (e.g. 20ms)"), ""
     return dl.seconds, (f"planning for the {device} clock-switch latency {dl.describe()}; "
                         "--switch-latency L overrides it, --switch-latency 0 plans as if "
-                        "switching were free"), f"the catalog's {dl.provenance} for {dl.device}"
+                        "switching were free"), f"the catalog's {dl.kind} for {dl.device}"
 
 
 def plan_clocks(target: str | Path, device: str, *, slowdown: float = 0.0,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from joulebound.core.fmt import fmt_pct
+from joulebound.core.provenance import PUBLISHED
 
 #: where a demo latency comes from (published figures, see joulebound.planning.solve.switching)
 PUBLISHED_LATENCY = {6e-3: "published for H200", 20e-3: "published NVML set-call upper end",
@@ -30,6 +31,30 @@ def focus_slowdown(study) -> float:
     return eps[-1] if eps else 0.0
 
 
+def latency_source(latency_s: float, device: str) -> str | None:
+    """Where a study latency comes from, for ``device``: the device's own catalog latency when
+    it is that one (published, or a modeled estimate), else a published figure of another GPU,
+    named as such (the RTX 3080 Ti take-away quoted the H200's 6 ms as if it were its own)."""
+    from joulebound.core.errors import JouleboundError
+    from joulebound.hw.latency import device_switch_latency
+
+    try:
+        own = device_switch_latency(device)
+    except JouleboundError:
+        own = None
+    if own is not None and abs(own.seconds - latency_s) < 1e-9:
+        return (f"the catalog's {own.kind} for {device}" if own.kind != PUBLISHED
+                else f"{PUBLISHED} for {device}")
+    src = PUBLISHED_LATENCY.get(latency_s)
+    if src is None:
+        return None
+    if "H200" in src and "h200" not in device.lower():
+        own_txt = (f", whose catalog {own.kind} is {own.seconds * 1e3:g} ms" if own is not None
+                   else "")
+        return f"the H200's published latency, not for {device}{own_txt}"
+    return src
+
+
 def takeaway(study) -> str | None:
     """Two or three sentences on the switch-latency effect, built from the study's rows."""
     eps = focus_slowdown(study)
@@ -47,7 +72,7 @@ def takeaway(study) -> str | None:
     rest = [(lat, find_row(study, "phase", eps, lat, lat)) for lat in lats if lat > mid]
     tail = ", ".join(f"{fmt_pct(-r.replay_energy_delta, signed=False)} at {fmt_ms(lat)}"
                      for lat, r in rest if r)
-    src = PUBLISHED_LATENCY.get(mid)
+    src = latency_source(mid, str(getattr(study.char, "device", "")))
     budget = "at no slowdown" if eps == 0 else f"within {eps:.0%} slowdown"
     late = (f"runs {fmt_pct(t_b - eps, signed=False)} over its time budget" if t_b - eps > 5e-4
             else "still runs on time")
