@@ -58,6 +58,12 @@ Hugging Face's per_device_train_batch_size); --global-batch is the alternative (
 optimizer step over all GPUs). Impossible or absurd jobs and jobs that do not fit in GPU memory
 are refused with the reason (--ignore-memory prices the latter anyway).
 
+The stack: --recompute-mode none | selective | full (--recompute = full), --sequence-parallel
+and --distributed-optimizer (Megatron), --flash-attention (default on for 16-bit and fp8 on
+Ampere or newer GPUs), --dtype fp8 (H100 / H200 / B200) change the per-GPU memory (Korthikanti et
+al. 2022); --tp N / --pp M without --strategy is Megatron's layout (dp = gpus / (tp·pp), data
+parallel across the groups).
+
 The model: --preset (GPT-2, BERT, and Llama / Mistral / Qwen2 shapes: grouped-query attention,
 SwiGLU, RMSNorm, RoPE, untied head), --hf-config FILE (any Hugging Face config.json of the
 llama, mistral, qwen2, gpt2 or bert families), or --layers/--hidden/--heads/--seq. --lora-rank R
@@ -91,17 +97,35 @@ ADVISE_HELP = """Strategy × GPU count that trains the job with the least energy
 The training recipe is fixed: the global batch (--global-batch, or --batch on one GPU) and the
 total --tokens. One GPU and every strategy of --strategies at 2, 4, … --max-gpus GPUs are priced:
 time, GPU + host energy with 90 % intervals, memory per GPU against the device memory. The advice
-is the lowest-energy candidate that fits in memory and meets --deadline (one GPU when that is
-cheapest); when none meets it, the fastest that fits. --batch with --global-batch caps the
-per-GPU micro-batch (gradient accumulation fills the rest). --jobs FILE advises a CSV of jobs
+is the lowest-energy candidate that fits in memory and meets --deadline with the upper bound of
+its 90 % time interval ("ok"); when none does, the lowest-energy one whose central time meets it,
+marked "may miss"; when none does either, the fastest that fits. --batch with --global-batch caps
+the per-GPU micro-batch (gradient accumulation fills the rest). --jobs FILE advises a CSV of jobs
 (extra columns deadline, max_gpus, strategies); -o FILE writes one row per job.
+
+Candidates share most of the predictor's error (the framework, the host, the GPU's power model),
+so each is compared with the advice by the ratio of their energies: its 90 % interval comes from
+correlated draws of the predictor's error terms (a term every candidate shares cancels as far as
+their shares of it agree; a candidate's own communication, pipeline bubble and GPU-count terms
+do not). "≈" (indistinguishable) marks a candidate whose ratio interval spans 1: the model cannot
+tell which of the two costs less.
+
+--layouts searches Megatron 3D layouts instead: tensor parallelism (within a node) × pipeline
+stages × data parallelism × micro-batch × recompute (none, selective, full) × sequence
+parallelism × distributed optimizer, at 1, 2, 4, then 8, 16, 24, 32, 48, 64, 96, … GPUs up to
+--max-gpus (needs --global-batch). Memory is checked first: per GPU count × tp × pp ×
+micro-batch the lightest recompute that fits is priced. --top N shows the N cheapest.
 
 --json keys: best {strategy, gpus, feasible, time_s, time_lo_s, time_hi_s, gpu_energy_j,
 host_energy_j, energy_j (GPU + host), energy_lo_j, energy_hi_j (90 % interval), micro_batch,
-grad_accum, memory_gib, fits_memory, meets_deadline, comm_share, reason, label}, candidates[]
-(same keys, feasible first, lowest energy first), provenance ("modeled"), predictor. Units: s, J,
-GiB. --law prerun: the legacy advisor (keys best/candidates with energy_j, time_s, eta_par,
-meets_deadline, state_bytes_per_gpu, fits_memory)."""
+grad_accum, memory_gib, fits_memory, meets_deadline (the 90 % upper time bound meets it),
+deadline ("ok", "may miss", "miss"), comm_share, reason, label, energy_ratio, energy_ratio_lo,
+energy_ratio_hi (energy over the advice's, 90 % interval of the ratio), indistinguishable, tp, pp,
+dp, recompute, sequence_parallel, distributed_optimizer}, candidates[] (same keys, feasible
+first, lowest energy first), provenance ("modeled"), predictor; with --layouts also search
+{layouts, refused, checked, priced, seconds}. Units: s, J, GiB. --law prerun: the legacy advisor
+(keys best/candidates with energy_j, time_s, eta_par, meets_deadline, state_bytes_per_gpu,
+fits_memory)."""
 
 
 def _table_console():
