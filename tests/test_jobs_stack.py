@@ -184,3 +184,23 @@ def test_cli_flags_reach_the_memory(capsys):
     assert "contradicts" in capsys.readouterr().err
     assert main([*args[:-1], "--dtype", "fp8"]) == 2
     assert "FP8 tensor cores" in capsys.readouterr().err
+
+
+def test_job_tables_take_the_stack_columns(tmp_path):
+    from joulebound.jobs import jobtable
+
+    src = tmp_path / "jobs.csv"
+    src.write_text("model,layers,hidden,heads,seq,batch,gpus,tp,recompute,sequence_parallel,"
+                   "distributed_optimizer,flash_attention,device,dtype\n"
+                   "gpt,8,1024,16,512,2,8,2,selective,true,yes,auto,a100-sxm4-80gb,bf16\n"
+                   "gpt,8,1024,16,512,2,8,2,true,false,no,false,a100-sxm4-80gb,bf16\n"
+                   "gpt,8,1024,16,512,2,8,2,partial,,,,a100-sxm4-80gb,bf16\n"
+                   "gpt,8,1024,16,512,2,8,2,none,maybe,,,a100-sxm4-80gb,bf16\n")
+    rows = jobtable.read_jobs(src, {})
+    a, b = resolve(rows[0][0]), resolve(rows[1][0])
+    assert (a.recompute, a.sequence_parallel, a.distributed_optimizer, a.flash_attention) == \
+        ("selective", True, True, True)
+    assert (b.recompute, b.sequence_parallel, b.distributed_optimizer, b.flash_attention) == \
+        ("full", False, False, False)
+    assert rows[2][0] is None and "--recompute 'partial'" in rows[2][2]
+    assert rows[3][0] is None and "'sequence_parallel' must be true/false" in rows[3][2]
