@@ -147,3 +147,14 @@ def test_cli_layouts(capsys):
     assert main([*args, "--global-batch", "256", "--top", "5"]) == 0
     text = capsys.readouterr().out
     assert "layouts" in text and "advice:" in text and "memory estimates" in text
+
+
+def test_cli_layouts_with_one_recompute_mode(capsys):
+    args = ["advise", "--model", "gpt", "--layers", "24", "--hidden", "2048", "--heads", "16",
+            "--seq", "1024", "--tokens", "1e10", "--deadline", "30d", "--max-gpus", "16",
+            "--global-batch", "64", "--device", "a100-sxm4-80gb", "--layouts", "--json"]
+    assert main([*args, "--recompute-mode", "full"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {c["recompute"] for c in out["candidates"]} == {"full"}
+    assert main([*args, "--top", "0"]) == 2
+    assert "--top must be >= 1" in capsys.readouterr().err

@@ -614,7 +614,8 @@ def advise(
     layouts: bool = typer.Option(False, "--layouts", help="search Megatron 3D layouts instead of "
                                  "--strategies: tp × pp × dp × micro-batch × recompute (× sequence "
                                  "parallelism, distributed optimizer) at 1, 2, 4, then 8, 16, 24, 32, "
-                                 "48, … GPUs up to --max-gpus; needs --global-batch"),
+                                 "48, … GPUs up to --max-gpus; needs --global-batch; "
+                                 "--recompute / --recompute-mode search that mode only"),
     top: int = typer.Option(15, "--top", help="--layouts: how many of the cheapest layouts to show"),
     jobs: Path = _JOBS, output: Path = _OUT, law: str = _LAW, coefficients: Path = _COEFFICIENTS,
     as_json: bool = _JSON,
@@ -643,10 +644,14 @@ def advise(
     job = job_from_options(**_default_shape(o))
     deadline_s = parse_duration(deadline)
     if layouts:
+        if top < 1:
+            raise JouleboundError(f"--top must be >= 1 (got {top}): how many layouts to show")
         if job.global_batch is None:
             raise JouleboundError("--layouts needs --global-batch (sequences per optimizer step): "
                                   "each layout splits it over its data-parallel ranks")
-        best, opts, stats = advisor.search_layouts(job, deadline_s, max_gpus, prm, top=top)
+        modes = (job.recompute_mode,) if (recompute or recompute_mode) else ("none", "selective", "full")
+        best, opts, stats = advisor.search_layouts(job, deadline_s, max_gpus, prm, top=top,
+                                                   recompute=modes)
         if as_json:
             print_json(advisor.options_json(best, opts, search=asdict(stats)))
             return
