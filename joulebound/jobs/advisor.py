@@ -6,12 +6,23 @@ each strategy at 2, 4, … ``max_gpus`` GPUs) with the mechanistic predictor
 intervals) and the per-GPU memory (weights, gradients, optimizer state, activations) against the
 device memory. The training recipe is held fixed: the **global batch** (sequences per optimizer
 step) and the total tokens; each candidate splits the global batch over its data-parallel ranks
-and, when ``batch`` (the largest per-GPU micro-batch) is given, accumulates gradients. The advice
-is the lowest-energy candidate that fits in memory and meets the deadline — one GPU when that is
-cheapest; when none meets it, the fastest that fits, with ``meets_deadline = False``.
+and, when ``batch`` (the largest per-GPU micro-batch) is given, accumulates gradients.
+
+The advice (:func:`decide`) is the lowest-energy candidate that fits in memory and meets the
+deadline with the **upper bound** of its 90 % time interval (``"ok"``); else the lowest-energy
+one whose central time meets it (``"may miss"``); else the fastest that fits. Candidates share
+most of the predictor's error, so each is compared with the advice by the 90 % interval of the
+**ratio** of their energies, from correlated draws of the predictor's error terms
+(:func:`error_terms`, :func:`correlated_draws`, :func:`compare`): ``indistinguishable`` when
+that interval spans 1.
+
+:func:`search_layouts` (``joulebound advise --layouts``) searches Megatron 3D layouts at large
+GPU counts (tp × pp × dp × micro-batch × recompute × sequence parallelism × distributed
+optimizer), memory first, then one batched prediction of the layouts that fit.
 
 :func:`advise_law` is the legacy path (``joulebound advise --law prerun``): the pre-run energy law
-with model states only (16 bytes per parameter, activations not counted).
+with model states only (16 bytes per parameter, activations not counted). docs/advise.md
+explains the comparison and the search.
 """
 
 from __future__ import annotations

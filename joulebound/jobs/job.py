@@ -68,8 +68,6 @@ CONFIG_FIELDS = ("layers", "hidden", "heads", "seq", "arch", "ff", "vocab", "bat
 LAYOUT_FIELDS = ("optimizer", "device", "gpus", "strategy", "tp", "pp", "pp_stages", "clocks",
                  "power_limit_w", "interconnect", "inter_node", "gpus_per_node", "nics_per_node",
                  "tokens", "distributed_optimizer", "sequence_parallel", "flash_attention")
-#: the optimized-stack switches (booleans; ``flash_attention`` ``None`` = by the GPU and dtype)
-STACK_FIELDS = ("distributed_optimizer", "sequence_parallel", "flash_attention")
 #: every keyword a :class:`Job` accepts (the columns of a job table), in the old field order
 JOB_FIELDS = CONFIG_FIELDS[:-1] + LAYOUT_FIELDS + ("name",)
 #: the config's modern-decoder and LoRA fields (:data:`~joulebound.workload.config.SHAPE_DEFAULTS`),

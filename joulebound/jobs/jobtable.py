@@ -29,6 +29,8 @@ from joulebound.jobs.job import JOB_FIELDS, Job, recompute_mode
 _INT = {"layers", "hidden", "heads", "seq", "batch", "global_batch", "grad_accum", "ff", "vocab",
         "gpus", "tp", "pp", "gpus_per_node", "nics_per_node", "max_gpus", "kv_heads", "lora_rank"}
 _FLOAT = {"power_limit_w", "tokens"}
+#: the optimized stack's yes/no columns (``flash_attention`` also ``auto``)
+_SWITCHES = ("distributed_optimizer", "sequence_parallel", "flash_attention")
 _ALIAS = {"model": "arch", "power_limit": "power_limit_w", "per_device_train_batch_size": "batch"}
 ADVISE_ONLY = ("deadline", "max_gpus", "strategies")
 JOB_COLUMNS = tuple(sorted(set(JOB_FIELDS) - {"pp_stages"} | {"model", "preset", "power_limit",
@@ -60,7 +62,7 @@ def _value(key: str, text: str, row: int) -> object:
             return float(t)
         if key == "recompute":  # true/false (full) or a mode: none, selective, full
             return recompute_mode(t)
-        if key in ("distributed_optimizer", "sequence_parallel", "flash_attention"):
+        if key in _SWITCHES:
             low = t.lower()
             if low in ("1", "true", "yes", "y", "on"):
                 return True
