@@ -339,7 +339,7 @@ _RECOMP = typer.Option(False, "--recompute/--no-recompute", help="full activatio
                        "(= --recompute-mode full)")
 _RECOMP_MODE = typer.Option(None, "--recompute-mode", help="activation recomputation: none | selective "
                             "(Megatron's: the attention core's S² tensors recomputed, Korthikanti et al. "
-                            "2022) | full (every layer's forward again) [default none]")
+                            "2022) | full (every layer's forward again); default none")
 _DISTOPT = typer.Option(False, "--distributed-optimizer/--no-distributed-optimizer",
                         help="shard the optimizer state and fp32 master weights over the data-parallel "
                         "ranks (Megatron --use-distributed-optimizer, ZeRO-1; with ddp or dp across "
@@ -347,8 +347,8 @@ _DISTOPT = typer.Option(False, "--distributed-optimizer/--no-distributed-optimiz
 _SEQPAR = typer.Option(False, "--sequence-parallel/--no-sequence-parallel", help="Megatron sequence "
                        "parallelism: LayerNorm and dropout activations split over the --tp ranks")
 _FLASH = typer.Option(None, "--flash-attention/--no-flash-attention", help="fused attention that stores "
-                      "no S² scores (FlashAttention, PyTorch SDPA, Transformer Engine) [default: on for "
-                      "fp16/bf16/fp8 on Ampere or newer GPUs, off otherwise]")
+                      "no S² scores (FlashAttention, PyTorch SDPA, Transformer Engine); default: on for "
+                      "fp16/bf16/fp8 on Ampere or newer GPUs, off otherwise")
 _OPTIM = typer.Option("adamw", "--optimizer", help="adamw | sgd")
 _CLOCKS = typer.Option(None, "--clocks", help="locked clocks CORE/MEM in MHz (default: the GPU's own "
                        "auto governor)")
