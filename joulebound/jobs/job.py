@@ -541,7 +541,10 @@ def memory(r: Resolved, device_bytes: float) -> MemoryEstimate:
     and min(pp, micro-batches) micro-batches in flight. Activations by
     :func:`~joulebound.workload.memory.stored_activations` (recompute mode, sequence
     parallelism, FlashAttention, FP8); FP8 adds the weights' FP8 casts
-    (:data:`FP8_WEIGHT_COPY_BYTES` per parameter held)."""
+    (:data:`FP8_WEIGHT_COPY_BYTES` per parameter held). FSDP also holds its gathered units
+    whole: the root unit (embeddings, final norm, head; not resharded after forward) and two
+    layers (the one computing and the one prefetched) with their weights, and one layer's
+    unsharded gradients before its reduce-scatter."""
     j, c = r.job, r.config
     s = c.dtype_bytes
     per_layer = float(c.layer_params())
@@ -558,10 +561,15 @@ def memory(r: Resolved, device_bytes: float) -> MemoryEstimate:
                              fp8=r.fp8)
     shard = r.dp if r.sharded else 1
     copies = FP8_WEIGHT_COPY_BYTES * p_gpu / shard if r.fp8 else 0.0
-    return step_memory(params=p_gpu, dtype_bytes=s, activation_bytes=act, optimizer=j.optimizer,
-                       shard=shard,
-                       optimizer_shard=r.dp if (r.sharded or r.distributed_optimizer) else 1,
-                       trainable=train, weight_copy_bytes=copies, device_bytes=device_bytes)
+    unit_grads = 0.0
+    if shard > 1:  # FSDP's gathered units: the root (embeddings, head) and two layers (prefetch)
+        copies += (emb + 2 * per_layer) / r.tp * s
+        unit_grads = (per_layer if train is None else float(c.lora_layer_params())) / r.tp * s
+    est = step_memory(params=p_gpu, dtype_bytes=s, activation_bytes=act, optimizer=j.optimizer,
+                      shard=shard,
+                      optimizer_shard=r.dp if (r.sharded or r.distributed_optimizer) else 1,
+                      trainable=train, weight_copy_bytes=copies, device_bytes=device_bytes)
+    return replace(est, gradients=est.gradients + unit_grads) if unit_grads else est
 
 
 def with_overrides(job: Job, **kw: object) -> Job:

@@ -105,8 +105,8 @@ def step_memory(*, params: float, dtype_bytes: int, activation_bytes: float,
     weights) is sharded over (default ``shard``; a distributed optimizer / ZeRO-1 shards it over
     the data-parallel ranks while weights and gradients stay whole). ``trainable``: the
     parameters of ``params`` that get gradients and optimizer state (default all; LoRA: the
-    adapters). ``weight_copy_bytes``: further per-GPU copies of the weights (bytes; FP8 casts),
-    counted with the weights.
+    adapters). ``weight_copy_bytes``: further per-GPU copies of the weights (bytes; FP8 casts,
+    FSDP's gathered units), counted with the weights.
     """
     s = dtype_bytes
     train = params if trainable is None else trainable
