@@ -70,6 +70,8 @@ def test_gpt3_175b_on_512_gpus_fits_with_the_optimized_stack():
     act = 12 * (34 * S * b * d / t) * 8 + S * b * V / t * 4  # 12 layers, 8 micro-batches in flight
     assert m.activations == pytest.approx(act)
     assert m.fits and m.total < 60 * GIB
+    assert m.assumes == "selective recompute, sequence parallelism, distributed optimizer"
+    assert m0.assumes == ""
     # each switch alone: the optimizer state shrinks 16x, the activations as Table 2 says
     _, md = _gpt3(distributed_optimizer=True, flash_attention=False)
     assert md.optimizer == pytest.approx(o) and md.activations == pytest.approx(m0.activations)
@@ -121,6 +123,7 @@ def test_a_7b_llama_at_seq_4096_on_64_h100_fits_with_flash_attention_by_default(
     assert not memory(eager, 80 * GIB).fits
     r = resolve(job_from_options(**base))
     assert r.flash_attention and r.recompute == "none"
+    assert memory(r, 0).assumes == "FlashAttention"  # said in predict's memory line
     m, me = memory(r, 80 * GIB), memory(eager, 80 * GIB)
     assert m.fits
     T, h, S = 4096 * 2, 32, 4096

@@ -85,7 +85,7 @@ gpu_energy_hi_j, host_energy_j, host_energy_lo_j, host_energy_hi_j (host power Ã
 interval), total_energy_j, total_energy_lo_j, total_energy_hi_j, energy_per_token_j, step {time_s, compute_s, overhead_s, comm_s, bubble_s, gpu_energy_j,
 busy_energy_j, wait_energy_j, host_energy_j, comm_energy_j, wait_power_w, comm_detail,
 interconnect}, memory {weights, gradients, optimizer, activations, reserve, device_bytes, total,
-fits} (bytes), fits_memory, interval_why[], warnings[], covers, params, provenance ("modeled"),
+fits, assumes (the memory-saving techniques assumed, in words)} (bytes), fits_memory, interval_why[], warnings[], covers, params, provenance ("modeled"),
 predictor. Units: s, J, bytes. With --jobs: a list of these (or {row, error}). With --law the
 same keys: the law fills total_energy_j (for prerun also its 90 % interval, time_s and step
 {energy_j, time_s, eta_hw, eta_par}); what a law does not predict is null."""
@@ -463,7 +463,8 @@ def _print_prediction(p) -> None:
     console.print(f"memory  {mem['total'] / 2**30:.3g} GiB per GPU of {mem['device_bytes'] / 2**30:.0f} GiB "
                   f"(weights {mem['weights'] / 2**30:.3g}, gradients {mem['gradients'] / 2**30:.3g}, "
                   f"optimizer {mem['optimizer'] / 2**30:.3g}, activations {mem['activations'] / 2**30:.3g})"
-                  "  \\[modeled]", highlight=False, soft_wrap=True)
+                  + (f"; with {mem['assumes']}" if mem.get("assumes") else "")
+                  + "  \\[modeled]", highlight=False, soft_wrap=True)
     console.print(f"covers  {p.covers}", highlight=False, style="dim", soft_wrap=True)
     if p.interval_why:
         console.print("interval: " + "; ".join(p.interval_why), highlight=False, style="dim", soft_wrap=True)

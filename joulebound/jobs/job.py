@@ -569,7 +569,12 @@ def memory(r: Resolved, device_bytes: float) -> MemoryEstimate:
                       shard=shard,
                       optimizer_shard=r.dp if (r.sharded or r.distributed_optimizer) else 1,
                       trainable=train, weight_copy_bytes=copies, device_bytes=device_bytes)
-    return replace(est, gradients=est.gradients + unit_grads) if unit_grads else est
+    assumes = [w for w, on in (("FlashAttention", r.flash_attention),
+                               (f"{r.recompute} recompute", r.recompute != "none"),
+                               ("sequence parallelism", r.sequence_parallel),
+                               ("distributed optimizer", r.distributed_optimizer),
+                               ("FP8 GEMM inputs", r.fp8)) if on]
+    return replace(est, gradients=est.gradients + unit_grads, assumes=", ".join(assumes))
 
 
 def with_overrides(job: Job, **kw: object) -> Job:

@@ -60,7 +60,9 @@ RUNTIME_RESERVE_BYTES = 1.5 * 2**30
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes on the most loaded GPU (modeled) and the device's memory (0 = unknown)."""
+    """Bytes on the most loaded GPU (modeled) and the device's memory (0 = unknown);
+    ``assumes``: the memory-saving techniques the figure assumes, in words (e.g.
+    ``"FlashAttention, selective recompute"``; empty: none)."""
 
     weights: float
     gradients: float
@@ -68,6 +70,7 @@ class MemoryEstimate:
     activations: float
     reserve: float
     device_bytes: float
+    assumes: str = ""
 
     @property
     def total(self) -> float:
