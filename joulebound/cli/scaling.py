@@ -727,7 +727,8 @@ def _print_options(best, opts: list, title: str, layout: bool = False) -> None:
                   "draws: the error terms all candidates share cancel, their own do not); ≈ = "
                   "indistinguishable (the interval spans 1). deadline: ok = the 90 % upper time bound "
                   "meets it, may miss = only the central estimate does", style="dim", highlight=False)
-    same = [c for c in opts if c.indistinguishable]
+    order = {"ok": 0, "may miss": 1, "miss": 2}
+    same = [c for c in opts if c.indistinguishable and order[c.deadline] <= order[best.deadline]]
     if best.deadline == "miss":
         console.print("[yellow]no feasible candidate meets the deadline; the fastest that fits is "
                       "marked[/]", highlight=False)
@@ -742,8 +743,8 @@ def _print_options(best, opts: list, title: str, layout: bool = False) -> None:
     if same:
         names = ", ".join(f"{c.label}" + ("" if layout else f" ×{c.gpus}") for c in same[:6])
         more = f" and {len(same) - 6} more" if len(same) > 6 else ""
-        console.print(f"indistinguishable in energy from the advice (the ratio's 90 % interval spans 1): "
-                      f"{names}{more}", highlight=False)
+        console.print(f"indistinguishable in energy from the advice (the ratio's 90 % interval spans 1) "
+                      f"and as likely to meet the deadline: {names}{more}", highlight=False)
 
 
 def _advise_table(path: Path, o: dict, deadline, max_gpus: int, strat: tuple, prm, output, as_json: bool) -> None:
