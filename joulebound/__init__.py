@@ -53,7 +53,9 @@ def advise(job: Any, deadline: str | float, max_gpus: int = 8,
     :func:`job`) that meets ``deadline`` (duration text such as ``"6h"``, or seconds), searching
     1 GPU and ``strategies`` up to ``max_gpus``: ``(best, every option)``, each an option with
     ``strategy``, ``gpus``, ``time_s`` and its 90 % interval, ``energy_j`` (GPU + host, J) and
-    its interval, ``meets_deadline`` — modeled by the mechanistic predictor (its shipped
+    its interval, ``meets_deadline`` (the upper bound of the time interval meets it; ``deadline``
+    ``"ok"`` / ``"may miss"`` / ``"miss"``), ``energy_ratio`` to the advice with its 90 % interval
+    and ``indistinguishable`` (docs/advise.md) — modeled by the mechanistic predictor (its shipped
     calibration, or the one saved at ``coefficients``)."""
     from joulebound.core.units import parse_duration
     from joulebound.jobs.advisor import advise_job

@@ -315,13 +315,14 @@ def test_memory_warnings_for_steps_that_do_not_fit(capsys):
 
 
 def test_one_memory_model_for_the_cli_and_the_job_predictor():
-    """The job predictor's per-GPU memory for a single-GPU job equals the CLI's estimate."""
+    """The job predictor's per-GPU memory for a single-GPU job equals the CLI's estimate (with
+    the attention the analytic trace runs: the S² scores stored, no FlashAttention)."""
     from joulebound.jobs.job import Job, memory, resolve
     from joulebound.workload.analytic import ModelConfig
     from joulebound.workload.memory import training_memory
 
     job = Job(arch="gpt", layers=12, hidden=768, heads=12, seq=1024, batch=4, vocab=50257,
-              dtype="bf16", device="rtx3080ti")
+              dtype="bf16", device="rtx3080ti", flash_attention=False)
     r = resolve(job)
     cfg = ModelConfig("gpt", 12, 768, 12, seq=1024, batch=4, vocab=50257, dtype="bf16")
     a, b = memory(r, 0.0), training_memory(cfg)

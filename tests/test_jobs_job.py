@@ -59,7 +59,15 @@ def test_memory_per_gpu_by_strategy():
     m1, mf, mt = memory(r1, 11 * 2**30), memory(rf, 11 * 2**30), memory(rt, 11 * 2**30)
     # 1.3 B parameters: bf16 weights + bf16 grads + fp32 Adam moments + fp32 master = 16 B/param
     assert (m1.weights + m1.gradients + m1.optimizer) / r1.params == pytest.approx(16)
-    assert mf.weights == pytest.approx(m1.weights / 8) and mf.optimizer == pytest.approx(m1.optimizer / 8)
+    assert mf.optimizer == pytest.approx(m1.optimizer / 8)
+    # FSDP shards weights and gradients but holds its gathered units whole: the root unit
+    # (token + position embeddings, final LayerNorm) and two layers (computing, prefetched) of
+    # bf16 weights, one layer's bf16 gradients before its reduce-scatter
+    d, per_layer = 2048, 12 * 2048**2 + 13 * 2048
+    root = 50257 * d + 1024 * d + 2 * d
+    assert rf.params == pytest.approx(24 * per_layer + root)
+    assert mf.weights == pytest.approx(m1.weights / 8 + (root + 2 * per_layer) * 2)
+    assert mf.gradients == pytest.approx(m1.gradients / 8 + per_layer * 2)
     assert mt.activations < m1.activations
     assert not m1.fits and mf.fits  # 1.3 B on an 11 GB card: only sharded
     rec = memory(resolve(Job(**big, recompute=True)), 0)

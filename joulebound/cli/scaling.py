@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,12 @@ Hugging Face's per_device_train_batch_size); --global-batch is the alternative (
 optimizer step over all GPUs). Impossible or absurd jobs and jobs that do not fit in GPU memory
 are refused with the reason (--ignore-memory prices the latter anyway).
 
+The stack: --recompute-mode none | selective | full (--recompute = full), --sequence-parallel
+and --distributed-optimizer (Megatron), --flash-attention (default on for 16-bit and fp8 on
+Ampere or newer GPUs), --dtype fp8 (H100 / H200 / B200) change the per-GPU memory (Korthikanti et
+al. 2022); --tp N / --pp M without --strategy is Megatron's layout (dp = gpus / (tp·pp), data
+parallel across the groups).
+
 The model: --preset (GPT-2, BERT, and Llama / Mistral / Qwen2 shapes: grouped-query attention,
 SwiGLU, RMSNorm, RoPE, untied head), --hf-config FILE (any Hugging Face config.json of the
 llama, mistral, qwen2, gpt2 or bert families), or --layers/--hidden/--heads/--seq. --lora-rank R
@@ -78,7 +85,7 @@ gpu_energy_hi_j, host_energy_j, host_energy_lo_j, host_energy_hi_j (host power �
 interval), total_energy_j, total_energy_lo_j, total_energy_hi_j, energy_per_token_j, step {time_s, compute_s, overhead_s, comm_s, bubble_s, gpu_energy_j,
 busy_energy_j, wait_energy_j, host_energy_j, comm_energy_j, wait_power_w, comm_detail,
 interconnect}, memory {weights, gradients, optimizer, activations, reserve, device_bytes, total,
-fits} (bytes), fits_memory, interval_why[], warnings[], covers, params, provenance ("modeled"),
+fits, assumes (the memory-saving techniques assumed, in words)} (bytes), fits_memory, interval_why[], warnings[], covers, params, provenance ("modeled"),
 predictor. Units: s, J, bytes. With --jobs: a list of these (or {row, error}). With --law the
 same keys: the law fills total_energy_j (for prerun also its 90 % interval, time_s and step
 {energy_j, time_s, eta_hw, eta_par}); what a law does not predict is null."""
@@ -90,17 +97,35 @@ ADVISE_HELP = """Strategy × GPU count that trains the job with the least energy
 The training recipe is fixed: the global batch (--global-batch, or --batch on one GPU) and the
 total --tokens. One GPU and every strategy of --strategies at 2, 4, … --max-gpus GPUs are priced:
 time, GPU + host energy with 90 % intervals, memory per GPU against the device memory. The advice
-is the lowest-energy candidate that fits in memory and meets --deadline (one GPU when that is
-cheapest); when none meets it, the fastest that fits. --batch with --global-batch caps the
-per-GPU micro-batch (gradient accumulation fills the rest). --jobs FILE advises a CSV of jobs
+is the lowest-energy candidate that fits in memory and meets --deadline with the upper bound of
+its 90 % time interval ("ok"); when none does, the lowest-energy one whose central time meets it,
+marked "may miss"; when none does either, the fastest that fits. --batch with --global-batch caps
+the per-GPU micro-batch (gradient accumulation fills the rest). --jobs FILE advises a CSV of jobs
 (extra columns deadline, max_gpus, strategies); -o FILE writes one row per job.
+
+Candidates share most of the predictor's error (the framework, the host, the GPU's power model),
+so each is compared with the advice by the ratio of their energies: its 90 % interval comes from
+correlated draws of the predictor's error terms (a term every candidate shares cancels as far as
+their shares of it agree; a candidate's own communication, pipeline bubble and GPU-count terms
+do not). "≈" (indistinguishable) marks a candidate whose ratio interval spans 1: the model cannot
+tell which of the two costs less.
+
+--layouts searches Megatron 3D layouts instead: tensor parallelism (within a node) × pipeline
+stages × data parallelism × micro-batch × recompute (none, selective, full) × sequence
+parallelism × distributed optimizer, at 1, 2, 4, then 8, 16, 24, 32, 48, 64, 96, … GPUs up to
+--max-gpus (needs --global-batch). Memory is checked first: per GPU count × tp × pp ×
+micro-batch the lightest recompute that fits is priced. --top N shows the N cheapest.
 
 --json keys: best {strategy, gpus, feasible, time_s, time_lo_s, time_hi_s, gpu_energy_j,
 host_energy_j, energy_j (GPU + host), energy_lo_j, energy_hi_j (90 % interval), micro_batch,
-grad_accum, memory_gib, fits_memory, meets_deadline, comm_share, reason, label}, candidates[]
-(same keys, feasible first, lowest energy first), provenance ("modeled"), predictor. Units: s, J,
-GiB. --law prerun: the legacy advisor (keys best/candidates with energy_j, time_s, eta_par,
-meets_deadline, state_bytes_per_gpu, fits_memory)."""
+grad_accum, memory_gib, fits_memory, meets_deadline (the 90 % upper time bound meets it),
+deadline ("ok", "may miss", "miss"), comm_share, reason, label, energy_ratio, energy_ratio_lo,
+energy_ratio_hi (energy over the advice's, 90 % interval of the ratio), indistinguishable, tp, pp,
+dp, recompute, sequence_parallel, distributed_optimizer}, candidates[] (same keys, feasible
+first, lowest energy first), provenance ("modeled"), predictor; with --layouts also search
+{layouts, refused, checked, priced, seconds}. Units: s, J, GiB. --law prerun: the legacy advisor
+(keys best/candidates with energy_j, time_s, eta_par, meets_deadline, state_bytes_per_gpu,
+fits_memory)."""
 
 
 def _table_console():
@@ -306,10 +331,24 @@ _GACC = typer.Option(None, "--grad-accum", help="micro-batches per optimizer ste
 _TOKENS = typer.Option(None, "--tokens", help="training tokens in total (e.g. 1e9); default: one step")
 _DEVICE = typer.Option("a100-pcie-80gb", "--device", help="GPU (a catalog name or alias: "
                        "`joulebound devices`)")
-_DTYPE = typer.Option("bf16", "--dtype", help="fp32 | tf32 | fp16 | bf16 (fp16/bf16: mixed precision)")
+_DTYPE = typer.Option("bf16", "--dtype", help="fp32 | tf32 | fp16 | bf16 (fp16/bf16: mixed precision) | "
+                      "fp8 (FP8 GEMMs over bf16, Transformer Engine; H100/H200/B200 only)")
 _FF = typer.Option(None, "--ff", help="feed-forward width (default 4·hidden)")
 _VOCAB = typer.Option(None, "--vocab", help="vocabulary size (default by --model)")
-_RECOMP = typer.Option(False, "--recompute/--no-recompute", help="full activation recomputation")
+_RECOMP = typer.Option(False, "--recompute/--no-recompute", help="full activation recomputation "
+                       "(= --recompute-mode full)")
+_RECOMP_MODE = typer.Option(None, "--recompute-mode", help="activation recomputation: none | selective "
+                            "(Megatron's: the attention core's S² tensors recomputed, Korthikanti et al. "
+                            "2022) | full (every layer's forward again); default none")
+_DISTOPT = typer.Option(False, "--distributed-optimizer/--no-distributed-optimizer",
+                        help="shard the optimizer state and fp32 master weights over the data-parallel "
+                        "ranks (Megatron --use-distributed-optimizer, ZeRO-1; with ddp or dp across "
+                        "tp/pp groups)")
+_SEQPAR = typer.Option(False, "--sequence-parallel/--no-sequence-parallel", help="Megatron sequence "
+                       "parallelism: LayerNorm and dropout activations split over the --tp ranks")
+_FLASH = typer.Option(None, "--flash-attention/--no-flash-attention", help="fused attention that stores "
+                      "no S² scores (FlashAttention, PyTorch SDPA, Transformer Engine); default: on for "
+                      "fp16/bf16/fp8 on Ampere or newer GPUs, off otherwise")
 _OPTIM = typer.Option("adamw", "--optimizer", help="adamw | sgd")
 _CLOCKS = typer.Option(None, "--clocks", help="locked clocks CORE/MEM in MHz (default: the GPU's own "
                        "auto governor)")
@@ -335,9 +374,20 @@ _DATA = typer.Option(None, "--data", help="data folder for --law other than prer
 def _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
           dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
           gpus_per_node, nics_per_node, tokens, hf_config=None, lora_rank=None, lora_targets=None,
-          **kw) -> dict:
+          recompute_mode=None, distributed_optimizer=False, sequence_parallel=False,
+          flash_attention=None, **kw) -> dict:
     if lora_targets is not None and not lora_rank:
         raise JouleboundError("--lora-targets needs --lora-rank R (R >= 1: LoRA fine-tuning)")
+    if recompute_mode is not None:
+        from joulebound.jobs.job import recompute_mode as _mode
+
+        mode = _mode(recompute_mode)
+        if recompute and mode != "full":
+            raise JouleboundError(f"--recompute (full) contradicts --recompute-mode {mode}; give one")
+        recompute = mode
+    stack = {k: v for k, v in dict(distributed_optimizer=distributed_optimizer or None,
+                                   sequence_parallel=sequence_parallel or None,
+                                   flash_attention=flash_attention).items() if v is not None}
     model_opts = {k: v for k, v in dict(hf_config=None if hf_config is None else str(hf_config),
                                         lora_rank=lora_rank, lora_targets=lora_targets).items()
                   if v is not None}
@@ -345,7 +395,7 @@ def _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_a
                 batch=batch, global_batch=global_batch, grad_accum=grad_accum, ff=ff, vocab=vocab,
                 dtype=dtype, recompute=recompute, optimizer=optimizer, device=device, clocks=clocks,
                 power_limit_w=power_limit, interconnect=interconnect, inter_node=inter_node,
-                gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, tokens=tokens, **kw)
+                gpus_per_node=gpus_per_node, nics_per_node=nics_per_node, tokens=tokens, **stack, **kw)
 
 
 def _default_shape(o: dict) -> dict:
@@ -371,7 +421,9 @@ def _fmt_t(s: float) -> str:
         return f"{s / 60:.3g} min"
     if s < 3 * 86400:
         return f"{s / 3600:.3g} h"
-    return f"{s / 86400:.3g} d"
+    if s < 3 * 365.25 * 86400:
+        return f"{s / 86400:.3g} d"
+    return f"{s / (365.25 * 86400):.3g} y"
 
 
 def _fmt_e(j: float) -> str:
@@ -383,7 +435,9 @@ def _fmt_e(j: float) -> str:
         return f"{j / 3.6e3:.3g} Wh"
     if j < 3.6e9:
         return f"{j / 3.6e6:.3g} kWh"
-    return f"{j / 3.6e9:.3g} MWh"
+    if j < 3.6e12:
+        return f"{j / 3.6e9:.3g} MWh"
+    return f"{j / 3.6e12:.3g} GWh"
 
 
 def _print_prediction(p) -> None:
@@ -409,7 +463,8 @@ def _print_prediction(p) -> None:
     console.print(f"memory  {mem['total'] / 2**30:.3g} GiB per GPU of {mem['device_bytes'] / 2**30:.0f} GiB "
                   f"(weights {mem['weights'] / 2**30:.3g}, gradients {mem['gradients'] / 2**30:.3g}, "
                   f"optimizer {mem['optimizer'] / 2**30:.3g}, activations {mem['activations'] / 2**30:.3g})"
-                  "  \\[modeled]", highlight=False, soft_wrap=True)
+                  + (f"; with {mem['assumes']}" if mem.get("assumes") else "")
+                  + "  \\[modeled]", highlight=False, soft_wrap=True)
     console.print(f"covers  {p.covers}", highlight=False, style="dim", soft_wrap=True)
     if p.interval_why:
         console.print("interval: " + "; ".join(p.interval_why), highlight=False, style="dim", soft_wrap=True)
@@ -440,7 +495,9 @@ def predict(
     tp: int = typer.Option(None, "--tp", help="tensor-parallel degree (Megatron)"),
     pp: int = typer.Option(None, "--pp", help="pipeline stages (1F1B)"),
     device: str = _DEVICE, dtype: str = _DTYPE, ff: int = _FF, vocab: int = _VOCAB,
-    recompute: bool = _RECOMP, lora_rank: int = _LORA, lora_targets: str = _LORA_T,
+    recompute: bool = _RECOMP, recompute_mode: str = _RECOMP_MODE,
+    distributed_optimizer: bool = _DISTOPT, sequence_parallel: bool = _SEQPAR,
+    flash_attention: bool = _FLASH, lora_rank: int = _LORA, lora_targets: str = _LORA_T,
     optimizer: str = _OPTIM, clocks: str = _CLOCKS,
     power_limit: float = _PLIM, interconnect: str = _LINK, inter_node: str = _INTER,
     gpus_per_node: int = _GPN, nics_per_node: int = _NICS,
@@ -454,7 +511,8 @@ def predict(
 
     o = _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
-              gpus_per_node, nics_per_node, tokens, hf_config, lora_rank, lora_targets)
+              gpus_per_node, nics_per_node, tokens, hf_config, lora_rank, lora_targets,
+              recompute_mode, distributed_optimizer, sequence_parallel, flash_attention)
     is_law = jp.law_name(law, coefficients) is not None  # a law file selects prerun
     if jobs is not None:
         if is_law:
@@ -548,10 +606,18 @@ def advise(
     strategies: str = typer.Option("ddp,fsdp,tp,pp", "--strategies", help="comma-separated strategies "
                                    "(ddp, fsdp, tp, pp) tried at every GPU count > 1"),
     device: str = _DEVICE, dtype: str = _DTYPE, ff: int = _FF, vocab: int = _VOCAB,
-    recompute: bool = _RECOMP, lora_rank: int = _LORA, lora_targets: str = _LORA_T,
+    recompute: bool = _RECOMP, recompute_mode: str = _RECOMP_MODE,
+    distributed_optimizer: bool = _DISTOPT, sequence_parallel: bool = _SEQPAR,
+    flash_attention: bool = _FLASH, lora_rank: int = _LORA, lora_targets: str = _LORA_T,
     optimizer: str = _OPTIM, clocks: str = _CLOCKS,
     power_limit: float = _PLIM, interconnect: str = _LINK, inter_node: str = _INTER,
     gpus_per_node: int = _GPN, nics_per_node: int = _NICS,
+    layouts: bool = typer.Option(False, "--layouts", help="search Megatron 3D layouts instead of "
+                                 "--strategies: tp × pp × dp × micro-batch × recompute (× sequence "
+                                 "parallelism, distributed optimizer) at 1, 2, 4, then 8, 16, 24, 32, "
+                                 "48, … GPUs up to --max-gpus; needs --global-batch; "
+                                 "--recompute / --recompute-mode search that mode only"),
+    top: int = typer.Option(15, "--top", help="--layouts: how many of the cheapest layouts to show"),
     jobs: Path = _JOBS, output: Path = _OUT, law: str = _LAW, coefficients: Path = _COEFFICIENTS,
     as_json: bool = _JSON,
 ) -> None:
@@ -562,7 +628,8 @@ def advise(
 
     o = _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
-              gpus_per_node, nics_per_node, tokens, hf_config, lora_rank, lora_targets)
+              gpus_per_node, nics_per_node, tokens, hf_config, lora_rank, lora_targets,
+              recompute_mode, distributed_optimizer, sequence_parallel, flash_attention)
     strat = tuple(s.strip() for s in strategies.split(",") if s.strip())
     if law is None and is_law_file(coefficients):
         law = "prerun"
@@ -577,38 +644,107 @@ def advise(
         raise JouleboundError("--deadline is required (seconds or 90m / 12h / 2d)")
     job = job_from_options(**_default_shape(o))
     deadline_s = parse_duration(deadline)
+    if layouts:
+        if top < 1:
+            raise JouleboundError(f"--top must be >= 1 (got {top}): how many layouts to show")
+        if job.global_batch is None:
+            raise JouleboundError("--layouts needs --global-batch (sequences per optimizer step): "
+                                  "each layout splits it over its data-parallel ranks")
+        modes = (job.recompute_mode,) if (recompute or recompute_mode) else ("none", "selective", "full")
+        best, opts, stats = advisor.search_layouts(job, deadline_s, max_gpus, prm, top=top,
+                                                   recompute=modes)
+        if as_json:
+            print_json(advisor.options_json(best, opts, search=asdict(stats)))
+            return
+        title = (f"the {len(opts)} cheapest of {stats.layouts:,} layouts on up to {max_gpus} GPUs for "
+                 f"{float(job.tokens):.3g} tokens within {_fmt_t(deadline_s)} (modeled, mechanistic; "
+                 "90 % intervals)")
+        _print_options(best, opts, title, layout=True)
+        console.print(f"searched {stats.layouts:,} layouts (GPU count × tp × pp × micro-batch × recompute "
+                      f"× sequence parallelism × distributed optimizer), {stats.checked:,} memory "
+                      f"estimates, {stats.priced:,} priced, in {stats.seconds:.2f} s", highlight=False,
+                      style="dim")
+        return
     best, opts = advisor.advise_job(job, deadline_s, max_gpus, strat, prm=prm)
     if as_json:
         print_json(advisor.options_json(best, opts))
         return
+    title = (f"strategy × GPU count for {float(job.tokens):.3g} tokens within {_fmt_t(deadline_s)} "
+             "(modeled, mechanistic; 90 % intervals)")
+    _print_options(best, opts, title)
+
+
+def _with_interval(fmt, v: float, lo: float, hi: float) -> str:
+    """``"2.84 h (52.4 min–9.2 h)"``."""
+    return f"{fmt(v)} ({fmt(lo)}–{fmt(hi)})"
+
+
+def _print_options(best, opts: list, title: str, layout: bool = False) -> None:
+    """The advise table: every candidate (or layout) with its time and energy and their 90 %
+    intervals, its energy ratio to the advice with that ratio's 90 % interval, and its deadline
+    verdict; then the advice, the candidates it cannot be told apart from, and a deadline it
+    may miss."""
     from rich.table import Table
 
-    t = Table(title=f"strategy × GPU count for {float(job.tokens):.3g} tokens within "
-                    f"{_fmt_t(deadline_s)} (modeled, mechanistic; 90 % intervals)",
-              pad_edge=False)
-    for c in ("strategy", "GPUs", "mb×acc", "time", "90 % interval", "energy (GPU+host)", "90 % interval",
-              "mem/GPU", "comm", "deadline"):
-        t.add_column(c, no_wrap=True)
-    notes = []
+    t = Table(title=title, pad_edge=False)
+    names = (("layout", "GPUs") if layout else ("strategy", "GPUs", "mb×acc")) + (
+        "time (90 %)", "energy, GPU+host (90 %)", "× advice (90 %)", "mem/GPU") + (
+        () if layout else ("comm",)) + ("deadline",)
+    cells, notes = [], []
     for c in opts:
-        mark = "[bold green]→ [/]" if c is best else ""
+        mark = "→ " if c is best else ""
         if not c.feasible and c.time_s != c.time_s:
-            t.add_row(mark + c.strategy, str(c.gpus), *(["–"] * 8))
+            cells.append((mark + c.strategy, str(c.gpus), *(["–"] * (len(names) - 2))))
             notes.append(f"{c.strategy} × {c.gpus}: infeasible — {c.reason}")
             continue
-        t.add_row(mark + c.label, str(c.gpus), f"{c.micro_batch}×{c.grad_accum}", _fmt_t(c.time_s),
-                  f"{_fmt_t(c.time_lo_s)}–{_fmt_t(c.time_hi_s)}", _fmt_e(c.energy_j),
-                  f"{_fmt_e(c.energy_lo_j)}–{_fmt_e(c.energy_hi_j)}",
-                  f"{c.memory_gib:.3g} GiB" + ("" if c.fits_memory else " (too big)"),
-                  f"{c.comm_share:.0%}", "ok" if c.meets_deadline else "miss")
+        ratio = "–" if c.energy_ratio != c.energy_ratio else (
+            "advice" if c is best else f"{c.energy_ratio:.2f} ({c.energy_ratio_lo:.2f}–"
+                                       f"{c.energy_ratio_hi:.2f})" + (" ≈" if c.indistinguishable else ""))
+        row = [mark + c.label, str(c.gpus)] + ([] if layout else [f"{c.micro_batch}×{c.grad_accum}"])
+        row += [_with_interval(_fmt_t, c.time_s, c.time_lo_s, c.time_hi_s),
+                _with_interval(_fmt_e, c.energy_j, c.energy_lo_j, c.energy_hi_j), ratio,
+                f"{c.memory_gib:.3g} GiB" + ("" if c.fits_memory else " (too big)")]
+        row += ([] if layout else [f"{c.comm_share:.0%}"]) + [c.deadline]
+        cells.append(tuple(row))
+    if _needed_width(names, cells, ("layout",)) > _table_console().width:  # intervals below
+        two = [i for i, n in enumerate(names) if "(90 %)" in n and "advice" not in n]
+        cells = [tuple(x.replace(" (", "\n(", 1) if i in two else x for i, x in enumerate(r))
+                 for r in cells]
+        for i, name in enumerate(names):
+            w = max([len(name)] + [len(line) for r in cells for line in r[i].split("\n")])
+            if name == "layout":
+                t.add_column(name, overflow="fold")
+            else:
+                t.add_column(name, no_wrap=True, min_width=w)
+    else:
+        _add_columns(t, names, cells, text=("layout",))
+    for row in cells:
+        t.add_row(*row, style="bold green" if row[0].startswith("→ ") else None)
     _table_console().print(t)
     for n in notes:
         console.print(n, highlight=False, style="dim")
-    if not best.meets_deadline:
-        console.print("[yellow]no feasible candidate meets the deadline; the fastest that fits is marked[/]")
-    else:
-        console.print(f"advice: {best.label} on {best.gpus} GPU{'s' if best.gpus > 1 else ''} — "
-                      f"{_fmt_e(best.energy_j)}, {_fmt_t(best.time_s)}  \\[modeled]", highlight=False)
+    console.print("× advice: energy over the advice's, with the 90 % interval of that ratio (correlated "
+                  "draws: the error terms all candidates share cancel, their own do not); ≈ = "
+                  "indistinguishable (the interval spans 1). deadline: ok = the 90 % upper time bound "
+                  "meets it, may miss = only the central estimate does", style="dim", highlight=False)
+    order = {"ok": 0, "may miss": 1, "miss": 2}
+    same = [c for c in opts if c.indistinguishable and order[c.deadline] <= order[best.deadline]]
+    if best.deadline == "miss":
+        console.print("[yellow]no feasible candidate meets the deadline; the fastest that fits is "
+                      "marked[/]", highlight=False)
+        return
+    gpus = f"{best.gpus} GPU{'s' if best.gpus > 1 else ''}"
+    console.print(f"advice: {best.label} on {gpus} — {_fmt_e(best.energy_j)}, {_fmt_t(best.time_s)} "
+                  f"(upper bound {_fmt_t(best.time_hi_s)})  \\[modeled]", highlight=False)
+    if best.deadline == "may miss":
+        console.print(f"[yellow]may miss the deadline:[/] its 90 % upper time bound "
+                      f"{_fmt_t(best.time_hi_s)} exceeds it and no candidate's upper bound meets it",
+                      highlight=False)
+    if same:
+        names = ", ".join(f"{c.label}" + ("" if layout else f" ×{c.gpus}") for c in same[:6])
+        more = f" and {len(same) - 6} more" if len(same) > 6 else ""
+        console.print(f"indistinguishable in energy from the advice (the ratio's 90 % interval spans 1) "
+                      f"and as likely to meet the deadline: {names}{more}", highlight=False)
 
 
 def _advise_table(path: Path, o: dict, deadline, max_gpus: int, strat: tuple, prm, output, as_json: bool) -> None:
@@ -619,7 +755,8 @@ def _advise_table(path: Path, o: dict, deadline, max_gpus: int, strat: tuple, pr
     rows = jobtable.read_jobs(path, {k: v for k, v in o.items() if v is not None}, advise=True)
     out = []
     cols = ("row", "name", "error", "strategy", "gpus", "time_s", "energy_j", "energy_lo_j", "energy_hi_j",
-            "gpu_energy_j", "host_energy_j", "meets_deadline", "memory_gib", "provenance")
+            "gpu_energy_j", "host_energy_j", "time_hi_s", "meets_deadline", "deadline", "memory_gib",
+            "provenance")
     for i, (job, extra, err) in enumerate(rows, start=1):
         if job is None:
             out.append({"row": i, "error": err})
@@ -647,7 +784,8 @@ def _advise_table(path: Path, o: dict, deadline, max_gpus: int, strat: tuple, pr
         else:
             console.print(f"row {r['row']} {r['name']}: {r['strategy']} on {r['gpus']} GPU(s), "
                           f"{_fmt_e(r['energy_j'])}, {_fmt_t(r['time_s'])}, deadline "
-                          f"{'met' if r['meets_deadline'] else 'missed'}  \\[modeled]", highlight=False)
+                          f"{r['deadline']} (upper bound {_fmt_t(r['time_hi_s'])})  \\[modeled]",
+                          highlight=False)
 
 
 def _legacy_advise(law: str, o: dict, deadline, max_gpus: int, strat: tuple, coefficients, as_json: bool) -> None:

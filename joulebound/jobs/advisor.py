@@ -6,17 +6,30 @@ each strategy at 2, 4, … ``max_gpus`` GPUs) with the mechanistic predictor
 intervals) and the per-GPU memory (weights, gradients, optimizer state, activations) against the
 device memory. The training recipe is held fixed: the **global batch** (sequences per optimizer
 step) and the total tokens; each candidate splits the global batch over its data-parallel ranks
-and, when ``batch`` (the largest per-GPU micro-batch) is given, accumulates gradients. The advice
-is the lowest-energy candidate that fits in memory and meets the deadline — one GPU when that is
-cheapest; when none meets it, the fastest that fits, with ``meets_deadline = False``.
+and, when ``batch`` (the largest per-GPU micro-batch) is given, accumulates gradients.
+
+The advice (:func:`decide`) is the lowest-energy candidate that fits in memory and meets the
+deadline with the **upper bound** of its 90 % time interval (``"ok"``); else the lowest-energy
+one whose central time meets it (``"may miss"``); else the fastest that fits. Candidates share
+most of the predictor's error, so each is compared with the advice by the 90 % interval of the
+**ratio** of their energies, from correlated draws of the predictor's error terms
+(:func:`error_terms`, :func:`correlated_draws`, :func:`compare`): ``indistinguishable`` when
+that interval spans 1.
+
+:func:`search_layouts` (``joulebound advise --layouts``) searches Megatron 3D layouts at large
+GPU counts (tp × pp × dp × micro-batch × recompute × sequence parallelism × distributed
+optimizer), memory first, then one batched prediction of the layouts that fit.
 
 :func:`advise_law` is the legacy path (``joulebound advise --law prerun``): the pre-run energy law
-with model states only (16 bytes per parameter, activations not counted).
+with model states only (16 bytes per parameter, activations not counted). docs/advise.md
+explains the comparison and the search.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+
+import numpy as np
 
 from joulebound.core.errors import JouleboundError
 from joulebound.core.provenance import MODELED
@@ -150,10 +163,25 @@ def to_json(best: Candidate, cands: list[Candidate]) -> dict:
 # ---------------------------------------------------------------------------------------------
 # mechanistic advisor
 
+#: the 90 % interval's z (two-sided normal), as the predictor's intervals
+Z90 = 1.6449
+#: correlated draws per comparison (fixed seed: the same advice every run)
+DRAWS = 4000
+#: deadline verdicts: the upper bound of the 90 % time interval within the deadline; only the
+#: central estimate within it; not even that
+OK, MAY_MISS, MISS = "ok", "may miss", "miss"
+
 
 @dataclass
 class Option:
-    """One (strategy × GPU count) candidate, modeled (s, J, bytes)."""
+    """One candidate (a strategy × GPU count, or a 3D layout), modeled (s, J, bytes).
+
+    ``meets_deadline``: the upper bound of the 90 % time interval is within the deadline
+    (``deadline`` says ``"ok"``; ``"may miss"``: only the central estimate is; ``"miss"``).
+    ``energy_ratio`` (``_lo`` / ``_hi``): this candidate's energy over the advice's, with the
+    90 % interval of that ratio from correlated draws of the predictor's error terms (shared
+    terms cancel, see :func:`error_terms`); ``indistinguishable``: that interval spans 1.
+    """
 
     strategy: str
     gpus: int
@@ -174,6 +202,17 @@ class Option:
     comm_share: float = float("nan")
     reason: str = ""
     label: str = ""
+    deadline: str = MISS
+    energy_ratio: float = float("nan")
+    energy_ratio_lo: float = float("nan")
+    energy_ratio_hi: float = float("nan")
+    indistinguishable: bool = False
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    distributed_optimizer: bool = False
 
 
 def _micro(per_rank: int, cap: int | None, pp: int) -> int:
@@ -219,11 +258,148 @@ def candidates_for(job, max_gpus: int, strategies: tuple[str, ...]):
     return out
 
 
+# -- the predictor's error, term by term --------------------------------------------------------
+
+#: error terms every candidate of one job shares (the same framework, host, GPU and its power
+#: model, the same step-size extrapolation): one draw for all candidates, so they cancel in a
+#: ratio as far as the candidates' shares of them agree
+SHARED_TERMS = ("compute", "overhead", "device", "power", "size")
+#: error terms of a candidate's own (its collectives, its pipeline, its GPU count beyond the
+#: calibration): an independent draw per candidate
+OWN_TERMS = ("comm", "pipeline", "bubble", "scale")
+
+
+def error_terms(r, step: dict, prm, device: str) -> tuple[dict[str, float], dict[str, float]]:
+    """The log-space standard deviations of one prediction's time and energy, term by term:
+    ``({term: σ} for time, {term: σ} for energy)`` — the terms of
+    :func:`joulebound.jobs.mechanistic.interval`, whose root-sum-square they equal (checked by
+    the tests): the share-weighted compute (framework factor κ), overhead and communication
+    (``comm``; a pipeline without dp / tp: ``pipeline``), the 1F1B bubble (``bubble``), a
+    parallelism kind the calibration never measured (``strategy:<kinds>``: shared by the
+    candidates of the same kinds), a GPU outside the calibration (``device``), the micro-batch
+    size beyond the calibrated range (``size``), GPU counts beyond the largest calibrated job
+    (``scale``) and, for energy, the busy power (``power``). ``step`` is the prediction's
+    breakdown of one step (:attr:`JobPrediction.step <joulebound.jobs.prediction.JobPrediction.step>`)."""
+    import math
+
+    from joulebound.jobs.mechanistic import kinds
+
+    sg = prm.sigma
+    T = max(step["time_s"], 1e-30)
+    sh_c, sh_o, sh_x, sh_b = (step["compute_s"] / T, step["overhead_s"] / T, step["comm_s"] / T,
+                              step["bubble_s"] / T)
+    t: dict[str, float] = {"compute": sg["compute"] * sh_c, "overhead": sg["overhead"] * sh_o}
+    if step["comm_s"] > 0:
+        pp_only = r.pp > 1 and r.dp == 1 and r.tp == 1
+        t["pipeline" if pp_only else "comm"] = (sg["pipeline"] if pp_only else sg["comm"]) * sh_x
+    if step["bubble_s"] > 0:
+        t["bubble"] = sg["pipeline"] * sh_b
+    missing = sorted(set(kinds(r)) - set(prm.strategies_seen))
+    if missing:
+        t["strategy:" + "/".join(missing)] = sg.get("strategy", 0.2)
+    if device not in prm.devices_seen:
+        t["device"] = sg["device"]
+    tok = r.micro_batch * r.job.seq
+    lo, hi = prm.tokens_range
+    dec = max(0.0, math.log10(lo / tok), math.log10(tok / hi))
+    if dec > 0:
+        t["size"] = sg["size"] * dec
+    if r.gpus > prm.max_gpus_seen:
+        t["scale"] = sg["scale"] * math.log2(r.gpus / prm.max_gpus_seen)
+    e = dict(t)
+    E = max(step["gpu_energy_j"], 1e-30)
+    e["compute"] = sg["compute"] * step["busy_energy_j"] / E
+    e["power"] = sg["power"]
+    return t, e
+
+
+def correlated_draws(terms: list[dict[str, float]], n: int = DRAWS, seed: int = 0) -> np.ndarray:
+    """Draws of the log-error of each of several predictions of one job (rows: predictions,
+    columns: ``n`` draws): one standard-normal draw per shared term (:data:`SHARED_TERMS`, and a
+    ``strategy:<kinds>`` term per set of kinds) for all predictions, an independent one per
+    prediction for its own terms (:data:`OWN_TERMS`); each scaled by the prediction's σ of that
+    term (:func:`error_terms`)."""
+    keys: dict[str, int] = {}
+    cols: list[list[tuple[int, float]]] = []
+    for i, tm in enumerate(terms):
+        row = []
+        for k, v in tm.items():
+            key = k if (k in SHARED_TERMS or k.startswith("strategy:")) else f"{k}#{i}"
+            row.append((keys.setdefault(key, len(keys)), v))
+        cols.append(row)
+    coef = np.zeros((len(terms), max(len(keys), 1)))
+    for i, row in enumerate(cols):
+        for j, v in row:
+            coef[i, j] = v
+    z = np.random.default_rng(seed).standard_normal((coef.shape[1], n))
+    return coef @ z
+
+
+def ratio_interval(log_ratio: float, draws_a: np.ndarray, draws_b: np.ndarray
+                   ) -> tuple[float, float, float]:
+    """``(ratio, lo, hi)``: the central ratio ``exp(log_ratio)`` of two predictions and the 90 %
+    interval of the true ratio from their correlated draws (:func:`correlated_draws`)."""
+    d = log_ratio + draws_a - draws_b
+    lo, hi = np.quantile(d, [0.05, 0.95])
+    return float(np.exp(log_ratio)), float(np.exp(lo)), float(np.exp(hi))
+
+
+# -- deciding ---------------------------------------------------------------------------------
+
+
+def _option(r, p, deadline_s: float, label: str | None = None) -> Option:
+    """The :class:`Option` of a resolved candidate ``r`` and its prediction ``p``."""
+    fits = bool(p.fits_memory)
+    verdict = OK if p.time_hi_s <= deadline_s else MAY_MISS if p.time_s <= deadline_s else MISS
+    return Option(r.strategy if r.gpus > 1 else "single", r.gpus, fits, p.time_s, p.time_lo_s,
+                  p.time_hi_s, p.gpu_energy_j, p.host_energy_j, p.total_energy_j,
+                  p.total_energy_lo_j, p.total_energy_hi_j, p.micro_batch, p.grad_accum,
+                  p.memory["total"] / 2**30, fits, verdict == OK,
+                  p.step["comm_s"] / p.step["time_s"], "" if fits else "does not fit in GPU memory",
+                  label or p.strategy, verdict, tp=r.tp, pp=r.pp, dp=r.dp, recompute=r.recompute,
+                  sequence_parallel=r.sequence_parallel,
+                  distributed_optimizer=r.distributed_optimizer)
+
+
+def decide(opts: list[Option]) -> Option:
+    """The advice among feasible ``opts``: the least energy among those whose 90 % upper time
+    bound meets the deadline (``ok``); else the least energy among those whose central time
+    meets it (``may miss``); else the fastest."""
+    feas = [o for o in opts if o.feasible]
+    for verdict in (OK, MAY_MISS):
+        tier = [o for o in feas if o.deadline == verdict]
+        if tier:
+            return min(tier, key=lambda o: o.energy_j)
+    return min(feas, key=lambda o: o.time_s)
+
+
+def compare(best: Option, opts: list[Option], preds: dict[int, tuple], prm,
+            limit: int = 64) -> None:
+    """Fill every feasible option's energy ratio to ``best`` and its 90 % interval (correlated
+    draws, :func:`correlated_draws`) and ``indistinguishable`` (the interval spans 1), for the
+    ``limit`` options cheapest in energy (and the advice); ``preds`` maps ``id(option)`` to
+    ``(resolved, prediction)``."""
+    feas = sorted((o for o in opts if o.feasible), key=lambda o: o.energy_j)[:limit]
+    if best not in feas:
+        feas.append(best)
+    terms = []
+    for o in feas:
+        r, p = preds[id(o)]
+        terms.append(error_terms(r, p.step, prm, p.device)[1])
+    draws = correlated_draws(terms)
+    ib = feas.index(best)
+    for i, o in enumerate(feas):
+        ratio, lo, hi = ratio_interval(float(np.log(o.energy_j / best.energy_j)), draws[i], draws[ib])
+        o.energy_ratio, o.energy_ratio_lo, o.energy_ratio_hi = ratio, lo, hi
+        o.indistinguishable = o is not best and lo <= 1.0 <= hi
+
+
 def advise(job, deadline_s: float, max_gpus: int = 8,
            strategies: tuple[str, ...] = ("ddp", "fsdp", "tp", "pp"), prm=None
            ) -> tuple[Option, list[Option]]:
     """(advice, every candidate sorted by energy) for ``job`` (a :class:`~joulebound.jobs.job.Job`
-    whose ``batch``/``global_batch`` fix the global batch and whose ``tokens`` the work)."""
+    whose ``batch``/``global_batch`` fix the global batch and whose ``tokens`` the work); the
+    advice by :func:`decide`, each candidate compared with it by :func:`compare`."""
     from joulebound.jobs.mechanistic import load_params, predict_resolved
 
     strategies = _checked_request(deadline_s, strategies)
@@ -235,32 +411,198 @@ def advise(job, deadline_s: float, max_gpus: int = 8,
     ok = [c for c in cands if c[2] is not None]
     preds = {}
     if ok:  # job -> resolved candidates -> one batched prediction of all of them
-        for (s, n, _, _), p in zip(ok, predict_resolved([c[2] for c in ok], prm), strict=True):
-            preds[(s, n)] = p
-    opts = []
+        for (s, n, r, _), p in zip(ok, predict_resolved([c[2] for c in ok], prm), strict=True):
+            preds[(s, n)] = (r, p)
+    opts, by_id = [], {}
     for s, n, _cand, why in cands:
-        p = preds.get((s, n))
-        if p is None:
+        hit = preds.get((s, n))
+        if hit is None:
             opts.append(Option(s, n, False, reason=why, label=s))
             continue
-        fits = p.fits_memory
-        o = Option(s, n, fits, p.time_s, p.time_lo_s, p.time_hi_s, p.gpu_energy_j, p.host_energy_j,
-                   p.total_energy_j, p.total_energy_lo_j, p.total_energy_hi_j, p.micro_batch,
-                   p.grad_accum, p.memory["total"] / 2**30, fits, p.time_s <= deadline_s,
-                   p.step["comm_s"] / p.step["time_s"], "" if fits else "does not fit in GPU memory",
-                   p.strategy)
+        o = _option(hit[0], hit[1], deadline_s)
+        o.strategy = s
+        by_id[id(o)] = hit
         opts.append(o)
     opts.sort(key=lambda o: (not o.feasible, o.energy_j if o.feasible else float("inf")))
-    feas = [o for o in opts if o.feasible]
-    if not feas:
+    if not any(o.feasible for o in opts):
         reasons = "; ".join(sorted({f"{o.strategy}x{o.gpus}: {o.reason}" for o in opts})[:4])
         raise JouleboundError(f"no candidate on up to {max_gpus} GPUs is feasible ({reasons}); raise "
                               "--max-gpus, use --recompute or a larger GPU")
-    meet = [o for o in feas if o.meets_deadline]
-    best = meet[0] if meet else min(feas, key=lambda o: o.time_s)
+    best = decide(opts)
+    compare(best, opts, by_id, prm)
     return best, opts
 
 
-def options_json(best: Option, opts: list[Option]) -> dict:
+def options_json(best: Option, opts: list[Option], **extra) -> dict:
     return {"best": asdict(best), "candidates": [asdict(o) for o in opts], "provenance": MODELED,
-            "predictor": "mechanistic"}
+            "predictor": "mechanistic", **extra}
+
+
+# -- 3D layouts at large GPU counts --------------------------------------------------------------
+
+#: recompute modes from the lightest (no extra work) to the heaviest
+_RECOMPUTE_ORDER = ("none", "selective", "full")
+
+
+@dataclass
+class LayoutSearch:
+    """What :func:`search_layouts` did: ``layouts`` searched (GPU count × tp × pp × micro-batch ×
+    recompute × sequence parallelism × distributed optimizer, each a valid split of the global
+    batch), ``refused`` of them by the job checks (e.g. more pipeline stages than a rule
+    allows), ``checked`` memory estimates (per GPU count × tp × pp × micro-batch the recompute
+    modes from the lightest, with both memory-saving switches on, until one fits: a heavier
+    mode only adds work, a variant without the switches holds more), ``priced`` (the layouts
+    that fit, one per GPU count × tp × pp × micro-batch), and the wall time ``seconds``."""
+
+    layouts: int = 0
+    refused: int = 0
+    checked: int = 0
+    priced: int = 0
+    seconds: float = 0.0
+
+
+def layout_gpu_counts(max_gpus: int, gpus_per_node: int = 8) -> list[int]:
+    """The GPU counts a layout search tries: 1, 2, 4, … below one node, then whole nodes in
+    steps of ×4/3 or ×3/2 (``2^k`` and ``3·2^k`` nodes: 8, 16, 24, 32, 48, 64, 96, … GPUs of
+    8-GPU nodes) up to ``max_gpus``, and ``max_gpus`` itself."""
+    if max_gpus < 1:
+        raise JouleboundError(f"--max-gpus must be >= 1 (got {max_gpus})")
+    out = [n for n in gpu_counts(min(max_gpus, gpus_per_node)) if n < gpus_per_node]
+    k = 1
+    while k * gpus_per_node <= max_gpus:
+        out += [m * gpus_per_node for m in (k, 3 * k // 2) if m * gpus_per_node <= max_gpus
+                and (m == k or k >= 2)]
+        k *= 2
+    out = sorted(set(out))
+    if not out or out[-1] != max_gpus:
+        out.append(max_gpus)
+    return out
+
+
+def _divisors(n: int) -> list[int]:
+    small = [k for k in range(1, int(n**0.5) + 1) if n % k == 0]
+    return sorted(set(small + [n // k for k in small]))
+
+
+def _layout_groups(job, counts: list[int], max_tp: int):
+    """``(gpus, tp, pp, dp, micro-batch, grad_accum)`` of every valid split of ``job``'s global
+    batch over ``counts`` GPUs (tp within ``max_tp`` and dividing the heads, key/value heads,
+    width and MLP width; pp at most the layers)."""
+    from dataclasses import replace
+
+    from joulebound.jobs.job import resolve
+
+    base = resolve(replace(job, gpus=1, strategy="single", tp=None, pp=None, pp_stages=None))
+    c = base.config
+    gb, L = base.global_batch, c.layers
+    kv = c.kv_heads or c.heads
+    cap = job.batch if job.global_batch is not None else None
+    for n in counts:
+        for tp in _divisors(n):
+            if tp > max_tp or c.heads % tp or kv % tp or c.hidden % tp or c.ff % tp:
+                continue
+            for pp in _divisors(n // tp):
+                if pp > L:
+                    break
+                dp = n // (tp * pp)
+                if gb % dp:
+                    continue
+                per_rank = gb // dp
+                for b in _divisors(per_rank):
+                    if cap is not None and b > cap:
+                        break
+                    yield n, tp, pp, dp, b, per_rank // b
+
+
+def search_layouts(job, deadline_s: float, max_gpus: int, prm=None, *, max_tp: int | None = None,
+                   recompute: tuple[str, ...] = _RECOMPUTE_ORDER, top: int = 64
+                   ) -> tuple[Option, list[Option], LayoutSearch]:
+    """(advice, the ``top`` cheapest layouts that fit, what was searched) for ``job`` at up to
+    ``max_gpus`` GPUs (:func:`layout_gpu_counts`): Megatron 3D layouts, tp (within a node) × pp ×
+    dp × micro-batch × ``recompute`` × sequence parallelism (tp > 1) × distributed optimizer
+    (dp > 1), the global batch and the tokens of ``job`` fixed.
+
+    Memory first: every layout's per-GPU memory (:func:`~joulebound.jobs.job.memory`) is checked
+    and of each GPU count × tp × pp × micro-batch only the lightest recompute that fits is
+    priced (more recompute only adds work; sequence parallelism and the distributed optimizer
+    are switched on where that is what fits), all of them in one batched prediction
+    (:func:`~joulebound.jobs.mechanistic.predict_resolved`). The advice by :func:`decide`, the
+    layouts compared with it by :func:`compare`."""
+    import time
+    from dataclasses import replace
+
+    from joulebound.hw.catalog import get_device
+    from joulebound.jobs.job import memory, resolve
+    from joulebound.jobs.mechanistic import load_params, predict_resolved
+
+    t0 = time.perf_counter()
+    if not deadline_s > 0:
+        raise JouleboundError(f"--deadline must be > 0 seconds (got {deadline_s})")
+    if not job.tokens:
+        raise JouleboundError("advise needs --tokens (the training tokens in total) to compare "
+                              "candidates against the deadline")
+    bad = [m for m in recompute if m not in _RECOMPUTE_ORDER]
+    if bad or not recompute:
+        raise JouleboundError(f"recompute modes to search: among {', '.join(_RECOMPUTE_ORDER)} "
+                              f"(got {', '.join(recompute) or 'none'})")
+    modes = [m for m in _RECOMPUTE_ORDER if m in recompute]
+    prm = prm or load_params()
+    gpn = job.gpus_per_node or 8
+    dev_bytes = float(get_device(str(job.device)).memory_bytes or 0.0)
+    stats = LayoutSearch()
+    chosen: list = []
+    plain = dict(recompute="none", sequence_parallel=False, distributed_optimizer=False,
+                 selective_recompute=False)
+    groups: dict = {}
+    for n, tp, pp, dp, b, ga in _layout_groups(job, layout_gpu_counts(max_gpus, gpn), max_tp or gpn):
+        variants = len(modes) * (2 if tp > 1 else 1) * (2 if dp > 1 else 1)
+        stats.layouts += variants
+        r0 = groups.get((n, tp, pp))
+        if r0 is None:  # one resolve per GPU count × tp × pp; the micro-batches derived from it
+            try:
+                r0 = groups[(n, tp, pp)] = resolve(replace(
+                    job, gpus=n, strategy="ddp" if n > 1 else "single", tp=tp, pp=pp,
+                    pp_stages=None, batch=b, global_batch=None, grad_accum=ga, **plain))
+            except JouleboundError:
+                groups[(n, tp, pp)] = False
+                stats.refused += variants
+                continue
+        elif r0 is False:
+            stats.refused += variants
+            continue
+        rb = replace(r0, config=replace(r0.config, micro_batch=b, grad_accum=ga))
+        # the lightest recompute that fits, with sequence parallelism and the distributed
+        # optimizer on (they only save memory): if that does not fit, no variant of the mode does
+        for mode in modes:
+            stats.checked += 1
+            if memory(replace(rb, recompute=mode, sequence_parallel=tp > 1,
+                              distributed_optimizer=dp > 1), dev_bytes).fits:
+                chosen.append(replace(job, gpus=n, strategy="ddp" if n > 1 else "single", tp=tp,
+                                      pp=pp, pp_stages=None, batch=b, global_batch=None,
+                                      grad_accum=ga, recompute=mode, sequence_parallel=tp > 1,
+                                      distributed_optimizer=dp > 1, selective_recompute=False))
+                break
+    if not chosen:
+        raise JouleboundError(f"none of {stats.layouts:,} layouts on up to {max_gpus} GPUs fits in "
+                              "GPU memory; raise --max-gpus or pick a GPU with more memory")
+    rs = [resolve(j) for j in chosen]
+    stats.priced = len(rs)
+    opts, by_id = [], {}
+    for r, p in zip(rs, predict_resolved(rs, prm), strict=True):
+        o = _option(r, p, deadline_s, _layout_label(r))
+        by_id[id(o)] = (r, p)
+        opts.append(o)
+    best = decide(opts)
+    opts.sort(key=lambda o: o.energy_j)
+    shown = opts[:top] + ([best] if best not in opts[:top] else [])
+    compare(best, shown, by_id, prm, limit=top)
+    stats.seconds = time.perf_counter() - t0
+    return best, shown, stats
+
+
+def _layout_label(r) -> str:
+    """``dp16·tp4·pp8 mb1 sel+sp+do``: the layout, its micro-batch and its switches."""
+    sw = [{"none": "", "selective": "sel", "full": "full"}[r.recompute],
+          "sp" if r.sequence_parallel else "", "do" if r.distributed_optimizer else ""]
+    sw = "+".join(x for x in sw if x)
+    return f"{r.label()} mb{r.micro_batch}" + (f" {sw}" if sw else "")

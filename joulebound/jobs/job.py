@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from joulebound.core.errors import JouleboundError, did_you_mean
@@ -37,11 +38,23 @@ from joulebound.workload.config import (
     load_hf_config,
 )
 from joulebound.workload.dispatch import DEFAULT_FRAMEWORK, get_framework
-from joulebound.workload.memory import MemoryEstimate, layer_activation_elements, step_memory
+from joulebound.workload.memory import (
+    RECOMPUTE_MODES,
+    MemoryEstimate,
+    step_memory,
+    stored_activations,
+)
 
 #: architectures the analytic trace builder models, and their accepted spellings
 ARCHS = ARCH_ALIASES
-DTYPES = TRAINING_DTYPES
+DTYPES = TRAINING_DTYPES + ("fp8",)
+#: architectures whose GPUs run FlashAttention-2 (the ``--flash-attention`` default in 16-bit)
+FLASH_ARCHITECTURES = ("Ampere", "Ada", "Ada Lovelace", "Hopper", "Blackwell")
+#: the note on a job whose stack switches change its memory but not (yet) its modeled step time
+UNTIMED_NOTE = "memory modeled, step time not yet"
+#: bytes per parameter of FP8 training's weight casts (Transformer Engine keeps the FP8 weight
+#: and its transpose for the wgrad/dgrad GEMMs)
+FP8_WEIGHT_COPY_BYTES = 2
 OPTIMIZERS = ("adamw", "sgd")
 #: limits beyond which a figure is refused as absurd (largest published runs are far below)
 LIMITS = {"layers": 4096, "hidden": 131072, "heads": 4096, "seq": 4_194_304, "batch": 1_000_000,
@@ -55,7 +68,8 @@ CONFIG_FIELDS = ("layers", "hidden", "heads", "seq", "arch", "ff", "vocab", "bat
 #: the fields of the parallel layout and the run
 LAYOUT_FIELDS = ("optimizer", "device", "gpus", "strategy", "tp", "pp", "pp_stages", "clocks",
                  "power_limit_w", "interconnect", "inter_node", "gpus_per_node", "nics_per_node",
-                 "tokens", "framework")
+                 "tokens", "distributed_optimizer", "sequence_parallel", "flash_attention",
+                 "framework")
 #: every keyword a :class:`Job` accepts (the columns of a job table), in the old field order
 JOB_FIELDS = CONFIG_FIELDS[:-1] + LAYOUT_FIELDS + ("name",)
 #: the config's modern-decoder and LoRA fields (:data:`~joulebound.workload.config.SHAPE_DEFAULTS`),
@@ -75,6 +89,16 @@ class Job:
     ``"bert"``), or from a config (``Job(config=cfg, gpus=4)``); shape keywords given with
     ``config`` replace its fields (so :func:`dataclasses.replace` works with either). The shape
     fields read through to the config (``job.hidden``, ``job.batch`` = ``config.micro_batch``).
+
+    The optimized-stack switches: ``recompute`` ``"none"`` / ``"selective"`` (Megatron's: the
+    attention core is recomputed) / ``"full"`` (``True`` = full, as before; the config keeps
+    full recompute, :attr:`selective_recompute` the selective one); ``distributed_optimizer``
+    (Megatron's ``--use-distributed-optimizer`` / ZeRO-1: optimizer state and fp32 master
+    weights sharded over the data-parallel ranks); ``sequence_parallel`` (Korthikanti et al.
+    2022: the LayerNorm / dropout activations split over the tensor-parallel ranks);
+    ``flash_attention`` (``None``: on for 16-bit / FP8 training on Ampere or newer GPUs, as
+    FlashAttention-2, PyTorch SDPA and Megatron / Transformer Engine run it); ``dtype="fp8"``
+    (FP8 GEMMs over bf16, Transformer Engine; H100 / H200 / B200 only).
     """
 
     config: TrainingConfig
@@ -92,6 +116,10 @@ class Job:
     gpus_per_node: int | None = None
     nics_per_node: int = 1
     tokens: float | None = None
+    distributed_optimizer: bool = False
+    sequence_parallel: bool = False
+    flash_attention: bool | None = None
+    selective_recompute: bool = False
     framework: str = DEFAULT_FRAMEWORK
 
     def __init__(self, layers: Any = _UNSET, hidden: Any = _UNSET, heads: Any = _UNSET,
@@ -104,11 +132,16 @@ class Job:
                  power_limit_w: float | None = None, interconnect: str | None = None,
                  inter_node: str | None = None, gpus_per_node: int | None = None,
                  nics_per_node: int = 1, tokens: float | None = None, name: Any = _UNSET, *,
-                 framework: str = DEFAULT_FRAMEWORK,
-                 config: TrainingConfig | None = None, **model: Any) -> None:
+                 config: TrainingConfig | None = None, distributed_optimizer: Any = False,
+                 sequence_parallel: Any = False, flash_attention: Any = None,
+                 selective_recompute: Any = False, framework: str = DEFAULT_FRAMEWORK,
+                 **model: Any) -> None:
         unknown = sorted(set(model) - set(MODEL_FIELDS))
         if unknown:
             raise TypeError(f"Job() got unexpected keyword(s) {', '.join(unknown)}")
+        if recompute is not _UNSET and recompute is not None and not isinstance(recompute, bool):
+            mode = recompute_mode(recompute)  # a mode by name sets both switches
+            recompute, selective_recompute = mode == "full", mode == "selective"
         given = {k: v for k, v in dict(layers=layers, hidden=hidden, heads=heads, seq=seq,
                                        arch=arch, ff=ff, vocab=vocab, micro_batch=batch,
                                        global_batch=global_batch, grad_accum=grad_accum,
@@ -130,7 +163,9 @@ class Job:
                          pp=pp, pp_stages=pp_stages, clocks=clocks, power_limit_w=power_limit_w,
                          interconnect=interconnect, inter_node=inter_node,
                          gpus_per_node=gpus_per_node, nics_per_node=nics_per_node,
-                         tokens=tokens, framework=framework).items():
+                         tokens=tokens, distributed_optimizer=distributed_optimizer,
+                         sequence_parallel=sequence_parallel, flash_attention=flash_attention,
+                         selective_recompute=selective_recompute, framework=framework).items():
             put(self, k, v)
 
     # the shape, batch and dtype: read through to the config
@@ -146,24 +181,86 @@ class Job:
     global_batch = property(lambda self: self.config.global_batch)
     grad_accum = property(lambda self: self.config.grad_accum)
     dtype = property(lambda self: self.config.dtype)
-    recompute = property(lambda self: self.config.recompute)
+    recompute = property(lambda self: self.config.recompute,
+                         doc="Full activation recompute (``config.recompute``; bool).")
     name = property(lambda self: self.config.name)
+
+    @property
+    def recompute_mode(self) -> str:
+        """``"full"``, ``"selective"`` or ``"none"`` (the switches as given, unchecked)."""
+        return "full" if self.config.recompute else "selective" if self.selective_recompute else "none"
 
     def to_json(self) -> dict:
         """The job as flat keywords (:data:`JOB_FIELDS`; ``batch`` = the micro-batch), then the
         model fields (:data:`MODEL_FIELDS`) that differ from their defaults."""
         d = {k: getattr(self, k) for k in JOB_FIELDS}
         d["pp_stages"] = list(self.pp_stages) if self.pp_stages else None
+        if self.recompute_mode == "selective":
+            d["recompute"] = "selective"
         for k, v in self.config.components():
             d[k] = list(v) if k == "lora_targets" else v
         return d
+
+
+_TRUE = ("1", "true", "yes", "y", "on")
+_FALSE = ("0", "false", "no", "n", "off")
+
+
+def recompute_mode(v: object) -> str:
+    """``"none"``, ``"selective"`` or ``"full"`` from a bool (``True`` = full) or a name
+    (``none``/``selective``/``full``, or a true/false word); raises :class:`JouleboundError`."""
+    if isinstance(v, bool) or v is None:
+        return "full" if v else "none"
+    key = str(v).strip().lower()
+    if key in RECOMPUTE_MODES:
+        return key
+    if key in _TRUE:
+        return "full"
+    if key in _FALSE or key == "":
+        return "none"
+    raise JouleboundError(f"--recompute {v!r}: use none, selective (Megatron's: only the attention "
+                          "core is recomputed) or full (every layer's forward again in backward)"
+                          + did_you_mean(key, RECOMPUTE_MODES))
+
+
+def _flag(name: str, v: object) -> bool:
+    """A yes/no switch given as a bool or a true/false word."""
+    if isinstance(v, bool):
+        return v
+    key = str(v).strip().lower()
+    if key in _TRUE:
+        return True
+    if key in _FALSE:
+        return False
+    raise JouleboundError(f"--{name.replace('_', '-')} must be true or false (got {v!r})")
+
+
+@lru_cache(maxsize=64)
+def _gpu_features(device: str) -> tuple[str, str, bool] | None:
+    """``(catalog name, architecture, has FP8 tensor cores)`` of ``device``; ``None`` when the
+    catalog does not know it (the GPU model names the error later)."""
+    from joulebound.hw.catalog import get_device
+
+    try:
+        spec = get_device(str(device))
+    except JouleboundError:
+        return None
+    return spec.name, spec.architecture, "fp8" in spec.peak_flops
 
 
 @dataclass(frozen=True)
 class Resolved:
     """A checked job with every derived figure filled in: :attr:`config` is the job's
     :class:`TrainingConfig` with the arch and dtype in their one spelling, ``ff`` and ``vocab``
-    filled and the three batch figures derived."""
+    filled and the three batch figures derived.
+
+    The optimized stack, resolved: :attr:`recompute` (``"none"``/``"selective"``/``"full"``;
+    ``config.recompute`` is ``True`` for full only), :attr:`flash_attention` (the default
+    filled in), :attr:`sequence_parallel` (only with tp > 1), :attr:`distributed_optimizer`
+    (only with dp > 1 and not FSDP, which shards the optimizer state already) and :attr:`fp8`
+    (``dtype="fp8"``: the config's dtype is ``bf16``, the precision of everything but the FP8
+    GEMMs). Memory (:func:`memory`) models all of them; the step time models full recompute
+    only (see docs/advise.md)."""
 
     job: Job
     config: TrainingConfig
@@ -176,6 +273,11 @@ class Resolved:
     params: float
     tokens_per_step: float
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    recompute: str = "none"
+    flash_attention: bool = False
+    sequence_parallel: bool = False
+    distributed_optimizer: bool = False
+    fp8: bool = False
 
     arch = property(lambda self: self.config.arch)
     ff = property(lambda self: self.config.ff)
@@ -241,14 +343,59 @@ def resolve(job: Job) -> Resolved:
     b, ga, gb = _batch(job, dp, pp, warn)
     if b > LIMITS["batch"]:
         raise JouleboundError(f"per-GPU micro-batch {b:,} is absurd (limit {LIMITS['batch']:,})")
-    cfg = replace(job.config, arch=arch, layers=L, hidden=d, heads=h, seq=S, ff=ff, vocab=V, dtype=dtype, micro_batch=b,
-                  global_batch=gb, grad_accum=ga)
+    stack = _stack(job, dtype, dp, tp, sharded, warn)
+    cfg = replace(job.config, arch=arch, layers=L, hidden=d, heads=h, seq=S, ff=ff, vocab=V,
+                  dtype="bf16" if stack["fp8"] else dtype, micro_batch=b, global_batch=gb,
+                  grad_accum=ga, recompute=stack["recompute"] == "full")
     params = cfg.params()
     _check_totals(job, params)
     if dp > 1 and gb // dp < 1:
         raise JouleboundError("global batch smaller than the data-parallel ranks")
     return Resolved(job, cfg, strategy if n > 1 else "single", dp, tp, pp, sharded, stages,
-                    float(params), float(gb * S), tuple(warn))
+                    float(params), float(gb * S), tuple(warn), **stack)
+
+
+def _stack(job: Job, dtype: str, dp: int, tp: int, sharded: bool, warn: list[str]) -> dict:
+    """The optimized-stack switches of ``job`` checked and defaulted (:class:`Resolved`'s
+    ``recompute``, ``flash_attention``, ``sequence_parallel``, ``distributed_optimizer``,
+    ``fp8``); notes go to ``warn``."""
+    mode = "full" if job.config.recompute is True else recompute_mode(job.config.recompute)
+    if mode == "none" and _flag("selective_recompute", job.selective_recompute):
+        mode = "selective"
+    feats = _gpu_features(str(job.device))
+    fp8 = dtype == "fp8"
+    if fp8 and feats is not None and not feats[2]:
+        raise JouleboundError(f"--dtype fp8 needs FP8 tensor cores (H100, H200, B200); the "
+                              f"{feats[0]} ({feats[1]}) has none: train in bf16 (--dtype bf16)")
+    fa = job.flash_attention
+    if fa is None or (isinstance(fa, str) and fa.strip().lower() in ("", "auto")):
+        flash = (feats is not None and feats[1] in FLASH_ARCHITECTURES
+                 and dtype in ("fp16", "bf16", "fp8"))
+    else:
+        flash = _flag("flash_attention", fa)
+    sp = _flag("sequence_parallel", job.sequence_parallel)
+    if sp and tp == 1:
+        warn.append("--sequence-parallel has no effect without tensor parallelism (--tp > 1)")
+        sp = False
+    dist = _flag("distributed_optimizer", job.distributed_optimizer)
+    if dist and sharded:
+        warn.append("--distributed-optimizer: FSDP (ZeRO-3) shards the optimizer state already")
+        dist = False
+    elif dist and dp == 1:
+        warn.append("--distributed-optimizer has no effect without data parallelism (dp = 1)")
+        dist = False
+    if mode == "selective" and flash:
+        warn.append("selective recompute with FlashAttention: FlashAttention stores no S² "
+                    "attention tensors already, so selective recompute saves no memory")
+    untimed = [w for w, on in (("fp8 GEMMs (priced at bf16 rates)", fp8),
+                               ("selective recompute's extra attention forward", mode == "selective"),
+                               ("sequence parallelism's collectives (priced as tp all-reduces)", sp),
+                               ("the distributed optimizer's collectives and sharded optimizer step",
+                                dist)) if on]
+    if untimed:
+        warn.append(f"{UNTIMED_NOTE}: {'; '.join(untimed)}")
+    return {"recompute": mode, "flash_attention": flash, "sequence_parallel": sp,
+            "distributed_optimizer": dist, "fp8": fp8}
 
 
 def _shape(job: Job) -> tuple[str, int, int, int, int, int, int, str]:
@@ -291,6 +438,9 @@ def _degrees(job: Job, n: int, L: int, d: int, h: int, ff: int,
     pp = _int("pp", job.pp) if job.pp is not None else (n if strategy == "pp" else 1)
     if n == 1 and strategy != "single" and (tp, pp) == (1, 1):
         strategy = "single"
+    if strategy == "single" and n > 1 and (tp > 1 or pp > 1):
+        # --tp/--pp alone: Megatron's layout, data parallel (DDP) across the tp·pp groups
+        strategy = "tp" if n == tp else "pp" if n == pp else "ddp"
     if strategy == "single" and n > 1:
         raise JouleboundError(f"strategy 'single' needs --gpus 1 (got {n}); choose ddp, fsdp, tp or pp")
     if n % (tp * pp):
@@ -391,8 +541,15 @@ def _stages(given: tuple[int, ...] | None, layers: int, pp: int) -> tuple[int, .
 def memory(r: Resolved, device_bytes: float) -> MemoryEstimate:
     """Per-GPU memory of a resolved job (most loaded rank; bytes), by
     :func:`joulebound.workload.memory.step_memory`: DDP / 1 GPU hold everything, FSDP shards
-    weights, gradients and optimizer state over dp, TP splits by tp, PP keeps one stage (the
-    largest, with the embedding) and min(pp, micro-batches) micro-batches in flight."""
+    weights, gradients and optimizer state over dp, a distributed optimizer (ZeRO-1) the
+    optimizer state only, TP splits by tp, PP keeps one stage (the first, with the embedding)
+    and min(pp, micro-batches) micro-batches in flight. Activations by
+    :func:`~joulebound.workload.memory.stored_activations` (recompute mode, sequence
+    parallelism, FlashAttention, FP8); FP8 adds the weights' FP8 casts
+    (:data:`FP8_WEIGHT_COPY_BYTES` per parameter held). FSDP also holds its gathered units
+    whole: the root unit (embeddings, final norm, head; not resharded after forward) and two
+    layers (the one computing and the one prefetched) with their weights, and one layer's
+    unsharded gradients before its reduce-scatter."""
     j, c = r.job, r.config
     s = c.dtype_bytes
     per_layer = float(c.layer_params())
@@ -402,14 +559,27 @@ def memory(r: Resolved, device_bytes: float) -> MemoryEstimate:
     if c.lora_rank:  # frozen base: gradients and optimizer state of the adapters only
         train = r.stages[0] * float(c.lora_layer_params()) / r.tp
         p_gpu += train
-    act = layer_activation_elements(c, r.tp)
-    return step_memory(params=p_gpu, layers=r.stages[0] if r.pp > 1 else j.layers,
-                       hidden=j.hidden, heads=j.heads, seq=j.seq, micro_batch=r.micro_batch,
-                       vocab=r.vocab, dtype_bytes=s, optimizer=j.optimizer, tp=r.tp,
-                       shard=r.dp if r.sharded else 1, recompute=j.recompute,
-                       in_flight=min(r.pp, r.grad_accum) if r.pp > 1 else 1,
-                       device_bytes=device_bytes, trainable=train,
-                       layer_activation_bytes=None if act is None else act * s)
+    layers = r.stages[0] if r.pp > 1 else j.layers
+    in_flight = min(r.pp, r.grad_accum) if r.pp > 1 else 1
+    act = stored_activations(c, layers, tp=r.tp, in_flight=in_flight, recompute=r.recompute,
+                             sequence_parallel=r.sequence_parallel, flash=r.flash_attention,
+                             fp8=r.fp8)
+    shard = r.dp if r.sharded else 1
+    copies = FP8_WEIGHT_COPY_BYTES * p_gpu / shard if r.fp8 else 0.0
+    unit_grads = 0.0
+    if shard > 1:  # FSDP's gathered units: the root (embeddings, head) and two layers (prefetch)
+        copies += (emb + 2 * per_layer) / r.tp * s
+        unit_grads = (per_layer if train is None else float(c.lora_layer_params())) / r.tp * s
+    est = step_memory(params=p_gpu, dtype_bytes=s, activation_bytes=act, optimizer=j.optimizer,
+                      shard=shard,
+                      optimizer_shard=r.dp if (r.sharded or r.distributed_optimizer) else 1,
+                      trainable=train, weight_copy_bytes=copies, device_bytes=device_bytes)
+    assumes = [w for w, on in (("FlashAttention", r.flash_attention),
+                               (f"{r.recompute} recompute", r.recompute != "none"),
+                               ("sequence parallelism", r.sequence_parallel),
+                               ("distributed optimizer", r.distributed_optimizer),
+                               ("FP8 GEMM inputs", r.fp8)) if on]
+    return replace(est, gradients=est.gradients + unit_grads, assumes=", ".join(assumes))
 
 
 def with_overrides(job: Job, **kw: object) -> Job:

@@ -3,7 +3,9 @@
 Input CSV: one job per row; the columns are the single-job options without the leading dashes
 (``-`` or ``_`` both work): ``model`` (or ``arch``), ``preset``, ``layers``, ``hidden``, ``heads``,
 ``seq``, ``batch`` (per GPU), ``global_batch``, ``grad_accum``, ``ff``, ``vocab``, ``dtype``,
-``recompute``, ``optimizer``, ``device``, ``gpus``, ``strategy``, ``tp``, ``pp``, ``clocks``,
+``recompute`` (true/false or none/selective/full), ``distributed_optimizer``,
+``sequence_parallel``, ``flash_attention`` (true/false/auto), ``optimizer``, ``device``, ``gpus``,
+``strategy``, ``tp``, ``pp``, ``clocks``,
 ``power_limit`` (W), ``interconnect``, ``inter_node``, ``gpus_per_node``, ``nics_per_node``,
 ``tokens``, ``name``, ``hf_config`` (a Hugging Face ``config.json`` path), ``kv_heads``,
 ``lora_rank``, ``lora_targets`` (``q;v``); for ``advise`` also ``deadline`` (s or 90m/12h/2d), ``max_gpus``,
@@ -22,11 +24,13 @@ from pathlib import Path
 
 from joulebound.core.errors import JouleboundError, did_you_mean
 from joulebound.core.provenance import MODELED
-from joulebound.jobs.job import JOB_FIELDS, Job
+from joulebound.jobs.job import JOB_FIELDS, Job, recompute_mode
 
 _INT = {"layers", "hidden", "heads", "seq", "batch", "global_batch", "grad_accum", "ff", "vocab",
         "gpus", "tp", "pp", "gpus_per_node", "nics_per_node", "max_gpus", "kv_heads", "lora_rank"}
 _FLOAT = {"power_limit_w", "tokens"}
+#: the optimized stack's yes/no columns (``flash_attention`` also ``auto``)
+_SWITCHES = ("distributed_optimizer", "sequence_parallel", "flash_attention")
 _ALIAS = {"model": "arch", "power_limit": "power_limit_w", "per_device_train_batch_size": "batch"}
 ADVISE_ONLY = ("deadline", "max_gpus", "strategies")
 JOB_COLUMNS = tuple(sorted(set(JOB_FIELDS) - {"pp_stages"} | {"model", "preset", "power_limit",
@@ -56,12 +60,16 @@ def _value(key: str, text: str, row: int) -> object:
             return int(f)
         if key in _FLOAT:
             return float(t)
-        if key == "recompute":
+        if key == "recompute":  # true/false (full) or a mode: none, selective, full
+            return recompute_mode(t)
+        if key in _SWITCHES:
             low = t.lower()
             if low in ("1", "true", "yes", "y", "on"):
                 return True
             if low in ("0", "false", "no", "n", "off"):
                 return False
+            if key == "flash_attention" and low == "auto":
+                return None
             raise ValueError
     except ValueError:
         what = "an integer" if key in _INT else "a number" if key in _FLOAT else "true/false"
