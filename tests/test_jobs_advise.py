@@ -67,7 +67,9 @@ def test_advise_says_which_candidates_it_cannot_tell_apart(capsys):
     assert all(c["energy_ratio_lo"] <= c["energy_ratio"] <= c["energy_ratio_hi"] for c in feas)
     close = [c for c in feas if c is not best and abs(c["energy_ratio"] - 1) < 0.05
              and c["label"] != best["label"]]
-    assert close and all(c["indistinguishable"] for c in close)
+    # a candidate within 5 % whose own terms are wide (FSDP's collectives) cannot be told apart;
+    # one whose difference is a small, well-pinned cost (DDP's hooks) can be
+    assert close and any(c["indistinguishable"] for c in close)
     for c in feas:  # the flag is the interval spanning 1
         assert c["indistinguishable"] == (c["label"] != best["label"]
                                           and c["energy_ratio_lo"] <= 1 <= c["energy_ratio_hi"])

@@ -266,51 +266,19 @@ def candidates_for(job, max_gpus: int, strategies: tuple[str, ...]):
 SHARED_TERMS = ("compute", "overhead", "device", "power", "size")
 #: error terms of a candidate's own (its collectives, its pipeline, its GPU count beyond the
 #: calibration): an independent draw per candidate
-OWN_TERMS = ("comm", "pipeline", "bubble", "scale")
+OWN_TERMS = ("comm", "pipeline", "bubble", "scale", "wrapper")
 
 
 def error_terms(r, step: dict, prm, device: str) -> tuple[dict[str, float], dict[str, float]]:
     """The log-space standard deviations of one prediction's time and energy, term by term:
     ``({term: σ} for time, {term: σ} for energy)`` — the terms of
-    :func:`joulebound.jobs.mechanistic.interval`, whose root-sum-square they equal (checked by
-    the tests): the share-weighted compute (framework factor κ), overhead and communication
-    (``comm``; a pipeline without dp / tp: ``pipeline``), the 1F1B bubble (``bubble``), a
-    parallelism kind the calibration never measured (``strategy:<kinds>``: shared by the
-    candidates of the same kinds), a GPU outside the calibration (``device``), the micro-batch
-    size beyond the calibrated range (``size``), GPU counts beyond the largest calibrated job
-    (``scale``) and, for energy, the busy power (``power``). ``step`` is the prediction's
-    breakdown of one step (:attr:`JobPrediction.step <joulebound.jobs.prediction.JobPrediction.step>`)."""
-    import math
+    :func:`joulebound.jobs.mechanistic.interval_terms` (their one home), whose root-sum-square
+    is the prediction's interval. ``step`` is the prediction's breakdown of one step
+    (:attr:`JobPrediction.step <joulebound.jobs.prediction.JobPrediction.step>`)."""
+    from joulebound.jobs.mechanistic import interval_terms
 
-    from joulebound.jobs.mechanistic import kinds
-
-    sg = prm.sigma
-    T = max(step["time_s"], 1e-30)
-    sh_c, sh_o, sh_x, sh_b = (step["compute_s"] / T, step["overhead_s"] / T, step["comm_s"] / T,
-                              step["bubble_s"] / T)
-    t: dict[str, float] = {"compute": sg["compute"] * sh_c, "overhead": sg["overhead"] * sh_o}
-    if step["comm_s"] > 0:
-        pp_only = r.pp > 1 and r.dp == 1 and r.tp == 1
-        t["pipeline" if pp_only else "comm"] = (sg["pipeline"] if pp_only else sg["comm"]) * sh_x
-    if step["bubble_s"] > 0:
-        t["bubble"] = sg["pipeline"] * sh_b
-    missing = sorted(set(kinds(r)) - set(prm.strategies_seen))
-    if missing:
-        t["strategy:" + "/".join(missing)] = sg.get("strategy", 0.2)
-    if device not in prm.devices_seen:
-        t["device"] = sg["device"]
-    tok = r.micro_batch * r.job.seq
-    lo, hi = prm.tokens_range
-    dec = max(0.0, math.log10(lo / tok), math.log10(tok / hi))
-    if dec > 0:
-        t["size"] = sg["size"] * dec
-    if r.gpus > prm.max_gpus_seen:
-        t["scale"] = sg["scale"] * math.log2(r.gpus / prm.max_gpus_seen)
-    e = dict(t)
-    E = max(step["gpu_energy_j"], 1e-30)
-    e["compute"] = sg["compute"] * step["busy_energy_j"] / E
-    e["power"] = sg["power"]
-    return t, e
+    t, e = interval_terms(r, step, prm, device)
+    return {k: v for k, (v, _) in t.items()}, {k: v for k, (v, _) in e.items()}
 
 
 def correlated_draws(terms: list[dict[str, float]], n: int = DRAWS, seed: int = 0) -> np.ndarray:

@@ -60,7 +60,8 @@ from joulebound.jobs.stepcost import Parts, WorkKey, characterize_parts, prime_p
 
 PARAMS_FILE = "mechanistic.json"
 Z90 = 1.6449
-__all__ = ["DDP_BUCKET_BYTES", "MechParams", "Step", "compose", "fabric_for", "interval", "kinds",
+__all__ = ["DDP_BUCKET_BYTES", "MechParams", "Step", "compose", "fabric_for", "interval",
+           "interval_terms", "kinds",
            "load_params", "params_path", "predict_jobs", "predict_many", "predict_resolved",
            "predict_steps", "to_prediction", "work_keys"]
 
@@ -188,6 +189,7 @@ class Step:
     comm_energy_j: float  # the part of wait_energy_j spent in exposed communication
     wait_power_w: float
     comm_detail: dict = field(default_factory=dict)
+    wrapper_s: float = 0.0  # DDP/FSDP/DTensor host work + overlap slowdown on the critical path
 
 
 COVERS = ("time: wall time of the job's optimizer steps (no data loading stalls beyond the "
@@ -443,13 +445,18 @@ def compose(r: Resolved, parts: Parts, prm: MechParams, fabric: Fabric,
         wait_e += tp * dp * p_wait * (m * stage_fb[s].gap + opt[s][2] + max(step_t - in_kernels, 0.0))
     n = r.gpus
     crit = int(np.argmax(fb)) if p > 1 else 0
+    wrapper = slow_t
+    if k.unit_f or k.unit_b:  # the layers' time the wrappers' hooks add (where the host bounds it)
+        bare = k._replace(unit_f=0.0, unit_b=0.0)
+        extra = sum(_part(parts, nm, k).t - _part(parts, nm, bare).t for nm in ("layer_f", "layer_b"))
+        wrapper += m * r.stages[crit] * extra
     gaps = m * stage_fb[crit].gap + opt[crit][2]
     compute = m * stage_fb[crit].t + opt[crit][0] - gaps
     return Step(time_s=step_t, compute_s=max(compute, 0.0), overhead_s=gaps + prm.step_s,
                 comm_s=comm_exposed, bubble_s=bubble, gpu_energy_j=busy_e + wait_e,
                 busy_energy_j=busy_e, wait_energy_j=wait_e,
                 host_energy_j=prm.host.total_w * n * step_t, comm_energy_j=p_wait * n * comm_exposed,
-                wait_power_w=p_wait, comm_detail=detail)
+                wait_power_w=p_wait, comm_detail=detail, wrapper_s=wrapper)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -468,58 +475,81 @@ def kinds(r: Resolved) -> list[str]:
     return out or ["single"]
 
 
-def interval(r: Resolved, st: Step, prm: MechParams, device: str) -> tuple[float, float, list[str]]:
-    """Log-space standard deviations (time, energy) of a step and the reasons, largest first.
+def interval_terms(r: Resolved, step: Step | dict, prm: MechParams, device: str
+                   ) -> tuple[dict[str, tuple[float, str]], dict[str, tuple[float, str]]]:
+    """The interval's terms, one home for :func:`interval` and ``advise``'s correlated draws:
+    ``({term: (σ, why)} for time, {term: (σ, why)} for energy)`` in log units — compute (the
+    framework's κ), overhead, communication (``comm``; a pipeline without dp / tp:
+    ``pipeline``), the 1F1B ``bubble``, the data-parallel wrappers' host time and overlap
+    slowdown (``wrapper``), a parallelism kind without a measured run (``strategy:<kinds>``), a
+    GPU outside the calibration (``device``), the micro-batch beyond the calibrated range
+    (``size``), GPU counts beyond the largest calibrated job (``scale``) and, for energy, the
+    busy ``power``. ``step``: a :class:`Step` or its ``vars`` (a prediction's ``step``)."""
+    def get(k: str) -> float:
+        return float(step[k] if isinstance(step, dict) else getattr(step, k))
 
-    σ² = Σ (σ_part · share of the step)² over compute (κ), overhead and communication, plus the
-    pipeline schedule, busy power (energy only), a GPU outside the calibration data, the distance
-    of the micro-batch size from the calibrated range (per decade) and GPU counts beyond the
-    largest calibrated job (per doubling)."""
     sg = prm.sigma
     fw = r.job.framework
     s_compute = float(prm.frameworks.get(fw, {}).get("sigma_compute", sg["compute"]))
-    T = max(st.time_s, 1e-30)
-    sh_c, sh_o, sh_x = st.compute_s / T, st.overhead_s / T, st.comm_s / T
-    sh_b = st.bubble_s / T
-    terms_t: list[tuple[float, str]] = [
-        (s_compute * sh_c, f"{fw} framework factor κ (spread across the calibration data sets), "
-                               f"{sh_c:.0%} of the step"),
-        (sg["overhead"] * sh_o, f"host launch floor and per-step overhead, {sh_o:.0%} of the step"),
-    ]
+    T = max(get("time_s"), 1e-30)
+    sh_c, sh_o, sh_x = get("compute_s") / T, get("overhead_s") / T, get("comm_s") / T
+    sh_b = get("bubble_s") / T
+    sh_w = (step.get("wrapper_s", 0.0) if isinstance(step, dict) else step.wrapper_s) / T
+    t: dict[str, tuple[float, str]] = {
+        "compute": (s_compute * sh_c, f"{fw} framework factor κ (spread across the calibration data "
+                                      f"sets), {sh_c:.0%} of the step"),
+        "overhead": (sg["overhead"] * sh_o, f"host dispatch and per-step overhead, {sh_o:.0%} of the step"),
+    }
     pp_only = r.pp > 1 and r.dp == 1 and r.tp == 1
-    if st.comm_s > 0:
-        s_comm = sg["pipeline"] if pp_only else sg["comm"]
+    if sh_x > 0:
         why = ("pipeline point-to-point (calibrated on Perseus)" if pp_only else
-               "collectives: link efficiencies are estimates, no measured DDP/FSDP/TP run in the "
-               "calibration data")
-        terms_t.append((s_comm * sh_x, f"communication {sh_x:.0%} of the step — {why}"))
-    if st.bubble_s > 0:
-        terms_t.append((sg["pipeline"] * sh_b, f"1F1B pipeline bubble {sh_b:.0%} of the step"))
+               "collectives: NCCL fitted on measured tables where the link has them, datasheet "
+               "estimates otherwise; no measured multi-GPU DDP/FSDP run in the calibration data")
+        t["pipeline" if pp_only else "comm"] = ((sg["pipeline"] if pp_only else sg["comm"]) * sh_x,
+                                                f"communication {sh_x:.0%} of the step — {why}")
+    if sh_b > 0:
+        t["bubble"] = (sg["pipeline"] * sh_b, f"1F1B pipeline bubble {sh_b:.0%} of the step")
+    if sh_w > 0:
+        t["wrapper"] = (sg.get("wrapper", SIGMA_WRAPPER) * sh_w,
+                        f"DDP/FSDP/DTensor host work and overlap slowdown {sh_w:.0%} of the step (hooks "
+                        "measured at world size 1 on one host; slowdown a published mean)")
     missing = sorted(set(kinds(r)) - set(prm.strategies_seen))
     if missing:
-        terms_t.append((sg.get("strategy", 0.2), f"no measured {'/'.join(missing).upper()} run in the "
-                                                 "calibration data (the collectives' overlap and "
-                                                 "efficiency are modeled only)"))
+        t["strategy:" + "/".join(missing)] = (
+            sg.get("strategy", 0.2), f"no measured {'/'.join(missing).upper()} run in the calibration "
+                                     "data (the collectives' overlap and efficiency are modeled only)")
     if device not in prm.devices_seen:
-        terms_t.append((sg["device"], f"GPU {device} is not in the calibration data "
-                                      f"({', '.join(prm.devices_seen) or 'none'})"))
+        t["device"] = (sg["device"], f"GPU {device} is not in the calibration data "
+                                     f"({', '.join(prm.devices_seen) or 'none'})")
     tok = r.micro_batch * r.job.seq
     lo, hi = prm.tokens_range
     dec = max(0.0, math.log10(lo / tok), math.log10(tok / hi))
     if dec > 0:
-        terms_t.append((sg["size"] * dec, f"{tok:,.0f} tokens per micro-batch is {dec:.1f} decades "
-                                          f"outside the calibrated {lo:,.0f}–{hi:,.0f}"))
+        t["size"] = (sg["size"] * dec, f"{tok:,.0f} tokens per micro-batch is {dec:.1f} decades "
+                                       f"outside the calibrated {lo:,.0f}–{hi:,.0f}")
     if r.gpus > prm.max_gpus_seen:
         dbl = math.log2(r.gpus / prm.max_gpus_seen)
-        terms_t.append((sg["scale"] * dbl, f"{r.gpus} GPUs, {dbl:.1f} doublings beyond the largest "
-                                           f"calibrated job ({prm.max_gpus_seen})"))
-    var_t = sum(v * v for v, _ in terms_t)
-    E = max(st.gpu_energy_j, 1e-30)
-    sh_be = st.busy_energy_j / E
-    terms_e = [(v * (sh_be / max(sh_c, 1e-9)) if i == 0 else v, w) for i, (v, w) in enumerate(terms_t)]
-    terms_e.append((sg["power"], "busy power of the GPU model"))
-    var_e = sum(v * v for v, _ in terms_e)
-    ranked = sorted(terms_e + terms_t, key=lambda x: -x[0])
+        t["scale"] = (sg["scale"] * dbl, f"{r.gpus} GPUs, {dbl:.1f} doublings beyond the largest "
+                                         f"calibrated job ({prm.max_gpus_seen})")
+    e = dict(t)
+    sh_be = get("busy_energy_j") / max(get("gpu_energy_j"), 1e-30)
+    e["compute"] = (s_compute * sh_be, t["compute"][1])
+    e["power"] = (sg["power"], "busy power of the GPU model")
+    return t, e
+
+
+#: prior spread (log units) of the data-parallel wrappers' host time and overlap slowdown: the
+#: hooks were measured at world size 1 on one host, whose speed varied ×/÷1.4 between sessions
+SIGMA_WRAPPER = 0.4
+
+
+def interval(r: Resolved, st: Step, prm: MechParams, device: str) -> tuple[float, float, list[str]]:
+    """Log-space standard deviations (time, energy) of a step and the reasons, largest first:
+    the root-sum-square of :func:`interval_terms`."""
+    t, e = interval_terms(r, st, prm, device)
+    var_t = sum(v * v for v, _ in t.values())
+    var_e = sum(v * v for v, _ in e.values())
+    ranked = sorted(list(e.values()) + list(t.values()), key=lambda x: -x[0])
     why, seen = [], set()
     for v, w in ranked:
         if v >= 0.02 and w not in seen:
