@@ -19,8 +19,10 @@ the store marks the run "lost", keeping its samples.
 
 GPU energy comes from the NVML energy counter (or integrated NVML power where a GPU has no
 counter), labeled measured, and only from a sensor; --backend simulated gives modeled figures.
-CPU package and DRAM energy come from RAPL when readable (measured), else from a model (TDP ×
-utilization, 0.375 W/GB of memory; labeled modeled, with an interval; --cpu-tdp W sets the TDP).
+CPU package and DRAM energy come from RAPL when readable (measured: the whole package), else
+from a model of the command's process tree alone (W per busy thread × its CPU-seconds, 4 W per
+thread for a CPU not in joulebound's table as in CodeCarbon 3.x; 0.375 W/GB × its resident
+memory; labeled modeled, with an interval; --cpu-tdp W sets the TDP of the visible threads).
 Measured and modeled figures are never summed. Without a GPU sensor it says so; the duration is
 always recorded (measured).
 
@@ -55,7 +57,8 @@ def measure_command(
     backend: Annotated[str, typer.Option(
         help="auto | nvml | rapl | cpu-model | simulated | none.")] = "auto",
     cpu_tdp: Annotated[float | None, typer.Option(
-        help="TDP (W) of the CPUs for the modeled CPU energy (default: looked up, else 85 W).",
+        help="TDP (W) of the visible CPU threads for the modeled CPU energy (default: looked "
+        "up, else 4 W per thread).",
         min=0.001)] = None,
     carbon_intensity: Annotated[str | None, typer.Option(
         help="gCO2e per kWh, or a region code (e.g. FR, US, WORLD).")] = None,
@@ -150,8 +153,9 @@ def render(res, console) -> None:  # type: ignore[no-untyped-def]
                           highlight=False)
         if w.cpu_energy_j is not None:
             iv = res.cpu_energy_interval_j
-            span = (f"; interval {iv[0]:,.1f}–{iv[1]:,.1f} J (without / with an idle floor of "
-                    "half the TDP; no held-out error: no RAPL counter to check it against)"
+            span = (f"; interval {iv[0]:,.1f}–{iv[1]:,.1f} J (the process tree alone / "
+                    "plus an idle floor of 10 % of the visible CPUs' TDP; no held-out error: no "
+                    "RAPL counter to check it against)"
                     if iv else "")
             label = ("[yellow]modeled[/], not measured" if w.cpu_provenance == MODELED
                      else w.cpu_provenance)
