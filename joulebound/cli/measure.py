@@ -191,7 +191,10 @@ the Hugging Face callback) with their windows, or export the store's tables.
 
 --export DIR writes runs, windows and samples as CSV (default) or Parquet (--format parquet), or
 every window's duration and energy as Prometheus gauges (--format prometheus: DIR/metrics.prom,
-for node_exporter's textfile collector; each series labeled with its provenance).
+for node_exporter's textfile collector): joulebound_window_energy_joules per device,
+joulebound_window_energy_total_joules per scope (gpu, cpu_dram), each labeled with its
+provenance and its nesting (depth "0": top-level windows; sum one depth only, e.g.
+sum by (run, device) (joulebound_window_energy_joules{depth="0"})).
 Status: running, finished, failed, killed (a signal; exit_code 128 + N) or lost (its process died
 without closing the run: SIGKILL, a crash; found when the store is opened, samples kept).
 --json prints a list of runs: {run_id, started_at, ended_at, status, command, exit_code, backend,
