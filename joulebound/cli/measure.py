@@ -26,8 +26,12 @@ memory; labeled modeled, with an interval; --cpu-tdp W sets the TDP of the visib
 Measured and modeled figures are never summed. Without a GPU sensor it says so; the duration is
 always recorded (measured).
 
---carbon-intensity G_PER_KWH (or a region code: WORLD, EU, US, CN, IN, JP, DE, FR, GB, SE, NO,
-PL, CA, published 2023 grid averages) adds gCO2e beside each energy total.
+--carbon-intensity adds gCO2e beside each energy total. It takes gCO2e per kWh (350), a
+country (FR, FRA or France; every country), an aggregate (WORLD, EU, EUROPE, ASIA, OECD, ...),
+a cloud region (aws:us-east-1, gcp:europe-west4, azure:westeurope: its country's average) —
+the latest annual average published by Ember (2022-2024, CC BY 4.0; the year is printed;
+`python -m joulebound.energy.carbon --list` lists them) — or live:ZONE, the Electricity Maps
+figure of now (your key in $ELECTRICITYMAPS_API_KEY; ZONE e.g. FR, DE, US-CAL-CISO).
 
 With --db the run, its window and its power samples go to a SQLite store (WAL; samples committed
 every second), which survives the child or joulebound being killed.
@@ -61,7 +65,8 @@ def measure_command(
         "up, else 4 W per thread).",
         min=0.001)] = None,
     carbon_intensity: Annotated[str | None, typer.Option(
-        help="gCO2e per kWh, or a region code (e.g. FR, US, WORLD).")] = None,
+        help="gCO2e per kWh, a country/aggregate code (FR, US, WORLD), a cloud region "
+        "(aws:us-east-1), or live:ZONE (Electricity Maps).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     kill_after: Annotated[float, typer.Option(
         help="SIGKILL the command's process group this many s after a stop signal.",

@@ -25,7 +25,8 @@ def report_command(
     output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="Report folder (default: run-report-<id>).")] = None,
     carbon_intensity: Annotated[str | None, typer.Option(
-        help="gCO2e per kWh, or a region code (e.g. FR, US, WORLD).")] = None,
+        help="gCO2e per kWh, a country/aggregate code (FR, US, WORLD), a cloud region "
+        "(aws:us-east-1), or live:ZONE (Electricity Maps).")] = None,
 ) -> None:
     from joulebound.cli._common import console, print_skipped_rows
     from joulebound.core.errors import JouleboundError
