@@ -101,3 +101,32 @@ def test_cpu_energy_within_1_5x_of_codecarbon_on_the_same_script(tmp_path):
         pytest.skip(f"CPU energy measured here ({doc['backend']}), not modeled")
     ratio = doc["jb_cpu_j"] / doc["cc_cpu_j"]
     assert 1 / 1.5 <= ratio <= 1.5, doc
+
+
+def test_two_ranks_modeled_cpu_add_up_not_deduplicated_as_one_device():
+    """Each rank's meter models its own process: combining ranks adds them (the same uuid on
+    one host made distributed.combine keep one rank's figure)."""
+    from joulebound.energy.distributed import combine
+
+    info = CpuInfo("Test CPU", 1, 8, 32.0, "test", 16.0)
+
+    class Usage:
+        def __init__(self) -> None:
+            self.cpu_s = 0.0
+
+        def __call__(self) -> tuple[float, float]:
+            return self.cpu_s, 1e9
+
+    per_rank = []
+    for rank, pid in enumerate((1001, 1002)):
+        u = Usage()
+        clock = [0.0]
+        m = EnergyMeter(CpuModelBackend(info=info, usage=u, pid=pid), interval_s=0,
+                        clock=lambda c=clock: c[0], rank=rank)
+        m.begin_window("train")
+        u.cpu_s += 2.0 * (rank + 1)            # rank 0: 2 CPU-seconds, rank 1: 4
+        clock[0] = 1.0
+        per_rank.append([m.end_window("train")])
+    job = combine(per_rank)[0]
+    cpu = sorted(d.energy_j for d in job.devices if d.kind == "cpu")
+    assert cpu == pytest.approx([4.0 * 2, 4.0 * 4]) and job.duplicates == 0

@@ -214,11 +214,14 @@ class CpuModelBackend(Backend):
         self._cache: tuple[float | None, tuple[float, float]] = (None, first)
         host = socket.gethostname()
         label = self.info.model_name or "CPU"
+        # one device per measured tree: two ranks' trees on one host are two figures to add,
+        # not one device read twice (distributed.combine keeps one reading per uuid)
+        tree = f"model:{host}:pid{pid if pid is not None else os.getpid()}"
         self.channels = [
-            Channel(uuid=f"model:{host}:cpu", index=0, kind="cpu",
+            Channel(uuid=f"{tree}:cpu", index=0, kind="cpu",
                     name=f"{label} ({self.info.w_per_thread:.2f} W per busy thread, modeled)",
                     source=SOURCE_CPU),
-            Channel(uuid=f"model:{host}:dram", index=0, kind="dram",
+            Channel(uuid=f"{tree}:dram", index=0, kind="dram",
                     name=f"DRAM {DRAM_W_PER_GB} W/GB of resident memory (modeled)",
                     source=SOURCE_DRAM),
         ]
