@@ -130,3 +130,20 @@ def test_two_ranks_modeled_cpu_add_up_not_deduplicated_as_one_device():
     job = combine(per_rank)[0]
     cpu = sorted(d.energy_j for d in job.devices if d.kind == "cpu")
     assert cpu == pytest.approx([4.0 * 2, 4.0 * 4]) and job.duplicates == 0
+
+
+def test_measure_charges_the_command_tree_once_not_joulebound_nor_a_reaped_child_twice():
+    """`measure -- bash -c 'A; B'`: two busy children, each waited for by bash, count once
+    each; joulebound's own CPU time (imports, the sampling thread polling every 1 ms) is not
+    charged, not even the part a concurrent sampler read saw when the root was dropped."""
+    from joulebound.energy.command import run_command
+    from joulebound.energy.cpu_model import cpu_info
+
+    busy = BUSY.format(s=0.6)
+    cmd = ["bash", "-c", f"{sys.executable} -c '{busy}'; {sys.executable} -c '{busy}'"]
+    res = run_command(cmd, backend="cpu-model", interval_s=0.001)
+    assert res.exit_code == 0
+    cpu = next(d for d in res.window.devices if d.kind == "cpu")
+    w = cpu_info().w_per_thread
+    # 1.2 CPU-seconds of loops plus two interpreter start-ups (~0.05-0.3 s each)
+    assert w * 1.2 <= cpu.energy_j <= w * 2.0, (cpu.energy_j, w)

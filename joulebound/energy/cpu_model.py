@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from joulebound.core.errors import JouleboundError
 from joulebound.core.provenance import MODELED
@@ -141,9 +142,13 @@ class ProcessTree:
         include_self: count the root's own CPU time and memory (``False``: only its
             descendants, e.g. joulebound measure's command, not joulebound itself).
 
-    CPU time counts the living processes of the tree and the children each of them already
-    waited for (``children_user``/``children_system``); a descendant re-parented to init and
-    reaped there is lost (its last reading is kept: the figure never decreases).
+    CPU time is a sum of increments, process by process (a process is its pid and start time):
+    each process of the tree adds what its user + system time, and the time of the children it
+    waited for, grew by since the previous read; a process born since then adds all of its time.
+    A process that ended and was waited for by its parent in the tree moves its whole time into
+    that parent's children time: what was already counted of it is taken back then, so it counts
+    once. A process that leaves the tree alive (re-parented to init) keeps what was counted and
+    adds no more. The figure never decreases.
     """
 
     def __init__(self, pid: int | None = None, include_self: bool = True) -> None:
@@ -152,17 +157,25 @@ class ProcessTree:
         self._psutil = psutil
         self.root = psutil.Process(pid if pid is not None else os.getpid())
         self.include_self = include_self
-        self._cpu = 0.0
+        self._prev: dict[Any, float] | None = None    # process -> its counted CPU time (s)
+        self._raw = 0.0       # sum of increments (s): may dip for a read when a reap is half seen
+        self._cpu = 0.0       # the figure returned: never below an earlier one (s)
 
-    def __call__(self) -> tuple[float, float]:
-        """``(CPU-seconds since the root started, resident bytes now)`` of the tree."""
+    def reset(self, include_self: bool) -> None:
+        """Count the root itself or not from now on (the figure restarts from 0)."""
+        self.include_self = include_self
+        self._prev, self._raw, self._cpu = None, 0.0, 0.0
+
+    def _times(self) -> tuple[dict[Any, float], float]:
+        """Each process of the tree -> its CPU time to count (s), and the tree's RSS (bytes)."""
         ps = self._psutil
-        cpu, rss = 0.0, 0.0
+        out: dict[Any, float] = {}
+        rss = 0.0
         try:
             t = self.root.cpu_times()
-            cpu += t.children_user + t.children_system
+            out[self.root] = (t.children_user + t.children_system
+                              + (t.user + t.system if self.include_self else 0.0))
             if self.include_self:
-                cpu += t.user + t.system
                 rss += self.root.memory_info().rss
             kids = self.root.children(recursive=True)
         except (ps.NoSuchProcess, ps.AccessDenied, ps.ZombieProcess):
@@ -170,11 +183,30 @@ class ProcessTree:
         for p in kids:
             try:
                 t = p.cpu_times()
-                cpu += t.user + t.system + t.children_user + t.children_system
-                rss += p.memory_info().rss
+                out[p] = t.user + t.system + t.children_user + t.children_system
             except (ps.NoSuchProcess, ps.AccessDenied, ps.ZombieProcess):
                 continue
-        self._cpu = max(self._cpu, cpu)
+            try:
+                rss += p.memory_info().rss
+            except (ps.NoSuchProcess, ps.AccessDenied, ps.ZombieProcess):
+                pass
+        return out, rss
+
+    def __call__(self) -> tuple[float, float]:
+        """``(CPU-seconds counted since the first read, resident bytes now)`` of the tree."""
+        cur, rss = self._times()
+        prev = self._prev
+        if prev is not None:
+            inc = 0.0
+            for p, v in cur.items():
+                before = prev.get(p)
+                inc += v if before is None else v - before
+            for p, before in prev.items():
+                if p not in cur and not p.is_running():   # ended: its parent took its time
+                    inc -= before
+            self._raw += inc
+        self._prev = cur
+        self._cpu = max(self._cpu, self._raw)
         return self._cpu, rss
 
 
@@ -236,14 +268,15 @@ class CpuModelBackend(Backend):
 
     def exclude_root(self) -> None:
         """Stop counting the tree's root itself (joulebound's own process under ``measure``):
-        only its descendants, from the next read on."""
-        if isinstance(self._usage, ProcessTree) and self._usage.include_self:
-            self._usage.include_self = False
-            self._usage._cpu = 0.0
-            first = self._usage()
-            self._cache = (None, first)
-            self._ctr = [(None, first, c[2]) for c in self._ctr]
-            self._pw = [(None, first)] * 2
+        only its descendants, from the next read on (under the backend's lock: the sampling
+        thread may be reading)."""
+        with self.lock:
+            if isinstance(self._usage, ProcessTree) and self._usage.include_self:
+                self._usage.reset(include_self=False)
+                first = self._usage()
+                self._cache = (None, first)
+                self._ctr = [(None, first, c[2]) for c in self._ctr]
+                self._pw = [(None, first)] * 2
 
     def _read(self, t: float) -> tuple[float, float]:
         """The usage at ``t``: read once per instant (every channel of a sample shares it)."""
