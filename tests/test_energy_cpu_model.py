@@ -144,3 +144,21 @@ def test_carbon_intensity_from_a_number_or_a_region():
         carbon_intensity("FX")
     with pytest.raises(JouleboundError):
         carbon_intensity("-5")
+
+
+@pytest.mark.parametrize("model, w_per_thread", [
+    ("Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz", 210 / 48),
+    ("AMD EPYC 7R13 Processor", 225 / 96),
+    ("Intel(R) Xeon(R) Gold 6248R CPU @ 3.00GHz", 205 / 48),
+    ("Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz", 150 / 40),
+    ("AMD EPYC 9654 96-Core Processor", 360 / 192),
+    ("AMD EPYC", DEFAULT_W_PER_THREAD),
+])
+def test_cpu_table_rows_are_cited_and_match_the_right_model(model, w_per_thread):
+    from joulebound.energy.cpu_model import tdp_table
+
+    for row in tdp_table():
+        assert row["tdp_w"] > 0 and row["threads"] > 0 and len(row["source"]) > 20
+    info = cpu_info(cpuinfo=f"model name\t: {model}\nphysical id\t: 0\n", meminfo="",
+                    threads=4)
+    assert info.w_per_thread == pytest.approx(w_per_thread)
