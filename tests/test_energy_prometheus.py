@@ -17,7 +17,7 @@ def _w(name: str, t0: float, t1: float, gpu_w: float = 100.0, cpu_w: float = 10.
     d = t1 - t0
     devs = [DeviceEnergy("GPU-a", 0, gpu_w * d, gpu_w, gpu_w, "counter", "gpu", 3, "measured"),
             DeviceEnergy("GPU-b", 1, gpu_w * d, gpu_w, gpu_w, "counter", "gpu", 3, "measured"),
-            DeviceEnergy("model:h:cpu", 0, cpu_w * d, cpu_w, cpu_w, "cpu_time_model", "cpu", 3,
+            DeviceEnergy("model:h:cpu", 0, cpu_w * d, cpu_w, cpu_w, "cpu_time", "cpu", 3,
                          "modeled")]
     return WindowResult(name, t0, t1, d, 2 * gpu_w * d, devs, "measured", [], cpu_w * d,
                         0, "h", "nvml+cpu-model")

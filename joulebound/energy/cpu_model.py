@@ -51,8 +51,8 @@ DEFAULT_W_PER_THREAD = 4.0
 #: idle floor (share of the visible CPUs' TDP) of the upper end of the interval: CodeCarbon
 #: 3.3's minimum in its machine-wide cpu_load mode (``max(tdp * load, tdp * 0.1)``)
 IDLE_FLOOR_HIGH = 0.1
-SOURCE_CPU = "cpu_time_model"
-SOURCE_DRAM = "rss_model"
+SOURCE_CPU = "cpu_time"
+SOURCE_DRAM = "rss"
 
 #: ``() -> (CPU-seconds, resident bytes)`` of the measured process tree
 Usage = Callable[[], tuple[float, float]]
