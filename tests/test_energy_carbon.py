@@ -162,3 +162,11 @@ def test_the_shipped_table_is_what_the_derivation_makes():
     shipped = (resources.files("joulebound.energy") / "data" / "carbon_intensity.toml"
                ).read_text(encoding="utf-8")
     assert text == shipped
+
+
+def test_list_prints_every_code_with_its_figure_and_the_source(capsys):
+    assert carbon.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "FR " in out and "aws:us-east-1" in out and "-> US" in out
+    assert "Ember yearly electricity data, CC BY 4.0" in out
+    assert carbon.main(["only-one-arg"]) == 2
