@@ -147,3 +147,67 @@ def test_measure_charges_the_command_tree_once_not_joulebound_nor_a_reaped_child
     w = cpu_info().w_per_thread
     # 1.2 CPU-seconds of loops plus two interpreter start-ups (~0.05-0.3 s each)
     assert w * 1.2 <= cpu.energy_j <= w * 2.0, (cpu.energy_j, w)
+
+
+class _P:
+    """psutil.Process stand-in: own CPU time, waited-for children's time, children, alive."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.own, self.waited, self.kids, self.alive, self.denied = \
+            name, 0.0, 0.0, [], True, False
+
+    def cpu_times(self):
+        import psutil
+
+        if self.denied:
+            raise psutil.AccessDenied(0)
+        from types import SimpleNamespace
+
+        return SimpleNamespace(user=self.own, system=0.0, children_user=self.waited,
+                               children_system=0.0)
+
+    def memory_info(self):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(rss=1e6)
+
+    def children(self, recursive: bool = False) -> list:
+        out = []
+        for k in self.kids:
+            out += [k] + k.children(True)
+        return out
+
+    def is_running(self) -> bool:
+        return self.alive
+
+
+def test_process_tree_counts_each_cpu_second_once_through_reaps_orphans_and_bad_reads():
+    from joulebound.energy.cpu_model import ProcessTree
+
+    tree = ProcessTree(include_self=False)
+    root, bash, a = _P("root"), _P("bash"), _P("a")
+    tree.root = root
+    root.kids, bash.kids = [bash], [a]
+    assert tree()[0] == 0.0
+    a.own = 2.0
+    assert tree()[0] == pytest.approx(2.0)
+    a.own = 3.0                                     # a ends: bash waits for it
+    bash.kids, bash.waited, a.alive = [], 3.0, False
+    assert tree()[0] == pytest.approx(3.0)          # once, not 3 + 3
+    b = _P("b")
+    bash.kids = [b]
+    b.own = 1.0
+    assert tree()[0] == pytest.approx(4.0)
+    b.denied = True                                 # unreadable once: no change
+    assert tree()[0] == pytest.approx(4.0)
+    b.denied, b.own = False, 1.5
+    assert tree()[0] == pytest.approx(4.5)          # not 4 + 1.5
+    orphan = _P("orphan")
+    bash.kids = [b, orphan]
+    orphan.own = 0.5
+    assert tree()[0] == pytest.approx(5.0)
+    bash.kids = [b]                                 # re-parented to init, still running
+    orphan.own = 9.0
+    assert tree()[0] == pytest.approx(5.0)          # keeps what was counted, adds no more
+    bash.own = 0.25
+    assert tree()[0] == pytest.approx(5.25)         # and swallows nothing after

@@ -185,6 +185,8 @@ class ProcessTree:
                 t = p.cpu_times()
                 out[p] = t.user + t.system + t.children_user + t.children_system
             except (ps.NoSuchProcess, ps.AccessDenied, ps.ZombieProcess):
+                if self._prev is not None and p in self._prev and p.is_running():
+                    out[p] = self._prev[p]     # unreadable this once: no change, not gone
                 continue
             try:
                 rss += p.memory_info().rss
