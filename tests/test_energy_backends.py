@@ -103,6 +103,7 @@ def test_rapl_package_and_dram_with_wraparound(tmp_path):
     # within one 1 ms RAPL update (counter steps are apportioned by time)
     assert r.cpu_energy_j == pytest.approx(3.0 + (1_000_000 - 200 + 100) / 1e6, abs=0.01)
     assert "counter_wraparound" in r.flags
+    assert any("whole CPU package" in n for n in b.notes)   # not the command alone: says so
 
 
 def test_rapl_missing_or_unreadable_is_explained(tmp_path, monkeypatch):

@@ -224,8 +224,8 @@ def test_prometheus_text_and_mlflow_push(tmp_path, capsys, monkeypatch):
                  "prometheus"]) == 0
     text = (tmp_path / "prom" / "metrics.prom").read_text()
     fams = {f.name: f for f in text_string_to_metric_families(text)}   # parses as Prometheus
-    samples = fams["joulebound_window_energy_joules"].samples
-    total = [s for s in samples if s.labels["device"] == "gpu_total"]
+    samples = fams["joulebound_window_energy_total_joules"].samples
+    total = [s for s in samples if s.labels["scope"] == "gpu"]
     assert len(total) == 1 and total[0].labels["provenance"] == "modeled" and total[0].value > 0
     assert fams["joulebound_window_duration_seconds"].samples[0].value > 0
 

@@ -19,13 +19,19 @@ the store marks the run "lost", keeping its samples.
 
 GPU energy comes from the NVML energy counter (or integrated NVML power where a GPU has no
 counter), labeled measured, and only from a sensor; --backend simulated gives modeled figures.
-CPU package and DRAM energy come from RAPL when readable (measured), else from a model (TDP ×
-utilization, 0.375 W/GB of memory; labeled modeled, with an interval; --cpu-tdp W sets the TDP).
+CPU package and DRAM energy come from RAPL when readable (measured: the whole package), else
+from a model of the command's process tree alone (W per busy thread × its CPU-seconds, 4 W per
+thread for a CPU not in joulebound's table as in CodeCarbon 3.x; 0.375 W/GB × its resident
+memory; labeled modeled, with an interval; --cpu-tdp W sets the TDP of the visible threads).
 Measured and modeled figures are never summed. Without a GPU sensor it says so; the duration is
 always recorded (measured).
 
---carbon-intensity G_PER_KWH (or a region code: WORLD, EU, US, CN, IN, JP, DE, FR, GB, SE, NO,
-PL, CA, published 2023 grid averages) adds gCO2e beside each energy total.
+--carbon-intensity adds gCO2e beside each energy total. It takes gCO2e per kWh (350), a
+country (FR, FRA or France; every country), an aggregate (WORLD, EU, EUROPE, ASIA, OECD, ...),
+a cloud region (aws:us-east-1, gcp:europe-west4, azure:westeurope: its country's average) —
+the latest annual average published by Ember (2022-2024, CC BY 4.0; the year is printed;
+`python -m joulebound.energy.carbon --list` lists them) — or live:ZONE, the Electricity Maps
+figure of now (your key in $ELECTRICITYMAPS_API_KEY; ZONE e.g. FR, DE, US-CAL-CISO).
 
 With --db the run, its window and its power samples go to a SQLite store (WAL; samples committed
 every second), which survives the child or joulebound being killed.
@@ -55,10 +61,12 @@ def measure_command(
     backend: Annotated[str, typer.Option(
         help="auto | nvml | rapl | cpu-model | simulated | none.")] = "auto",
     cpu_tdp: Annotated[float | None, typer.Option(
-        help="TDP (W) of the CPUs for the modeled CPU energy (default: looked up, else 85 W).",
+        help="TDP (W) of the visible CPU threads for the modeled CPU energy (default: looked "
+        "up, else 4 W per thread).",
         min=0.001)] = None,
     carbon_intensity: Annotated[str | None, typer.Option(
-        help="gCO2e per kWh, or a region code (e.g. FR, US, WORLD).")] = None,
+        help="gCO2e per kWh, a country/aggregate code (FR, US, WORLD), a cloud region "
+        "(aws:us-east-1), or live:ZONE (Electricity Maps).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     kill_after: Annotated[float, typer.Option(
         help="SIGKILL the command's process group this many s after a stop signal.",
@@ -152,8 +160,9 @@ def render(res, console) -> None:  # type: ignore[no-untyped-def]
                           highlight=False)
         if w.cpu_energy_j is not None:
             iv = res.cpu_energy_interval_j
-            span = (f"; interval {iv[0]:,.1f}–{iv[1]:,.1f} J (without / with an idle floor of "
-                    "half the TDP; no held-out error: no RAPL counter to check it against)"
+            span = (f"; interval {iv[0]:,.1f}–{iv[1]:,.1f} J (the process tree alone / "
+                    "plus an idle floor of 10 % of the visible CPUs' TDP; no held-out error: no "
+                    "RAPL counter to check it against)"
                     if iv else "")
             label = ("[yellow]modeled[/]" if w.cpu_provenance == MODELED
                      else w.cpu_provenance)
@@ -189,7 +198,10 @@ the Hugging Face callback) with their windows, or export the store's tables.
 
 --export DIR writes runs, windows and samples as CSV (default) or Parquet (--format parquet), or
 every window's duration and energy as Prometheus gauges (--format prometheus: DIR/metrics.prom,
-for node_exporter's textfile collector; each series labeled with its provenance).
+for node_exporter's textfile collector): joulebound_window_energy_joules per device,
+joulebound_window_energy_total_joules per scope (gpu, cpu_dram), each labeled with its
+provenance and its nesting (depth "0": top-level windows; sum one depth only, e.g.
+sum by (run, device) (joulebound_window_energy_joules{depth="0"})).
 Status: running, finished, failed, killed (a signal; exit_code 128 + N) or lost (its process died
 without closing the run: SIGKILL, a crash; found when the store is opened, samples kept).
 The table shows each run's longest window: its duration (measured), GPU energy and CPU+DRAM

@@ -37,7 +37,8 @@ def report_command(
         "--output", "-o", help="Report folder (default: run-report-<id>, or compare-report).")
     ] = None,
     carbon_intensity: Annotated[str | None, typer.Option(
-        help="gCO2e per kWh, or a region code (e.g. FR, US, WORLD).")] = None,
+        help="gCO2e per kWh, a country/aggregate code (FR, US, WORLD), a cloud region "
+        "(aws:us-east-1), or live:ZONE (Electricity Maps).")] = None,
 ) -> None:
     from joulebound.cli._common import console
     from joulebound.core.paths import ensure_output_dir

@@ -378,6 +378,7 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
     # command's own group gets the terminal while it runs, as a shell gives it to a job
     tty = None if own_group else _foreground_terminal()
     watch = _start_watch(meter.backend.notes)
+    _charge_children_only(meter.backend)
     meter.begin_window(window, sync=False)
     try:
         proc = subprocess.Popen(list(cmd), stdout=child_stdout,
@@ -498,6 +499,16 @@ def _wait(proc: subprocess.Popen, fwd: _Forwarder, kill_after_s: float,
         if rc is not None:
             time.sleep(0.05)
     return killed
+
+
+def _charge_children_only(backend: Any) -> None:
+    """A modeled CPU part of ``backend`` counts the command's process tree, not joulebound's own
+    process (its sampling thread) that launched it."""
+    from joulebound.energy.cpu_model import CpuModelBackend
+
+    for p in [backend, *getattr(backend, "parts", [])]:
+        if isinstance(p, CpuModelBackend):
+            p.exclude_root()
 
 
 def _modeled_tdp(backend: Any) -> float | None:

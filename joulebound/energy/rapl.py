@@ -73,6 +73,9 @@ class RaplBackend(Backend):
                 self._total.append(0.0)
                 self._prev_t.append(None)
                 self._prev_e.append(None)
+        self.notes.append(
+            "CPU/DRAM energy is measured by RAPL for the whole CPU package and its DRAM: every "
+            "process on the machine, not the measured command alone")
 
     def has_counter(self, i: int) -> bool:
         return True
