@@ -25,7 +25,7 @@ def _doc(name: str) -> dict:
 
 def test_the_table_covers_every_country_with_source_licence_and_year():
     doc = _doc("carbon_intensity.toml")
-    assert "Ember" in doc["source"] and "CC BY 4.0" in doc["licence"] and doc["compiled"]
+    assert "Ember" in doc["source"] and "CC BY-SA 4.0" in doc["licence"] and "Ember" in doc["licence"] and doc["compiled"]
     rows = doc["regions"]
     iso2 = [r["iso2"] for r in rows.values() if "iso2" in r]
     assert len(iso2) >= 200 and len(set(iso2)) == len(iso2)     # every country, once

@@ -326,8 +326,10 @@ def derive_table(ember: dict[str, dict[str, Any]], commit: str, compiled: str) -
             f'{min(years)}-{max(years)}, latest year per country), via CO2.js '
             f'average-intensities.json (commit {commit[:7]} of {compiled})"\n'
             'cite = "Ember yearly electricity data, CC BY 4.0"\n'
-            'licence = "CC BY 4.0 (Ember, https://ember-climate.org/creative-commons/): '
-            'attribution Ember; this derived table is shared under the same terms"\n'
+            'licence = "CC BY-SA 4.0: the figures are Ember\'s (CC BY 4.0, '
+            'https://ember-climate.org/creative-commons/), compiled by The Green Web Foundation\'s '
+            'CO2.js, whose README states CC BY-SA 4.0 for its data; this derived table is shared '
+            'under CC BY-SA 4.0 (the stricter), attribution Ember and CO2.js"\n'
             f'url = "https://ember-energy.org/data/yearly-electricity-data/"\n'
             f'compiled = "{compiled}"\n'
             f"years = [{min(years)}, {max(years)}]\n")
