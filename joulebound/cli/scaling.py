@@ -350,6 +350,11 @@ _FLASH = typer.Option(None, "--flash-attention/--no-flash-attention", help="fuse
                       "no S² scores (FlashAttention, PyTorch SDPA, Transformer Engine); default: on for "
                       "fp16/bf16/fp8 on Ampere or newer GPUs, off otherwise")
 _OPTIM = typer.Option("adamw", "--optimizer", help="adamw | sgd")
+_FRAMEWORK = typer.Option("hf", "--framework", help="what runs the step, which sets the host time per "
+                          "kernel and the residual factor κ: hf (Hugging Face Trainer / Accelerate, eager "
+                          "PyTorch; DDP, FSDP and tp_plan's DTensor hooks measured), eager (a plain "
+                          "PyTorch loop), megatron (Megatron-LM / DeepSpeed / NeMo: fused kernels; "
+                          "calibrated on vTrain), compiled (torch.compile / CUDA graphs)")
 _CLOCKS = typer.Option(None, "--clocks", help="locked clocks CORE/MEM in MHz (default: the GPU's own "
                        "auto governor)")
 _PLIM = typer.Option(None, "--power-limit", help="board power limit (W; default the device's)")
@@ -447,7 +452,8 @@ def _print_prediction(p) -> None:
                   f"{'s' if p.nodes > 1 else ''}, {st['interconnect']['intra']}"
                   + (f" + {st['interconnect']['inter']}" if p.nodes > 1 else "") + f"); micro-batch "
                   f"{p.micro_batch}/GPU × {p.grad_accum} = global batch {p.global_batch} "
-                  f"({p.tokens_per_step:,.0f} tokens/step); {p.steps:.4g} steps", highlight=False, soft_wrap=True)
+                  f"({p.tokens_per_step:,.0f} tokens/step); {p.steps:.4g} steps; framework "
+                  f"{p.params.get('framework', 'hf')}", highlight=False, soft_wrap=True)
     console.print(f"time    {_fmt_t(p.time_s)}  (90 % interval {_fmt_t(p.time_lo_s)} – "
                   f"{_fmt_t(p.time_hi_s)}) for {what}  \\[modeled]", highlight=False, soft_wrap=True)
     console.print(f"energy  GPU {_fmt_e(p.gpu_energy_j)} ({_fmt_e(p.gpu_energy_lo_j)} – "
@@ -498,7 +504,7 @@ def predict(
     recompute: bool = _RECOMP, recompute_mode: str = _RECOMP_MODE,
     distributed_optimizer: bool = _DISTOPT, sequence_parallel: bool = _SEQPAR,
     flash_attention: bool = _FLASH, lora_rank: int = _LORA, lora_targets: str = _LORA_T,
-    optimizer: str = _OPTIM, clocks: str = _CLOCKS,
+    optimizer: str = _OPTIM, framework: str = _FRAMEWORK, clocks: str = _CLOCKS,
     power_limit: float = _PLIM, interconnect: str = _LINK, inter_node: str = _INTER,
     gpus_per_node: int = _GPN, nics_per_node: int = _NICS,
     ignore_memory: bool = typer.Option(False, "--ignore-memory", help="price a job that does not fit "
@@ -512,7 +518,8 @@ def predict(
     o = _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
               gpus_per_node, nics_per_node, tokens, hf_config, lora_rank, lora_targets,
-              recompute_mode, distributed_optimizer, sequence_parallel, flash_attention)
+              recompute_mode, distributed_optimizer, sequence_parallel, flash_attention,
+              framework=framework)
     is_law = jp.law_name(law, coefficients) is not None  # a law file selects prerun
     if jobs is not None:
         if is_law:
@@ -609,7 +616,7 @@ def advise(
     recompute: bool = _RECOMP, recompute_mode: str = _RECOMP_MODE,
     distributed_optimizer: bool = _DISTOPT, sequence_parallel: bool = _SEQPAR,
     flash_attention: bool = _FLASH, lora_rank: int = _LORA, lora_targets: str = _LORA_T,
-    optimizer: str = _OPTIM, clocks: str = _CLOCKS,
+    optimizer: str = _OPTIM, framework: str = _FRAMEWORK, clocks: str = _CLOCKS,
     power_limit: float = _PLIM, interconnect: str = _LINK, inter_node: str = _INTER,
     gpus_per_node: int = _GPN, nics_per_node: int = _NICS,
     layouts: bool = typer.Option(False, "--layouts", help="search Megatron 3D layouts instead of "
@@ -629,7 +636,8 @@ def advise(
     o = _opts(preset, model, layers, hidden, heads, seq, batch, global_batch, grad_accum, ff, vocab,
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
               gpus_per_node, nics_per_node, tokens, hf_config, lora_rank, lora_targets,
-              recompute_mode, distributed_optimizer, sequence_parallel, flash_attention)
+              recompute_mode, distributed_optimizer, sequence_parallel, flash_attention,
+              framework=framework)
     strat = tuple(s.strip() for s in strategies.split(",") if s.strip())
     if law is None and is_law_file(coefficients):
         law = "prerun"

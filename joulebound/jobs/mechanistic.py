@@ -275,6 +275,9 @@ def _cost(r: Resolved, prm: MechParams) -> _Cost:
             key = "ddp-find-unused" if fw == "hf" and not r.job.recompute else "ddp"
         f, b = WRAPPER_UNIT_KERNELS[key]
         uf, ub = f * h, b * h
+    if r.tp > 1 and fw in ("hf", "eager"):  # tensor parallelism through DTensor (tp_plan)
+        f, b = WRAPPER_UNIT_KERNELS["dtensor-tp"]
+        uf, ub = uf + f * h, ub + b * h
     return _Cost(prm.kappa_for(fw), prm.launch_s, h, uf, ub)
 
 

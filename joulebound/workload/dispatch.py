@@ -48,6 +48,11 @@ WRAPPER_UNIT_KERNELS: dict[str, tuple[float, float]] = {
     "fsdp": (2.75e-3 / 47.4e-6 / 3, 2 * 2.75e-3 / 47.4e-6 / 3),
     "ddp": (0.0, 3.6e-3 / 13 / 47.4e-6),
     "ddp-find-unused": (0.0, 7.1e-3 / 13 / 47.4e-6),
+    # DTensor tensor parallelism (Hugging Face's tp_plan): BERT-base with its six linears per
+    # layer column/row-parallel at world size 1, 57 -> 184 ms per host-bound step
+    # (docs/measurements/h200-2026-12-04-dtensor-tp.json): 10.6 ms per layer, in units of the
+    # hf host time per trace kernel (75.6 µs; that session's host speed was not measured apart)
+    "dtensor-tp": (127e-3 / 12 / 75.6e-6 / 3, 2 * 127e-3 / 12 / 75.6e-6 / 3),
 }
 
 
