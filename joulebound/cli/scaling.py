@@ -473,7 +473,8 @@ def _print_prediction(p) -> None:
                   + "  \\[modeled]", highlight=False, soft_wrap=True)
     console.print(f"covers  {p.covers}", highlight=False, style="dim", soft_wrap=True)
     if p.interval_why:
-        console.print("interval: " + "; ".join(p.interval_why), highlight=False, style="dim", soft_wrap=True)
+        console.print("interval \\[modeled]: " + " · ".join(p.interval_why), highlight=False,
+                      style="dim", soft_wrap=True)
     for w in p.warnings:
         console.print(f"[yellow]note:[/] {w}", highlight=False, soft_wrap=True)
 

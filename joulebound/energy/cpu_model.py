@@ -263,7 +263,7 @@ class CpuModelBackend(Backend):
         self._ctr: list[tuple[float | None, tuple[float, float], float]] = [(None, first, 0.0)] * 2
         self._pw: list[tuple[float | None, tuple[float, float]]] = [(None, first)] * 2
         self.notes.append(
-            "CPU/DRAM energy is modeled (no readable RAPL counter), for the measured process "
+            "CPU/DRAM energy is modeled (no readable RAPL counter), for the metered process "
             f"tree only: CPU = {self.info.w_per_thread:.2f} W x its CPU-seconds "
             f"({self.info.tdp_source}); DRAM = {DRAM_W_PER_GB} W/GB x its resident memory; "
             "other processes on the machine and its idle power are not counted")

@@ -507,7 +507,7 @@ def interval_terms(r: Resolved, step: Step | dict, prm: MechParams, device: str
     if sh_x > 0:
         why = ("pipeline point-to-point (calibrated on Perseus)" if pp_only else
                "collectives: NCCL fitted on measured tables where the link has them, datasheet "
-               "estimates otherwise; no measured multi-GPU DDP/FSDP run in the calibration data")
+               "estimates otherwise; no multi-GPU DDP/FSDP run in the calibration data")
         t["pipeline" if pp_only else "comm"] = ((sg["pipeline"] if pp_only else sg["comm"]) * sh_x,
                                                 f"communication {sh_x:.0%} of the step — {why}")
     if sh_b > 0:
@@ -515,11 +515,11 @@ def interval_terms(r: Resolved, step: Step | dict, prm: MechParams, device: str
     if sh_w > 0:
         t["wrapper"] = (sg.get("wrapper", SIGMA_WRAPPER) * sh_w,
                         f"DDP/FSDP/DTensor host work and overlap slowdown {sh_w:.0%} of the step (hooks "
-                        "measured at world size 1 on one host; slowdown a published mean)")
+                        "timed at world size 1 on one host; slowdown a literature mean)")
     missing = sorted(set(kinds(r)) - set(prm.strategies_seen))
     if missing:
         t["strategy:" + "/".join(missing)] = (
-            sg.get("strategy", 0.2), f"no measured {'/'.join(missing).upper()} run in the calibration "
+            sg.get("strategy", 0.2), f"no {'/'.join(missing).upper()} run in the calibration "
                                      "data (the collectives' overlap and efficiency are modeled only)")
     if device not in prm.devices_seen:
         t["device"] = (sg["device"], f"GPU {device} is not in the calibration data "
