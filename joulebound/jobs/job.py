@@ -51,7 +51,6 @@ DTYPES = TRAINING_DTYPES + ("fp8",)
 #: architectures whose GPUs run FlashAttention-2 (the ``--flash-attention`` default in 16-bit)
 FLASH_ARCHITECTURES = ("Ampere", "Ada", "Ada Lovelace", "Hopper", "Blackwell")
 #: the note on a job whose stack switches change its memory but not (yet) its modeled step time
-UNTIMED_NOTE = "memory modeled, step time not yet"
 #: bytes per parameter of FP8 training's weight casts (Transformer Engine keeps the FP8 weight
 #: and its transpose for the wgrad/dgrad GEMMs)
 FP8_WEIGHT_COPY_BYTES = 2
@@ -387,13 +386,6 @@ def _stack(job: Job, dtype: str, dp: int, tp: int, sharded: bool, warn: list[str
     if mode == "selective" and flash:
         warn.append("selective recompute with FlashAttention: FlashAttention stores no S² "
                     "attention tensors already, so selective recompute saves no memory")
-    untimed = [w for w, on in (("fp8 GEMMs (priced at bf16 rates)", fp8),
-                               ("selective recompute's extra attention forward", mode == "selective"),
-                               ("sequence parallelism's collectives (priced as tp all-reduces)", sp),
-                               ("the distributed optimizer's collectives and sharded optimizer step",
-                                dist)) if on]
-    if untimed:
-        warn.append(f"{UNTIMED_NOTE}: {'; '.join(untimed)}")
     return {"recompute": mode, "flash_attention": flash, "sequence_parallel": sp,
             "distributed_optimizer": dist, "fp8": fp8}
 

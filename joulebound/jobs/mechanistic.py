@@ -206,10 +206,13 @@ COVERS = ("time: wall time of the job's optimizer steps (no data loading stalls 
 def work_keys(r: Resolved) -> WorkKey:
     """The per-GPU workload of a resolved job (what one characterization covers)."""
     j = r.job
+    stack = tuple((k, True) for k, on in (("flash", r.flash_attention), ("fp8", r.fp8),
+                                          ("selective", r.recompute == "selective"),
+                                          ("sp", r.sequence_parallel)) if on)
     return WorkKey(r.arch, j.hidden, j.heads, r.ff, r.vocab, j.seq, r.micro_batch, r.dtype,
                    bool(j.recompute), r.tp, _device_name(j.device), (j.clocks or "auto"),
                    None if j.power_limit_w is None else float(j.power_limit_w),
-                   r.config.components())
+                   r.config.components(), stack)
 
 
 @lru_cache(maxsize=512)
@@ -395,7 +398,7 @@ def _optimizer_steps(r: Resolved, parts: Parts, k: _Cost,
                      stage_params: list[float]) -> list[tuple[float, float, float]]:
     """The optimizer step on each stage's GPU: (time incl. launch floor s, busy J, gap s)."""
     j = r.job
-    shard = r.dp if r.sharded else 1
+    shard = r.dp if (r.sharded or r.distributed_optimizer) else 1  # ZeRO-3 / ZeRO-1
     opt = []
     for s, ps in enumerate(stage_params):
         P = ps / r.tp / shard

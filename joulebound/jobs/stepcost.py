@@ -42,6 +42,17 @@ TP_SPLIT = ("qkv", "attproj", "fc", "permute", "unpermute", "attn_", "softmax", 
             "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "silu", "rope",
             "repeat_kv")
 PARTS = ("layer_f", "layer_b", "pre_f", "pre_b", "post_f", "post_b")
+#: the optimized-stack switches a :class:`WorkKey` carries (see :func:`_apply_stack`)
+STACK_FIELDS = ("flash", "fp8", "selective", "sp")
+#: the linear-layer GEMMs Transformer Engine runs in FP8 (forward, dgrad, wgrad); the attention
+#: core, the LM head and LoRA adapters stay in bf16
+FP8_GEMMS = ("qkv_gemm", "attproj_gemm", "fc_gemm", "fcproj_gemm", "q_proj_gemm", "k_proj_gemm",
+             "v_proj_gemm", "o_proj_gemm", "gate_proj_gemm", "up_proj_gemm", "down_proj_gemm")
+#: the attention core of a layer: forward kernels and, per forward kernel, the backward kernel
+#: that a recomputation of it joins
+ATTN_FWD = ("attn_scores_gemm", "softmax", "attn_value_gemm")
+ATTN_BWD = {"attn_scores_gemm": "attn_scores_gemm_dq", "softmax": "softmax_backward",
+            "attn_value_gemm": "attn_value_gemm_datt"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,9 @@ class WorkKey:
     #: the modern-decoder / LoRA fields (:meth:`TrainingConfig.components
     #: <joulebound.workload.config.TrainingConfig.components>`; empty for GPT-2 / BERT)
     components: tuple = ()
+    #: the optimized-stack switches that change the kernels (:data:`STACK_FIELDS` that are on:
+    #: ``flash``, ``fp8``, ``selective``, ``sp``); empty for the eager stack
+    stack: tuple = ()
 
 
 @dataclass
@@ -130,7 +144,64 @@ def _device_setup(device: str, clocks: str, power_limit_w: float | None):
 
 def _shape(k: WorkKey) -> tuple:
     return (k.arch, k.hidden, k.heads, k.ff, k.vocab, k.seq, k.micro_batch, k.dtype, k.recompute, k.tp,
-            k.components)
+            k.components, k.stack)
+
+
+def _apply_stack(tpl: list, flops: np.ndarray, nbytes: np.ndarray, a: np.ndarray, stack: tuple,
+                 split: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The optimized stack's effect on one layer's kernels (FLOPs and DRAM bytes, ``(K, n)``, after
+    the tensor-parallel split ``split`` of shapes ``a`` = hidden, heads, ff, vocab, seq, batch,
+    tp): returns each kernel's math dtype and the new FLOPs and bytes.
+
+    * ``sp`` (sequence parallelism, Korthikanti et al. 2022): the LayerNorm, residual and
+      elementwise kernels that tensor parallelism leaves replicated run on 1/tp of the sequence;
+    * ``flash`` (FlashAttention): the attention core is fused — no S² scores or probabilities in
+      DRAM (the two GEMMs read Q, K, V and write O; softmax traffic gone), and the backward
+      recomputes the scores inside its kernel (one more score GEMM);
+    * ``selective`` (selective recompute, without FlashAttention): the backward recomputes the
+      attention core's forward (scores, softmax, values);
+    * ``fp8`` (Transformer Engine): the linear layers' GEMMs at the FP8 rate, their inputs cast
+      to FP8 first (read 2 B, write 1 B per element: folded into the GEMM's bytes)."""
+    on = dict(stack)
+    names = [k.name for k in tpl]
+    dtypes = [k.dtype for k in tpl]
+    flops, nbytes = flops.copy(), nbytes.copy()
+    in_layer = np.array([k.layer == 0 and k.phase in ("forward", "backward") for k in tpl])
+    tp = a[:, 6]
+    if on.get("sp"):
+        rep = in_layer & ~split[:, 0]
+        flops[rep] /= tp
+        nbytes[rep] /= tp
+    idx: dict[str, list[int]] = {}
+    for i, n in enumerate(names):
+        if in_layer[i]:
+            idx.setdefault(n, []).append(i)  # a recomputed forward repeats the forward's names
+    tokens, d = a[:, 5] * a[:, 4], a[:, 0] / tp  # per micro-batch tokens, per-GPU width
+    qkvo = 2.0 * tokens * d  # one bf16 activation tensor of the micro-batch (bytes)
+    first = {n: v[0] for n, v in idx.items()}
+    if on.get("flash") and all(n in idx for n in ATTN_FWD):
+        for i in idx["attn_scores_gemm"] + idx["attn_value_gemm"]:
+            nbytes[i] = 2 * qkvo  # read Q, K / read V, write O: no S² tensor in DRAM
+        for i in idx["softmax"] + idx.get("softmax_backward", []):
+            nbytes[i] = 0.0  # fused into the GEMMs' kernel
+        for n in ("attn_scores_gemm_dq", "attn_scores_gemm_dk", "attn_value_gemm_datt",
+                  "attn_value_gemm_dv"):
+            for i in idx.get(n, []):
+                nbytes[i] = 2 * qkvo  # Q, K, V, O, dO in; dQ, dK, dV out (over the four)
+        for i in idx.get("attn_scores_gemm_dq", []):
+            flops[i] += flops[first["attn_scores_gemm"]]  # the backward recomputes the scores
+    elif on.get("selective") and all(n in idx for n in ATTN_FWD):
+        for n in ATTN_FWD:
+            for i in idx.get(ATTN_BWD[n], []):
+                flops[i] += flops[first[n]]
+                nbytes[i] += nbytes[first[n]]
+    if on.get("fp8"):
+        for i, n in enumerate(names):
+            if n.startswith(FP8_GEMMS) and tpl[i].category == "gemm":
+                dtypes[i] = "fp8"
+                # the GEMM's activation input cast to FP8 (read 2 B, write 1 B per element)
+                nbytes[i] = nbytes[i] + 1.5 * qkvo
+    return dtypes, flops, nbytes
 
 
 def _gqa(sh: tuple) -> bool:
@@ -150,8 +221,8 @@ def _build_shapes(shapes: Sequence[tuple]) -> None:
 
     groups: dict[tuple, list[tuple]] = {}
     for sh in shapes:
-        groups.setdefault((sh[0], sh[7], sh[8], sh[10], _gqa(sh)), []).append(sh)
-    for (arch, dtype, rec, comp, _), shs in groups.items():
+        groups.setdefault((sh[0], sh[7], sh[8], sh[10], _gqa(sh), sh[11]), []).append(sh)
+    for (arch, dtype, rec, comp, _, stack), shs in groups.items():
         a = np.array([sh[1:7] + (sh[9],) for sh in shs], float)
         tpl, flops, nbytes, n_params = build_table(arch, 1, dtype, rec, hidden=a[:, 0], heads=a[:, 1],
                                                    ff=a[:, 2], vocab=a[:, 3], seq=a[:, 4], batch=a[:, 5],
@@ -159,6 +230,12 @@ def _build_shapes(shapes: Sequence[tuple]) -> None:
         split = np.array([k.name.startswith(TP_SPLIT) for k in tpl])[:, None]
         flops = np.where(split, flops / a[:, 6], flops)
         nbytes = np.where(split, nbytes / a[:, 6], nbytes)
+        dtypes = [k.dtype for k in tpl]
+        if stack:
+            dtypes, flops, nbytes = _apply_stack(tpl, flops, nbytes, a, stack, split)
+            from dataclasses import replace as _replace
+
+            tpl = [_replace(k, dtype=dt) if dt != k.dtype else k for k, dt in zip(tpl, dtypes, strict=True)]
         sig = (arch, rec, len(tpl), comp)
         if sig not in _STRUCTURES:  # same architecture: the same kernel sequence
             _STRUCTURES[sig] = _masks(tpl)
