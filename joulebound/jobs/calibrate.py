@@ -107,7 +107,7 @@ def mayaki_obs(data: Path) -> list[Obs]:
     for r in df.itertuples():
         job = Job(layers=int(r.layers), hidden=int(r.hidden), heads=int(r.heads), seq=int(r.seq),
                   arch="gpt" if r.arch == "gpt" else "bert", ff=2048, vocab=1000, batch=int(r.batch),
-                  dtype="tf32", device=str(r.device), name=f"mayaki/{r.family}")
+                  dtype="tf32", device=str(r.device), name=f"mayaki/{r.family}", flash_attention=False)
         out.append(Obs("mayaki_ecai2025", f"{r.device}/{r.family}", job, float(r.time_s),
                        float(r.energy_j), "codecarbon"))
     return out
@@ -131,7 +131,7 @@ def zeus_obs(data: Path) -> list[Obs]:
         for r in raw.itertuples():
             t = float(r.time_per_epoch) * int(r.batch_size) / meta["samples"]
             job = Job(layers=12, hidden=768, heads=12, seq=meta["seq"], arch="bert", ff=3072,
-                      vocab=30522, batch=int(r.batch_size), dtype=dtype, device=dev,
+                      vocab=30522, batch=int(r.batch_size), dtype=dtype, device=dev, flash_attention=False,
                       power_limit_w=float(r.power_limit), name=f"zeus/{dev}/b{r.batch_size}")
             out.append(Obs("zeus_nsdi23", f"{dev}/b{r.batch_size}", job, t,
                            t * float(r.average_power), "nvml",
@@ -199,7 +199,7 @@ def perseus_obs(data: Path) -> list[Obs]:
                   vocab=_PERSEUS_VOCAB[r.family], batch=int(w.microbatch_size),
                   grad_accum=int(w.num_microbatches), dtype="fp16", recompute=True,
                   device=str(r.device), gpus=int(r.gpus), strategy="pp", tp=int(w.tp), pp=int(w.pp),
-                  pp_stages=stages, gpus_per_node=4, inter_node="ib-hdr",
+                  pp_stages=stages, gpus_per_node=4, inter_node="ib-hdr", flash_attention=False,
                   name=f"perseus/{gpu}/{r.family}")
         out.append(Obs("perseus", f"{gpu}/{r.family}", job, float(r.time_s), float(r.energy_j),
                        "nvml", {"origin": getattr(r, "origin", "")}))
@@ -210,7 +210,8 @@ def perseus_obs(data: Path) -> list[Obs]:
 #: 800 Gb/s InfiniBand per node (4 × HDR), NVLink 3 inside a node, fp16 mixed precision
 #: (Megatron's default; not stated upstream), full activation recomputation (``use_checkpoint``),
 #: 1F1B, gradients all-reduced after the backward pass (``use_gradient_bucket`` false), GPT-2's
-#: 50,257-token vocabulary padded to a multiple of 128·tp (Megatron's default)
+#: 50,257-token vocabulary padded to a multiple of 128·tp (Megatron's default); the eager
+#: attention of 2022's Megatron-DeepSpeed (fused softmax, no FlashAttention)
 VTRAIN_DEVICE = "a100-sxm4-80gb"
 
 
@@ -241,7 +242,7 @@ def vtrain_obs(data: Path) -> list[Obs]:
                       dtype="fp16", recompute=True, device=VTRAIN_DEVICE, gpus=tp * dp * pp,
                       strategy="ddp" if dp > 1 else ("pp" if pp > 1 else "tp"), tp=tp, pp=pp,
                       interconnect="nvlink3", inter_node="ib-hdr", gpus_per_node=8, nics_per_node=4,
-                      framework="megatron", name=f"vtrain/{size}")
+                      framework="megatron", flash_attention=False, name=f"vtrain/{size}")
             out.append(Obs("vtrain", size, job, float(row["iteration time (ms)"]) / 1e3, float("nan"),
                            "none", {"node": kind, "gpus": tp * dp * pp}))
     return out

@@ -31,7 +31,8 @@ fitted by :mod:`joulebound.jobs.calibrate` on the open measured data):
      + 2(p−1)·t_p2p``, then the data-parallel all-reduce of each stage's gradients after the flush.
 5. **Waiting power** ``P_wait = ρ·P_idle`` (``ρ`` calibrated): the power of a GPU that waits —
    on communication, in pipeline bubbles, in launch gaps and host overhead.
-6. **Host** CPU + DRAM power per GPU (:mod:`joulebound.jobs.host`), a separate labeled term.
+6. **Host** CPU + DRAM power per GPU (:mod:`joulebound.jobs.host`), a separate labeled term;
+   for HGX / DGX nodes the whole node but its GPUs (published for H100, scaled for the others).
 
 Energy per step: ``Σ_GPUs [κ·ΣE_k + P_wait·(t_step − busy)]`` (GPU boards, what NVML counts) plus
 host power × GPUs × step time. Everything returned is **modeled** and carries a 90 % interval
@@ -195,8 +196,9 @@ class Step:
 COVERS = ("time: wall time of the job's optimizer steps (no data loading stalls beyond the "
           "calibrated per-step overhead, no evaluation, checkpoints or start-up); gpu energy: the "
           "GPU boards of all GPUs, what NVML's energy counter measures; host energy: CPU package + "
-          "DRAM of the hosts, modeled per GPU; total = gpu + host (no network switches, cooling or "
-          "PUE)")
+          "DRAM of the hosts, modeled per GPU (HGX / DGX nodes: the whole node but its GPUs — CPUs, "
+          "DRAM, fans, NVSwitches, NICs, power supplies); total = gpu + host (no network switches "
+          "between nodes, cooling or PUE)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,6 +230,13 @@ def _fabric(device: str, intra: str | None, inter: str | None, gpn: int, nics: i
     from joulebound.hw.catalog import get_device
 
     return Fabric.make(intra or get_device(device).interconnect, inter, gpn, nics, scale)
+
+
+def _host(r: Resolved, prm: MechParams) -> HostPower:
+    """The host power per GPU of the job's node (:func:`~joulebound.jobs.host.node_host`)."""
+    from joulebound.jobs.host import node_host
+
+    return node_host(_device_name(r.job.device), prm.host)
 
 
 def fabric_for(r: Resolved, comm_eff_scale: float = 1.0) -> Fabric:
@@ -461,7 +470,7 @@ def compose(r: Resolved, parts: Parts, prm: MechParams, fabric: Fabric,
     return Step(time_s=step_t, compute_s=max(compute, 0.0), overhead_s=gaps + prm.step_s,
                 comm_s=comm_exposed, bubble_s=bubble, gpu_energy_j=busy_e + wait_e,
                 busy_energy_j=busy_e, wait_energy_j=wait_e,
-                host_energy_j=prm.host.total_w * n * step_t, comm_energy_j=p_wait * n * comm_exposed,
+                host_energy_j=_host(r, prm).total_w * n * step_t, comm_energy_j=p_wait * n * comm_exposed,
                 wait_power_w=p_wait, comm_detail=detail, wrapper_s=wrapper)
 
 
@@ -684,5 +693,6 @@ def to_prediction(r: Resolved, st: Step, mem: MemoryEstimate, prm: MechParams,
         step=step, memory=mem.to_json(), fits_memory=mem.fits, interval_why=why, warnings=warn,
         covers=COVERS, params={"framework": j.framework, "kappa": prm.kappa_for(j.framework),
                                "host_s_per_kernel": prm.host_for(j.framework), "step_s": prm.step_s,
-                               "wait_ratio": prm.wait_ratio, "host_w_per_gpu": prm.host.total_w,
+                               "wait_ratio": prm.wait_ratio, "host_w_per_gpu": _host(r, prm).total_w,
+                               "host_source": _host(r, prm).source,
                                "calibration": prm.provenance.get("calibration")})
