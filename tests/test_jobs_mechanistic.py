@@ -31,7 +31,7 @@ IDEAL = MechParams(kappa=1.0, launch_s=1e-12, step_s=0.0, wait_ratio=1.0)
                                                        ("gpt", 6, 512, 8, "bf16", True)])
 def test_one_layer_parts_reproduce_the_full_trace_on_the_gpu_model(arch, L, d, h, dtype, rec):
     job = Job(arch=arch, layers=L, hidden=d, heads=h, seq=256, batch=4, dtype=dtype, recompute=rec,
-              device="a40")
+              device="a40", flash_attention=False)  # the full trace is the eager attention
     r = resolve(job)
     parts = characterize_parts([work_keys(r)])[work_keys(r)]
     st = compose(r, parts, IDEAL, fabric_for(r))
