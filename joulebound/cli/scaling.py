@@ -350,11 +350,12 @@ _FLASH = typer.Option(None, "--flash-attention/--no-flash-attention", help="fuse
                       "no S² scores (FlashAttention, PyTorch SDPA, Transformer Engine); default: on for "
                       "fp16/bf16/fp8 on Ampere or newer GPUs, off otherwise")
 _OPTIM = typer.Option("adamw", "--optimizer", help="adamw | sgd")
-_FRAMEWORK = typer.Option("hf", "--framework", help="what runs the step, which sets the host time per "
+_FRAMEWORK = typer.Option(None, "--framework", help="what runs the step, which sets the host time per "
                           "kernel and the residual factor κ: hf (Hugging Face Trainer / Accelerate, eager "
-                          "PyTorch; DDP, FSDP and tp_plan's DTensor hooks measured), eager (a plain "
-                          "PyTorch loop), megatron (Megatron-LM / DeepSpeed / NeMo: fused kernels; "
-                          "calibrated on vTrain), compiled (torch.compile / CUDA graphs)")
+                          "PyTorch; DDP, FSDP and tp_plan's DTensor hooks measured; the default), eager "
+                          "(a plain PyTorch loop), megatron (Megatron-LM / DeepSpeed / NeMo: fused "
+                          "kernels; calibrated on vTrain; the default of advise --layouts), compiled "
+                          "(torch.compile / CUDA graphs)")
 _CLOCKS = typer.Option(None, "--clocks", help="locked clocks CORE/MEM in MHz (default: the GPU's own "
                        "auto governor)")
 _PLIM = typer.Option(None, "--power-limit", help="board power limit (W; default the device's)")
@@ -505,7 +506,7 @@ def predict(
     recompute: bool = _RECOMP, recompute_mode: str = _RECOMP_MODE,
     distributed_optimizer: bool = _DISTOPT, sequence_parallel: bool = _SEQPAR,
     flash_attention: bool = _FLASH, lora_rank: int = _LORA, lora_targets: str = _LORA_T,
-    optimizer: str = _OPTIM, framework: str = _FRAMEWORK, clocks: str = _CLOCKS,
+    optimizer: str = _OPTIM, framework: str | None = _FRAMEWORK, clocks: str = _CLOCKS,
     power_limit: float = _PLIM, interconnect: str = _LINK, inter_node: str = _INTER,
     gpus_per_node: int = _GPN, nics_per_node: int = _NICS,
     ignore_memory: bool = typer.Option(False, "--ignore-memory", help="price a job that does not fit "
@@ -520,7 +521,7 @@ def predict(
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
               gpus_per_node, nics_per_node, tokens, hf_config, lora_rank, lora_targets,
               recompute_mode, distributed_optimizer, sequence_parallel, flash_attention,
-              framework=framework)
+              framework=framework or "hf")
     is_law = jp.law_name(law, coefficients) is not None  # a law file selects prerun
     if jobs is not None:
         if is_law:
@@ -617,7 +618,7 @@ def advise(
     recompute: bool = _RECOMP, recompute_mode: str = _RECOMP_MODE,
     distributed_optimizer: bool = _DISTOPT, sequence_parallel: bool = _SEQPAR,
     flash_attention: bool = _FLASH, lora_rank: int = _LORA, lora_targets: str = _LORA_T,
-    optimizer: str = _OPTIM, framework: str = _FRAMEWORK, clocks: str = _CLOCKS,
+    optimizer: str = _OPTIM, framework: str | None = _FRAMEWORK, clocks: str = _CLOCKS,
     power_limit: float = _PLIM, interconnect: str = _LINK, inter_node: str = _INTER,
     gpus_per_node: int = _GPN, nics_per_node: int = _NICS,
     layouts: bool = typer.Option(False, "--layouts", help="search Megatron 3D layouts instead of "
@@ -638,7 +639,7 @@ def advise(
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
               gpus_per_node, nics_per_node, tokens, hf_config, lora_rank, lora_targets,
               recompute_mode, distributed_optimizer, sequence_parallel, flash_attention,
-              framework=framework)
+              framework=framework or ("megatron" if layouts else "hf"))
     strat = tuple(s.strip() for s in strategies.split(",") if s.strip())
     if law is None and is_law_file(coefficients):
         law = "prerun"
