@@ -33,3 +33,32 @@ def test_llama2_13b_on_an_hgx_h100_node_draws_about_the_measured_power():
     node_kw = p.total_energy_j / p.time_s / 1e3
     assert 0.85 * PEAK_KW <= node_kw <= PEAK_KW * 1.02, node_kw
     assert p.params["host_w_per_gpu"] == pytest.approx(350.0)
+
+
+def test_an_hgx_node_talks_over_its_own_compute_fabric():
+    from joulebound.jobs.job import Job, resolve
+    from joulebound.jobs.mechanistic import fabric_for
+
+    kw = dict(arch="gpt", layers=4, hidden=1024, heads=16, seq=512, batch=2, gpus=16, strategy="ddp")
+    h = fabric_for(resolve(Job(**kw, device="h100-sxm")))
+    assert (h.inter.name, h.nics_per_node) == ("ib-ndr", 8)  # DGX H100: 8 × ConnectX-7 400 Gb/s
+    a = fabric_for(resolve(Job(**kw, device="a100-sxm4-80gb")))
+    assert (a.inter.name, a.nics_per_node) == ("ib-hdr", 8)  # DGX A100: 8 × ConnectX-6 200 Gb/s
+    p = fabric_for(resolve(Job(**kw, device="a40")))
+    assert (p.inter.name, p.nics_per_node) == ("ib-hdr", 1)  # a PCIe server: no node assumed
+    own = fabric_for(resolve(Job(**kw, device="h100-sxm", inter_node="eth-25g", nics_per_node=2)))
+    assert (own.inter.name, own.nics_per_node) == ("eth-25g", 2)  # the user's word wins
+
+
+def test_megatron_distributed_optimizer_overlaps_the_data_parallel_collectives():
+    from joulebound.jobs.job import Job
+    from joulebound.jobs.mechanistic import predict_jobs
+
+    kw = dict(arch="gpt", layers=24, hidden=4096, heads=32, seq=2048, vocab=50257, batch=1,
+              global_batch=256, gpus=64, tp=4, pp=2, device="h100-sxm", framework="megatron",
+              dtype="bf16")
+    plain, dist = predict_jobs([Job(**kw), Job(**kw, distributed_optimizer=True)])
+    d0, d1 = plain.step["comm_detail"], dist.step["comm_detail"]
+    assert d0["dp_exposed_s"] == pytest.approx(d0["dp_allreduce_s"])  # vTrain-era: after backward
+    assert d1["dp_exposed_s"] < 0.5 * d1["dp_allreduce_s"]  # overlapped with the backward
+    assert dist.time_s < plain.time_s

@@ -47,29 +47,21 @@ DEFAULT_HOST = HostPower(17.0, 10.0, "Mayaki ECAI 2025 CodeCarbon CPU/RAM shares
 #: 8 × 700 W GPU boards = 2.8 kW of CPUs, DRAM, fans, NVSwitches, NICs and power supplies: 350 W
 #: per GPU at full load (an upper figure: the GPUs' share at the peak is their board limit)
 HGX_H100_REST_W = 350.0
-#: rated power of the non-GPU part of DGX nodes (system rating − 8 × GPU board power, NVIDIA DGX
-#: datasheets), relative to the DGX H100's 10.2 kW − 5.6 kW: scales the H100 measurement to the
-#: other HGX generations (estimate)
-_DGX_REST_RATED_KW = {"h100": 10.2 - 5.6, "a100": 6.5 - 3.2, "b200": 14.3 - 8.0, "v100": 3.5 - 2.4}
-#: the catalog GPUs built into HGX / DGX nodes and their generation
-HGX_DEVICES = {"h100-sxm": "h100", "h200-sxm": "h100", "a100-sxm4-80gb": "a100",
-               "a100-sxm4-40gb": "a100", "b200": "b200", "v100-sxm2": "v100"}
-#: the two Xeon 8480C (350 W TDP each) of a DGX H100, per GPU: the CPU share of the 350 W
-_HGX_CPU_W = 2 * 350.0 / 8
-
-
 def node_host(device: str, default: HostPower) -> HostPower:
-    """The host power per GPU of ``device``'s node: an HGX / DGX node's measured non-GPU power
-    (H100, published; other generations scaled by their datasheet ratings, estimate), else
-    ``default`` (the workstation / PCIe-server CPU + DRAM figure of the calibration)."""
-    gen = HGX_DEVICES.get(device)
-    if gen is None:
+    """The host power per GPU of ``device``'s node: an HGX / DGX node's non-GPU power (H100:
+    published measurement; other generations scaled by their datasheets' non-GPU rating,
+    :mod:`joulebound.hw.nodes`; estimate), else ``default`` (the workstation / PCIe-server CPU +
+    DRAM figure of the calibration)."""
+    from joulebound.hw.nodes import DGX_H100, node_of
+
+    node = node_of(device)
+    if node is None:
         return default
-    rest = HGX_H100_REST_W * _DGX_REST_RATED_KW[gen] / _DGX_REST_RATED_KW["h100"]
-    cpu = _HGX_CPU_W * rest / HGX_H100_REST_W
+    rest = HGX_H100_REST_W * node.rest_rated_kw / DGX_H100.rest_rated_kw
+    cpu = min(node.cpu_tdp_w / 8, rest)  # the CPUs' TDP per GPU; the rest: DRAM, fans, switches
     how = ("published: 8×H100 HGX node at 8.4 kW training Llama2-13b (Latif et al. 2025) minus "
-           "the GPU boards" if gen == "h100" else
-           f"estimate: the H100 HGX figure scaled by the DGX {gen.upper()} datasheet's non-GPU rating")
+           "the GPU boards" if node is DGX_H100 else
+           f"estimate: the H100 HGX figure scaled by the {node.name} datasheet's non-GPU rating")
     return HostPower(round(cpu, 1), 0.0, f"{how}; CPUs, DRAM, fans, NVSwitches, NICs, power supplies "
                      "per GPU of an HGX node", round(rest - cpu, 1))
 

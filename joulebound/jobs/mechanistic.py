@@ -228,7 +228,11 @@ def _device_name(device: str) -> str:
 def _fabric(device: str, intra: str | None, inter: str | None, gpn: int, nics: int,
             scale: float) -> Fabric:
     from joulebound.hw.catalog import get_device
+    from joulebound.hw.nodes import node_of
 
+    node = node_of(device)
+    if inter is None and node is not None:  # an HGX / DGX node: its compute-fabric NICs
+        inter, nics = node.nic, (node.nics if nics == 1 else nics)
     return Fabric.make(intra or get_device(device).interconnect, inter, gpn, nics, scale)
 
 
@@ -241,7 +245,9 @@ def _host(r: Resolved, prm: MechParams) -> HostPower:
 
 def fabric_for(r: Resolved, comm_eff_scale: float = 1.0) -> Fabric:
     """The job's fabric: ``--interconnect`` or the catalog's link for the GPU inside a node,
-    ``--inter-node`` (default InfiniBand HDR) between nodes of ``--gpus-per-node`` (default 8)."""
+    ``--inter-node`` between nodes of ``--gpus-per-node`` (default 8). Without ``--inter-node``:
+    an SXM GPU's HGX / DGX node's compute fabric (:mod:`joulebound.hw.nodes`: e.g. 8 × NDR 400
+    Gb/s for H100), else one InfiniBand HDR NIC per node."""
     j = r.job
     return _fabric(j.device, j.interconnect, j.inter_node, j.gpus_per_node or 8, j.nics_per_node,
                    comm_eff_scale)
@@ -381,13 +387,23 @@ def _dp_exposed(r: Resolved, parts: Parts, k: _Cost, cm: JobComm,
                 detail: dict) -> float:
     """The data-parallel gradient all-reduce (DDP, or dp across tp/pp groups) not hidden behind
     the backward pass (s): bucketed, the last bucket always exposed; 0 without it. Megatron
-    (without ``--overlap-grad-reduce``, as vTrain's runs: ``use_gradient_bucket`` false)
-    all-reduces after the backward pass: all of it exposed."""
+    without the distributed optimizer (as vTrain's runs: ``use_gradient_bucket`` false)
+    all-reduces after the backward pass: all of it exposed; with it (Megatron-core's recipes
+    overlap the reduce-scatter and the all-gather) it hides behind a micro-batch's backward."""
     if not (r.dp > 1 and not r.sharded):
         return 0.0
     j = r.job
     c, nb, t_ar = cm.dp_bucket_s, cm.dp_buckets, cm.dp_allreduce_s
-    if r.pp == 1 and j.framework != "megatron":
+    if j.framework == "megatron" and r.distributed_optimizer:
+        # Megatron-core's distributed optimizer with --overlap-grad-reduce / --overlap-param-gather
+        # (its standard recipes): the gradients' reduce-scatter rides the last micro-batch's
+        # backward of the stage, the parameters' all-gather the next forward — what is left is
+        # the part longer than that backward, and at least one bucket
+        lb = _part(parts, "layer_b", k)
+        b_last = (lb.t + cm.tp_layer_b_s) * max(r.stages)
+        dp_exposed = max(c, t_ar - b_last)
+        detail["dp_hidden_s"] = max(t_ar - dp_exposed, 0.0)
+    elif r.pp == 1 and j.framework != "megatron":
         lb = _part(parts, "layer_b", k)
         pre_b, post_b = _part(parts, "pre_b", k), _part(parts, "post_b", k)
         b_last = (lb.t + cm.tp_layer_b_s) * j.layers + pre_b.t + post_b.t
