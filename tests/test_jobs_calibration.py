@@ -52,7 +52,7 @@ def test_observations_cover_every_open_data_set(prep):
         "mayaki_ecai2025": 1576, "perseus": 14, "zeus_nsdi23": 199, "vtrain": 1549}
     assert {pa.key.device for pa in prep.parts} == {"a100-pcie-80gb", "a40", "p100-pcie", "rtx2080ti",
                                                     "rtx6000", "v100-pcie", "a100-sxm4-80gb"}
-    fw = {o.dataset: r.job.framework for o, r in zip(prep.obs, prep.resolved, strict=True)}
+    fw = {o.dataset: r.framework for o, r in zip(prep.obs, prep.resolved, strict=True)}
     assert fw == {"mayaki_ecai2025": "hf", "perseus": "hf", "zeus_nsdi23": "hf", "vtrain": "megatron"}
     per = [r for r, o in zip(prep.resolved, prep.obs, strict=True) if r.pp > 1 and o.dataset == "perseus"]
     assert {(r.dp, r.tp, r.pp) for r in per} == {(1, 1, 4), (1, 1, 8), (2, 2, 4)}

@@ -152,3 +152,14 @@ def test_wrapper_host_cost_reproduces_the_measured_gpu_bound_penalty():
         m = meas[(kind, 8)] - meas[("bare", 8)]
         assert m / 2 <= added[kind] <= 2 * m, (kind, added[kind], m)
     assert added["fsdp2"] > 5 * added["ddp-find-unused"]
+
+
+def test_megatron_only_switches_imply_the_megatron_framework_unless_told():
+    kw = dict(arch="gpt", layers=4, hidden=1024, heads=16, seq=512, batch=2, gpus=4, tp=2,
+              device="h100-sxm")
+    assert resolve(Job(**kw)).framework == "hf"  # the default
+    r = resolve(Job(**kw, sequence_parallel=True))
+    assert r.framework == "megatron" and any("framework megatron assumed" in w for w in r.warnings)
+    told = resolve(Job(**kw, sequence_parallel=True, framework="hf"))
+    assert told.framework == "hf" and not any("assumed" in w for w in told.warnings)
+    assert resolve(Job(**{**kw, "dtype": "fp8"})).framework == "megatron"

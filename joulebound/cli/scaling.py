@@ -521,7 +521,7 @@ def predict(
               dtype, recompute, optimizer, device, clocks, power_limit, interconnect, inter_node,
               gpus_per_node, nics_per_node, tokens, hf_config, lora_rank, lora_targets,
               recompute_mode, distributed_optimizer, sequence_parallel, flash_attention,
-              framework=framework or "hf")
+              framework=framework)
     is_law = jp.law_name(law, coefficients) is not None  # a law file selects prerun
     if jobs is not None:
         if is_law:

@@ -336,7 +336,7 @@ class _Fast:
         n = len(prep)
         self.opt = np.zeros((n, 5))  # c0+c1·P+ovh (s), same for J, floor kernels, sgd factor, m
         self.idle = np.array([pa.idle_w for pa in prep.parts])
-        self.framework = np.array([r.job.framework for r in prep.resolved])
+        self.framework = np.array([r.framework for r in prep.resolved])
         for i in np.flatnonzero(self.single):
             r, pa = prep.resolved[i], prep.parts[i]
             m, L = r.grad_accum, r.job.layers
@@ -497,7 +497,7 @@ def fit(prep: Prepared, base: MechParams | None = None, framework_known: bool = 
 
 def _dataset_frameworks(prep: Prepared) -> dict[str, str]:
     """The ``--framework`` of each data set's runs (one per data set)."""
-    return {str(o.dataset): str(r.job.framework) for o, r in zip(prep.obs, prep.resolved, strict=True)}
+    return {str(o.dataset): str(r.framework) for o, r in zip(prep.obs, prep.resolved, strict=True)}
 
 
 #: bounds of a fitted host dispatch time per analytic-trace kernel (s)
@@ -572,7 +572,7 @@ def _framework_entries(fws: dict[str, dict], sig: dict[str, float], prep: Prepar
     from joulebound.workload.dispatch import DISPATCH_S, FRAMEWORKS
 
     ds_fw = _dataset_frameworks(prep)
-    fw_rows = np.array([r.job.framework for r in prep.resolved])
+    fw_rows = np.array([r.framework for r in prep.resolved])
     out: dict[str, dict] = {}
     for name, e in fws.items():
         sets = sorted(d for d, f in ds_fw.items() if f == name)

@@ -119,7 +119,7 @@ class Job:
     sequence_parallel: bool = False
     flash_attention: bool | None = None
     selective_recompute: bool = False
-    framework: str = DEFAULT_FRAMEWORK
+    framework: str | None = None
 
     def __init__(self, layers: Any = _UNSET, hidden: Any = _UNSET, heads: Any = _UNSET,
                  seq: Any = _UNSET, arch: Any = _UNSET, ff: Any = _UNSET, vocab: Any = _UNSET,
@@ -133,7 +133,7 @@ class Job:
                  nics_per_node: int = 1, tokens: float | None = None, name: Any = _UNSET, *,
                  config: TrainingConfig | None = None, distributed_optimizer: Any = False,
                  sequence_parallel: Any = False, flash_attention: Any = None,
-                 selective_recompute: Any = False, framework: str = DEFAULT_FRAMEWORK,
+                 selective_recompute: Any = False, framework: str | None = None,
                  **model: Any) -> None:
         unknown = sorted(set(model) - set(MODEL_FIELDS))
         if unknown:
@@ -258,8 +258,10 @@ class Resolved:
     filled in), :attr:`sequence_parallel` (only with tp > 1), :attr:`distributed_optimizer`
     (only with dp > 1 and not FSDP, which shards the optimizer state already) and :attr:`fp8`
     (``dtype="fp8"``: the config's dtype is ``bf16``, the precision of everything but the FP8
-    GEMMs). Memory (:func:`memory`) models all of them; the step time models full recompute
-    only (see docs/advise.md)."""
+    GEMMs). Memory (:func:`memory`) and the step time model all of them (see docs/advise.md).
+    :attr:`framework`: the job's ``--framework``, or the one its switches imply (Megatron-only
+    ones: sequence parallelism, the distributed optimizer, selective recompute, FP8) — else
+    ``hf``."""
 
     job: Job
     config: TrainingConfig
@@ -277,6 +279,7 @@ class Resolved:
     sequence_parallel: bool = False
     distributed_optimizer: bool = False
     fp8: bool = False
+    framework: str = DEFAULT_FRAMEWORK
 
     arch = property(lambda self: self.config.arch)
     ff = property(lambda self: self.config.ff)
@@ -334,7 +337,6 @@ def resolve(job: Job) -> Resolved:
     (the checks run in a fixed order: shape, parallelism, batch, then the totals)."""
     warn: list[str] = []
     arch, L, d, h, S, ff, V, dtype = _shape(job)
-    get_framework(job.framework)  # an unknown framework is refused with the known ones
     n = _int("gpus", job.gpus)
     strategy, dp, tp, pp = _degrees(job, n, L, d, h, ff, warn)
     sharded = strategy == "fsdp"
@@ -350,8 +352,25 @@ def resolve(job: Job) -> Resolved:
     _check_totals(job, params)
     if dp > 1 and gb // dp < 1:
         raise JouleboundError("global batch smaller than the data-parallel ranks")
+    framework = _framework(job, stack, warn)
     return Resolved(job, cfg, strategy if n > 1 else "single", dp, tp, pp, sharded, stages,
-                    float(params), float(gb * S), tuple(warn), **stack)
+                    float(params), float(gb * S), tuple(warn), **stack, framework=framework)
+
+
+def _framework(job: Job, stack: dict, warn: list[str]) -> str:
+    """The job's framework: the one it names (unknown names refused), else ``megatron`` when it
+    uses switches only Megatron-class frameworks have (said in ``warn``), else ``hf``."""
+    if job.framework is not None:
+        return get_framework(job.framework).name
+    megatron_only = [w for w, on in (("--sequence-parallel", stack["sequence_parallel"]),
+                                     ("--distributed-optimizer", stack["distributed_optimizer"]),
+                                     ("--recompute-mode selective", stack["recompute"] == "selective"),
+                                     ("--dtype fp8", stack["fp8"])) if on]
+    if megatron_only:
+        warn.append(f"framework megatron assumed ({', '.join(megatron_only)} are Megatron / "
+                    "Transformer Engine features); pass --framework to say which runs the job")
+        return "megatron"
+    return DEFAULT_FRAMEWORK
 
 
 def _stack(job: Job, dtype: str, dp: int, tp: int, sharded: bool, warn: list[str]) -> dict:

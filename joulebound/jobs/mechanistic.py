@@ -283,7 +283,7 @@ class _Cost(NamedTuple):
 def _cost(r: Resolved, prm: MechParams) -> _Cost:
     from joulebound.workload.dispatch import WRAPPER_UNIT_KERNELS
 
-    fw = r.job.framework
+    fw = r.framework
     h = prm.host_for(fw)
     uf = ub = 0.0
     if r.dp > 1 and fw in ("hf", "eager"):  # PyTorch DDP / FSDP hooks (Megatron has its own)
@@ -394,7 +394,7 @@ def _dp_exposed(r: Resolved, parts: Parts, k: _Cost, cm: JobComm,
         return 0.0
     j = r.job
     c, nb, t_ar = cm.dp_bucket_s, cm.dp_buckets, cm.dp_allreduce_s
-    if j.framework == "megatron" and r.distributed_optimizer:
+    if r.framework == "megatron" and r.distributed_optimizer:
         # Megatron-core's distributed optimizer with --overlap-grad-reduce / --overlap-param-gather
         # (its standard recipes): the gradients' reduce-scatter rides the last micro-batch's
         # backward of the stage, the parameters' all-gather the next forward — what is left is
@@ -403,7 +403,7 @@ def _dp_exposed(r: Resolved, parts: Parts, k: _Cost, cm: JobComm,
         b_last = (lb.t + cm.tp_layer_b_s) * max(r.stages)
         dp_exposed = max(c, t_ar - b_last)
         detail["dp_hidden_s"] = max(t_ar - dp_exposed, 0.0)
-    elif r.pp == 1 and j.framework != "megatron":
+    elif r.pp == 1 and r.framework != "megatron":
         lb = _part(parts, "layer_b", k)
         pre_b, post_b = _part(parts, "pre_b", k), _part(parts, "post_b", k)
         b_last = (lb.t + cm.tp_layer_b_s) * j.layers + pre_b.t + post_b.t
@@ -520,7 +520,7 @@ def interval_terms(r: Resolved, step: Step | dict, prm: MechParams, device: str
         return float(step[k] if isinstance(step, dict) else getattr(step, k))
 
     sg = prm.sigma
-    fw = r.job.framework
+    fw = r.framework
     s_compute = float(prm.frameworks.get(fw, {}).get("sigma_compute", sg["compute"]))
     T = max(get("time_s"), 1e-30)
     sh_c, sh_o, sh_x = get("compute_s") / T, get("overhead_s") / T, get("comm_s") / T
@@ -707,8 +707,8 @@ def to_prediction(r: Resolved, st: Step, mem: MemoryEstimate, prm: MechParams,
         total_energy_j=Etot, total_energy_lo_j=Etot / fe,
         total_energy_hi_j=Etot * fe, energy_per_token_j=Etot / (r.tokens_per_step * steps),
         step=step, memory=mem.to_json(), fits_memory=mem.fits, interval_why=why, warnings=warn,
-        covers=COVERS, params={"framework": j.framework, "kappa": prm.kappa_for(j.framework),
-                               "host_s_per_kernel": prm.host_for(j.framework), "step_s": prm.step_s,
+        covers=COVERS, params={"framework": r.framework, "kappa": prm.kappa_for(r.framework),
+                               "host_s_per_kernel": prm.host_for(r.framework), "step_s": prm.step_s,
                                "wait_ratio": prm.wait_ratio, "host_w_per_gpu": _host(r, prm).total_w,
                                "host_source": _host(r, prm).source,
                                "calibration": prm.provenance.get("calibration")})
