@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test browser bench lint wheel clean
+.PHONY: venv demo test browser bench lint wheel clean attack
 
 venv: $(STAMP)
 
@@ -47,6 +47,14 @@ browser:
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e ".[bench]"
 	$(BIN)/python -m benchmarks.run_all
+
+# the clock-control attacks of issue 30 (lock hijack, stop signals, helper restarts, flooding
+# clients, crashing training processes), repeated ATTACK_ROUNDS times (default 20): the races
+# they probe show up over many rounds, not in one (`make test` runs each once)
+attack: $(STAMP)
+	@for i in $$(seq 1 $${ATTACK_ROUNDS:-20}); do echo "attack round $$i"; \
+	  $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_runtime_helper_robust.py \
+	    tests/test_runtime_clock_trust.py tests/test_runtime_guardian.py || exit 1; done
 
 lint: $(STAMP)
 	$(BIN)/ruff check joulebound research tests benchmarks
