@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if a.rehearse:
         _install_rehearsal_nvml()
-        a.skip += ["load", "periods_load", "short", "bert", "mlp", "host_bound", "hf_dispatch", "hf_grid", "wrapper_host", "dtensor_tp"]
+        a.skip += ["load", "periods_load", "short", "bert", "mlp", "host_bound", "hf_dispatch", "hf_grid", "wrapper_host", "dtensor_tp", "compiled_grid"]
     nv = _install_readonly_nvml()
     session = Nvml(nv)
     dev = session.open(int(a.gpu) if a.gpu.isdigit() else a.gpu)
@@ -515,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     section("hf_grid", gpu_physics.hf_grid, dev, a.quick)
     section("wrapper_host", gpu_physics.wrapper_host, dev, a.quick)
     section("dtensor_tp", gpu_physics.dtensor_tp_host, dev, a.quick)
+    section("compiled_grid", gpu_physics.compiled_grid, dev, a.quick, out)
     session.close()
     print(json.dumps({k: v for k, v in results.items() if k != "info"}, indent=1, default=str))
     return 0

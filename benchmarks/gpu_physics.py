@@ -421,3 +421,72 @@ def dtensor_tp_host(dev: Any, quick: bool = False) -> dict[str, Any]:
         torch.cuda.empty_cache()
     dist.destroy_process_group()
     return out
+
+
+def compiled_grid(dev: Any, quick: bool = False, out_dir: Any = None,
+                  budget_s: float = 240.0) -> dict[str, Any]:
+    """Measured time and GPU energy per training step of GPT-2 124 M (random weights, bf16
+    autocast, AdamW) eager and under ``torch.compile`` (inductor, default mode, and
+    ``mode="reduce-overhead"``: CUDA graphs), at a host-bound shape (1 × 128) and two GPU-bound
+    ones, in one session (so the eager rows give that host's speed): the data for the job
+    predictor's ``compiled`` framework. Compiling is slow (on 2026-12-04 the first attempt ran
+    out of a 420 s limit before a row was written), so each row is appended to
+    ``out_dir/compiled_grid.jsonl`` as it is measured and shapes past ``budget_s`` are skipped."""
+    import json
+    from pathlib import Path
+
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    out: dict[str, Any] = {"what": "GPT-2 124 M step eager vs torch.compile, bf16 autocast, AdamW",
+                           "torch": torch.__version__, "rows": []}
+    shapes = [(1, 128), (8, 512)]
+    start = time.perf_counter()
+    sink = Path(out_dir) / "compiled_grid.jsonl" if out_dir else None
+
+    def keep(row: dict[str, Any]) -> None:
+        out["rows"].append(row)
+        if sink is not None:
+            with sink.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    for mode in ("eager", "default", "reduce-overhead"):
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(GPT2Config()).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def fwd_bwd(x: Any, model: Any = model) -> Any:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=x, labels=x).loss
+            loss.backward()
+            return loss
+
+        fn = fwd_bwd if mode == "eager" else torch.compile(fwd_bwd, mode=None if mode == "default" else mode)
+        for b, s in shapes:
+            if time.perf_counter() - start > budget_s:
+                keep({"mode": mode, "batch": b, "seq": s, "skipped": f"past the {budget_s:.0f} s budget"})
+                continue
+            x = torch.randint(0, 50257, (b, s), device="cuda")
+            try:
+                t_c = time.perf_counter()
+                for _ in range(3):  # compile + warm up
+                    fn(x)
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                torch.cuda.synchronize()
+                compile_s = time.perf_counter() - t_c
+                t0, e0, n = time.perf_counter(), dev.energy_mj(), 0
+                while time.perf_counter() - t0 < (0.6 if quick else 1.2) or n < 5:
+                    fn(x)
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                    n += 1
+                torch.cuda.synchronize()
+                keep({"mode": mode, "batch": b, "seq": s, "steps": n,
+                      "step_s": (time.perf_counter() - t0) / n,
+                      "step_j": (dev.energy_mj() - e0) / 1e3 / n, "warmup_s": compile_s})
+            except Exception as exc:
+                keep({"mode": mode, "batch": b, "seq": s, "error": f"{type(exc).__name__}: {exc}"[:300]})
+        del model, opt
+        torch.cuda.empty_cache()
+    return out
