@@ -653,7 +653,8 @@ CONSTRAINS = {
     "wait_ratio": "published blocking power of the Perseus artifact (A100 83.64 W, A40 70.38 W) over "
                   "the GPU model's idle power; checked by Perseus NVML energy (bubbles)",
     "host": "Mayaki CodeCarbon CPU/RAM shares (CodeCarbon estimates)",
-    "comm_eff_scale": "not fitted: no open measured DDP/FSDP/TP run (prior 1.0, link table estimates)",
+    "comm_eff_scale": "not fitted: no open measured DDP/FSDP/TP job run (1.0; the collectives themselves are "
+                      "fitted on measured NCCL tables where the links were measured, joulebound/hw/nccl.py)",
     "sigma": "residuals of the same fit (see MechParams)",
 }
 

@@ -291,7 +291,8 @@ def _params_table(prm, shipped) -> str:
         ["σ power", f"{prm.sigma['power']:.2f}", f"{shipped.sigma['power']:.2f}", "busy power (NVML average power residuals)"],
         ["σ comm / strategy", f"{prm.sigma['comm']:.2f} / {prm.sigma['strategy']:.2f}",
          f"{shipped.sigma['comm']:.2f} / {shipped.sigma['strategy']:.2f}",
-         "priors: no measured DDP/FSDP/TP run"],
+         "priors: the collectives are fitted on measured NCCL tables, but no measured DDP/FSDP/TP job "
+         "(overlap, contention) is in the data"],
     ])
 
 
