@@ -355,7 +355,7 @@ _FRAMEWORK = typer.Option(None, "--framework", help="what runs the step, which s
                           "PyTorch; DDP, FSDP and tp_plan's DTensor hooks measured; the default), eager "
                           "(a plain PyTorch loop), megatron (Megatron-LM / DeepSpeed / NeMo: fused "
                           "kernels; calibrated on vTrain; the default of advise --layouts), compiled "
-                          "(torch.compile / CUDA graphs)")
+                          "(torch.compile / TorchInductor: κ from its published training speedup)")
 _CLOCKS = typer.Option(None, "--clocks", help="locked clocks CORE/MEM in MHz (default: the GPU's own "
                        "auto governor)")
 _PLIM = typer.Option(None, "--power-limit", help="board power limit (W; default the device's)")
