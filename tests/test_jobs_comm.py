@@ -5,8 +5,8 @@ The per-GPU compute is a hand-made :class:`Parts` (1 ms per layer forward, 2 ms 
 optimizer), so every expected time below is arithmetic on the link figures of PCIe 4.0 x16
 (31.5 GB/s per direction × NCCL efficiency 0.8, 8 µs per step: a datasheet link, which the
 measured NCCL tables do not cover) written out in the test, plus the launch cost of each
-collective ``LAUNCH`` (the median launch cost fitted on the measured tables, 4–8 µs) and FSDP's
-per-unit host cost (three hooks of ``FSDP_HOOK_HOST_S`` and three launches per unit).
+collective ``LAUNCH`` (the median launch cost fitted on the measured tables, 4–8 µs). FSDP's and
+DDP's hooks are host work, measured, in the predictor's host bound (tests/test_jobs_frameworks.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import pytest
 
 from joulebound.hw.nccl import default_launch_s
 from joulebound.jobs.collectives import (
-    FSDP_HOOK_HOST_S,
     Fabric,
     allgather,
     allreduce,
@@ -125,11 +124,8 @@ def test_fsdp_allgather_reduce_scatter_per_layer_with_prefetch(gpus):
     ag_r = rs_r = LAUNCH + (n - 1) / n * emb / B + (n - 1) * A
     fwd = ag_r + ag + (L - 1) * max(0.0, ag - 1e-3)  # layer i+1's gather hides behind layer i
     bwd = (L - 1) * max(0.0, ag + rs - 2e-3) + rs + rs_r
-    host = (L + 1) * 3 * (FSDP_HOOK_HOST_S + LAUNCH)  # 12 layers + the embedding unit
     assert st.comm_detail["fsdp_layer_bytes"] == pytest.approx(lay)
     assert st.comm_detail["fsdp_allgather_layer_s"] == pytest.approx(ag, rel=1e-9)
-    assert st.comm_detail["fsdp_host_s"] == pytest.approx(host, rel=1e-9)  # reported only: the
-    # hooks' measured host time is part of the layers' host bound (test_jobs_frameworks.py)
     assert st.comm_s == pytest.approx(fwd + bwd, rel=1e-9)
 
 
@@ -210,12 +206,11 @@ def test_compute_bound_job_scales_nearly_linearly_on_nvlink():
 
 
 def test_fsdp_per_unit_host_cost_weighs_most_on_a_small_model():
-    """The hooks and launches of an FSDP unit cost the same host time whatever the layer's size:
-    on a narrow model (1-ms layers) they are a visible share of the step, on a wide one not."""
+    """FSDP's hooks cost the same host time per layer whatever the layer's size (measured,
+    workload.dispatch): on a narrow model (short layers) the host bounds the layer and the hooks
+    are a visible share of the step; on a wide one the GPU's work hides them."""
     base = dict(layers=12, heads=8, seq=256, batch=8, vocab=8000, dtype="bf16", device="rtx3090",
                 tokens=1e8, gpus=4, strategy="fsdp")
     small, wide = predict_jobs([Job(hidden=256, **base), Job(hidden=2048, **base)])
-    h_small, h_wide = (p.step["comm_detail"]["fsdp_host_s"] for p in (small, wide))
-    assert h_small == pytest.approx(h_wide) and h_small == pytest.approx(
-        13 * 3 * (FSDP_HOOK_HOST_S + LAUNCH), rel=0.3)  # the fitted pcie4-nop2p launch costs
-    assert h_small / small.step["time_s"] > 3 * h_wide / wide.step["time_s"]
+    share = [p.step["wrapper_s"] / p.step["time_s"] for p in (small, wide)]
+    assert share[0] > 0.2 and share[0] > 3 * share[1]

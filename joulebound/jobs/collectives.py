@@ -30,10 +30,9 @@ plain α–β view of a group: ``min(B_intra, nics·B_nic·eff / groups sharing 
 latency. Ranks are placed Megatron-style: tensor-parallel ranks adjacent (stride 1), then
 data-parallel, then pipeline stages (outermost).
 
-FSDP adds host work per unit (layer) and micro-batch that the GPU waits for in an eager
-framework: three Python hooks (pre-forward unshard, pre-backward unshard, post-backward
-reshard + reduce-scatter; :data:`FSDP_HOOK_HOST_S` each, an **estimate**) and the launch of its
-three collectives (the fitted launch cost): :attr:`JobComm.fsdp_unit_host_s`.
+FSDP's and DDP's host work (hooks, unshard / reshard bookkeeping) is not here: it is measured
+per layer in :data:`joulebound.workload.dispatch.WRAPPER_UNIT_KERNELS` and enters the layers'
+host bound in the predictor.
 
 Everything here is **modeled**; the link figures and their sources are in
 :mod:`joulebound.hw.links` and :mod:`joulebound.hw.nccl`.
@@ -63,11 +62,6 @@ if TYPE_CHECKING:  # pragma: no cover - the job description comes first; only it
 
 #: PyTorch DDP's gradient bucket (bytes)
 DDP_BUCKET_BYTES = 25 * 2**20
-#: host (CPU) time of one FSDP hook (s): unshard / reshard bookkeeping, stream waits and
-#: flat-parameter views in Python. **Estimate** (no measured FSDP run in the open data): tens of
-#: µs per hook in eager PyTorch; three hooks per unit and micro-batch
-FSDP_HOOK_HOST_S = 50e-6
-FSDP_HOOKS_PER_UNIT = 3
 
 
 def allreduce_ring(size: float, n: int, bw: float, lat: float) -> float:
@@ -253,13 +247,6 @@ class JobComm:
             all-reduce (DDP or dp across tp/pp groups) per bucket, buckets, total (0 without).
         dp_last_s: DDP's all-reduce of the gradients ready last (the embeddings), which no
             backward compute can hide (0 without DDP, or with tp/pp or LoRA).
-        fsdp_unit_host_s: host time per FSDP unit (layer or embedding unit) and micro-batch that
-            the GPU waits for: its hooks (:data:`FSDP_HOOKS_PER_UNIT` × :data:`FSDP_HOOK_HOST_S`)
-            and the launches of its all-gathers and reduce-scatter (0 unless sharded over dp > 1).
-        fsdp_units: FSDP units per micro-batch (the layers of the stage + the embedding unit).
-        fsdp_host_s: ``fsdp_units × fsdp_unit_host_s``, the per-micro-batch host time FSDP adds
-            (not hidden behind the GPU's compute: the same host thread launches the layers'
-            kernels).
     """
 
     tp_allreduce_s: float = 0.0
@@ -279,9 +266,6 @@ class JobComm:
     dp_allreduce_s: float = 0.0
     dp_grad_bytes: float = 0.0
     dp_last_s: float = 0.0
-    fsdp_unit_host_s: float = 0.0
-    fsdp_units: int = 0
-    fsdp_host_s: float = 0.0
 
 
 def job_collectives(r: Resolved, fabric: Fabric, per_layer: float, emb_params: float,
@@ -304,15 +288,11 @@ def job_collectives(r: Resolved, fabric: Fabric, per_layer: float, emb_params: f
             raise JouleboundError("FSDP (ZeRO-3) combined with pipeline parallelism is not modeled; "
                                   "use --strategy ddp with --pp for dp × pp")
         lay, emb = per_layer / r.tp * b, emb_params / r.tp * b
-        unit = (FSDP_HOOKS_PER_UNIT * FSDP_HOOK_HOST_S + 2 * fabric.launch_s("all_gather")
-                + fabric.launch_s("reduce_scatter"))
-        units = j.layers + 1
         kw.update(fsdp_allgather_layer_s=fabric.collective("all_gather", lay, r.dp, r.tp),
                   fsdp_reduce_scatter_layer_s=fabric.collective("reduce_scatter", lay, r.dp, r.tp),
                   fsdp_allgather_rest_s=fabric.collective("all_gather", emb, r.dp, r.tp),
                   fsdp_reduce_scatter_rest_s=fabric.collective("reduce_scatter", emb, r.dp, r.tp),
-                  fsdp_layer_bytes=lay, fsdp_unit_host_s=unit, fsdp_units=units,
-                  fsdp_host_s=units * unit)
+                  fsdp_layer_bytes=lay)
     if r.pp > 1:  # stage boundaries, outermost ranks
         kw["pp_p2p_s"] = fabric.collective("sendrecv", r.micro_batch * j.seq * j.hidden * b / r.tp,
                                            2, r.tp * r.dp)

@@ -356,13 +356,11 @@ def _fsdp_exposed(r: Resolved, parts: Parts, k: _Cost, cm: JobComm,
     L = r.job.layers
     f_exp = ag_r + ag_l + (L - 1) * max(0.0, ag_l - (lf.t + cm.tp_layer_f_s))
     b_exp = (L - 1) * max(0.0, ag_l + rs_l - (lb.t + cm.tp_layer_b_s)) + rs_l + rs_r
-    # the hooks' host time is in the layers' host bound (_Cost.unit_f/unit_b, measured), not
-    # here: cm.fsdp_host_s (an estimate) is reported only
-    fsdp_mb = f_exp + b_exp
+    fsdp_mb = f_exp + b_exp  # (the hooks' host time is in the layers' host bound: _Cost)
     detail["overlap_hidden_per_microbatch_s"] = (L - 1) * (min(ag_l, lf.t + cm.tp_layer_f_s)
                                                             + min(ag_l + rs_l, lb.t + cm.tp_layer_b_s))
     detail.update(fsdp_allgather_layer_s=ag_l, fsdp_reduce_scatter_layer_s=rs_l,
-                  fsdp_exposed_per_microbatch_s=fsdp_mb, fsdp_host_s=cm.fsdp_host_s,
+                  fsdp_exposed_per_microbatch_s=fsdp_mb,
                   fsdp_layer_bytes=cm.fsdp_layer_bytes)
     return fsdp_mb
 
