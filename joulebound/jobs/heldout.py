@@ -145,7 +145,13 @@ def h200_hf_steps(prm, path: Path | None = None) -> dict:
     from joulebound.jobs.job import Job
     from joulebound.jobs.mechanistic import predict_jobs
 
-    data = json.loads(Path(path or HF_GRID).read_text())
+    src = Path(path or HF_GRID)
+    if not src.is_file():
+        from joulebound.core.errors import JouleboundError
+
+        raise JouleboundError(f"{src}: the H200 measurement is in a joulebound checkout's docs/measurements/ "
+                              "(not in an installed package); pass its path")
+    data = json.loads(src.read_text())
     jobs = []
     for r in data["rows"]:
         gpt = r["model"] == "gpt2"
