@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -395,3 +396,27 @@ def test_forked_child_does_not_drive_the_parent_controller():
     assert os.waitstatus_to_exitcode(status) == 0
     assert ctl.stats.ops == n + 1
     ctl.close()
+
+
+def test_lookahead_of_a_latency_of_many_iterations_is_bounded_and_cyclic():
+    """A plan JSON with ``switch_latency_s`` 1e9 (fuzzed, or `plan --switch-latency 1e9`) made
+    `run --plan` allocate 1.16 PiB (issue 30 item 13): the timeline was tiled once per
+    iteration the latency spans. Whole iterations do not change what is commanded."""
+    choice = np.array([0, 0, 1, 1, 2, 0])
+    t = np.array([1.0, 2.0, 1.0, 3.0, 2.0, 1.0])       # period 10 s, exact in floats
+    for rem in (0.5, 1.5, 4.0, 7.5):
+        near = lookahead_commands(choice, t, rem + 10.0 * 5)
+        assert lookahead_commands(choice, t, rem + 10.0 * 10**9).tolist() == near.tolist()
+
+
+@pytest.mark.parametrize("lat", [float("inf"), -0.5, "1ms"])
+def test_a_plan_file_with_an_impossible_switch_latency_is_refused_naming_it(tmp_path, lat):
+    from joulebound.core.errors import SchemaError
+
+    p = Plan(device="test", kernel_names=["a", "b"], configs=[AUTO, ClockConfig(1005, 9501)],
+             choice=np.array([0, 1])).save(tmp_path / "plan.json")
+    doc = json.loads(p.read_text())
+    doc["switch_latency_s"] = lat
+    p.write_text(json.dumps(doc))
+    with pytest.raises(SchemaError, match="switch_latency_s"):
+        Plan.load(p)

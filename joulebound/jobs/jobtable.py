@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 from joulebound.core.errors import JouleboundError, did_you_mean
@@ -92,11 +93,14 @@ def read_jobs(path: str | Path, defaults: dict, advise: bool = False
         text = p.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise JouleboundError(f"--jobs {p}: cannot be read ({exc})") from None
-    rd = csv.reader(text.splitlines())
+    lines = text.splitlines()
+    rd = csv.reader(lines)
     try:
         header = next(rd)
     except StopIteration:
         raise JouleboundError(f"--jobs {p}: empty file; the first line names the columns") from None
+    except csv.Error as exc:
+        raise _csv_error(p, exc, lines, 1, None) from None
     keys = [_key(h) for h in header]
     valid = set(JOB_COLUMNS) | {"power_limit_w", "arch"} | (set(ADVISE_ONLY) if advise else set())
     bad = [h for h, k in zip(header, keys, strict=True) if k not in valid]
@@ -104,7 +108,7 @@ def read_jobs(path: str | Path, defaults: dict, advise: bool = False
         raise JouleboundError(f"--jobs {p}: unknown column(s) {', '.join(map(repr, bad))}."
                               + did_you_mean(_key(bad[0]), sorted(valid)))
     out = []
-    for i, cells in enumerate(rd, start=1):
+    for i, cells in enumerate(_rows(rd, p, lines, header), start=1):
         if not any(c.strip() for c in cells):
             continue
         extra: dict = {}
@@ -129,6 +133,51 @@ def read_jobs(path: str | Path, defaults: dict, advise: bool = False
     if not out:
         raise JouleboundError(f"--jobs {p}: no job rows after the header")
     return out
+
+
+def _rows(rd: Iterator[list[str]], path: Path, lines: list[str], header: list[str]
+          ) -> Iterator[list[str]]:
+    """The data rows of ``rd`` (a csv reader past the header); a row csv cannot read raises
+    one line naming the row and column (:func:`_csv_error`)."""
+    i = 0
+    while True:
+        try:
+            cells = next(rd)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise _csv_error(path, exc, lines, getattr(rd, "line_num", 0), (i + 1, header)) from None
+        i += 1
+        yield cells
+
+
+def _csv_error(path: Path, exc: csv.Error, lines: list[str], line_no: int,
+               where: tuple[int, list[str]] | None) -> JouleboundError:
+    """The one-line error for a line csv refused (``line_no``, 1-based; ``where`` = the data
+    row's number and the header, ``None`` for the header): a cell over csv's field limit
+    (:func:`csv.field_size_limit`, 128 KiB) names its column and says how long it is."""
+    limit = csv.field_size_limit()
+    row = f"row {where[0]}" if where else "the header"
+    if "field limit" not in str(exc):
+        return JouleboundError(f"--jobs {path}: {row} (line {line_no}) cannot be read as CSV "
+                               f"({exc})")
+    col = ""
+    line = lines[line_no - 1] if 0 < line_no <= len(lines) else ""
+    try:  # the same line parsed again without the limit, only to name the column
+        csv.field_size_limit(max(limit, len(line) + 1))
+        cells = next(csv.reader([line]), [])
+    except csv.Error:
+        cells = []
+    finally:
+        csv.field_size_limit(limit)
+    long = [k for k, c in enumerate(cells) if len(c) > limit]
+    if long:
+        k = long[0]
+        name = where[1][k] if where and k < len(where[1]) else f"#{k + 1}"
+        col = f", column {name!r}"
+    return JouleboundError(f"--jobs {path}: {row}{col}: a cell longer than {limit} characters "
+                           "(csv's limit); a job's cells are short names and numbers — check "
+                           "that the file is a jobs table with one job per line")
 
 
 def prediction_row(i: int, p, error: str = "") -> dict:
