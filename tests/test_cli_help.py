@@ -20,3 +20,19 @@ def test_first_sentence_keeps_parentheses_whole() -> None:
     text = "Write a Trace (kernels with durations; FLOPs from shapes. Modeled). More.\n\nNext."
     assert _first_sentence(text) == "Write a Trace (kernels with durations; FLOPs from shapes. Modeled)."
     assert _first_sentence("Check four sets (all held-out):") == "Check four sets (all held-out)."
+
+
+def test_a_flag_shows_no_value_in_help_and_options_still_show_their_type(capsys,
+                                                                        monkeypatch) -> None:
+    """``--version <bool>`` / ``--json <bool>`` read as options that take a true/false value
+    (issue 28 item 11); a flag takes none. Options with a value keep ``<int>``, ``<str>``."""
+    from joulebound.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["--help"]) == 0
+    top = capsys.readouterr().out
+    assert "--version" in top and "<bool>" not in top
+    assert main(["predict", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--json" in out and "<bool>" not in out
+    assert "<int>" in out and "--layers" in out

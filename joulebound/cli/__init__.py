@@ -98,11 +98,31 @@ def _register_all() -> None:
 _register_all()
 
 
+def _flags_show_no_value() -> None:
+    """typer prints a flag's type in ``--help`` (``--version <bool>``, ``--json <bool>``) as if
+    it took a true/false value; a flag takes none, so it shows no type (options with a value
+    keep theirs: ``<int>``, ``<str>``)."""
+    from typer import core
+
+    shown = core.TyperOption.display_type_rich
+    if getattr(shown, "_flags_show_no_value", False):
+        return
+
+    def display_type_rich(self: core.TyperOption, ctx: typer.Context) -> str | None:
+        if self.is_flag and self.metavar is None:
+            return None
+        return shown(self, ctx)
+
+    display_type_rich._flags_show_no_value = True  # type: ignore[attr-defined]
+    core.TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
 @functools.lru_cache(maxsize=1)
 def _click_command() -> typer.core.TyperGroup:
     """The click command tree of :data:`app`, built once per process: ``app(...)`` rebuilds it
     from every command's signature on each call (~0.1 s of CPU), which a caller running several
     commands in one process (a test suite, a notebook) would pay every time."""
+    _flags_show_no_value()
     return typer.main.get_command(app)
 
 
