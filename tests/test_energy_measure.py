@@ -166,3 +166,29 @@ def test_json_stdout_is_one_document_when_the_child_prints(tmp_path):
     assert p.returncode == 0, err
     assert json.loads(out)["exit_code"] == 0
     assert "hello from the child" in err
+
+
+def test_measure_records_into_runs_db_by_default_and_says_so(tmp_path, monkeypatch, capsys):
+    """`measure` without --db recorded nothing, so `joulebound runs` then found nothing (issue
+    28 item 11): it records into ./runs.db ($JOULEBOUND_DB) and says where; --no-db does not."""
+    import json
+
+    from joulebound.cli import main
+
+    monkeypatch.delenv("JOULEBOUND_DB", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["measure", "--backend", "none", "--", PY, "-c", "pass"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (tmp_path / "runs.db").exists()
+    assert "recorded in runs.db" in out and "--no-db" in out
+    assert main(["runs", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 1
+    other = tmp_path / "elsewhere.db"
+    monkeypatch.setenv("JOULEBOUND_DB", str(other))
+    assert main(["measure", "--backend", "none", "--json", "--", PY, "-c", "pass"]) == 0
+    assert json.loads(capsys.readouterr().out)["db"] == str(other) and other.exists()
+    assert main(["measure", "--no-db", "--backend", "none", "--json", "--", PY, "-c", "pass"]) == 0
+    assert json.loads(capsys.readouterr().out)["db"] is None
+    assert main(["runs", "--json"]) == 0                 # `runs` reads the same default
+    assert len(json.loads(capsys.readouterr().out)) == 1
+    assert main(["measure", "--no-db", "--db", "x.db", "--", PY, "-c", "pass"]) == 2

@@ -15,6 +15,7 @@ import functools
 import importlib
 import inspect
 import pkgutil
+import sqlite3
 import sys
 
 import typer
@@ -135,6 +136,16 @@ def main(argv: list[str] | None = None) -> int:
         _click_command()(args=argv, standalone_mode=True)
     except JouleboundError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        return 2
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError):
+            raise
+        # a damaged page of a store met while reading it (a large store is not read page by
+        # page when it is opened: joulebound.core.sqlitedb.check_readable)
+        err_console.print(f"[bold red]error:[/] an SQLite store is damaged: SQLite met a bad page "
+                          f"while reading it ({escape(str(exc))}). `joulebound runs DB --check` "
+                          "checks a whole file; try `sqlite3 DB .recover` to salvage its rows",
+                          highlight=False, soft_wrap=True)
         return 2
     except SystemExit as exc:
         if exc.code is None:
