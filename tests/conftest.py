@@ -86,6 +86,7 @@ def _private_default_store(tmp_path_factory, monkeypatch):
     """Per-test default store of ``measure`` / ``runs`` (``$JOULEBOUND_DB``; else ``runs.db`` in
     the current folder, which would be the checkout's)."""
     monkeypatch.setenv("JOULEBOUND_DB", str(tmp_path_factory.mktemp("store") / "runs.db"))
+    monkeypatch.delenv("JOULEBOUND_PARENT_RUN", raising=False)   # the suite run under `measure`
 
 
 #: modules holding the suite's long tests (end-to-end launches, real-data fits, the demo study;

@@ -192,3 +192,36 @@ def test_measure_records_into_runs_db_by_default_and_says_so(tmp_path, monkeypat
     assert main(["runs", "--json"]) == 0                 # `runs` reads the same default
     assert len(json.loads(capsys.readouterr().out)) == 1
     assert main(["measure", "--no-db", "--db", "x.db", "--", PY, "-c", "pass"]) == 2
+
+
+def test_a_meter_inside_a_measured_command_links_its_run_to_the_command_run(tmp_path,
+                                                                           monkeypatch, capsys):
+    """`measure -- python train.py` whose script meters itself (the HF callback, an
+    EnergyMeter) wrote two unlinked runs (issue 28 item 11): the inner run records the outer
+    one as its parent_run."""
+    import json
+
+    from joulebound.cli import main
+
+    db = tmp_path / "runs.db"
+    script = ("from joulebound.energy.meter import EnergyMeter\n"
+              f"m = EnergyMeter('none', store={str(db)!r})\n"
+              "m.begin_window('train'); m.end_window('train'); m.close()\n")
+    assert main(["measure", "--db", str(db), "--backend", "none", "--json", "--", PY, "-c",
+                 script]) == 0
+    outer = json.loads(capsys.readouterr().out)["run_id"]
+    assert main(["runs", str(db), "--json"]) == 0
+    runs = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert len(runs) == 2 and runs[outer]["parent_run"] is None
+    (inner,) = set(runs) - {outer}
+    assert runs[inner]["parent_run"] == outer
+    # a meter outside any measured command has no parent
+    monkeypatch.delenv("JOULEBOUND_PARENT_RUN", raising=False)
+    from joulebound.energy.meter import EnergyMeter
+    from joulebound.energy.store import Store
+
+    m = EnergyMeter("none", store=db)
+    m.close()
+    st = Store(db, readonly=True)
+    row = next(r for r in st.runs() if r["run_id"] == m.run_id)
+    assert "parent_run" not in json.loads(row["meta_json"])

@@ -229,7 +229,9 @@ energy, each with its own label (measured or modeled); GPU energy without a GPU 
 (EnergyMeter, the training callbacks), not a command.
 --json prints a list of runs: {run_id, started_at, ended_at, status, command, exit_code, backend,
 provenance (of the longest window's GPU energy; null without one), cpu_provenance, rank, host,
-carbon (the carbon-intensity setting stored with the run, or null), notes,
+carbon (the carbon-intensity setting stored with the run, or null), parent_run (the run of the
+`joulebound measure` whose command metered itself into this run, e.g. with the training callbacks;
+else null), notes,
 windows: [{name, start_s, end_s, duration_s, duration_provenance, energy_j, provenance (of
 energy_j; null when energy_j is), cpu_energy_j, cpu_provenance, flags}]}. Energy is null where
 no sensor was available."""
