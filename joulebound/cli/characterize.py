@@ -146,4 +146,6 @@ def write_csv(char, trace, path: Path) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("characterize")(characterize_cmd)
+    from joulebound.cli._common import reflow
+
+    app.command("characterize", help=reflow(characterize_cmd.__doc__ or ""))(characterize_cmd)

@@ -343,6 +343,8 @@ def _short_command(command: str) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("measure", help=HELP, context_settings={"ignore_unknown_options": True})(
+    from joulebound.cli._common import reflow
+
+    app.command("measure", help=reflow(HELP), context_settings={"ignore_unknown_options": True})(
         measure_command)
-    app.command("runs", help=RUNS_HELP)(runs_command)
+    app.command("runs", help=reflow(RUNS_HELP))(runs_command)

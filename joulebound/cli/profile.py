@@ -170,5 +170,7 @@ def _call_without_usdt(argv: list[str], env: dict[str, str]) -> int:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("profile", help=HELP, context_settings={"ignore_unknown_options": True})(
+    from joulebound.cli._common import reflow
+
+    app.command("profile", help=reflow(HELP), context_settings={"ignore_unknown_options": True})(
         profile_command)
