@@ -420,3 +420,17 @@ def test_a_plan_file_with_an_impossible_switch_latency_is_refused_naming_it(tmp_
     p.write_text(json.dumps(doc))
     with pytest.raises(SchemaError, match="switch_latency_s"):
         Plan.load(p)
+
+
+@pytest.mark.parametrize("key", ["[-5, 0]", "aten.mm.default[-5x3,3x4]float32",
+                                 "aten.add.Tensor[4x-1,4x-1]float32"])
+def test_an_op_key_with_a_negative_size_is_priced_as_unknown_never_negative(key):
+    """A plan's kernel name `[-5, 0]` (fuzzed plan JSON) gave a kernel of -5 FLOPs and -40
+    bytes; the GPU model indexed its tables with them and segfaulted the process (issue 30
+    item 13 follow-up). A negative size is not a shape: the op costs are unknown (0)."""
+    from joulebound.runtime.opkeys import parse_key
+
+    _, inputs, _ = parse_key(key)
+    assert all(s is None or all(d >= 0 for d in s) for s in inputs if not isinstance(s, list))
+    (k,) = trace_from_ops([key]).kernels
+    assert k.flops >= 0 and k.bytes >= 0
