@@ -407,6 +407,7 @@ def test_lookahead_of_a_latency_of_many_iterations_is_bounded_and_cyclic():
     for rem in (0.5, 1.5, 4.0, 7.5):
         near = lookahead_commands(choice, t, rem + 10.0 * 5)
         assert lookahead_commands(choice, t, rem + 10.0 * 10**9).tolist() == near.tolist()
+    assert len(lookahead_commands(choice, t, 1e308)) == 6       # finite, however large
 
 
 @pytest.mark.parametrize("lat", [float("inf"), -0.5, "1ms"])

@@ -7,6 +7,7 @@ graph replays (:class:`~joulebound.runtime.hooks.PeriodicSchedule`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -57,7 +58,7 @@ def lookahead_commands(choice: Sequence[int], kernel_time_s: Sequence[float],
     # file) is taken modulo them instead of tiling the timeline once per iteration it spans
     reach = lat
     if period > 0 and lat > _MAX_SPAN * period:
-        reach = lat - period * (np.floor(lat / period) - _MAX_SPAN + 1)
+        reach = math.fmod(lat, period) + (_MAX_SPAN - 1) * period   # fmod is exact
     reps = 3 + (int(np.ceil(reach / period)) if period > 0 else 1)
     starts = np.concatenate([[0.0], np.cumsum(np.tile(t, reps))])[:-1]
     # last op starting before (start of op j + 1) + L: a switch issued at j + 1 would land after
