@@ -225,3 +225,20 @@ def test_a_meter_inside_a_measured_command_links_its_run_to_the_command_run(tmp_
     st = Store(db, readonly=True)
     row = next(r for r in st.runs() if r["run_id"] == m.run_id)
     assert "parent_run" not in json.loads(row["meta_json"])
+
+
+def test_a_default_store_where_nothing_can_be_written_leaves_the_run_unrecorded_with_a_note(
+        tmp_path, monkeypatch, capsys):
+    import json
+
+    from joulebound.cli import main
+
+    monkeypatch.setenv("JOULEBOUND_DB", str(tmp_path / "ro" / "runs.db"))
+    (tmp_path / "ro").mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, m, **kw: False if str(p).endswith("ro")
+                        else real(p, m, **kw))
+    assert main(["measure", "--backend", "none", "--json", "--", PY, "-c", "pass"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["db"] is None and "not recorded" in out.err
+    assert not (tmp_path / "ro" / "runs.db").exists()

@@ -114,13 +114,28 @@ def measure_command(
 
 def _store_for(db: str | None, no_db: bool) -> str | None:
     """The store ``measure`` records into: ``--db``, none with ``--no-db``, else the default
-    (:func:`joulebound.energy.store.default_store_path`)."""
+    (:func:`joulebound.energy.store.default_store_path`) where its folder can be written (a note
+    says when not)."""
+    import os
+
     from joulebound.core.errors import JouleboundError
     from joulebound.energy.store import default_store_path
 
     if no_db and db is not None:
         raise JouleboundError("--db FILE and --no-db: give one (--no-db records the run nowhere)")
-    return None if no_db else (db if db is not None else default_store_path())
+    if no_db or db is not None:
+        return db
+    path = default_store_path()
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(path) and not os.access(folder, os.W_OK | os.X_OK):
+        from joulebound.cli._common import err_console
+
+        # the default only: a command is not refused because of where it was started
+        err_console.print(f"note: the run is not recorded: {folder} cannot be written (the "
+                          f"default store is {path}); --db FILE records it elsewhere",
+                          highlight=False)
+        return None
+    return path
 
 
 def render(res, console) -> None:  # type: ignore[no-untyped-def]
