@@ -11,7 +11,7 @@ def test_characterize_says_which_folders_it_created(tmp_path, capsys, monkeypatc
     out = tmp_path / "new" / "sub" / "char.npz"
     assert main(["characterize", "gpt2-small", "--device", "rtx3080ti", "--batch", "1",
                  "-o", str(out)]) == 0
-    err = capsys.readouterr().err
+    err = " ".join(capsys.readouterr().err.split())
     assert out.exists() and f"created folder {tmp_path / 'new'}" in err
     assert main(["characterize", "gpt2-small", "--device", "rtx3080ti", "--batch", "1",
                  "-o", str(out), "--json"]) == 0

@@ -68,7 +68,8 @@ def characterize_cmd(
         made = missing_folder(Path(path).parent)
         write(path)
         if made is not None:
-            err_console.print(f"note: created folder {made} for {path}", highlight=False)
+            err_console.print(f"note: created folder {made} for {path}", highlight=False,
+                              soft_wrap=True)
     if json_out:
         print_json(res.to_json(output, csv_out))
         return
