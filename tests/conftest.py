@@ -81,6 +81,14 @@ def _private_joulebound_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("JOULEBOUND_HOME", str(tmp_path_factory.mktemp("joulebound-home")))
 
 
+@pytest.fixture(autouse=True)
+def _private_default_store(tmp_path_factory, monkeypatch):
+    """Per-test default store of ``measure`` / ``runs`` (``$JOULEBOUND_DB``; else ``runs.db`` in
+    the current folder, which would be the checkout's)."""
+    monkeypatch.setenv("JOULEBOUND_DB", str(tmp_path_factory.mktemp("store") / "runs.db"))
+    monkeypatch.delenv("JOULEBOUND_PARENT_RUN", raising=False)   # the suite run under `measure`
+
+
 #: modules holding the suite's long tests (end-to-end launches, real-data fits, the demo study;
 #: 5-70 s each on the 2-core VM), longest first (measured: `pytest --durations`, summed per
 #: module). `make test` hands whole modules to its two workers in this order (pytest-xdist

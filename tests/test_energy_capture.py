@@ -95,6 +95,8 @@ def test_profile_cli_end_to_end(tmp_path):
     assert doc["categories"]["gemm"] == 5 and "finished" not in p.stdout
     # the capture's progress line is a log record of the child, shown on its stderr
     assert f"joulebound profile: {doc['kernels']} kernels over 1 step(s)" in p.stderr
+    # Kineto's USDT probe notices (profiler_start/stop) are not shown (issue 28 item 11)
+    assert "USDT:" not in p.stderr
 
 
 def test_profile_cli_table_header_is_one_line(tmp_path):
@@ -109,3 +111,20 @@ def test_profile_cli_table_header_is_one_line(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert "Trace t.json (cpu kernels, 1 step(s))" in p.stdout.splitlines()
     assert "(measured)" in p.stdout and "(modeled from shapes)" in p.stdout
+
+
+def test_the_usdt_filter_drops_only_whole_usdt_lines_and_passes_the_rest_at_once():
+    """Chunks split anywhere: partial lines (progress bars) pass through as they come."""
+    from joulebound.cli.profile import UsdtFilter
+
+    stream = (b"step 1\rstep 2\r"
+              b"USDT:2026-12-04 17:34:30 15047:15047 SyncActivityProfilerHandler.cpp:52] "
+              b"profiler_start\nloss 0.5\nUSDT is a word\nUS\nUSDT:x profiler_stop\n"
+              b"done, no newline")
+    want = b"step 1\rstep 2\rloss 0.5\nUSDT is a word\nUS\ndone, no newline"
+    for cut in (1, 2, 3, 7, 64):
+        f = UsdtFilter()
+        got = b"".join(f.feed(stream[i:i + cut]) for i in range(0, len(stream), cut)) + f.flush()
+        assert got == want, cut
+    f = UsdtFilter()
+    assert f.feed(b"partial progress") == b"partial progress"      # not held back

@@ -170,3 +170,70 @@ def test_a_store_from_a_newer_joulebound_is_refused(tmp_path):
     for ro in (False, True):
         with pytest.raises(JouleboundError, match="newer joulebound"):
             Store(db, readonly=ro)
+
+
+def test_a_large_store_is_opened_without_reading_every_page_and_checked_on_demand(
+        tmp_path, capsys, monkeypatch):
+    """`PRAGMA quick_check` on every open read the whole file: 1.8-30 s for a 1.5 GB store
+    (issue 30 item 14; docs/benchmarks.md, bench_store_open). A file over
+    FULL_CHECK_MAX_BYTES is opened after its header and schema are checked; `runs DB --check`
+    runs the full check; a damaged page met later is one line, never a traceback."""
+    from joulebound.cli import main
+    from joulebound.core import sqlitedb
+
+    db = _damaged_store(tmp_path)
+    full: list[str] = []
+    real = sqlitedb.check_integrity
+
+    def spy(con, path, *a, **kw):
+        full.append(str(path))
+        return real(con, path, *a, **kw)
+
+    monkeypatch.setattr(sqlitedb, "check_integrity", spy)
+    monkeypatch.setattr(sqlitedb, "FULL_CHECK_MAX_BYTES", db.stat().st_size - 1)
+    Store(db, readonly=True).close()                 # header and schema only: opens
+    assert full == []
+    assert main(["runs", str(db), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert full == [str(db)] and "damaged" in err and "Traceback" not in err
+    assert main(["runs", str(db), "--json"]) in (0, 2)   # the damaged page may be met, or not
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    if err:
+        assert "--check" in err and str(db) in err
+    monkeypatch.setattr(sqlitedb, "FULL_CHECK_MAX_BYTES", db.stat().st_size)
+    with pytest.raises(JouleboundError, match="damaged"):
+        Store(db, readonly=True)                     # a small file: every page, every open
+
+
+def test_a_file_that_does_not_start_as_sqlite_is_refused_by_its_header(tmp_path, monkeypatch):
+    from joulebound.core import sqlitedb
+
+    monkeypatch.setattr(sqlitedb, "FULL_CHECK_MAX_BYTES", 0)
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"PK\x03\x04" + os.urandom(8192))
+    with pytest.raises(JouleboundError, match="not an SQLite database"):
+        Store(junk, readonly=True)
+    with pytest.raises(JouleboundError, match="not an SQLite database"):
+        Store(junk)
+    assert junk.read_bytes()[:4] == b"PK\x03\x04"
+
+
+@pytest.mark.parametrize("argv", [["runs"], ["report", "-o", "rep"]])
+def test_a_bad_page_met_while_reading_is_one_line_never_a_traceback(tmp_path, capsys,
+                                                                    monkeypatch, argv):
+    """A large store is not read page by page when opened, so a damaged page can be met later:
+    `runs` names the store and --check; any other command says the same without the name."""
+    from joulebound.cli import main
+
+    db = tmp_path / "runs.db"
+    run_command([PY, "-c", "pass"], backend="simulated", db=db, interval_s=0.005)
+
+    def bad(*a, **kw):
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(Store, "runs", bad)
+    monkeypatch.chdir(tmp_path)
+    assert main([argv[0], str(db), *argv[1:]]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "malformed" in err and "--check" in err

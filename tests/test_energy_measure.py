@@ -166,3 +166,79 @@ def test_json_stdout_is_one_document_when_the_child_prints(tmp_path):
     assert p.returncode == 0, err
     assert json.loads(out)["exit_code"] == 0
     assert "hello from the child" in err
+
+
+def test_measure_records_into_runs_db_by_default_and_says_so(tmp_path, monkeypatch, capsys):
+    """`measure` without --db recorded nothing, so `joulebound runs` then found nothing (issue
+    28 item 11): it records into ./runs.db ($JOULEBOUND_DB) and says where; --no-db does not."""
+    import json
+
+    from joulebound.cli import main
+
+    monkeypatch.delenv("JOULEBOUND_DB", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["measure", "--backend", "none", "--", PY, "-c", "pass"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (tmp_path / "runs.db").exists()
+    assert "recorded in runs.db" in out and "--no-db" in out
+    assert main(["runs", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 1
+    other = tmp_path / "elsewhere.db"
+    monkeypatch.setenv("JOULEBOUND_DB", str(other))
+    assert main(["measure", "--backend", "none", "--json", "--", PY, "-c", "pass"]) == 0
+    assert json.loads(capsys.readouterr().out)["db"] == str(other) and other.exists()
+    assert main(["measure", "--no-db", "--backend", "none", "--json", "--", PY, "-c", "pass"]) == 0
+    assert json.loads(capsys.readouterr().out)["db"] is None
+    assert main(["runs", "--json"]) == 0                 # `runs` reads the same default
+    assert len(json.loads(capsys.readouterr().out)) == 1
+    assert main(["measure", "--no-db", "--db", "x.db", "--", PY, "-c", "pass"]) == 2
+
+
+def test_a_meter_inside_a_measured_command_links_its_run_to_the_command_run(tmp_path,
+                                                                           monkeypatch, capsys):
+    """`measure -- python train.py` whose script meters itself (the HF callback, an
+    EnergyMeter) wrote two unlinked runs (issue 28 item 11): the inner run records the outer
+    one as its parent_run."""
+    import json
+
+    from joulebound.cli import main
+
+    db = tmp_path / "runs.db"
+    script = ("from joulebound.energy.meter import EnergyMeter\n"
+              f"m = EnergyMeter('none', store={str(db)!r})\n"
+              "m.begin_window('train'); m.end_window('train'); m.close()\n")
+    assert main(["measure", "--db", str(db), "--backend", "none", "--json", "--", PY, "-c",
+                 script]) == 0
+    outer = json.loads(capsys.readouterr().out)["run_id"]
+    assert main(["runs", str(db), "--json"]) == 0
+    runs = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert len(runs) == 2 and runs[outer]["parent_run"] is None
+    (inner,) = set(runs) - {outer}
+    assert runs[inner]["parent_run"] == outer
+    # a meter outside any measured command has no parent
+    monkeypatch.delenv("JOULEBOUND_PARENT_RUN", raising=False)
+    from joulebound.energy.meter import EnergyMeter
+    from joulebound.energy.store import Store
+
+    m = EnergyMeter("none", store=db)
+    m.close()
+    st = Store(db, readonly=True)
+    row = next(r for r in st.runs() if r["run_id"] == m.run_id)
+    assert "parent_run" not in json.loads(row["meta_json"])
+
+
+def test_a_default_store_where_nothing_can_be_written_leaves_the_run_unrecorded_with_a_note(
+        tmp_path, monkeypatch, capsys):
+    import json
+
+    from joulebound.cli import main
+
+    monkeypatch.setenv("JOULEBOUND_DB", str(tmp_path / "ro" / "runs.db"))
+    (tmp_path / "ro").mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, m, **kw: False if str(p).endswith("ro")
+                        else real(p, m, **kw))
+    assert main(["measure", "--backend", "none", "--json", "--", PY, "-c", "pass"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["db"] is None and "not recorded" in out.err
+    assert not (tmp_path / "ro" / "runs.db").exists()

@@ -149,3 +149,27 @@ def test_a_head_dim_below_one_is_a_listed_problem_not_a_crash(head_dim):
     g = Grid(name="g", layers=[1], hidden=[64], seq=[32], batch=[4], head_dim=head_dim)
     with pytest.raises(JouleboundError, match="head_dim and ff_mult must be >= 1"):
         g.plan(strategies=["single"], gpus=[1])
+
+
+def test_a_grid_with_many_problems_prints_a_short_error_that_says_what_is_wrong():
+    """A mistyped grid (hidden 65..264 for head_dim 64) printed a 76-92 MB error, one line per
+    shape × strategy (issue 30 item 14); the message is capped and counts the rest."""
+    g = Grid(name="g", layers=list(range(1, 31)), hidden=list(range(65, 95)), seq=[32],
+             batch=[1, 2], head_dim=64)
+    with pytest.raises(JouleboundError) as info:
+        g.plan(strategies=["single", "ddp", "fsdp", "tp"], gpus=[1, 2])
+    msg = str(info.value)
+    assert len(msg) < 4000, len(msg)
+    assert "problem(s)" in msg and "more" in msg
+    assert msg.count("\n  - ") <= 12
+
+
+def test_skip_invalid_lists_a_few_skipped_combinations_and_counts_the_rest(tmp_path, capsys):
+    f = tmp_path / "wide.toml"
+    f.write_text("layers = [1, 2, 3, 4, 5, 6, 7, 8]\nhidden = [64, 128]\nhead_dim = 64\n"
+                 "seq = [32]\nbatch = [1, 3, 5]\n")
+    assert main(["sweep", "--grid", str(f), "--strategies", "single,ddp,fsdp",
+                 "--gpus", "1,2", "--skip-invalid", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped 96 impossible combination(s)" in out
+    assert out.count("\n  - ") <= 10 and "86 more" in out

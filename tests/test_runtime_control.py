@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -395,3 +396,42 @@ def test_forked_child_does_not_drive_the_parent_controller():
     assert os.waitstatus_to_exitcode(status) == 0
     assert ctl.stats.ops == n + 1
     ctl.close()
+
+
+def test_lookahead_of_a_latency_of_many_iterations_is_bounded_and_cyclic():
+    """A plan JSON with ``switch_latency_s`` 1e9 (fuzzed, or `plan --switch-latency 1e9`) made
+    `run --plan` allocate 1.16 PiB (issue 30 item 13): the timeline was tiled once per
+    iteration the latency spans. Whole iterations do not change what is commanded."""
+    choice = np.array([0, 0, 1, 1, 2, 0])
+    t = np.array([1.0, 2.0, 1.0, 3.0, 2.0, 1.0])       # period 10 s, exact in floats
+    for rem in (0.5, 1.5, 4.0, 7.5):
+        near = lookahead_commands(choice, t, rem + 10.0 * 5)
+        assert lookahead_commands(choice, t, rem + 10.0 * 10**9).tolist() == near.tolist()
+    assert len(lookahead_commands(choice, t, 1e308)) == 6       # finite, however large
+
+
+@pytest.mark.parametrize("lat", [float("inf"), -0.5, "1ms"])
+def test_a_plan_file_with_an_impossible_switch_latency_is_refused_naming_it(tmp_path, lat):
+    from joulebound.core.errors import SchemaError
+
+    p = Plan(device="test", kernel_names=["a", "b"], configs=[AUTO, ClockConfig(1005, 9501)],
+             choice=np.array([0, 1])).save(tmp_path / "plan.json")
+    doc = json.loads(p.read_text())
+    doc["switch_latency_s"] = lat
+    p.write_text(json.dumps(doc))
+    with pytest.raises(SchemaError, match="switch_latency_s"):
+        Plan.load(p)
+
+
+@pytest.mark.parametrize("key", ["[-5, 0]", "aten.mm.default[-5x3,3x4]float32",
+                                 "aten.add.Tensor[4x-1,4x-1]float32"])
+def test_an_op_key_with_a_negative_size_is_priced_as_unknown_never_negative(key):
+    """A plan's kernel name `[-5, 0]` (fuzzed plan JSON) gave a kernel of -5 FLOPs and -40
+    bytes; the GPU model indexed its tables with them and segfaulted the process (issue 30
+    item 13 follow-up). A negative size is not a shape: the op costs are unknown (0)."""
+    from joulebound.runtime.opkeys import parse_key
+
+    _, inputs, _ = parse_key(key)
+    assert all(s is None or all(d >= 0 for d in s) for s in inputs if not isinstance(s, list))
+    (k,) = trace_from_ops([key]).kernels
+    assert k.flops >= 0 and k.bytes >= 0

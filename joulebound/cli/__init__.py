@@ -15,6 +15,7 @@ import functools
 import importlib
 import inspect
 import pkgutil
+import sqlite3
 import sys
 
 import typer
@@ -98,11 +99,31 @@ def _register_all() -> None:
 _register_all()
 
 
+def _flags_show_no_value() -> None:
+    """typer prints a flag's type in ``--help`` (``--version <bool>``, ``--json <bool>``) as if
+    it took a true/false value; a flag takes none, so it shows no type (options with a value
+    keep theirs: ``<int>``, ``<str>``)."""
+    from typer import core
+
+    shown = core.TyperOption.display_type_rich
+    if getattr(shown, "_flags_show_no_value", False):
+        return
+
+    def display_type_rich(self: core.TyperOption, ctx: typer.Context) -> str | None:
+        if self.is_flag and self.metavar is None:
+            return None
+        return shown(self, ctx)
+
+    display_type_rich._flags_show_no_value = True  # type: ignore[attr-defined]
+    core.TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
 @functools.lru_cache(maxsize=1)
 def _click_command() -> typer.core.TyperGroup:
     """The click command tree of :data:`app`, built once per process: ``app(...)`` rebuilds it
     from every command's signature on each call (~0.1 s of CPU), which a caller running several
     commands in one process (a test suite, a notebook) would pay every time."""
+    _flags_show_no_value()
     return typer.main.get_command(app)
 
 
@@ -115,6 +136,16 @@ def main(argv: list[str] | None = None) -> int:
         _click_command()(args=argv, standalone_mode=True)
     except JouleboundError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        return 2
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError):
+            raise
+        # a damaged page of a store met while reading it (a large store is not read page by
+        # page when it is opened: joulebound.core.sqlitedb.check_readable)
+        err_console.print(f"[bold red]error:[/] an SQLite store is damaged: SQLite met a bad page "
+                          f"while reading it ({escape(str(exc))}). `joulebound runs DB --check` "
+                          "checks a whole file; try `sqlite3 DB .recover` to salvage its rows",
+                          highlight=False, soft_wrap=True)
         return 2
     except SystemExit as exc:
         if exc.code is None:

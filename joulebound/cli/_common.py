@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
@@ -19,6 +20,33 @@ def print_json(obj: Any) -> None:
     """Print ``obj`` as strict JSON on stdout (numpy values converted; NaN/inf, which JSON does
     not have, become ``null``: unknown)."""
     sys.stdout.write(json_text(obj))
+
+
+class JsonListPrinter:
+    """Prints a JSON list one item at a time (:meth:`add`, then :meth:`close`), the same text
+    :func:`print_json` prints for the whole list: a long list is never held."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def add(self, obj: Any) -> None:
+        sys.stdout.write(("[\n " if self.n == 0 else ",\n ")
+                         + json_text(obj).rstrip("\n").replace("\n", "\n "))
+        self.n += 1
+
+    def close(self) -> int:
+        """End the list; returns how many items it has."""
+        sys.stdout.write("\n]\n" if self.n else "[]\n")
+        return self.n
+
+
+def print_json_list(items: Iterable[Any]) -> int:
+    """Print the JSON list of ``items`` as :func:`print_json` prints a list, one item at a time
+    (:class:`JsonListPrinter`); returns how many."""
+    jp = JsonListPrinter()
+    for obj in items:
+        jp.add(obj)
+    return jp.close()
 
 
 def json_text(obj: Any) -> str:

@@ -31,7 +31,8 @@ def characterize_cmd(
                                   "time (s), energy (J), repeats. Each measured kernel's work and "
                                   "power activity are fitted to its cells (3 clocks suffice), the "
                                   "other clocks are modeled from the fit, measured cells are kept."),
-    output: Path = typer.Option(None, "-o", "--output", help="Write the Characterization (.npz)."),
+    output: Path = typer.Option(None, "-o", "--output", help="Write the Characterization (.npz); "
+                                "missing folders are created (a note says which)."),
     csv_out: Path = typer.Option(None, "--csv", help="Write one CSV row per (kernel, clock "
                                  "config): kernel_index, name, category, phase, layer, core_mhz "
                                  "and mem_mhz (MHz or 'auto'), time_s, energy_j, provenance "
@@ -58,10 +59,17 @@ def characterize_cmd(
     if res.memory_warning:
         err_console.print(f"[yellow]warning[/]: {res.memory_warning}", highlight=False)
     char, spec_name = res.char, res.device
-    if output is not None:
-        char.save(output)
-    if csv_out is not None:
-        write_csv(char, res.trace, csv_out)
+    from joulebound.core.paths import missing_folder
+
+    for path, write in ((output, lambda p: char.save(p)),
+                        (csv_out, lambda p: write_csv(char, res.trace, p))):
+        if path is None:
+            continue
+        made = missing_folder(Path(path).parent)
+        write(path)
+        if made is not None:
+            err_console.print(f"note: created folder {made} for {path}", highlight=False,
+                              soft_wrap=True)
     if json_out:
         print_json(res.to_json(output, csv_out))
         return
@@ -139,4 +147,6 @@ def write_csv(char, trace, path: Path) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("characterize")(characterize_cmd)
+    from joulebound.cli._common import reflow
+
+    app.command("characterize", help=reflow(characterize_cmd.__doc__ or ""))(characterize_cmd)

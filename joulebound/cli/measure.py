@@ -33,8 +33,10 @@ the latest annual average published by Ember (2022-2024, CC BY 4.0; the year is 
 `python -m joulebound.energy.carbon --list` lists them) — or live:ZONE, the Electricity Maps
 figure of now (your key in $ELECTRICITYMAPS_API_KEY; ZONE e.g. FR, DE, US-CAL-CISO).
 
-With --db the run, its window and its power samples go to a SQLite store (WAL; samples committed
-every second), which survives the child or joulebound being killed.
+The run, its window and its power samples go to a SQLite store (WAL; samples committed every
+second), which survives the child or joulebound being killed: --db FILE, by default runs.db in the
+current folder ($JOULEBOUND_DB names another), which `joulebound runs` lists; --no-db records
+nothing. The summary says where the run went.
 
 Nothing is lost silently: failed sensor reads and samples or windows the store could not take
 are counted, shown in the notes and under --json "losses"; with --strict they make the exit code
@@ -55,7 +57,10 @@ def measure_command(
     cmd: Annotated[list[str], typer.Argument(help="The command to run (after --).",
                                              show_default=False)],
     interval: Annotated[float, typer.Option(help="Power sampling period (s).", min=0.001)] = 0.1,
-    db: Annotated[str | None, typer.Option(help="SQLite store to record the run in.")] = None,
+    db: Annotated[str | None, typer.Option(
+        help="SQLite store to record the run in (default: $JOULEBOUND_DB, else runs.db in the "
+        "current folder).", show_default=False)] = None,
+    no_db: Annotated[bool, typer.Option("--no-db", help="Record the run nowhere.")] = False,
     gpus: Annotated[str, typer.Option(
         help="CUDA-visible GPU indices to meter, e.g. 0,1 (default: all visible).")] = "all",
     backend: Annotated[str, typer.Option(
@@ -80,6 +85,7 @@ def measure_command(
     from joulebound.energy.command import CommandNotRunnable, run_command
 
     ci = parse_ci(carbon_intensity)   # a bad value fails before the command runs
+    db = _store_for(db, no_db)
     kwargs = {"cpu_tdp_w": cpu_tdp} if cpu_tdp is not None and backend in ("auto",
                                                                            "cpu-model") else {}
     # with --json the child's stdout goes to stderr, so that stdout is one JSON document
@@ -104,6 +110,32 @@ def measure_command(
     if strict and res.exit_code == 0 and res.lost_anything:
         raise SystemExit(3)
     raise SystemExit(res.exit_code)
+
+
+def _store_for(db: str | None, no_db: bool) -> str | None:
+    """The store ``measure`` records into: ``--db``, none with ``--no-db``, else the default
+    (:func:`joulebound.energy.store.default_store_path`) where its folder can be written (a note
+    says when not)."""
+    import os
+
+    from joulebound.core.errors import JouleboundError
+    from joulebound.energy.store import default_store_path
+
+    if no_db and db is not None:
+        raise JouleboundError("--db FILE and --no-db: give one (--no-db records the run nowhere)")
+    if no_db or db is not None:
+        return db
+    path = default_store_path()
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(path) and not os.access(folder, os.W_OK | os.X_OK):
+        from joulebound.cli._common import err_console
+
+        # the default only: a command is not refused because of where it was started
+        err_console.print(f"note: the run is not recorded: {folder} cannot be written (the "
+                          f"default store is {path}); --db FILE records it elsewhere",
+                          highlight=False)
+        return None
+    return path
 
 
 def render(res, console) -> None:  # type: ignore[no-untyped-def]
@@ -190,7 +222,9 @@ def render(res, console) -> None:  # type: ignore[no-untyped-def]
     for n in res.notes:
         console.print(f"[dim]note: {escape(n)}[/]", highlight=False)
     if res.db:
-        console.print(f"[dim]recorded in {res.db} (run {res.run_id})[/]")
+        console.print(f"[dim]recorded in {escape(res.db)} (run {res.run_id}; `joulebound runs "
+                      f"{escape(res.db)}` lists it; --db FILE records elsewhere, --no-db "
+                      "nowhere)[/]", highlight=False)
 
 
 RUNS_HELP = """List the runs recorded in a measurement store (joulebound measure --db, EnergyMeter(store=),
@@ -210,29 +244,56 @@ energy, each with its own label (measured or modeled); GPU energy without a GPU 
 (EnergyMeter, the training callbacks), not a command.
 --json prints a list of runs: {run_id, started_at, ended_at, status, command, exit_code, backend,
 provenance (of the longest window's GPU energy; null without one), cpu_provenance, rank, host,
-carbon (the carbon-intensity setting stored with the run, or null), notes,
+carbon (the carbon-intensity setting stored with the run, or null), parent_run (the run of the
+`joulebound measure` whose command metered itself into this run, e.g. with the training callbacks;
+else null), notes,
 windows: [{name, start_s, end_s, duration_s, duration_provenance, energy_j, provenance (of
 energy_j; null when energy_j is), cpu_energy_j, cpu_provenance, flags}]}. Energy is null where
 no sensor was available."""
 
 
 def runs_command(
-    db: Annotated[str, typer.Argument(help="The SQLite store.")] = "runs.db",
+    db: Annotated[str | None, typer.Argument(
+        help="The SQLite store (default: $JOULEBOUND_DB, else runs.db in the current folder).",
+        show_default=False)] = None,
     export: Annotated[str | None, typer.Option(help="Export the tables to this folder.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="csv | parquet | prometheus")] = "csv",
     last: Annotated[int, typer.Option(help="Show the last N runs.", min=1)] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    check: Annotated[bool, typer.Option(
+        "--check", help="First check every page of the file (SQLite quick_check; reads the "
+        "whole file: seconds for a GB store; an open checks only the header and schema of a "
+        "store over 64 MiB).")] = False,
 ) -> None:
     from pathlib import Path
 
-    from joulebound.cli._common import console, print_json, print_skipped_rows
+    from joulebound.cli._common import err_console
+    from joulebound.core import sqlitedb
     from joulebound.core.errors import JouleboundError
     from joulebound.energy.store import Store
 
+    if db is None:
+        from joulebound.energy.store import default_store_path
+
+        db = default_store_path()
     if not Path(db).exists():
         raise JouleboundError(f"store {db} does not exist (create one with "
                               f"joulebound measure --db {db} -- CMD)")
     st = Store(db, readonly=True)
+    if check:
+        st.check_integrity()
+        err_console.print(f"store {db}: every page checked (SQLite quick_check): ok",
+                          highlight=False)
+    with sqlitedb.reading(db):
+        _runs(st, db, export, fmt, last, as_json)
+
+
+def _runs(st, db: str, export: str | None, fmt: str, last: int, as_json: bool) -> None:
+    """What ``runs`` prints or exports from the open store ``st``."""
+    from pathlib import Path
+
+    from joulebound.cli._common import console, print_json, print_skipped_rows
+
     if export is not None:
         from joulebound.core.paths import ensure_output_dir
 
@@ -297,6 +358,8 @@ def _short_command(command: str) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("measure", help=HELP, context_settings={"ignore_unknown_options": True})(
+    from joulebound.cli._common import reflow
+
+    app.command("measure", help=reflow(HELP), context_settings={"ignore_unknown_options": True})(
         measure_command)
-    app.command("runs", help=RUNS_HELP)(runs_command)
+    app.command("runs", help=reflow(RUNS_HELP))(runs_command)

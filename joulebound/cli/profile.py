@@ -62,7 +62,7 @@ def profile_command(
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    rc = subprocess.call(argv + ["--", *cmd[1:]], env=env)
+    rc = _call_without_usdt(argv + ["--", *cmd[1:]], env)
     if not out.exists():
         raise JouleboundError(f"no trace was written (the script exited with code {rc}); see "
                               "the messages above")
@@ -96,6 +96,81 @@ def profile_command(
     sys.stdout.flush()
 
 
+class UsdtFilter:
+    """The child's stderr less Kineto's ``USDT:`` lines: recent torch.profiler builds print
+    ``USDT:<time> <pid> SyncActivityProfilerHandler.cpp:52] profiler_start`` (and ``_stop``) for
+    USDT probes on every profiler start and stop, and Kineto's log level cannot hide them without
+    hiding its errors too. A line is dropped only when it starts with ``USDT:``; everything else
+    passes as soon as it comes (a progress bar's partial line is held for at most 4 bytes, while
+    it could still be the start of ``USDT:``)."""
+
+    MARK = b"USDT:"
+
+    def __init__(self) -> None:
+        self.mode = "start"       # at a line start | "pass" the line on | "drop" it
+        self.held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """What of ``chunk`` to show now."""
+        out = bytearray()
+        for piece in chunk.splitlines(keepends=True):
+            if self.mode == "pass":
+                out += piece
+            elif self.mode == "start":
+                line = self.held + piece
+                self.held = b""
+                if line.startswith(self.MARK):
+                    self.mode = "drop"
+                elif self.MARK.startswith(line):
+                    self.held = line          # "US": could still become "USDT:"
+                else:
+                    out += line
+                    self.mode = "pass"
+            if piece.endswith((b"\n", b"\r")):
+                self.mode = "start"
+        return bytes(out)
+
+    def flush(self) -> bytes:
+        """What is still held at the end of the stream."""
+        held, self.held = self.held, b""
+        return held
+
+
+def _call_without_usdt(argv: list[str], env: dict[str, str]) -> int:
+    """``subprocess.call(argv)`` with the child's stderr shown through :class:`UsdtFilter`."""
+    import threading
+
+    proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = proc.stderr
+
+    def pump() -> None:
+        f = UsdtFilter()
+        dst = sys.stderr.buffer
+        while chunk := os.read(err.fileno(), 65536):
+            out = f.feed(chunk)
+            if out:
+                dst.write(out)
+                dst.flush()
+        dst.write(f.flush())
+        dst.flush()
+
+    t = threading.Thread(target=pump, name="profile-stderr", daemon=True)
+    t.start()
+    try:
+        rc = proc.wait()
+    except BaseException:       # as subprocess.call: the child does not outlive us
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        t.join(timeout=5)
+        err.close()
+    return rc
+
+
 def register(app: typer.Typer) -> None:
-    app.command("profile", help=HELP, context_settings={"ignore_unknown_options": True})(
+    from joulebound.cli._common import reflow
+
+    app.command("profile", help=reflow(HELP), context_settings={"ignore_unknown_options": True})(
         profile_command)

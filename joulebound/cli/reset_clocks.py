@@ -108,5 +108,7 @@ def clock_helper_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("reset-clocks", help=RESET_HELP)(reset_clocks_command)
-    app.command("clock-helper", help=HELPER_HELP)(clock_helper_command)
+    from joulebound.cli._common import reflow
+
+    app.command("reset-clocks", help=reflow(RESET_HELP))(reset_clocks_command)
+    app.command("clock-helper", help=reflow(HELPER_HELP))(clock_helper_command)

@@ -271,4 +271,6 @@ def _verify_sentence(v: dict[str, Any]) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("run", help=HELP, context_settings={"ignore_unknown_options": True})(run_command)
+    from joulebound.cli._common import reflow
+
+    app.command("run", help=reflow(HELP), context_settings={"ignore_unknown_options": True})(run_command)

@@ -97,7 +97,12 @@ def sweep_command(
     from joulebound.core.errors import JouleboundError
     from joulebound.jobs.runstore import SweepStore
     from joulebound.measure.sweep.runner import check_energy_backend, plan_launches, run_sweep
-    from joulebound.workload.grid import parse_int_list, parse_str_list, resolve_grid
+    from joulebound.workload.grid import (
+        MAX_PROBLEMS_SHOWN,
+        parse_int_list,
+        parse_str_list,
+        resolve_grid,
+    )
 
     if device not in ("auto", "cpu", "cuda"):
         raise JouleboundError(f"--device must be auto, cpu or cuda, got {device!r}")
@@ -115,8 +120,11 @@ def sweep_command(
     sweep = name or g.name
     if skipped and not as_json:
         console.print(f"[yellow]skipped {len(skipped)} impossible combination(s)[/]:")
-        for why in skipped:
+        for why in skipped[:MAX_PROBLEMS_SHOWN]:
             console.print(f"  - {why}", highlight=False)
+        if len(skipped) > MAX_PROBLEMS_SHOWN:
+            console.print(f"  ... and {len(skipped) - MAX_PROBLEMS_SHOWN:,} more (--json lists "
+                          "them all)", highlight=False)
     if dry_run:
         launches = plan_launches(configs)
         if as_json:

@@ -191,4 +191,6 @@ def results_table(results: list) -> Any:  # list[CheckResult] -> rich Table
 
 
 def register(app: typer.Typer) -> None:
-    app.command("validate")(validate)
+    from joulebound.cli._common import reflow
+
+    app.command("validate", help=reflow(validate.__doc__ or ""))(validate)

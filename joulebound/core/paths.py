@@ -38,3 +38,16 @@ def ensure_output_dir(path: str | os.PathLike[str], what: str = "output folder")
         raise JouleboundError(f"{what} {p} is not writable; choose a folder you can write "
                               "(nothing was written)")
     return p
+
+
+def missing_folder(path: str | os.PathLike[str]) -> Path | None:
+    """The outermost folder of ``path`` (itself or a parent) that does not exist yet, which
+    writing a file into ``path`` creates; ``None`` when ``path`` exists. A command that makes
+    folders for its output says so with it."""
+    p = Path(path).expanduser()
+    top = None
+    for q in (p, *p.parents):
+        if q.exists():
+            break
+        top = q
+    return top

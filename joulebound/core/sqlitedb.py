@@ -4,9 +4,11 @@ Both stores may live in one file, so each keeps its schema version in a shared t
 ``joulebound_schema(component, version)`` (:func:`schema_version`, :func:`stamp_schema`); a file
 written by a newer joulebound is refused with a message (:func:`require_schema`) instead of being
 misread or written into. Every connection is opened the same way (:func:`connect`): explicit
-transactions, a busy timeout so that several processes can write one file, and an integrity
-check before anything is read or written (a damaged file is refused, never written); writers
-then switch to WAL journaling (:func:`enable_writes`). Writes go through :func:`transaction`
+transactions, a busy timeout so that several processes can write one file, and a check before
+anything is read or written (a file that is not SQLite, or whose schema is damaged, is refused;
+a file up to :data:`FULL_CHECK_MAX_BYTES` also gets SQLite's ``quick_check`` of every page, a
+larger one only on demand, :func:`check_integrity`, since that reads the whole file: seconds for a
+GB store); writers then switch to WAL journaling (:func:`enable_writes`). Writes go through :func:`transaction`
 (``BEGIN IMMEDIATE``: the write lock is taken up front, so concurrent writers queue instead of
 failing mid-transaction).
 """
@@ -29,6 +31,12 @@ log = logging.getLogger(__name__)
 SCHEMA_TABLE = "joulebound_schema"
 #: seconds a connection waits for another process's write lock
 BUSY_TIMEOUT_S = 60.0
+#: a file up to this size gets ``PRAGMA quick_check`` on every open (it reads every page: about
+#: 1 s per GB when cached, far more from disk); a larger one gets the header and schema check,
+#: and the full one on demand (``joulebound runs DB --check``)
+FULL_CHECK_MAX_BYTES = 64 * 2**20
+#: the first 16 bytes of every SQLite 3 database file
+SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def check_integrity(con: sqlite3.Connection, path: str | Path, what: str = "store",
@@ -50,12 +58,42 @@ def check_integrity(con: sqlite3.Connection, path: str | Path, what: str = "stor
                               f"`sqlite3 {path} .recover` to salvage its rows")
 
 
+def check_readable(con: sqlite3.Connection, path: str | Path, what: str = "store",
+                   fix: str = "record to a new file instead (e.g. --db new.db)") -> None:
+    """The check of every open: ``path`` is an SQLite file whose schema can be read; when it is
+    at most :data:`FULL_CHECK_MAX_BYTES`, also :func:`check_integrity` (every page). A damaged
+    page of a larger file is met when it is read (SQLite refuses it then: ``database disk image
+    is malformed``); :func:`check_integrity` finds it up front, on demand.
+
+    Raises:
+        JouleboundError: not a database, its schema unreadable, or (small files) damaged.
+    """
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with p.open("rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except OSError:
+        size, head = 0, SQLITE_MAGIC       # a new file (SQLite creates it), or one we cannot stat
+    if size and head != SQLITE_MAGIC:
+        raise JouleboundError(f"{what} {path}: not an SQLite database (its first bytes are "
+                              f"{head[:16]!r}); {fix}")
+    try:
+        con.execute("SELECT count(*), max(length(sql)) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise JouleboundError(f"{what} {path}: not an SQLite database, or not a usable one "
+                              f"({exc}); {fix}") from None
+    if size <= FULL_CHECK_MAX_BYTES:
+        check_integrity(con, path, what, fix)
+
+
 def connect(path: str | Path, *, what: str = "store", readonly: bool = False,
             fix: str = "record to a new file instead (e.g. --db new.db)",
             check_same_thread: bool = True) -> sqlite3.Connection:
     """Open ``path`` the way every joulebound store does: explicit transactions
-    (``isolation_level=None``), a busy timeout of :data:`BUSY_TIMEOUT_S`, the integrity check.
-    Nothing is written: a writer calls :func:`enable_writes` after checking the schema version.
+    (``isolation_level=None``), a busy timeout of :data:`BUSY_TIMEOUT_S`, the check of
+    :func:`check_readable` (the full integrity check for files up to
+    :data:`FULL_CHECK_MAX_BYTES`). Nothing is written: a writer calls :func:`enable_writes` after checking the schema version.
 
     Args:
         path: the SQLite file; created (empty) when missing unless ``readonly``.
@@ -77,7 +115,7 @@ def connect(path: str | Path, *, what: str = "store", readonly: bool = False,
     except sqlite3.Error as exc:
         raise JouleboundError(f"{what} {path}: cannot be opened ({exc})") from None
     try:
-        check_integrity(con, path, what, fix)
+        check_readable(con, path, what, fix)
         con.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
     except BaseException:
         con.close()
@@ -130,6 +168,21 @@ def _uri_path(path: str | Path) -> str:
     from urllib.parse import quote
 
     return quote(str(Path(path).absolute()))
+
+
+@contextlib.contextmanager
+def reading(path: str | Path, what: str = "store") -> Iterator[None]:
+    """Reads of ``path`` inside: a damaged page SQLite meets (``database disk image is
+    malformed``: a large file is not checked page by page when it is opened, see
+    :func:`check_readable`) becomes one line naming the file and what to do."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError):
+            raise
+        raise JouleboundError(f"{what} {path} is damaged: SQLite met a bad page while reading "
+                              f"it ({exc}). `joulebound runs {path} --check` checks the whole "
+                              f"file; try `sqlite3 {path} .recover` to salvage its rows") from None
 
 
 def enable_writes(con: sqlite3.Connection) -> None:

@@ -48,7 +48,7 @@ from typing import Any
 from joulebound.core import deathwatch
 from joulebound.core.errors import JouleboundError
 from joulebound.core.provenance import MEASURED, MODELED
-from joulebound.energy.meter import EnergyMeter
+from joulebound.energy.meter import PARENT_RUN_ENV, EnergyMeter
 from joulebound.energy.results import WindowResult
 from joulebound.energy.status import FAILED, from_returncode
 from joulebound.energy.store import pid_start
@@ -382,6 +382,8 @@ def run_command(cmd: Sequence[str], backend: str = "auto", gpus: Sequence[int] |
     meter.begin_window(window, sync=False)
     try:
         proc = subprocess.Popen(list(cmd), stdout=child_stdout,
+                                env={**os.environ, PARENT_RUN_ENV: meter.run_id} if db is not None
+                                else None,
                                 process_group=None if own_group else 0,
                                 preexec_fn=_die_with_parent() if watch is None else None)
     except OSError as exc:

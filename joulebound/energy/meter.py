@@ -71,6 +71,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from joulebound.energy.store import Store
 
 BACKENDS = ("auto", "nvml", "rapl", "cpu-model", "simulated", "replay", "none")
+#: environment variable ``joulebound measure`` sets for its command: its run id, recorded as
+#: ``parent_run`` by a meter with a store inside the command (the training callbacks, an
+#: EnergyMeter), so the two runs are linked (``runs --json``: ``parent_run``)
+PARENT_RUN_ENV = "JOULEBOUND_PARENT_RUN"
 
 
 #: an open window, as its end needs it (a plain tuple: one is built at every window start):
@@ -210,6 +214,8 @@ class EnergyMeter:
             covers the kept windows only (aggregate the store's windows for the whole run).
         meta: run metadata stored with the run (the store's ``runs.meta_json``), e.g. the
             carbon-intensity setting ``{"carbon": {...}}``; shown by ``joulebound report``.
+            Inside a command run by ``joulebound measure`` (:data:`PARENT_RUN_ENV` set), the
+            measure run's id is added as ``parent_run``.
         backend_kwargs: passed to the backend constructor (e.g. ``power=`` for simulated).
     """
 
@@ -261,6 +267,9 @@ class EnergyMeter:
             from joulebound.energy.store import Store
 
             self.store = store if isinstance(store, Store) else Store(store)
+            parent = os.environ.get(PARENT_RUN_ENV)
+            if parent and parent != self.run_id:   # metered inside `joulebound measure -- CMD`
+                meta = {**(meta or {}), "parent_run": parent}
             self.store.begin_run(self.run_id, backend=self.backend.name,
                                  provenance=self.gpu_provenance, command=command,
                                  notes=self.notes, rank=self.rank, host=self.host,

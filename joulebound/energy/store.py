@@ -24,8 +24,10 @@ namespaces are left alone (their owners cannot be checked from here). A run mark
 owner was in fact alive still ends normally: its close writes its real status.
 
 Opening, integrity and versions are :mod:`joulebound.core.sqlitedb`'s, shared with the sweep store:
-every open runs ``PRAGMA quick_check``; a damaged file is refused with a message (never written
-into, never a raw sqlite traceback). The schema version (:data:`SCHEMA_VERSION`) is recorded in the
+every open checks the header and the schema, and runs ``PRAGMA quick_check`` (every page) on a file
+up to ``FULL_CHECK_MAX_BYTES`` (64 MiB); a larger one is checked page by page on demand
+(:meth:`Store.check_integrity`, ``joulebound runs DB --check``), since that reads the whole file.
+A damaged file is refused with a message (never written into, never a raw sqlite traceback). The schema version (:data:`SCHEMA_VERSION`) is recorded in the
 file's ``joulebound_schema`` table as component ``energy`` (and, for older releases, as ``PRAGMA
 user_version``); a file from a newer joulebound is refused, an unversioned one from before
 versioning is stamped when it is opened for writing.
@@ -67,6 +69,15 @@ CREATE TABLE IF NOT EXISTS samples (
 CREATE INDEX IF NOT EXISTS samples_run ON samples(run_id, t_s);
 """
 TABLES = ("runs", "windows", "samples")
+#: environment variable naming the default store of ``measure`` and ``runs`` (else ``runs.db`` in
+#: the current folder)
+DB_ENV = "JOULEBOUND_DB"
+
+
+def default_store_path() -> str:
+    """The store ``joulebound measure`` records into and ``joulebound runs`` lists when no file
+    is given: ``$JOULEBOUND_DB``, else ``runs.db`` in the current folder."""
+    return os.environ.get(DB_ENV) or "runs.db"
 #: this store's name in the file's schema table (:mod:`joulebound.core.sqlitedb`)
 COMPONENT = "energy"
 #: schema version of the tables above (also written as ``PRAGMA user_version``)
@@ -458,6 +469,16 @@ class Store:
                 df.to_parquet(p, index=False)
             paths.append(p)
         return paths
+
+    def check_integrity(self) -> None:
+        """SQLite's ``quick_check`` of every page of the file (seconds for a GB store; an open
+        checks every page only of small files, :func:`joulebound.core.sqlitedb.check_readable`).
+
+        Raises:
+            JouleboundError: the file is damaged (naming what SQLite found).
+        """
+        sqlitedb.check_integrity(self._con, self.path, "store",
+                                 "record to a new file instead (e.g. --db new.db)")
 
     def close(self) -> None:
         with self._lock:

@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import csv
 import math
+import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TextIO
 
 from joulebound.core.errors import JouleboundError, did_you_mean
 from joulebound.core.provenance import MODELED
@@ -77,34 +80,102 @@ def _value(key: str, text: str, row: int) -> object:
     return t
 
 
-def read_jobs(path: str | Path, defaults: dict, advise: bool = False
-              ) -> list[tuple[Job | None, dict, str]]:
-    """``[(job or None, extra advise columns, error)]`` per row of the CSV (see module docstring).
+#: one row of a jobs table: (job or None, extra advise columns, error)
+Row = tuple[Job | None, dict, str]
+
+
+def read_jobs(path: str | Path, defaults: dict, advise: bool = False) -> list[Row]:
+    """``[(job or None, extra advise columns, error)]`` per row of the CSV (see module docstring);
+    :func:`iter_jobs` as a list."""
+    return list(iter_jobs(path, defaults, advise))
+
+
+def iter_jobs(path: str | Path, defaults: dict, advise: bool = False) -> Iterator[Row]:
+    """``(job or None, extra advise columns, error)`` per row of the CSV (see module docstring),
+    built as they are asked for: a table of any length is never held whole.
 
     ``defaults`` are the command-line values (Job fields, ``preset``); a row's cells override them.
-    Unknown columns raise (naming them and listing the valid ones)."""
-    from joulebound.jobs.job import job_from_options
-
+    The whole file is checked here, before the first row is built (one quick pass of csv): an
+    unknown column (named, with the valid ones listed), a line csv cannot read (a cell over its
+    128 KiB limit: row and column named), an undecodable file or a table without rows raise
+    before anything is predicted or written."""
     p = Path(path)
     if not p.is_file():
         raise JouleboundError(f"--jobs {p}: file not found (a CSV with one job per row)")
+    header = None
+    n = 0
+    for cells in _csv_rows(p):
+        if header is None:
+            header = cells
+            keys = [_key(h) for h in header]
+            valid = (set(JOB_COLUMNS) | {"power_limit_w", "arch"}
+                     | (set(ADVISE_ONLY) if advise else set()))
+            bad = [h for h, k in zip(header, keys, strict=True) if k not in valid]
+            if bad:
+                raise JouleboundError(f"--jobs {p}: unknown column(s) {', '.join(map(repr, bad))}."
+                                      + did_you_mean(_key(bad[0]), sorted(valid)))
+        elif any(c.strip() for c in cells):
+            n += 1
+    if header is None:
+        raise JouleboundError(f"--jobs {p}: empty file; the first line names the columns")
+    if not n:
+        raise JouleboundError(f"--jobs {p}: no job rows after the header")
+    return _job_rows(p, keys, defaults)
+
+
+def _csv_rows(p: Path) -> Iterator[list[str]]:
+    """The rows of the CSV file ``p`` (the header first), read line by line; a line csv cannot
+    read or an undecodable file raise one line naming the row (:func:`_csv_error`)."""
     try:
-        text = p.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
+        fh = p.open(encoding="utf-8-sig", newline="")
+    except OSError as exc:
         raise JouleboundError(f"--jobs {p}: cannot be read ({exc})") from None
-    rd = csv.reader(text.splitlines())
-    try:
-        header = next(rd)
-    except StopIteration:
-        raise JouleboundError(f"--jobs {p}: empty file; the first line names the columns") from None
-    keys = [_key(h) for h in header]
-    valid = set(JOB_COLUMNS) | {"power_limit_w", "arch"} | (set(ADVISE_ONLY) if advise else set())
-    bad = [h for h, k in zip(header, keys, strict=True) if k not in valid]
-    if bad:
-        raise JouleboundError(f"--jobs {p}: unknown column(s) {', '.join(map(repr, bad))}."
-                              + did_you_mean(_key(bad[0]), sorted(valid)))
-    out = []
-    for i, cells in enumerate(rd, start=1):
+    with fh:
+        lines = _Lines(fh, p)
+        rd = csv.reader(lines)
+        header: list[str] | None = None
+        i = 0
+        while True:
+            try:
+                cells = next(rd)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                where = None if header is None else (i + 1, header)
+                raise _csv_error(p, exc, lines.last, rd.line_num, where) from None
+            if header is None:
+                header = cells
+            else:
+                i += 1
+            yield cells
+
+
+class _Lines:
+    """The lines of an open CSV file for :func:`csv.reader`, keeping the last one read (to name
+    the column of a cell csv refuses) and turning a decoding error into one line."""
+
+    def __init__(self, fh: TextIO, path: Path) -> None:
+        self.fh, self.path, self.last = fh, path, ""
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        try:
+            line = next(self.fh)
+        except UnicodeDecodeError as exc:
+            raise JouleboundError(f"--jobs {self.path}: cannot be read ({exc})") from None
+        self.last = line
+        return line
+
+
+def _job_rows(p: Path, keys: list[str], defaults: dict) -> Iterator[Row]:
+    """The rows of :func:`iter_jobs` after its header, as jobs (or errors)."""
+    from joulebound.jobs.job import job_from_options
+
+    rows = _csv_rows(p)
+    next(rows)      # the header, checked by iter_jobs
+    for i, cells in enumerate(rows, start=1):
         if not any(c.strip() for c in cells):
             continue
         extra: dict = {}
@@ -122,13 +193,38 @@ def read_jobs(path: str | Path, defaults: dict, advise: bool = False
             opts.setdefault("name", f"row{i}")
             if not opts.get("name"):
                 opts["name"] = f"row{i}"
-            out.append((job_from_options(**opts), extra, ""))
+            yield job_from_options(**opts), extra, ""
         except JouleboundError as exc:
             msg = str(exc)
-            out.append((None, extra, msg if msg.startswith("row ") else f"row {i}: {msg}"))
-    if not out:
-        raise JouleboundError(f"--jobs {p}: no job rows after the header")
-    return out
+            yield None, extra, msg if msg.startswith("row ") else f"row {i}: {msg}"
+
+
+def _csv_error(path: Path, exc: csv.Error, line: str, line_no: int,
+               where: tuple[int, list[str]] | None) -> JouleboundError:
+    """The one-line error for a line csv refused (``line``, number ``line_no``; ``where`` = the
+    data row's number and the header, ``None`` for the header): a cell over csv's field limit
+    (:func:`csv.field_size_limit`, 128 KiB) names its column and says how long it is."""
+    limit = csv.field_size_limit()
+    row = f"row {where[0]}" if where else "the header"
+    if "field limit" not in str(exc):
+        return JouleboundError(f"--jobs {path}: {row} (line {line_no}) cannot be read as CSV "
+                               f"({exc})")
+    col = ""
+    try:  # the same line parsed again without the limit, only to name the column
+        csv.field_size_limit(max(limit, len(line) + 1))
+        cells = next(csv.reader([line]), [])
+    except csv.Error:
+        cells = []
+    finally:
+        csv.field_size_limit(limit)
+    long = [k for k, c in enumerate(cells) if len(c) > limit]
+    if long:
+        k = long[0]
+        name = where[1][k] if where and k < len(where[1]) else f"#{k + 1}"
+        col = f", column {name!r}"
+    return JouleboundError(f"--jobs {path}: {row}{col}: a cell longer than {limit} characters "
+                           "(csv's limit); a job's cells are short names and numbers — check "
+                           "that the file is a jobs table with one job per line")
 
 
 def prediction_row(i: int, p, error: str = "") -> dict:
@@ -151,15 +247,28 @@ def prediction_row(i: int, p, error: str = "") -> dict:
             "provenance": MODELED}
 
 
-def write_csv(path: str | Path, rows: list[dict], columns: tuple[str, ...] = PREDICT_COLUMNS) -> None:
+def write_csv(path: str | Path, rows: Iterable[dict],
+              columns: tuple[str, ...] = PREDICT_COLUMNS) -> int:
+    """Write ``rows`` (any iterable: consumed as it is written) as CSV to ``path``; returns how
+    many. The rows go to ``PATH.part`` first, renamed to ``path`` once all are written, so an
+    error part way leaves no half table under the name asked for."""
     p = Path(path)
     if p.is_dir():
         raise JouleboundError(f"-o {p} is a folder; pass a file name such as {p / 'predictions.csv'}")
+    part = p.with_name(p.name + ".part")
+    n = 0
     try:
-        with p.open("w", newline="", encoding="utf-8") as fh:
+        with part.open("w", newline="", encoding="utf-8") as fh:
             w = csv.DictWriter(fh, fieldnames=list(columns), extrasaction="ignore")
             w.writeheader()
             for r in rows:
                 w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
+                n += 1
+        os.replace(part, p)
     except OSError as exc:
+        part.unlink(missing_ok=True)
         raise JouleboundError(f"-o {p}: cannot write ({exc.strerror})") from None
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    return n

@@ -10,7 +10,7 @@ scikit-learn (it calls :mod:`joulebound.jobs.mechanistic` directly, as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from joulebound.core.errors import JouleboundError
@@ -19,7 +19,12 @@ from joulebound.jobs.job import Job, resolve
 from joulebound.jobs.prediction import JobPrediction
 
 MECHANISTIC = "mechanistic"
-__all__ = ["is_law_file", "law_name", "predict_job", "predict_table"]
+__all__ = ["CHUNK_ROWS", "is_law_file", "law_name", "predict_job", "predict_rows", "predict_table"]
+
+#: jobs of a table predicted together by :func:`predict_rows`: memory stays bounded however
+#: long the table (100,000 rows held at once took 1-3 GB), and each chunk keeps the model's
+#: one call per device
+CHUNK_ROWS = 2048
 
 
 def law_name(law: str | None, coefficients: str | Path | None = None) -> str | None:
@@ -64,3 +69,32 @@ def predict_table(jobs: Sequence[Job | None], coefficients: str | Path | None = 
     from joulebound.jobs.mechanistic import load_params, predict_many
 
     return predict_many(jobs, load_params(coefficients))
+
+
+def predict_rows(rows: Iterable[tuple[Job | None, dict, str]],
+                 coefficients: str | Path | None = None, chunk_rows: int | None = None
+                 ) -> Iterator[tuple[tuple[Job | None, dict, str], JobPrediction | str]]:
+    """``predict --jobs`` on a stream of rows (:func:`joulebound.jobs.jobtable.iter_jobs`):
+    ``(row, prediction or error message)`` per row, in order, predicted ``chunk_rows`` at a time
+    (default :data:`CHUNK_ROWS`) by the mechanistic predictor, so at most one chunk of jobs and
+    predictions is held. A row that came with an error keeps it."""
+    from joulebound.jobs.mechanistic import load_params
+
+    prm = load_params(coefficients)
+    size = max(1, CHUNK_ROWS if chunk_rows is None else chunk_rows)
+    chunk: list[tuple[Job | None, dict, str]] = []
+
+    def flush() -> Iterator[tuple[tuple[Job | None, dict, str], JobPrediction | str]]:
+        from joulebound.jobs.mechanistic import predict_many
+
+        preds = predict_many([j for j, _, _ in chunk], prm)
+        for row, p in zip(chunk, preds, strict=True):
+            yield row, (row[2] or p or "not priced") if isinstance(p, str) else p
+        chunk.clear()
+
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= size:
+            yield from flush()
+    if chunk:
+        yield from flush()

@@ -63,6 +63,7 @@ def run_doc(row: dict[str, Any], windows: list[WindowResult]) -> dict[str, Any]:
             else main.cpu_provenance,
             "rank": row.get("rank"), "host": row.get("host"),
             "carbon": meta.get("carbon"),
+            "parent_run": meta.get("parent_run"),
             "notes": json.loads(row.get("notes_json") or "[]"),
             "windows": [window_doc(w) for w in windows]}
 

@@ -22,6 +22,7 @@ device to reach the op they were decided at; on CPU ops are synchronous and swit
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -263,6 +264,8 @@ def trace_from_ops(names: Sequence[str], name: str = "recorded",
         op, inputs, dtype_text = parse_key(n)
         dtype, size = element_type(dtype_text)
         cost = aten_cost(op, inputs, dtype, size)
+        if cost is not None and not (0 <= cost.flops < math.inf and 0 <= cost.bytes < math.inf):
+            cost = None     # never a negative or infinite cost: the GPU model cannot take one
         category = categorize(op)
         kernels.append(Kernel(name=n, category=category, phase="other", layer=None,
                               flops=cost.flops if cost else 0.0,

@@ -7,9 +7,13 @@ graph replays (:class:`~joulebound.runtime.hooks.PeriodicSchedule`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
+
+#: iterations of switch latency spanned exactly; a longer latency is reduced by whole iterations
+_MAX_SPAN = 8
 
 
 def lookahead_commands(choice: Sequence[int], kernel_time_s: Sequence[float],
@@ -49,11 +53,17 @@ def lookahead_commands(choice: Sequence[int], kernel_time_s: Sequence[float],
     if lat <= 0:
         return choice.copy()
     period = float(t.sum())
-    reps = 3 + (int(np.ceil(lat / period)) if period > 0 else 1)
+    # where a switch lands, cyclically: whole iterations of latency do not change which op it
+    # reaches, so a latency of many iterations (a plan for a far slower GPU, a hand-edited
+    # file) is taken modulo them instead of tiling the timeline once per iteration it spans
+    reach = lat
+    if period > 0 and lat > _MAX_SPAN * period:
+        reach = math.fmod(lat, period) + (_MAX_SPAN - 1) * period   # fmod is exact
+    reps = 3 + (int(np.ceil(reach / period)) if period > 0 else 1)
     starts = np.concatenate([[0.0], np.cumsum(np.tile(t, reps))])[:-1]
     # last op starting before (start of op j + 1) + L: a switch issued at j + 1 would land after
     # it started, so its phase is switched to at j at the latest
-    s = np.searchsorted(starts, starts[1:k + 1] + lat - 1e-15, side="left") - 1
+    s = np.searchsorted(starts, starts[1:k + 1] + reach - 1e-15, side="left") - 1
     cmd = choice[s % k]
     # duration of the planned phase (cyclic: the last one joins the first when they match) that
     # each command is for

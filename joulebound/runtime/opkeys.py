@@ -40,13 +40,17 @@ def key_str(key: Hashable) -> str:
 
 
 def _shape(text: str) -> tuple[int, ...] | None:
+    """The shape ``"8x64"`` -> ``(8, 64)`` (``"scalar"`` -> ``()``); ``None`` when the text is
+    not one: a negative size (a hand-edited or damaged plan) is not a shape, and priced as one
+    it gave negative FLOPs and bytes, which the GPU model cannot take."""
     text = text.strip()
     if text == "scalar":
         return ()
     try:
-        return tuple(int(x) for x in text.split("x"))
+        dims = tuple(int(x) for x in text.split("x"))
     except ValueError:
         return None
+    return None if any(d < 0 for d in dims) else dims
 
 
 def parse_key(name: str) -> tuple[str, list[Arg | None], str]:

@@ -173,6 +173,9 @@ class SweepConfig:
 
 
 _HASHED = ("steps", "warmup", "vocab", "dropout", "min_fill", "seed", "lr")
+#: problems a grid's error lists (a mistyped grid has one per shape and strategy: 540,000
+#: made a 92 MB message); the rest are counted
+MAX_PROBLEMS_SHOWN = 10
 _LIST_KEYS = ("arch", "layers", "hidden", "heads", "ff", "seq", "batch", "dtype")
 _SCALAR_KEYS = ("head_dim", "ff_mult", "steps", "warmup", "vocab", "dropout", "min_fill", "seed",
                 "lr", "name")
@@ -283,8 +286,12 @@ class Grid:
             uniq = list(dict.fromkeys(problems))
             hint = ("\n(use --skip-invalid to drop impossible strategy/rank combinations instead)"
                     if any("ranks" in u for u in uniq) else "")
-            raise JouleboundError(f"grid {self.name!r} is invalid ({len(uniq)} problem(s)); nothing was run:\n  - "
-                                  + "\n  - ".join(uniq) + hint)
+            shown = uniq[:MAX_PROBLEMS_SHOWN]
+            more = (f"\n  ... and {len(uniq) - len(shown):,} more problem(s) not listed: most "
+                    "repeat one of those above for other shapes; fix these and run again"
+                    if len(uniq) > len(shown) else "")
+            raise JouleboundError(f"grid {self.name!r} is invalid ({len(uniq):,} problem(s)); nothing was run:\n  - "
+                                  + "\n  - ".join(shown) + more + hint)
         if not configs:
             raise JouleboundError(f"grid {self.name!r} has no configurations to run"
                                   + (f" ({len(skipped)} combination(s) skipped as impossible)" if skipped else ""))
