@@ -216,6 +216,19 @@ def planning_configs(spec: DeviceSpec, params: DeviceParams, include_auto: bool 
     return cfgs, excluded
 
 
+def _check_costs(trace: Trace) -> None:
+    """Refuse kernels whose FLOPs or bytes are negative or not finite (the compiled table path
+    assumes non-negative work: such a kernel once corrupted its memory)."""
+    costs = np.array([(k.flops, k.bytes) for k in trace.kernels], float)
+    bad = ~np.isfinite(costs).all(axis=1) | (costs < 0).any(axis=1)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        k = trace.kernels[i]
+        raise JouleboundError(f"trace {trace.name!r}: kernel {i} ({k.name!r}) has {k.flops!r} FLOPs and "
+                              f"{k.bytes!r} bytes; a kernel's work must be finite and >= 0 "
+                              f"({int(bad.sum())} such kernel(s))")
+
+
 def characterize(trace: Trace, device: str | DeviceSpec,
                  configs: Sequence[ClockConfig] | None = None, include_auto: bool = True,
                  params: DeviceParams | None = None,
@@ -258,6 +271,7 @@ def characterize(trace: Trace, device: str | DeviceSpec,
         raise JouleboundError("no clock configs to characterize")
     if len(trace) == 0:
         raise JouleboundError(f"trace {trace.name!r} has no kernels")
+    _check_costs(trace)
     rc = resolve_clocks(spec, cfgs, prm)
     if work is None:
         work = trace_work(trace, spec, prm)
