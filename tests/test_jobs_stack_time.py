@@ -74,3 +74,15 @@ def test_distributed_optimizer_updates_one_dp_shard():
     dist = predict_jobs([Job(**{**BASE, **kw, "distributed_optimizer": True})], PRM)[0]
     assert dist.time_s < full.time_s
     assert np.isfinite(dist.time_s)
+
+
+def test_fsdp_copies_the_gathered_weights_and_the_gradients():
+    """FSDP (hf / eager) reads and writes each layer's 16-bit weights twice more in the forward
+    (copy-out of the gathered weights) and four times more in the backward (copy-out again,
+    gradients into the reduce-scatter buffer); Megatron (ZeRO-1 / no FSDP) does not."""
+    kw = dict(gpus=4, strategy="fsdp", batch=2)
+    r, fsdp = _parts(**kw)
+    _, ddp = _parts(gpus=4, strategy="ddp", batch=2)
+    assert dict(work_keys(r).stack).get("fsdp") and fsdp.t["layer_b"].sum() > ddp.t["layer_b"].sum()
+    rm = resolve(Job(**{**BASE, **kw, "framework": "megatron"}))
+    assert "fsdp" not in dict(work_keys(rm).stack)

@@ -210,7 +210,9 @@ def work_keys(r: Resolved) -> WorkKey:
     j = r.job
     stack = tuple((k, True) for k, on in (("flash", r.flash_attention), ("fp8", r.fp8),
                                           ("selective", r.recompute == "selective"),
-                                          ("sp", r.sequence_parallel)) if on)
+                                          ("sp", r.sequence_parallel),
+                                          ("fsdp", r.sharded and r.dp > 1
+                                           and r.framework in ("hf", "eager"))) if on)
     return WorkKey(r.arch, j.hidden, j.heads, r.ff, r.vocab, j.seq, r.micro_batch, r.dtype,
                    bool(j.recompute), r.tp, _device_name(j.device), (j.clocks or "auto"),
                    None if j.power_limit_w is None else float(j.power_limit_w),

@@ -43,7 +43,7 @@ TP_SPLIT = ("qkv", "attproj", "fc", "permute", "unpermute", "attn_", "softmax", 
             "repeat_kv")
 PARTS = ("layer_f", "layer_b", "pre_f", "pre_b", "post_f", "post_b")
 #: the optimized-stack switches a :class:`WorkKey` carries (see :func:`_apply_stack`)
-STACK_FIELDS = ("flash", "fp8", "selective", "sp")
+STACK_FIELDS = ("flash", "fp8", "selective", "sp", "fsdp")
 #: the linear-layer GEMMs Transformer Engine runs in FP8 (forward, dgrad, wgrad); the attention
 #: core, the LM head and LoRA adapters stay in bf16
 FP8_GEMMS = ("qkv_gemm", "attproj_gemm", "fc_gemm", "fcproj_gemm", "q_proj_gemm", "k_proj_gemm",
@@ -161,7 +161,11 @@ def _apply_stack(tpl: list, flops: np.ndarray, nbytes: np.ndarray, a: np.ndarray
     * ``selective`` (selective recompute, without FlashAttention): the backward recomputes the
       attention core's forward (scores, softmax, values);
     * ``fp8`` (Transformer Engine): the linear layers' GEMMs at the FP8 rate, their inputs cast
-      to FP8 first (read 2 B, write 1 B per element: folded into the GEMM's bytes)."""
+      to FP8 first (read 2 B, write 1 B per element: folded into the GEMM's bytes);
+    * ``fsdp`` (PyTorch FSDP, per unit = layer): the all-gathered parameters are copied out of the
+      flat buffer before the forward and again before the backward, and the gradients copied into
+      the reduce-scatter buffer (read + write of the layer's 16-bit weights each: the weights from
+      the forward GEMMs' FLOPs), folded into the layer's first forward / backward kernel."""
     on = dict(stack)
     names = [k.name for k in tpl]
     dtypes = [k.dtype for k in tpl]
@@ -195,6 +199,15 @@ def _apply_stack(tpl: list, flops: np.ndarray, nbytes: np.ndarray, a: np.ndarray
             for i in idx.get(ATTN_BWD[n], []):
                 flops[i] += flops[first[n]]
                 nbytes[i] += nbytes[first[n]]
+    if on.get("fsdp"):
+        w_f = np.zeros(len(tokens))
+        for i, k in enumerate(tpl):
+            if in_layer[i] and k.phase == "forward" and k.category == "gemm":
+                w_f += flops[i] / (2.0 * tokens)  # weights of the layer's linears (per GPU)
+        f0 = next(i for i, k in enumerate(tpl) if in_layer[i] and k.phase == "forward")
+        b0 = next(i for i, k in enumerate(tpl) if in_layer[i] and k.phase == "backward")
+        nbytes[f0] = nbytes[f0] + 2 * 2.0 * w_f  # copy-out of the gathered weights
+        nbytes[b0] = nbytes[b0] + 4 * 2.0 * w_f  # copy-out again + gradients' copy-in
     if on.get("fp8"):
         for i, n in enumerate(names):
             if n.startswith(FP8_GEMMS) and tpl[i].category == "gemm":
