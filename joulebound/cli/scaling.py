@@ -84,8 +84,10 @@ tokens_per_step, steps, time_s, time_lo_s, time_hi_s, gpu_energy_j, gpu_energy_l
 gpu_energy_hi_j, host_energy_j, host_energy_lo_j, host_energy_hi_j (host power × the time
 interval), total_energy_j, total_energy_lo_j, total_energy_hi_j, energy_per_token_j, step {time_s, compute_s, overhead_s, comm_s, bubble_s, gpu_energy_j,
 busy_energy_j, wait_energy_j, host_energy_j, comm_energy_j, wait_power_w, comm_detail,
-interconnect}, memory {weights, gradients, optimizer, activations, reserve, device_bytes, total,
-fits, assumes (the memory-saving techniques assumed, in words)} (bytes), fits_memory, interval_why[], warnings[], covers, params, provenance ("modeled"),
+wrapper_s, interconnect}, memory {weights, gradients, optimizer, activations, reserve, device_bytes, total,
+fits, assumes (the memory-saving techniques assumed, in words)} (bytes), fits_memory, interval_why[], warnings[], covers,
+params {framework, kappa, host_s_per_kernel, step_s, wait_ratio, host_w_per_gpu, host_source,
+calibration}, provenance ("modeled"),
 predictor. Units: s, J, bytes. With --jobs: a list of these (or {row, error}). With --law the
 same keys: the law fills total_energy_j (for prerun also its 90 % interval, time_s and step
 {energy_j, time_s, eta_hw, eta_par}); what a law does not predict is null."""
