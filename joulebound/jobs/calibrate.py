@@ -389,12 +389,14 @@ class _Fast:
         t = t_fb + t_opt + prm.step_s
         p_wait = prm.wait_ratio * self.idle
         e = e_fb + eko + p_wait * (gap + (t_opt - tko) + prm.step_s)
+        with_kappa: dict[tuple[str, float], MechParams] = {}  # one per (framework, cell κ)
         for i in np.flatnonzero(~self.single):
-            f = str(self.framework[i])
-            fw = dict(prm.frameworks)
-            fw[f] = {**fw.get(f, {"host_s": prm.host_for(f)}), "kappa": float(kap[i])}
-            x = compose(self.prep.resolved[i], self.prep.parts[i],
-                        replace(prm, kappa=float(kap[i]), frameworks=fw), self.prep.fabrics[i])
+            f, kk = str(self.framework[i]), float(kap[i])
+            p_i = with_kappa.get((f, kk))
+            if p_i is None:
+                fw = {**prm.frameworks, f: {**prm.frameworks.get(f, {"host_s": prm.host_for(f)}), "kappa": kk}}
+                p_i = with_kappa[(f, kk)] = replace(prm, kappa=kk, frameworks=fw)
+            x = compose(self.prep.resolved[i], self.prep.parts[i], p_i, self.prep.fabrics[i])
             t[i], e[i] = x.time_s, x.gpu_energy_j
         return t, e
 
@@ -567,9 +569,14 @@ SIGMA_UNCALIBRATED_FRAMEWORK = 0.3
 def _framework_entries(fws: dict[str, dict], sig: dict[str, float], prep: Prepared,
                        r_t: np.ndarray) -> dict[str, dict]:
     """Every ``--framework``'s κ, host time per kernel and compute spread, with sources: the
-    calibrated ones from the fit; ``eager`` and ``compiled`` (no open measured runs) borrow
-    κ from ``hf`` / ``megatron`` with their own host time and a wider spread."""
-    from joulebound.workload.dispatch import DISPATCH_S, FRAMEWORKS
+    calibrated ones from the fit; ``eager`` (hf's κ) and ``compiled`` (hf's κ over TorchInductor's
+    published speedup) have no open measured runs: their own host time and a wider spread."""
+    from joulebound.workload.dispatch import DISPATCH_S, FRAMEWORKS, INDUCTOR_TRAIN_SPEEDUP
+
+    def measured_host(fw) -> str:
+        return (f"measured: {DISPATCH_S[fw.dispatch] * 1e6:.1f} µs per launched kernel (H200 host, "
+                f"docs/gpu-validation.md) × {fw.kernels_per_trace_kernel:.2f} launched kernels per "
+                "trace kernel")
 
     ds_fw = _dataset_frameworks(prep)
     fw_rows = np.array([r.framework for r in prep.resolved])
@@ -582,14 +589,9 @@ def _framework_entries(fws: dict[str, dict], sig: dict[str, float], prep: Prepar
         else:
             s_c = math.hypot(within, SIGMA_MEGATRON_BETWEEN)
         fitted_host = name == "megatron" or sets == ["sweep"]
-        host_src = ("fitted on " + ", ".join(sets) if fitted_host else
-                    f"measured: {DISPATCH_S[FRAMEWORKS[name].dispatch] * 1e6:.1f} µs per launched kernel "
-                    f"(H200 host, docs/gpu-validation.md) × {FRAMEWORKS[name].kernels_per_trace_kernel:.2f} "
-                    "launched kernels per trace kernel")
+        host_src = "fitted on " + ", ".join(sets) if fitted_host else measured_host(FRAMEWORKS[name])
         out[name] = {**e, "sigma_compute": float(s_c), "kappa_source": "fitted on " + ", ".join(sets),
                      "host_source": host_src}
-    from joulebound.workload.dispatch import INDUCTOR_TRAIN_SPEEDUP
-
     hf = out.get("hf")
     for name, factor, why in (
             ("eager", 1.0, "assumed: hf's κ (no open measured eager runs)"),
@@ -602,9 +604,7 @@ def _framework_entries(fws: dict[str, dict], sig: dict[str, float], prep: Prepar
         fw = FRAMEWORKS[name]
         out[name] = {"kappa": hf["kappa"] * factor, "host_s": fw.host_s,
                      "sigma_compute": float(math.hypot(hf["sigma_compute"], SIGMA_UNCALIBRATED_FRAMEWORK)),
-                     "kappa_source": why,
-                     "host_source": (f"measured: {DISPATCH_S[fw.dispatch] * 1e6:.1f} µs per launched op × "
-                                     f"{fw.kernels_per_trace_kernel:.2f} launched kernels per trace kernel")}
+                     "kappa_source": why, "host_source": measured_host(fw)}
     return out
 
 

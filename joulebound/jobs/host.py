@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from joulebound.hw.nodes import DGX_H100, node_of
+
 
 @dataclass(frozen=True)
 class HostPower:
@@ -46,14 +48,13 @@ DEFAULT_HOST = HostPower(17.0, 10.0, "Mayaki ECAI 2025 CodeCarbon CPU/RAM shares
 #: full utilization (Latif et al., IEEE Access 13:61740, 2025; arXiv 2412.08602), published; minus
 #: 8 × 700 W GPU boards = 2.8 kW of CPUs, DRAM, fans, NVSwitches, NICs and power supplies: 350 W
 #: per GPU at full load (an upper figure: the GPUs' share at the peak is their board limit)
-HGX_H100_REST_W = 350.0
+HGX_H100_PEAK_KW = 8.4
+HGX_H100_REST_W = (HGX_H100_PEAK_KW * 1e3 - 8 * DGX_H100.gpu_board_w) / 8
 def node_host(device: str, default: HostPower) -> HostPower:
     """The host power per GPU of ``device``'s node: an HGX / DGX node's non-GPU power (H100:
     published measurement; other generations scaled by their datasheets' non-GPU rating,
     :mod:`joulebound.hw.nodes`; estimate), else ``default`` (the workstation / PCIe-server CPU +
     DRAM figure of the calibration)."""
-    from joulebound.hw.nodes import DGX_H100, node_of
-
     node = node_of(device)
     if node is None:
         return default

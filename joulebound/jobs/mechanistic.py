@@ -58,6 +58,7 @@ from joulebound.jobs.host import DEFAULT_HOST, HostPower
 from joulebound.jobs.job import Job, MemoryEstimate, Resolved, memory, resolve
 from joulebound.jobs.prediction import JobPrediction
 from joulebound.jobs.stepcost import Parts, WorkKey, characterize_parts, prime_part_sums
+from joulebound.workload.dispatch import WRAPPER_UNIT_KERNELS, get_framework
 
 PARAMS_FILE = "mechanistic.json"
 Z90 = 1.6449
@@ -212,7 +213,7 @@ def work_keys(r: Resolved) -> WorkKey:
                                           ("selective", r.recompute == "selective"),
                                           ("sp", r.sequence_parallel),
                                           ("fsdp", r.sharded and r.dp > 1
-                                           and r.framework in ("hf", "eager"))) if on)
+                                           and get_framework(r.framework).torch_wrappers)) if on)
     return WorkKey(r.arch, j.hidden, j.heads, r.ff, r.vocab, j.seq, r.micro_batch, r.dtype,
                    bool(j.recompute), r.tp, _device_name(j.device), (j.clocks or "auto"),
                    None if j.power_limit_w is None else float(j.power_limit_w),
@@ -283,22 +284,20 @@ class _Cost(NamedTuple):
 
 
 def _cost(r: Resolved, prm: MechParams) -> _Cost:
-    from joulebound.workload.dispatch import WRAPPER_UNIT_KERNELS
-
-    fw = r.framework
-    h = prm.host_for(fw)
+    fw = get_framework(r.framework)
+    h = prm.host_for(fw.name)
     uf = ub = 0.0
-    if r.dp > 1 and fw in ("hf", "eager"):  # PyTorch DDP / FSDP hooks (Megatron has its own)
-        if r.sharded:
-            key = "fsdp"
-        else:  # Hugging Face's Trainer finds unused parameters unless checkpointing
-            key = "ddp-find-unused" if fw == "hf" and not r.job.recompute else "ddp"
-        f, b = WRAPPER_UNIT_KERNELS[key]
-        uf, ub = f * h, b * h
-    if r.tp > 1 and fw in ("hf", "eager"):  # tensor parallelism through DTensor (tp_plan)
-        f, b = WRAPPER_UNIT_KERNELS["dtensor-tp"]
-        uf, ub = uf + f * h, ub + b * h
-    return _Cost(prm.kappa_for(fw), prm.launch_s, h, uf, ub)
+    if fw.torch_wrappers:  # PyTorch DDP / FSDP / DTensor hooks (Megatron has its own)
+        keys = []
+        if r.dp > 1:  # Hugging Face's Trainer finds unused parameters unless checkpointing
+            keys.append("fsdp" if r.sharded else
+                        "ddp-find-unused" if fw.name == "hf" and not r.job.recompute else "ddp")
+        if r.tp > 1:  # tensor parallelism through DTensor (tp_plan)
+            keys.append("dtensor-tp")
+        for key in keys:
+            f, b = WRAPPER_UNIT_KERNELS[key]
+            uf, ub = uf + f * h, ub + b * h
+    return _Cost(prm.kappa_for(fw.name), prm.launch_s, h, uf, ub)
 
 
 def _part(parts: Parts, name: str, k: _Cost) -> _Part:
@@ -346,12 +345,12 @@ def _stage_params(r: Resolved) -> tuple[float, float, list[float]]:
 
 
 def _fsdp_exposed(r: Resolved, parts: Parts, k: _Cost, cm: JobComm,
-                  detail: dict) -> float:
-    """FSDP all-gathers / reduce-scatters not hidden behind the layers' compute, per
-    micro-batch (s); 0 unless sharded over dp > 1. Layer ``i+1``'s all-gather is prefetched
+                  detail: dict) -> tuple[float, float]:
+    """FSDP all-gathers / reduce-scatters per micro-batch (s): ``(not hidden behind the layers'
+    compute, hidden)``; 0 unless sharded over dp > 1. Layer ``i+1``'s all-gather is prefetched
     under layer ``i``'s compute."""
     if not (r.sharded and r.dp > 1):
-        return 0.0
+        return 0.0, 0.0
     lf, lb = _part(parts, "layer_f", k), _part(parts, "layer_b", k)
     ag_l, rs_l = cm.fsdp_allgather_layer_s, cm.fsdp_reduce_scatter_layer_s
     ag_r, rs_r = cm.fsdp_allgather_rest_s, cm.fsdp_reduce_scatter_rest_s
@@ -359,12 +358,11 @@ def _fsdp_exposed(r: Resolved, parts: Parts, k: _Cost, cm: JobComm,
     f_exp = ag_r + ag_l + (L - 1) * max(0.0, ag_l - (lf.t + cm.tp_layer_f_s))
     b_exp = (L - 1) * max(0.0, ag_l + rs_l - (lb.t + cm.tp_layer_b_s)) + rs_l + rs_r
     fsdp_mb = f_exp + b_exp  # (the hooks' host time is in the layers' host bound: _Cost)
-    detail["overlap_hidden_per_microbatch_s"] = (L - 1) * (min(ag_l, lf.t + cm.tp_layer_f_s)
-                                                            + min(ag_l + rs_l, lb.t + cm.tp_layer_b_s))
+    hidden = (L - 1) * (min(ag_l, lf.t + cm.tp_layer_f_s) + min(ag_l + rs_l, lb.t + cm.tp_layer_b_s))
     detail.update(fsdp_allgather_layer_s=ag_l, fsdp_reduce_scatter_layer_s=rs_l,
                   fsdp_exposed_per_microbatch_s=fsdp_mb,
                   fsdp_layer_bytes=cm.fsdp_layer_bytes)
-    return fsdp_mb
+    return fsdp_mb, hidden
 
 
 def _pipeline(r: Resolved, cm: JobComm, fb: list[float], stage_comm: list[float],
@@ -384,17 +382,19 @@ def _pipeline(r: Resolved, cm: JobComm, fb: list[float], stage_comm: list[float]
 
 
 def _dp_exposed(r: Resolved, parts: Parts, k: _Cost, cm: JobComm,
-                detail: dict) -> float:
+                detail: dict) -> tuple[float, float]:
     """The data-parallel gradient all-reduce (DDP, or dp across tp/pp groups) not hidden behind
     the backward pass (s): bucketed, the last bucket always exposed; 0 without it. Megatron
     without the distributed optimizer (as vTrain's runs: ``use_gradient_bucket`` false)
     all-reduces after the backward pass: all of it exposed; with it (Megatron-core's recipes
-    overlap the reduce-scatter and the all-gather) it hides behind a micro-batch's backward."""
+    overlap the reduce-scatter and the all-gather) it hides behind a micro-batch's backward.
+    Returns ``(exposed, hidden behind the backward)``."""
     if not (r.dp > 1 and not r.sharded):
-        return 0.0
+        return 0.0, 0.0
     j = r.job
     c, nb, t_ar = cm.dp_bucket_s, cm.dp_buckets, cm.dp_allreduce_s
-    if r.framework == "megatron" and r.distributed_optimizer:
+    megatron = get_framework(r.framework).megatron_dp
+    if megatron and r.distributed_optimizer:
         # Megatron-core's distributed optimizer with --overlap-grad-reduce / --overlap-param-gather
         # (its standard recipes): the gradients' reduce-scatter rides the last micro-batch's
         # backward of the stage, the parameters' all-gather the next forward — what is left is
@@ -402,8 +402,7 @@ def _dp_exposed(r: Resolved, parts: Parts, k: _Cost, cm: JobComm,
         lb = _part(parts, "layer_b", k)
         b_last = (lb.t + cm.tp_layer_b_s) * max(r.stages)
         dp_exposed = max(c, t_ar - b_last)
-        detail["dp_hidden_s"] = max(t_ar - dp_exposed, 0.0)
-    elif r.pp == 1 and r.framework != "megatron":
+    elif r.pp == 1 and not megatron:
         lb = _part(parts, "layer_b", k)
         pre_b, post_b = _part(parts, "pre_b", k), _part(parts, "post_b", k)
         b_last = (lb.t + cm.tp_layer_b_s) * j.layers + pre_b.t + post_b.t
@@ -411,12 +410,15 @@ def _dp_exposed(r: Resolved, parts: Parts, k: _Cost, cm: JobComm,
         # all-reduce starts when it ends (their gradients are the last to be complete)
         rest = max(t_ar - cm.dp_last_s, 0.0)
         dp_exposed = max(c, t_ar - b_last * (nb - 1) / nb, max(rest - b_last, 0.0) + cm.dp_last_s)
-        detail["dp_hidden_s"] = max(t_ar - dp_exposed, 0.0)
     else:
-        dp_exposed = t_ar
-    detail.update(dp_allreduce_s=t_ar, dp_buckets=nb, dp_exposed_s=dp_exposed,
+        return _dp_detail(detail, cm, t_ar), 0.0
+    return _dp_detail(detail, cm, dp_exposed), max(t_ar - dp_exposed, 0.0)
+
+
+def _dp_detail(detail: dict, cm: JobComm, exposed: float) -> float:
+    detail.update(dp_allreduce_s=cm.dp_allreduce_s, dp_buckets=cm.dp_buckets, dp_exposed_s=exposed,
                   dp_grad_bytes=cm.dp_grad_bytes)
-    return dp_exposed
+    return exposed
 
 
 def _optimizer_steps(r: Resolved, parts: Parts, k: _Cost,
@@ -453,15 +455,15 @@ def compose(r: Resolved, parts: Parts, prm: MechParams, fabric: Fabric,
     detail: dict = ({"tp_allreduce_s": cm.tp_allreduce_s, "tp_allreduce_bytes": cm.tp_allreduce_bytes}
                     if r.tp > 1 else {})
     stage_fb, stage_comm = _stage_work(r, parts, k, cm)
-    fsdp_mb = _fsdp_exposed(r, parts, k, cm, detail)
+    fsdp_mb, fsdp_hidden = _fsdp_exposed(r, parts, k, cm, detail)
     fb = [sp.t + sc for sp, sc in zip(stage_fb, stage_comm, strict=True)]
     pipe, bubble, comm_exposed = _pipeline(r, cm, fb, stage_comm, fsdp_mb, detail)
-    dp_exposed = _dp_exposed(r, parts, k, cm, detail)
+    dp_exposed, dp_hidden = _dp_exposed(r, parts, k, cm, detail)
     comm_exposed += dp_exposed
     opt = _optimizer_steps(r, parts, k, stage_params)
     t_opt_max = max(o[0] for o in opt)
     # collectives hidden under compute still slow it (NCCL kernels share SMs and memory)
-    hidden = m * detail.get("overlap_hidden_per_microbatch_s", 0.0) + detail.get("dp_hidden_s", 0.0)
+    hidden = m * fsdp_hidden + dp_hidden
     slow_t = prm.overlap_slowdown * hidden
     if slow_t > 0:
         detail.update(overlap_hidden_s=hidden, overlap_slowdown_s=slow_t)
@@ -517,7 +519,7 @@ def interval_terms(r: Resolved, step: Step | dict, prm: MechParams, device: str
     (``size``), GPU counts beyond the largest calibrated job (``scale``) and, for energy, the
     busy ``power``. ``step``: a :class:`Step` or its ``vars`` (a prediction's ``step``)."""
     def get(k: str) -> float:
-        return float(step[k] if isinstance(step, dict) else getattr(step, k))
+        return float(step.get(k, 0.0) if isinstance(step, dict) else getattr(step, k))
 
     sg = prm.sigma
     fw = r.framework
@@ -525,7 +527,7 @@ def interval_terms(r: Resolved, step: Step | dict, prm: MechParams, device: str
     T = max(get("time_s"), 1e-30)
     sh_c, sh_o, sh_x = get("compute_s") / T, get("overhead_s") / T, get("comm_s") / T
     sh_b = get("bubble_s") / T
-    sh_w = (step.get("wrapper_s", 0.0) if isinstance(step, dict) else step.wrapper_s) / T
+    sh_w = get("wrapper_s") / T
     t: dict[str, tuple[float, str]] = {
         "compute": (s_compute * sh_c, f"{fw} framework factor κ (spread across the calibration data "
                                       f"sets), {sh_c:.0%} of the step"),
@@ -611,7 +613,9 @@ def predict_resolved(rs: Sequence[Resolved], prm: MechParams | None = None,
 def _steps(rs: list[Resolved], prm: MechParams) -> list[tuple[Resolved, Step, MemoryEstimate, Parts]]:
     keys = [work_keys(r) for r in rs]
     parts = characterize_parts(keys)
-    for c in {_cost(r, prm) for r in rs}:  # one vectorized pass per framework in the batch
+    costs = {_cost(r, prm) for r in rs}
+    costs |= {c._replace(unit_f=0.0, unit_b=0.0) for c in costs if c.unit_f or c.unit_b}
+    for c in costs:  # one vectorized pass per cost (and its wrapper-free twin, for wrapper_s)
         prime_part_sums(list(parts.values()), *c)
     out = []
     for r, k in zip(rs, keys, strict=True):
@@ -671,6 +675,7 @@ def predict_jobs(jobs: Sequence[Job], prm: MechParams | None = None,
 def to_prediction(r: Resolved, st: Step, mem: MemoryEstimate, prm: MechParams,
                 allow_oom: bool) -> JobPrediction:
     j = r.job
+    host = _host(r, prm)
     warn = list(r.warnings)
     if not mem.fits:
         msg = (f"needs ~{mem.total / 2**30:.1f} GiB per GPU (weights {mem.weights / 2**30:.1f}, "
@@ -709,6 +714,5 @@ def to_prediction(r: Resolved, st: Step, mem: MemoryEstimate, prm: MechParams,
         step=step, memory=mem.to_json(), fits_memory=mem.fits, interval_why=why, warnings=warn,
         covers=COVERS, params={"framework": r.framework, "kappa": prm.kappa_for(r.framework),
                                "host_s_per_kernel": prm.host_for(r.framework), "step_s": prm.step_s,
-                               "wait_ratio": prm.wait_ratio, "host_w_per_gpu": _host(r, prm).total_w,
-                               "host_source": _host(r, prm).source,
+                               "wait_ratio": prm.wait_ratio, "host_w_per_gpu": host.total_w, "host_source": host.source,
                                "calibration": prm.provenance.get("calibration")})

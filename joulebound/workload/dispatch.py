@@ -66,12 +66,19 @@ class Framework:
         kernels_per_trace_kernel: real kernels launched per kernel of the analytic trace
             (unfused elementwise ops, casts, optimizer pieces; 1 = fused as the trace).
         description: one line for ``--help`` and docs.
+        torch_wrappers / megatron_dp: how its data and tensor parallelism run (below).
     """
 
     name: str
     dispatch: str
     kernels_per_trace_kernel: float
     description: str
+    #: runs data / tensor parallelism through PyTorch's wrappers (DDP, FSDP, DTensor), whose
+    #: hooks cost host time (:data:`WRAPPER_UNIT_KERNELS`) and whose FSDP copies GPU traffic
+    torch_wrappers: bool = False
+    #: Megatron-style data parallelism: gradients all-reduced after the backward pass unless the
+    #: distributed optimizer overlaps them
+    megatron_dp: bool = False
 
     @property
     def host_s(self) -> float:
@@ -83,11 +90,13 @@ class Framework:
 #: the training frameworks the job predictor tells apart (``--framework``)
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("hf", "hf-eager", HF_KERNELS_PER_TRACE_KERNEL,
-              "Hugging Face Trainer / Accelerate, eager PyTorch modules (unfused elementwise ops)"),
+              "Hugging Face Trainer / Accelerate, eager PyTorch modules (unfused elementwise ops)",
+              torch_wrappers=True),
     Framework("eager", "eager", HF_KERNELS_PER_TRACE_KERNEL,
-              "a plain eager PyTorch training loop (same kernels as hf, no Trainer overhead)"),
+              "a plain eager PyTorch training loop (same kernels as hf, no Trainer overhead)",
+              torch_wrappers=True),
     Framework("megatron", "eager", 1.0,
-              "Megatron-LM / Megatron-DeepSpeed / NeMo: fused kernels, eager launch"),
+              "Megatron-LM / Megatron-DeepSpeed / NeMo: fused kernels, eager launch", megatron_dp=True),
     Framework("compiled", "eager", 1.0,
               "torch.compile (TorchInductor): fused kernels launched from generated code"),
 )}
